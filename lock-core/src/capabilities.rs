@@ -1,0 +1,155 @@
+//! [`Capabilities`]: what a backend can do, as plain data that tests, docs and the
+//! client read instead of special-casing backend names.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// What happens to the fencing counter when the server restarts and loses its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FenceDurability {
+    /// The counter is stored durably before a grant is returned; a restart never makes
+    /// it go backwards.
+    Durable,
+    /// After a restart that lost data, the backend either keeps tokens increasing (for
+    /// example by anchoring them to the server's clock) or refuses to grant until it
+    /// can; it never hands out a token it may have handed out before.
+    FailsClosed,
+    /// Tokens increase while the server keeps its data; after a restart that lost it
+    /// they may repeat. Do not rely on them for fencing across such restarts.
+    BestEffort,
+}
+
+/// What a backend can do and the limits it imposes.
+///
+/// Build one from [`Capabilities::default`] and set the fields that differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// The shortest TTL the backend accepts.
+    pub min_ttl: Duration,
+    /// The longest TTL the backend accepts.
+    pub max_ttl: Duration,
+    /// TTLs must be a whole multiple of this (etcd: one second; Redis: one millisecond).
+    pub ttl_granularity: Duration,
+    /// What a data-losing restart does to the fencing counter.
+    pub fence_durability: FenceDurability,
+    /// Whether leases survive a server restart (a durable store) or vanish with it.
+    pub leases_survive_restart: bool,
+    /// Whether [`LockBackend::watch`](crate::LockBackend::watch) reports releases, so
+    /// waiters wake at once instead of polling.
+    pub change_notification: bool,
+    /// Whether [`LockBackend::force_release`](crate::LockBackend::force_release) is
+    /// implemented (an operator breaking a lock).
+    pub force_release: bool,
+}
+
+impl Default for Capabilities {
+    /// Millisecond TTLs from 1 ms to one year, best-effort fences, nothing optional.
+    fn default() -> Self {
+        Capabilities {
+            min_ttl: Duration::from_millis(1),
+            max_ttl: Duration::from_secs(365 * 24 * 3600),
+            ttl_granularity: Duration::from_millis(1),
+            fence_durability: FenceDurability::BestEffort,
+            leases_survive_restart: false,
+            change_notification: false,
+            force_release: false,
+        }
+    }
+}
+
+impl Capabilities {
+    /// Checks a TTL against these limits: an
+    /// [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error when it is zero,
+    /// out of range or not a multiple of the granularity. Nothing is rounded: a TTL
+    /// decides how long a crashed holder blocks everyone, so it is taken as given or
+    /// refused.
+    pub fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
+        if ttl.is_zero() {
+            return Err(Error::invalid_ttl("the ttl must be greater than zero"));
+        }
+        if ttl < self.min_ttl {
+            return Err(Error::invalid_ttl(format!(
+                "the ttl {ttl:?} is below this backend's minimum of {:?}",
+                self.min_ttl
+            )));
+        }
+        if ttl > self.max_ttl {
+            return Err(Error::invalid_ttl(format!(
+                "the ttl {ttl:?} is above this backend's maximum of {:?}",
+                self.max_ttl
+            )));
+        }
+        let grain = self.ttl_granularity.as_nanos();
+        if grain > 1 && !ttl.as_nanos().is_multiple_of(grain) {
+            return Err(Error::invalid_ttl(format!(
+                "the ttl {ttl:?} is not a whole multiple of this backend's granularity of {:?}",
+                self.ttl_granularity
+            )));
+        }
+        Ok(ttl)
+    }
+
+    /// A TTL of at least `at_least` that these limits accept (rounded up to the
+    /// granularity and clamped to the minimum); for tests and tools that need "a short
+    /// TTL" on any backend.
+    pub fn ttl_at_least(&self, at_least: Duration) -> Duration {
+        let grain = self.ttl_granularity.as_nanos().max(1);
+        let wanted = at_least.max(self.min_ttl).as_nanos();
+        let rounded = wanted.div_ceil(grain) * grain;
+        let nanos = u64::try_from(rounded).unwrap_or(u64::MAX);
+        Duration::from_nanos(nanos).min(self.max_ttl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    fn etcd_like() -> Capabilities {
+        Capabilities {
+            min_ttl: Duration::from_secs(2),
+            ttl_granularity: Duration::from_secs(1),
+            ..Capabilities::default()
+        }
+    }
+
+    #[test]
+    fn ttl_limits_give_typed_errors() {
+        let c = etcd_like();
+        for bad in [
+            Duration::ZERO,
+            Duration::from_secs(1),
+            Duration::from_millis(2500),
+            Duration::from_secs(400 * 24 * 3600),
+        ] {
+            assert_eq!(
+                c.check_ttl(bad).map_err(|e| e.kind()),
+                Err(ErrorKind::InvalidTtl),
+                "{bad:?}"
+            );
+        }
+        assert!(c.check_ttl(Duration::from_secs(3)).is_ok());
+    }
+
+    #[test]
+    fn ttl_at_least_rounds_up_to_what_is_accepted() {
+        let c = etcd_like();
+        assert_eq!(
+            c.ttl_at_least(Duration::from_millis(100)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            c.ttl_at_least(Duration::from_millis(2100)),
+            Duration::from_secs(3)
+        );
+        let d = Capabilities::default();
+        assert_eq!(
+            d.ttl_at_least(Duration::from_micros(1500)),
+            Duration::from_millis(2)
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! [`LockGuard`]: a held lock, its renewal, and the signal that it was lost.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, timeout_at, Instant};
+use tracing::{debug, warn, Instrument};
+
+use crate::backend::{next_change, DynLockBackend};
+use crate::client::options::LockOptions;
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::lease::{ExtendOutcome, Lease, ReleaseOutcome};
+use crate::token::{FencingToken, OwnerToken};
+
+/// Why a guard stopped holding its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The server answered that this owner no longer holds the key: the lease was
+    /// deleted behind the holder's back, or expired and was taken by someone else.
+    NotHeld,
+    /// Renewals did not get through, and the validity (less the loss margin) ran out.
+    RenewalFailed,
+    /// Auto-renewal was off, and the validity (less the loss margin) ran out.
+    Expired,
+    /// The guard was released or dropped by its owner.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotHeld => "the server no longer holds the lease for this owner",
+            LossReason::RenewalFailed => "renewal failed until the validity ran out",
+            LossReason::Expired => "the lease expired without renewal",
+            LossReason::Released => "the lock was released",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Status {
+    valid_until: Instant,
+    lost: Option<LossReason>,
+}
+
+struct Shared {
+    backend: Arc<DynLockBackend>,
+    key: LockKey,
+    owner: OwnerToken,
+    fence: FencingToken,
+    options: LockOptions,
+    status: watch::Sender<Status>,
+}
+
+impl Shared {
+    fn lease(&self) -> Lease {
+        Lease::new(
+            self.key.clone(),
+            self.owner,
+            self.fence,
+            self.status.borrow().valid_until,
+        )
+    }
+
+    /// Records the loss once; the first reason wins.
+    fn mark_lost(&self, reason: LossReason) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            s.lost = Some(reason);
+            true
+        });
+    }
+
+    fn set_valid_until(&self, valid_until: Instant) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            s.valid_until = valid_until;
+            true
+        });
+    }
+
+    /// One extend round trip, applied to the status.
+    async fn extend(&self, ttl: Duration) -> Result<()> {
+        match self.backend.extend(&self.lease(), ttl).await? {
+            ExtendOutcome::Extended(lease) => {
+                self.set_valid_until(lease.valid_until());
+                Ok(())
+            }
+            ExtendOutcome::NotHeld => {
+                self.mark_lost(LossReason::NotHeld);
+                Err(not_held(&self.key))
+            }
+        }
+    }
+}
+
+fn not_held(key: &LockKey) -> Error {
+    Error::new(
+        ErrorKind::NotHeld,
+        format!("the lock {key:?} is no longer held by this guard"),
+    )
+}
+
+/// A held lock.
+///
+/// While it lives, a background task renews the lease (unless auto-renewal is off)
+/// and watches for its loss; [`lost`](Self::lost) completes when the lock is lost.
+/// Pass [`fence`](Self::fence) to whatever the lock protects.
+///
+/// Release it with [`release`](Self::release), which reports whether the lock was
+/// still held. Dropping the guard stops renewal and releases in the background: that
+/// is not immediate, needs a tokio runtime, and its result is only logged; without a
+/// runtime the lease simply runs out at its TTL.
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    supervisor: JoinHandle<()>,
+    finished: bool,
+}
+
+impl LockGuard {
+    /// Starts guarding a freshly granted lease.
+    pub(crate) fn start(backend: Arc<DynLockBackend>, lease: Lease, options: LockOptions) -> Self {
+        let shared = Arc::new(Shared {
+            backend,
+            key: lease.key().clone(),
+            owner: *lease.owner(),
+            fence: lease.fence(),
+            options,
+            status: watch::Sender::new(Status {
+                valid_until: lease.valid_until(),
+                lost: None,
+            }),
+        });
+        let span = tracing::debug_span!("lock_renewal", key = %shared.key, fence = %shared.fence);
+        let supervisor = tokio::spawn(supervise(shared.clone()).instrument(span));
+        LockGuard {
+            shared,
+            supervisor,
+            finished: false,
+        }
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> &LockKey {
+        &self.shared.key
+    }
+
+    /// The fencing token of this acquisition: larger than that of every earlier holder.
+    pub fn fence(&self) -> FencingToken {
+        self.shared.fence
+    }
+
+    /// Until when the lease is known to be valid (local monotonic clock).
+    pub fn valid_until(&self) -> Instant {
+        self.shared.status.borrow().valid_until
+    }
+
+    /// Whether the lock is still held: not lost, and the validity not run out.
+    pub fn is_held(&self) -> bool {
+        let s = *self.shared.status.borrow();
+        s.lost.is_none() && Instant::now() < s.valid_until
+    }
+
+    /// Why the lock was lost, or `None` while it is held.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.shared.status.borrow().lost
+    }
+
+    /// A future that completes when the lock is lost, with the reason. It completes
+    /// at once if the lock is already lost. It does not borrow the guard, so it can be
+    /// moved into another task; after the guard is released or dropped it completes
+    /// with [`LossReason::Released`].
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        let mut rx = self.shared.status.subscribe();
+        async move {
+            loop {
+                if let Some(reason) = rx.borrow_and_update().lost {
+                    return reason;
+                }
+                if rx.changed().await.is_err() {
+                    return LossReason::Released;
+                }
+            }
+        }
+    }
+
+    /// Extends the lease to `ttl` from now, in one round trip. An
+    /// [`ErrorKind::NotHeld`] error (and the lost signal) when it was no longer held.
+    /// Auto-renewal, if on, goes on with the configured TTL afterwards.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        let ttl = self.shared.backend.capabilities().check_ttl(ttl)?;
+        if let Some(reason) = self.loss() {
+            return Err(Error::new(
+                ErrorKind::NotHeld,
+                format!("the lock {:?} was lost: {reason}", self.shared.key),
+            ));
+        }
+        let span =
+            tracing::debug_span!("lock_extend", key = %self.shared.key, fence = %self.shared.fence);
+        self.shared.extend(ttl).instrument(span).await
+    }
+
+    /// Stops renewal and releases the lock, in one round trip. `Ok` when this guard
+    /// still held it; an [`ErrorKind::NotHeld`] error when the lease had already been
+    /// lost (so the caller learns that its work may have overlapped another holder's).
+    pub async fn release(mut self) -> Result<()> {
+        self.finished = true;
+        self.supervisor.abort();
+        let shared = self.shared.clone();
+        let was_lost = shared.status.borrow().lost;
+        shared.mark_lost(LossReason::Released);
+        let span = tracing::debug_span!("lock_release", key = %shared.key, fence = %shared.fence);
+        let outcome = shared
+            .backend
+            .release(&shared.key, &shared.owner)
+            .instrument(span)
+            .await?;
+        match (outcome, was_lost) {
+            (ReleaseOutcome::Released, _) => Ok(()),
+            (ReleaseOutcome::NotHeld, Some(reason)) => Err(Error::new(
+                ErrorKind::NotHeld,
+                format!(
+                    "the lock {:?} had been lost before release: {reason}",
+                    shared.key
+                ),
+            )),
+            (ReleaseOutcome::NotHeld, None) => Err(not_held(&shared.key)),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.supervisor.abort();
+        self.shared.mark_lost(LossReason::Released);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            debug!(key = %self.shared.key, "guard dropped outside a runtime; the lease will run out at its ttl");
+            return;
+        };
+        let shared = self.shared.clone();
+        let span =
+            tracing::debug_span!("lock_release_on_drop", key = %shared.key, fence = %shared.fence);
+        runtime.spawn(
+            async move {
+                match shared.backend.release(&shared.key, &shared.owner).await {
+                    Ok(outcome) => debug!(?outcome, "released on drop"),
+                    Err(error) => {
+                        warn!(%error, "release on drop failed; the lease will run out at its ttl")
+                    }
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = *self.shared.status.borrow();
+        f.debug_struct("LockGuard")
+            .field("key", &self.shared.key)
+            .field("fence", &self.shared.fence)
+            .field("valid_until", &s.valid_until)
+            .field("lost", &s.lost)
+            .finish()
+    }
+}
+
+/// Renews the lease and decides when it is lost. Runs until the loss is recorded or
+/// the guard aborts it.
+async fn supervise(shared: Arc<Shared>) {
+    let options = shared.options.clone();
+    // Off the acquire path: a release notification for our own key means it may have
+    // been deleted behind our back, so the lease is checked at once.
+    let margin = options.loss_margin();
+    let interval = options.renew_interval();
+    let retry_delay = (interval / 4).max(Duration::from_millis(5));
+    let mut status_rx = shared.status.subscribe();
+    let mut next_renewal = Instant::now() + interval;
+    // Setting up the watch is bounded by the first renewal: a server that froze right
+    // after the grant must not keep the supervisor from noticing the loss.
+    let mut changes = if options.auto_renew() && shared.backend.capabilities().change_notification {
+        match timeout_at(next_renewal, shared.backend.watch(&shared.key)).await {
+            Ok(Ok(changes)) => changes,
+            Ok(Err(error)) => {
+                debug!(%error, "cannot watch the key; losses are found at the next renewal");
+                None
+            }
+            Err(_elapsed) => None,
+        }
+    } else {
+        None
+    };
+    loop {
+        let status = *status_rx.borrow_and_update();
+        if status.lost.is_some() {
+            return;
+        }
+        // The holder must stop a margin before the validity runs out: the server's
+        // clock may run a little faster than ours, and stopping work takes time.
+        let loss_at = status
+            .valid_until
+            .checked_sub(margin)
+            .unwrap_or(status.valid_until);
+        let now = Instant::now();
+        if now >= loss_at {
+            let reason = if options.auto_renew() {
+                LossReason::RenewalFailed
+            } else {
+                LossReason::Expired
+            };
+            warn!(%reason, "lock lost");
+            shared.mark_lost(reason);
+            return;
+        }
+        let wake = if options.auto_renew() {
+            // Never let one slow attempt use up the time left: try again by halfway.
+            next_renewal.min(now + (loss_at - now) / 2)
+        } else {
+            loss_at
+        };
+        tokio::select! {
+            () = sleep_until(wake) => {}
+            changed = status_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+            change = next_change(&mut changes) => {
+                // The key may have been deleted behind our back: check at once.
+                if change.is_none() {
+                    changes = None;
+                    continue;
+                }
+                debug!("key changed; checking the lease now");
+            }
+        }
+        if !options.auto_renew() {
+            continue;
+        }
+        match timeout_at(loss_at, shared.extend(options.ttl())).await {
+            Ok(Ok(())) => next_renewal = Instant::now() + interval,
+            Ok(Err(error)) if error.kind() == ErrorKind::NotHeld => {
+                warn!(reason = %LossReason::NotHeld, "lock lost");
+                return;
+            }
+            Ok(Err(error)) => {
+                // A transient fault is not a loss while validity remains.
+                warn!(%error, "renewal failed; retrying while the lease is valid");
+                next_renewal = Instant::now() + retry_delay;
+            }
+            Err(_elapsed) => {
+                // Loop once more: the deadline check above records the loss.
+                next_renewal = Instant::now();
+            }
+        }
+    }
+}

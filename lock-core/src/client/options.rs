@@ -1,0 +1,194 @@
+//! [`LockOptions`]: how long leases last, how they are renewed, and how waiters back off.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// How a [`LockClient`](crate::LockClient) takes and keeps locks.
+///
+/// The defaults follow the common practice of lock libraries: a 30 s TTL, renewed
+/// every third of it, and the holder told it lost the lock a tenth of the TTL before
+/// its validity runs out when renewal cannot get through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockOptions {
+    ttl: Duration,
+    auto_renew: bool,
+    renew_interval: Option<Duration>,
+    loss_margin: Option<Duration>,
+    min_validity: Option<Duration>,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            auto_renew: true,
+            renew_interval: None,
+            loss_margin: None,
+            min_validity: None,
+            backoff_initial: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+impl LockOptions {
+    /// The defaults with a TTL of `ttl`.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the lease TTL: how long the lock outlives a holder that vanished.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Turns auto-renewal on (the default) or off. Without it a guard's lease simply
+    /// runs out, and [`LockGuard::lost`](crate::LockGuard::lost) fires a loss margin
+    /// before it does.
+    pub fn with_auto_renew(mut self, on: bool) -> Self {
+        self.auto_renew = on;
+        self
+    }
+
+    /// How often a held lease is renewed; by default a third of the TTL.
+    pub fn with_renew_interval(mut self, every: Duration) -> Self {
+        self.renew_interval = Some(every);
+        self
+    }
+
+    /// How long before the local validity runs out a holder whose renewals fail is
+    /// told it lost the lock; by default a tenth of the TTL. It covers clock-rate
+    /// differences between client and server and the time to stop work.
+    pub fn with_loss_margin(mut self, margin: Duration) -> Self {
+        self.loss_margin = Some(margin);
+        self
+    }
+
+    /// The least validity a fresh lease must have to be handed out; one granted
+    /// below it (a very slow round trip) is released and tried again. By default a
+    /// quarter of the TTL.
+    pub fn with_min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = Some(min);
+        self
+    }
+
+    /// The first and the largest sleep between attempts of a waiter. With change
+    /// notification the waiter sleeps until notified, but re-checks at least every
+    /// `max`.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether held leases are renewed automatically.
+    pub fn auto_renew(&self) -> bool {
+        self.auto_renew
+    }
+
+    /// The renewal interval in force.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.ttl / 3)
+    }
+
+    /// The loss margin in force.
+    pub fn loss_margin(&self) -> Duration {
+        self.loss_margin.unwrap_or(self.ttl / 10)
+    }
+
+    /// The minimum validity in force.
+    pub fn min_validity(&self) -> Duration {
+        self.min_validity.unwrap_or(self.ttl / 4)
+    }
+
+    /// The first sleep of a polling waiter.
+    pub fn backoff_initial(&self) -> Duration {
+        self.backoff_initial
+    }
+
+    /// The largest sleep of a waiter.
+    pub fn backoff_max(&self) -> Duration {
+        self.backoff_max
+    }
+
+    /// Checks that the timings fit together: a configuration error otherwise.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::new(ErrorKind::Configuration, msg));
+        if self.ttl.is_zero() {
+            return bad("the ttl must be greater than zero".into());
+        }
+        let (ttl, renew, margin, min) = (
+            self.ttl,
+            self.renew_interval(),
+            self.loss_margin(),
+            self.min_validity(),
+        );
+        if margin >= ttl {
+            return bad(format!(
+                "the loss margin {margin:?} must be shorter than the ttl {ttl:?}"
+            ));
+        }
+        if self.auto_renew && (renew.is_zero() || renew >= ttl - margin) {
+            return bad(format!(
+                "the renewal interval {renew:?} must be above zero and below the ttl less the loss margin ({:?})",
+                ttl - margin
+            ));
+        }
+        if min <= margin || min > ttl {
+            return bad(format!(
+                "the minimum validity {min:?} must be above the loss margin {margin:?} and at most the ttl {ttl:?}"
+            ));
+        }
+        if self.backoff_initial.is_zero() || self.backoff_max < self.backoff_initial {
+            return bad(
+                "the backoff must start above zero and its maximum be at least its start".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_consistent() {
+        let o = LockOptions::default();
+        assert!(o.validate().is_ok());
+        assert_eq!(o.renew_interval(), Duration::from_secs(10));
+        assert_eq!(o.loss_margin(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn inconsistent_timings_are_configuration_errors() {
+        let ttl = Duration::from_secs(10);
+        let cases = [
+            LockOptions::new(Duration::ZERO),
+            LockOptions::new(ttl).with_loss_margin(ttl),
+            LockOptions::new(ttl).with_renew_interval(Duration::from_secs(9)),
+            LockOptions::new(ttl).with_renew_interval(Duration::ZERO),
+            LockOptions::new(ttl).with_min_validity(Duration::from_millis(500)),
+            LockOptions::new(ttl).with_backoff(Duration::ZERO, Duration::from_secs(1)),
+        ];
+        for o in cases {
+            assert_eq!(
+                o.validate().map_err(|e| e.kind()),
+                Err(ErrorKind::Configuration),
+                "{o:?}"
+            );
+        }
+    }
+}

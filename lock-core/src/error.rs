@@ -1,0 +1,203 @@
+//! The one error type of distlock: a semantic kind, whether a retry may help, the
+//! backend that raised it, and the underlying source.
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+use std::fmt;
+
+/// A `Result` whose error is distlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error from a driver or the operating system, kept as an [`Error`]'s source.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// What went wrong, in terms a caller can act on.
+///
+/// Matching on the kind (never on the message) is the supported way to tell errors
+/// apart. New kinds may be added, so a match needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The key is empty, longer than 256 bytes, or holds a control character.
+    InvalidKey,
+    /// The TTL is zero, outside the backend's limits, or not a multiple of its granularity.
+    InvalidTtl,
+    /// Some other argument is out of range.
+    InvalidInput,
+    /// The lease is no longer held: it expired, was taken over, or was released already.
+    NotHeld,
+    /// The lock was lost while work ran under it (see [`crate::LockClient::with_lock`]).
+    LockLost,
+    /// The wait deadline passed before the lock could be acquired.
+    Timeout,
+    /// The server could not be reached or did not answer in time. A retry may help.
+    Unavailable,
+    /// The server refused the credentials.
+    Authentication,
+    /// The configuration (a URL, an option, a table name) is invalid.
+    Configuration,
+    /// The backend does not support this operation; see its [`crate::Capabilities`].
+    Unsupported,
+    /// The server answered something the backend did not expect.
+    Backend,
+}
+
+impl ErrorKind {
+    /// A short, stable, human-readable name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidKey => "invalid key",
+            ErrorKind::InvalidTtl => "invalid ttl",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::NotHeld => "not held",
+            ErrorKind::LockLost => "lock lost",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Unavailable => "backend unavailable",
+            ErrorKind::Authentication => "authentication failed",
+            ErrorKind::Configuration => "configuration error",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Backend => "backend error",
+        }
+    }
+
+    /// Whether an error of this kind is retryable when nothing more is known.
+    fn retryable_by_default(self) -> bool {
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Timeout)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error from distlock or one of its backends.
+///
+/// `Display` is one line: the kind, the backend in brackets when known, and a message.
+/// The driver's error, when there is one, is the [`source`](StdError::source).
+/// Messages never hold credentials or owner tokens: backends redact them before an
+/// error is built.
+#[derive(thiserror::Error)]
+pub struct Error {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    retryable: bool,
+    backend: Option<&'static str>,
+    #[source]
+    source: Option<BoxError>,
+}
+
+impl Error {
+    /// An error of `kind` with a message; retryable when the kind usually is
+    /// ([`ErrorKind::Unavailable`] and [`ErrorKind::Timeout`]).
+    pub fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            retryable: kind.retryable_by_default(),
+            backend: None,
+            source: None,
+        }
+    }
+
+    /// Keeps `source` as the cause of this error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Names the backend that raised this error.
+    pub fn with_backend(mut self, backend: &'static str) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Sets whether a retry of the same operation may succeed.
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// The kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Whether retrying the same operation may succeed (a temporary fault).
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The backend that raised this error, when known.
+    pub fn backend(&self) -> Option<&'static str> {
+        self.backend
+    }
+
+    /// The message, without the kind or the backend.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn invalid_key(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(ErrorKind::InvalidKey, message)
+    }
+
+    pub(crate) fn invalid_ttl(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(ErrorKind::InvalidTtl, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)?;
+        if let Some(backend) = self.backend {
+            write!(f, " [{backend}]")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("retryable", &self.retryable);
+        if let Some(backend) = self.backend {
+            d.field("backend", &backend);
+        }
+        if let Some(source) = &self.source {
+            // The source's Display, not its Debug: drivers' Debug output can hold
+            // connection details that Display leaves out.
+            d.field("source", &format_args!("{source}"));
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_one_line_with_kind_backend_and_message() {
+        let e = Error::new(ErrorKind::Unavailable, "connection refused").with_backend("redis");
+        assert_eq!(
+            e.to_string(),
+            "backend unavailable [redis]: connection refused"
+        );
+        assert!(e.is_retryable());
+        assert!(!Error::new(ErrorKind::Configuration, "x").is_retryable());
+        assert!(!Error::new(ErrorKind::Unavailable, "x")
+            .with_retryable(false)
+            .is_retryable());
+    }
+
+    #[test]
+    fn source_is_kept() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let e = Error::new(ErrorKind::Unavailable, "lost connection").with_source(io);
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("reset"));
+    }
+}

@@ -1,0 +1,41 @@
+//! The core of distlock: one lock contract that Redis, PostgreSQL, etcd and an
+//! in-memory store all keep, and the client that makes the safe path the easy one.
+//!
+//! - [`LockBackend`] is the small trait a backend implements. Its docs hold **the
+//!   contract**, written once; the conformance suite checks every point of it.
+//! - [`LockClient`] is what services use: [`lock`](LockClient::lock) waits with a
+//!   deadline, [`LockGuard`] renews the lease in the background, exposes the
+//!   [fencing token](LockGuard::fence), and tells the holder when it
+//!   [lost](LockGuard::lost) the lock; [`with_lock`](LockClient::with_lock) cancels
+//!   work whose lock was lost.
+//! - [`MemoryBackend`] is the in-process reference implementation.
+//!
+//! # Why fencing tokens
+//!
+//! A lease can expire under a holder that is paused (garbage collection, a stalled
+//! VM, a long network partition): when it resumes it still believes it holds the
+//! lock, while another holder already does. No lock service can prevent that alone.
+//! Every grant therefore carries a [`FencingToken`] that strictly increases per key;
+//! give it to the protected resource, and have the resource refuse writes with a token
+//! smaller than one it has already seen.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod capabilities;
+mod client;
+mod error;
+mod key;
+mod lease;
+mod memory;
+mod token;
+
+pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
+pub use capabilities::{Capabilities, FenceDurability};
+pub use client::{LockClient, LockGuard, LockOptions, LossReason};
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use key::LockKey;
+pub use lease::{AcquireOutcome, AcquireRequest, ExtendOutcome, Lease, LockInfo, ReleaseOutcome};
+pub use memory::MemoryBackend;
+pub use token::{FencingToken, OwnerToken};

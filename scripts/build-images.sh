@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the local server image that the conformance harness uses when the official
+# images (redis, postgres, etcd) cannot be pulled: a Debian bookworm tree made by
+# debootstrap with redis-server, postgresql-15 and etcd-server, imported with
+# `docker import`. One image serves all three servers; the harness picks the
+# entrypoint (distlock-redis, distlock-postgres, distlock-etcd).
+#
+# Usage: scripts/build-images.sh [--force]
+# Needs: root, docker, debootstrap (installed from Debian's packages when missing).
+set -euo pipefail
+
+IMAGE="${DISTLOCK_LOCAL_IMAGE:-distlock/servers:bookworm-1}"
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+SUITE=bookworm
+
+if [[ "${1:-}" != "--force" ]] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "build-images: $IMAGE already present"
+  exit 0
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+  echo "build-images: installing debootstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+
+work=$(mktemp -d /tmp/distlock-rootfs.XXXXXX)
+trap 'umount -l "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+root="$work/rootfs"
+
+echo "build-images: debootstrap $SUITE (minbase) into $root"
+debootstrap --variant=minbase --include=redis-server,postgresql-15,etcd-server,procps \
+  "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
+  tail -n 30 "$work/debootstrap.log"; exit 1; }
+
+# Slim the tree: package caches, docs and locales are not needed to run servers.
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
+  "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/*
+find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' -exec rm -rf {} + 2>/dev/null || true
+# Debian's packages start their services in the chroot's package scripts; nothing must run.
+rm -rf "$root"/var/lib/postgresql/15/main "$root"/etc/postgresql/15/main
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-redis" <<'SH'
+#!/bin/sh
+# Redis without persistence (like the official image's default): a restart loses data.
+set -e
+set -- --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no \
+  --maxmemory-policy noeviction "$@"
+if [ -n "${REDIS_PASSWORD:-}" ]; then set -- "$@" --requirepass "$REDIS_PASSWORD"; fi
+exec /usr/bin/redis-server "$@"
+SH
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-postgres" <<'SH'
+#!/bin/sh
+# PostgreSQL 15 with password (scram) authentication; data in /var/lib/postgresql/data
+# survives a container restart, as with the official image.
+set -e
+PGDATA=/var/lib/postgresql/data
+BIN=/usr/lib/postgresql/15/bin
+mkdir -p "$PGDATA" /var/run/postgresql
+chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  echo "${POSTGRES_PASSWORD:-postgres}" > /tmp/pwfile
+  chown postgres /tmp/pwfile
+  runuser -u postgres -- "$BIN/initdb" -D "$PGDATA" -U "${POSTGRES_USER:-postgres}" \
+    --auth=scram-sha-256 --pwfile=/tmp/pwfile >/dev/null
+  rm -f /tmp/pwfile
+  echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
+  echo "host all all ::/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
+fi
+exec runuser -u postgres -- "$BIN/postgres" -D "$PGDATA" -c listen_addresses='*' "$@"
+SH
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'
+#!/bin/sh
+# etcd (Debian's etcd-server) serving clients on 2379; data survives a restart.
+set -e
+exec /usr/bin/etcd --name "${ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
+  --listen-client-urls http://0.0.0.0:2379 \
+  --advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-http://127.0.0.1:2379}" \
+  --listen-peer-urls http://0.0.0.0:2380 "$@"
+SH
+
+echo "build-images: importing $IMAGE"
+tar -C "$root" -c . | docker import \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'ENV ETCD_UNSUPPORTED_ARCH=arm64' \
+  - "$IMAGE" >/dev/null
+docker image ls "$IMAGE"
