@@ -9,7 +9,9 @@
 # Needs: root, docker, debootstrap (installed from Debian's packages when missing).
 set -euo pipefail
 
-IMAGE="${DISTLOCK_LOCAL_IMAGE:-distlock/servers:bookworm-1}"
+# Bump the tag whenever this script changes what the image holds, so that machines
+# that kept an older image build the new one instead of reusing it.
+IMAGE="distlock/servers:bookworm-2"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 
@@ -76,13 +78,11 @@ install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'
 set -e
 exec /usr/bin/etcd --name "${ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
   --listen-client-urls http://0.0.0.0:2379 \
-  --advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-http://127.0.0.1:2379}" \
-  --listen-peer-urls http://0.0.0.0:2380 "$@"
+  --advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-http://127.0.0.1:2379}" "$@"
 SH
 
 echo "build-images: importing $IMAGE"
 tar -C "$root" -c . | docker import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-  --change 'ENV ETCD_UNSUPPORTED_ARCH=arm64' \
   - "$IMAGE" >/dev/null
 docker image ls "$IMAGE"

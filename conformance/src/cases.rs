@@ -37,8 +37,11 @@ impl From<Error> for CaseError {
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(CaseError::Failed(format!($($msg)+)));
+        {
+            let held: bool = $cond;
+            if !held {
+                return Err(CaseError::Failed(format!($($msg)+)));
+            }
         }
     };
 }

@@ -1,0 +1,29 @@
+//! distlock: distributed locks with fencing tokens, one contract over several backends.
+//!
+//! This facade re-exports [`lock_core`]: the [`LockBackend`] trait and its contract,
+//! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. The
+//! network backends (Redis, PostgreSQL, etcd) join it behind cargo features as they
+//! land.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use distlock::{LockClient, MemoryBackend};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> distlock::Result<()> {
+//! let client = LockClient::new(Arc::new(MemoryBackend::new()));
+//! let written = client
+//!     .with_lock("invoices/2026-11", Duration::from_secs(5), |fence| async move {
+//!         // Hand `fence` to the storage you write to, so it can refuse stale writers.
+//!         format!("written under fence {fence}")
+//!     })
+//!     .await?;
+//! assert!(written.starts_with("written under fence"));
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub use lock_core::*;
