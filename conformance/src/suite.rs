@@ -289,7 +289,10 @@ where
             .with_ignored_flag(skip.is_some())
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    let conclusion = libtest_mimic::run(&args, trials);
+    // The target may own containers, whose removal on drop needs a runtime worker.
+    let _ = runtime.block_on(async move { tokio::spawn(async move { drop(target) }).await });
+    conclusion.exit_code()
 }
 
 /// Expands into the `main` of a `harness = false` test target that runs the whole

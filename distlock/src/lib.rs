@@ -1,9 +1,9 @@
 //! distlock: distributed locks with fencing tokens, one contract over several backends.
 //!
 //! This facade re-exports [`lock_core`]: the [`LockBackend`] trait and its contract,
-//! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. The
-//! network backends (Redis, PostgreSQL, etcd) join it behind cargo features as they
-//! land.
+//! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
+//! network backend sits behind a cargo feature, on by default: `redis` (module
+//! [`redis`]). PostgreSQL and etcd join the same way as they land.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -27,3 +27,9 @@
 #![forbid(unsafe_code)]
 
 pub use lock_core::*;
+
+/// The Redis backend (feature `redis`).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use lock_redis::*;
+}

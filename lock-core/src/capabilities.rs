@@ -35,7 +35,8 @@ pub struct Capabilities {
     pub ttl_granularity: Duration,
     /// What a data-losing restart does to the fencing counter.
     pub fence_durability: FenceDurability,
-    /// Whether leases survive a server restart (a durable store) or vanish with it.
+    /// Whether leases are guaranteed to survive a server restart (a durable store).
+    /// `false` promises nothing either way.
     pub leases_survive_restart: bool,
     /// Whether [`LockBackend::watch`](crate::LockBackend::watch) reports releases, so
     /// waiters wake at once instead of polling.

@@ -29,6 +29,7 @@ mod error;
 mod key;
 mod lease;
 mod memory;
+mod redact;
 mod token;
 
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
@@ -38,4 +39,5 @@ pub use error::{BoxError, Error, ErrorKind, Result};
 pub use key::LockKey;
 pub use lease::{AcquireOutcome, AcquireRequest, ExtendOutcome, Lease, LockInfo, ReleaseOutcome};
 pub use memory::MemoryBackend;
+pub use redact::redact_url;
 pub use token::{FencingToken, OwnerToken};

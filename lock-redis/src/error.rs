@@ -1,0 +1,59 @@
+//! Turning the redis driver's errors into distlock's.
+
+use lock_core::{Error, ErrorKind};
+use redis::{RedisError, RetryMethod, ServerErrorKind};
+
+use crate::config::RedisConfig;
+
+/// Maps a driver error to a distlock error of the right kind, keeping the driver's
+/// error as the source and scrubbing the password from the message.
+pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
+    let code = e.code().unwrap_or_default();
+    let kind = match e.kind() {
+        redis::ErrorKind::AuthenticationFailed => ErrorKind::Authentication,
+        _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Authentication,
+        redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
+        redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => ErrorKind::Unavailable,
+        _ if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal() =>
+        {
+            ErrorKind::Unavailable
+        }
+        _ if !matches!(e.retry_method(), RetryMethod::NoRetry) => ErrorKind::Unavailable,
+        _ => ErrorKind::Backend,
+    };
+    let summary = match kind {
+        ErrorKind::Authentication => "the server refused the credentials",
+        ErrorKind::Configuration => "the connection settings are invalid",
+        ErrorKind::Unavailable => "the server could not be reached or did not answer",
+        _ => "the server answered with an error",
+    };
+    let detail = config.scrub(e.to_string());
+    Error::new(kind, format!("{summary}: {detail}"))
+        .with_backend("redis")
+        .with_source(Scrubbed(detail))
+}
+
+/// The driver error's text, scrubbed: the driver's own error type is not kept as the
+/// source, since its `Debug` output is not ours to redact.
+#[derive(Debug)]
+struct Scrubbed(String);
+
+impl std::fmt::Display for Scrubbed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Scrubbed {}
+
+/// An answer the scripts never give.
+pub(crate) fn unexpected(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("unexpected reply from redis: {what}"),
+    )
+    .with_backend("redis")
+}

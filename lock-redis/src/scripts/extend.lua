@@ -1,0 +1,8 @@
+-- Compare-and-PEXPIRE. KEYS[1]: the lock. ARGV[1]: the owner token; ARGV[2]: the TTL
+-- in milliseconds. Returns the fence when extended, nil when not held (never re-creates).
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 1, 33) == ARGV[1] .. ':' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return string.sub(current, 34)
+end
+return false
