@@ -3,7 +3,7 @@
 //! This facade re-exports [`lock_core`]: the [`LockBackend`] trait and its contract,
 //! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
 //! network backend sits behind a cargo feature, on by default: `redis` (module
-//! [`redis`]). PostgreSQL and etcd join the same way as they land.
+//! [`redis`]) and `postgres` (module [`postgres`]). etcd joins the same way.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -32,4 +32,10 @@ pub use lock_core::*;
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use lock_redis::*;
+}
+
+/// The PostgreSQL backend (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use lock_postgres::*;
 }

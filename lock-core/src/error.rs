@@ -107,6 +107,13 @@ impl Error {
         self
     }
 
+    /// Keeps `text` as the cause: for a driver error whose type is better not kept,
+    /// for example because its `Debug` output may show connection details. Scrub
+    /// credentials from `text` first.
+    pub fn with_source_text(self, text: impl Into<String>) -> Self {
+        self.with_source(SourceText(text.into()))
+    }
+
     /// Names the backend that raised this error.
     pub fn with_backend(mut self, backend: &'static str) -> Self {
         self.backend = Some(backend);
@@ -175,6 +182,18 @@ impl fmt::Debug for Error {
         d.finish()
     }
 }
+
+/// A cause known only by its text.
+#[derive(Debug)]
+struct SourceText(String);
+
+impl fmt::Display for SourceText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for SourceText {}
 
 #[cfg(test)]
 mod tests {

@@ -33,21 +33,8 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
     let detail = config.scrub(e.to_string());
     Error::new(kind, format!("{summary}: {detail}"))
         .with_backend("redis")
-        .with_source(Scrubbed(detail))
+        .with_source_text(detail)
 }
-
-/// The driver error's text, scrubbed: the driver's own error type is not kept as the
-/// source, since its `Debug` output is not ours to redact.
-#[derive(Debug)]
-struct Scrubbed(String);
-
-impl std::fmt::Display for Scrubbed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Scrubbed {}
 
 /// An answer the scripts never give.
 pub(crate) fn unexpected(what: &str) -> Error {

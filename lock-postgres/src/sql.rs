@@ -1,0 +1,107 @@
+//! The SQL, built once per backend from identifiers that [`check_identifier`]
+//! (crate::config) has already limited to `[a-z_][a-z0-9_]*`.
+//!
+//! Every statement judges time by `clock_timestamp()` (the server's clock now), not
+//! `now()` (the start of the transaction).
+
+/// The statements of one lock table.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) migrate: Vec<String>,
+    pub(crate) acquire: String,
+    pub(crate) release: String,
+    pub(crate) extend: String,
+    pub(crate) inspect: String,
+    pub(crate) force_release: String,
+    pub(crate) purge: String,
+    pub(crate) channel: String,
+}
+
+/// A 64-bit FNV-1a hash, for a short channel name that fits PostgreSQL's 63 bytes.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Statements {
+    pub(crate) fn new(schema: &str, table: &str, unlogged: bool) -> Self {
+        let t = format!("\"{schema}\".\"{table}\"");
+        let seq = format!("\"{schema}\".\"{table}_fence\"");
+        let channel = format!("distlock_{:016x}", fnv1a(&format!("{schema}.{table}")));
+        let ms = "($3::float8 * interval '1 millisecond')";
+        let remaining_ms = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint";
+        Statements {
+            migrate: vec![
+                // One migrating process at a time; the others find everything in place.
+                "SELECT pg_advisory_xact_lock(7346010365046528)".into(),
+                format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""),
+                format!(
+                    "CREATE {}TABLE IF NOT EXISTS {t} (\
+                       key text PRIMARY KEY, \
+                       owner bytea NOT NULL, \
+                       fence bigint NOT NULL, \
+                       expires_at timestamptz NOT NULL)",
+                    if unlogged { "UNLOGGED " } else { "" }
+                ),
+                // A logged sequence: fences survive crashes and row clean-up alike.
+                format!("CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint"),
+            ],
+            // Insert, or take over an expired row, or confirm a live retry of this very
+            // request; otherwise report the holder's remaining TTL. One statement.
+            //
+            // The fence is minted in the UPDATE branch, under the row lock: a value
+            // taken in VALUES is drawn before the statement waits on a conflicting
+            // row, and could be smaller than the fence of a holder that came and went
+            // meanwhile. Rows are therefore never deleted on release, so every
+            // acquisition but a key's first goes through the UPDATE branch; the first
+            // one has no earlier fence to be below (see `purge`).
+            acquire: format!(
+                "WITH granted AS ( \
+                   INSERT INTO {t} AS l (key, owner, fence, expires_at) \
+                   VALUES ($1, $2, nextval('{seq}'), clock_timestamp() + {ms}) \
+                   ON CONFLICT (key) DO UPDATE SET \
+                     owner = EXCLUDED.owner, \
+                     fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp() \
+                                  THEN l.fence ELSE nextval('{seq}') END, \
+                     expires_at = EXCLUDED.expires_at \
+                   WHERE l.expires_at <= clock_timestamp() \
+                      OR (l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()) \
+                   RETURNING fence) \
+                 SELECT true, fence, NULL::bigint FROM granted \
+                 UNION ALL \
+                 SELECT false, fence, {remaining_ms} FROM {t} \
+                   WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
+            ),
+            // Ends this owner's live lease (the row stays, expired as of now); the
+            // notification goes out on commit.
+            release: format!(
+                "WITH ended AS ( \
+                   UPDATE {t} SET expires_at = clock_timestamp() \
+                   WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() \
+                   RETURNING key) \
+                 SELECT true FROM ended CROSS JOIN LATERAL (SELECT pg_notify('{channel}', $1)) n"
+            ),
+            // Only a live lease of this owner; never revives an expired one.
+            extend: format!(
+                "UPDATE {t} SET expires_at = clock_timestamp() + {ms} \
+                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() \
+                 RETURNING fence"
+            ),
+            inspect: format!("SELECT fence, {remaining_ms} FROM {t} WHERE key = $1 AND expires_at > clock_timestamp()"),
+            force_release: format!(
+                "WITH ended AS ( \
+                   UPDATE {t} SET expires_at = clock_timestamp() \
+                   WHERE key = $1 AND expires_at > clock_timestamp() \
+                   RETURNING key) \
+                 SELECT true FROM ended CROSS JOIN LATERAL (SELECT pg_notify('{channel}', $1)) n"
+            ),
+            // Deleting a row makes the key's next acquisition an INSERT whose fence
+            // was drawn before any wait; only rows that ended longer ago than any
+            // statement may run (statement_timeout) are deleted, so no such draw can
+            // predate the fence of the row it replaces.
+            purge: format!("DELETE FROM {t} WHERE expires_at < clock_timestamp() - ($1::float8 * interval '1 millisecond')"),
+            channel,
+        }
+    }
+}
