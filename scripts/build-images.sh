@@ -11,7 +11,7 @@ set -euo pipefail
 
 # Bump the tag whenever this script changes what the image holds, so that machines
 # that kept an older image build the new one instead of reusing it.
-IMAGE="distlock/servers:bookworm-2"
+IMAGE="distlock/servers:bookworm-3"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 
@@ -76,9 +76,9 @@ install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'
 #!/bin/sh
 # etcd (Debian's etcd-server) serving clients on 2379; data survives a restart.
 set -e
-exec /usr/bin/etcd --name "${ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
+exec /usr/bin/etcd --name "${DISTLOCK_ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
   --listen-client-urls http://0.0.0.0:2379 \
-  --advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-http://127.0.0.1:2379}" "$@"
+  --advertise-client-urls "${DISTLOCK_ETCD_ADVERTISE:-http://127.0.0.1:2379}" "$@"
 SH
 
 echo "build-images: importing $IMAGE"

@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# etcd-client's build compiles etcd's protocol with protoc.
+if ! command -v protoc >/dev/null 2>&1; then
+  echo "test: installing protobuf-compiler (protoc)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+fi
+
 bash scripts/prepare-servers.sh
 
 cargo fmt --all -- --check

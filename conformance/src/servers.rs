@@ -7,7 +7,7 @@
 //! The official images (`redis:7.2.5`, `postgres:16.4`, `quay.io/coreos/etcd:v3.5.15`)
 //! are used where they are present or can be pulled. Where no registry can be
 //! reached, `scripts/build-images.sh` builds one local image from Debian's packages
-//! (`distlock/servers:bookworm-2`: Redis 7.0, PostgreSQL 15, etcd 3.4) that serves
+//! (`distlock/servers:bookworm-3`: Redis 7.0, PostgreSQL 15, etcd 3.4) that serves
 //! all three. `DISTLOCK_IMAGES` picks: `official`, `local`, or `auto` (the default:
 //! the official image if present locally, else the local image if present, else the
 //! official image, pulled).
@@ -37,7 +37,7 @@ use tokio::time::{sleep, timeout, Instant};
 use crate::target::ServerControl;
 
 /// The local image that `scripts/build-images.sh` builds.
-pub const LOCAL_IMAGE: (&str, &str) = ("distlock/servers", "bookworm-2");
+pub const LOCAL_IMAGE: (&str, &str) = ("distlock/servers", "bookworm-3");
 
 /// How long a server may take to become ready after a start or restart.
 const READY_WITHIN: Duration = Duration::from_secs(90);
@@ -223,6 +223,14 @@ fn free_port() -> Result<u16, HarnessError> {
 impl ServerHandle {
     /// Starts a server of `kind` and waits until it answers its protocol.
     pub async fn start(kind: ServerKind) -> Result<Self, HarnessError> {
+        Self::start_member(kind, None).await
+    }
+
+    /// Starts a server, as a member of `cluster` when given (etcd only).
+    async fn start_member(
+        kind: ServerKind,
+        cluster: Option<&Membership>,
+    ) -> Result<Self, HarnessError> {
         let source = image_source(kind).await?;
         let password = format!("pw{:016x}", rand::random::<u64>());
         let host_port = free_port()?;
@@ -275,16 +283,40 @@ impl ServerHandle {
                 request.with_env_var("REDIS_PASSWORD", &password)
             }
             (ServerKind::Postgres, _) => request.with_env_var("POSTGRES_PASSWORD", &password),
-            (ServerKind::Etcd, ImageSource::Official) => request.with_cmd([
-                "etcd",
-                "--data-dir",
-                "/etcd-data",
-                "--listen-client-urls",
-                "http://0.0.0.0:2379",
-                "--advertise-client-urls",
-                "http://127.0.0.1:2379",
-            ]),
-            (ServerKind::Etcd, ImageSource::Local) => request,
+            (ServerKind::Etcd, ImageSource::Official) => {
+                let advertise = cluster.map_or("http://127.0.0.1:2379".to_owned(), |m| {
+                    format!("http://{}:2379", m.name)
+                });
+                let mut cmd: Vec<String> = [
+                    "etcd",
+                    "--data-dir",
+                    "/etcd-data",
+                    "--listen-client-urls",
+                    "http://0.0.0.0:2379",
+                    "--advertise-client-urls",
+                ]
+                .map(String::from)
+                .to_vec();
+                cmd.push(advertise);
+                if let Some(m) = cluster {
+                    cmd.extend(["--name".to_owned(), m.name.clone()]);
+                    cmd.extend(m.peer_args());
+                }
+                request.with_cmd(cmd)
+            }
+            (ServerKind::Etcd, ImageSource::Local) => match cluster {
+                None => request,
+                Some(m) => request
+                    .with_env_var("DISTLOCK_ETCD_NAME", &m.name)
+                    .with_env_var("DISTLOCK_ETCD_ADVERTISE", format!("http://{}:2379", m.name))
+                    .with_cmd(m.peer_args()),
+            },
+        };
+        let request = match cluster {
+            Some(m) => request
+                .with_network(&m.network)
+                .with_container_name(&m.name),
+            None => request,
         };
         let container = request.start().await.map_err(|e| HarnessError::Start {
             kind,
@@ -447,6 +479,85 @@ impl ServerControl for ServerHandle {
             }
             ServerKind::Etcd => Err("etcd cannot close its clients' connections".into()),
         }
+    }
+}
+
+/// One member's place in an etcd cluster on a Docker network of its own.
+struct Membership {
+    network: String,
+    name: String,
+    all: Vec<String>,
+}
+
+impl Membership {
+    fn peer_args(&self) -> Vec<String> {
+        let initial = self
+            .all
+            .iter()
+            .map(|n| format!("{n}=http://{n}:2380"))
+            .collect::<Vec<_>>()
+            .join(",");
+        vec![
+            "--initial-advertise-peer-urls".into(),
+            format!("http://{}:2380", self.name),
+            "--listen-peer-urls".into(),
+            "http://0.0.0.0:2380".into(),
+            "--initial-cluster".into(),
+            initial,
+            "--initial-cluster-state".into(),
+            "new".into(),
+            "--initial-cluster-token".into(),
+            self.network.clone(),
+        ]
+    }
+}
+
+/// An etcd cluster of several members in containers, on a Docker network the harness
+/// creates for it (the members reach each other by name; clients reach each member on
+/// its own 127.0.0.1 port). Each member is a [`ServerHandle`], so one can be stopped,
+/// paused or killed on its own.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<ServerHandle>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members at once (a lone member never becomes ready: it waits
+    /// for a quorum) and waits until each answers.
+    pub async fn start(size: usize) -> Result<Self, HarnessError> {
+        let network = format!("distlock-etcd-{:08x}", rand::random::<u32>());
+        let all: Vec<String> = (1..=size).map(|i| format!("{network}-m{i}")).collect();
+        let memberships: Vec<Membership> = all
+            .iter()
+            .map(|name| Membership {
+                network: network.clone(),
+                name: name.clone(),
+                all: all.clone(),
+            })
+            .collect();
+        let started = futures_util::future::join_all(
+            memberships
+                .iter()
+                .map(|m| ServerHandle::start_member(ServerKind::Etcd, Some(m))),
+        )
+        .await;
+        let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(EtcdCluster { members })
+    }
+
+    /// The members, in order.
+    pub fn members(&self) -> &[ServerHandle] {
+        &self.members
+    }
+
+    /// `etcd://127.0.0.1:P1,127.0.0.1:P2,...`: every member.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.host_port()))
+            .collect();
+        format!("etcd://{}", hosts.join(","))
     }
 }
 

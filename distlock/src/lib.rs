@@ -3,7 +3,7 @@
 //! This facade re-exports [`lock_core`]: the [`LockBackend`] trait and its contract,
 //! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
 //! network backend sits behind a cargo feature, on by default: `redis` (module
-//! [`redis`]) and `postgres` (module [`postgres`]). etcd joins the same way.
+//! [`redis`]), `postgres` (module [`postgres`]) and `etcd` (module [`etcd`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -38,4 +38,10 @@ pub mod redis {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use lock_postgres::*;
+}
+
+/// The etcd backend (feature `etcd`).
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    pub use lock_etcd::*;
 }

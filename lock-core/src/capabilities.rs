@@ -44,10 +44,15 @@ pub struct Capabilities {
     /// Whether [`LockBackend::force_release`](crate::LockBackend::force_release) is
     /// implemented (an operator breaking a lock).
     pub force_release: bool,
+    /// Whether [`LockBackend::extend`](crate::LockBackend::extend) accepts any valid
+    /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
+    /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
+    pub extend_any_ttl: bool,
 }
 
 impl Default for Capabilities {
-    /// Millisecond TTLs from 1 ms to one year, best-effort fences, nothing optional.
+    /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
+    /// nothing optional.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -57,6 +62,7 @@ impl Default for Capabilities {
             leases_survive_restart: false,
             change_notification: false,
             force_release: false,
+            extend_any_ttl: true,
         }
     }
 }
