@@ -23,9 +23,18 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Choosing a backend by configuration
+//!
+//! [`connect`] takes a URL and returns the backend its scheme names, so a service
+//! swaps backends by changing one setting ([`BackendConfig`], from a file or the
+//! environment). `examples/service.rs` takes its backend from `DISTLOCK_URL`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod connect;
+
+pub use connect::{connect, schemes, BackendConfig};
 pub use lock_core::*;
 
 /// The Redis backend (feature `redis`).

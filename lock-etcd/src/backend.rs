@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::EtcdConfig;
-use crate::error::{from_etcd, is_lease_not_found, timed_out};
+use crate::error::{from_etcd, is_lease_not_found, is_not_sent, timed_out};
 
 const NAME: &str = "etcd";
 
@@ -45,6 +45,15 @@ impl fmt::Debug for EtcdBackend {
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
+}
+
+/// Sends a copy of `txn`, so that the same transaction can be sent again.
+fn send_txn(
+    mut client: Client,
+    txn: &Txn,
+) -> impl Future<Output = Result<etcd_client::TxnResponse, etcd_client::Error>> + Send + 'static {
+    let txn = txn.clone();
+    async move { client.txn(txn).await }
 }
 
 /// The lease of an owner: the token's first 63 bits, never zero (zero asks etcd to
@@ -118,15 +127,28 @@ impl EtcdBackend {
         self.inner.client.clone()
     }
 
-    /// Runs `op` within the request timeout.
-    async fn bounded<T>(
-        &self,
-        op: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        tokio::time::timeout(self.inner.config.timeout, op)
-            .await
-            .map_err(|_| timed_out(&self.inner.config))?
-            .map_err(|e| from_etcd(&self.inner.config, e))
+    /// Runs one request within the request timeout. `op` gets a handle on the client
+    /// and is called again when the request could not even be sent (a refused
+    /// connection to a member that is down): nothing reached a server, so trying
+    /// another member is always safe.
+    async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let mut refused = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, op(self.client())).await {
+                Err(_) => return Err(timed_out(&self.inner.config)),
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if refused < 4 && is_not_sent(&e) => {
+                    refused += 1;
+                    debug!(error = %e, "a member refused the connection; trying again");
+                }
+                Ok(Err(e)) => return Err(from_etcd(&self.inner.config, e)),
+            }
+        }
     }
 
     /// Revokes a lease in the background: its keys (if any) are already dealt with,
@@ -145,8 +167,7 @@ impl EtcdBackend {
 
     /// Keeps the lease `id` alive once: its granted TTL, or `None` when it is gone.
     async fn keep_alive_once(&self, id: i64) -> Result<Option<Duration>> {
-        let mut client = self.client();
-        self.bounded(async move {
+        self.request(|mut client| async move {
             let exchange = async {
                 let (mut keeper, mut stream) = client.lease_keep_alive(id).await?;
                 keeper.keep_alive().await?;
@@ -181,10 +202,13 @@ impl LockBackend for EtcdBackend {
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         let id = lease_id(&request.owner);
         let key = self.key(&request.key);
-        let mut client = self.client();
         let sent_at = Instant::now();
-        self.bounded(client.lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id))))
-            .await?;
+        self.request(|mut client| async move {
+            client
+                .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
+                .await
+        })
+        .await?;
         // Create the key only if it does not exist, attached to the lease.
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -193,7 +217,7 @@ impl LockBackend for EtcdBackend {
                 request.owner.to_hex(),
                 Some(PutOptions::new().with_lease(id)),
             )]);
-        let reply = match self.bounded(client.txn(txn)).await {
+        let reply = match self.request(|c| send_txn(c, &txn)).await {
             Ok(reply) => reply,
             Err(e) => {
                 self.revoke_later(id);
@@ -228,7 +252,7 @@ impl LockBackend for EtcdBackend {
                 Compare::lease(key.clone(), CompareOp::Equal, id),
             ])
             .and_then([TxnOp::delete(key, None)]);
-        let reply = self.bounded(self.client().txn(txn)).await?;
+        let reply = self.request(|c| send_txn(c, &txn)).await?;
         self.revoke_later(id);
         Ok(if reply.succeeded() {
             ReleaseOutcome::Released
@@ -249,10 +273,11 @@ impl LockBackend for EtcdBackend {
                 Compare::lease(key.clone(), CompareOp::Equal, id),
             ])
             .and_then([TxnOp::get(key, None)]);
-        let mut client = self.client();
         let sent_at = Instant::now();
-        let (kept, checked) =
-            tokio::join!(self.keep_alive_once(id), self.bounded(client.txn(check)));
+        let (kept, checked) = tokio::join!(
+            self.keep_alive_once(id),
+            self.request(|c| send_txn(c, &check))
+        );
         let checked = checked?;
         let granted = match kept {
             Ok(Some(granted)) => granted,
@@ -289,14 +314,19 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let mut client = self.client();
-        let reply = self.bounded(client.get(self.key(key), None)).await?;
+        let key = self.key(key);
+        let reply = self
+            .request(|mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
         let Some(kv) = reply.kvs().first() else {
             return Ok(None);
         };
         let (revision, lease) = (kv.create_revision(), kv.lease());
         let left = self
-            .bounded(client.lease_time_to_live(lease, None))
+            .request(|mut c| async move { c.lease_time_to_live(lease, None).await })
             .await
             .ok()
             .and_then(|r| u64::try_from(r.ttl()).ok())
@@ -308,11 +338,14 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        let mut client = self.client();
+        let key = self.key(key);
         // Deletions only: a release, a force release, or the lease running out.
         let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
         let stream = self
-            .bounded(client.watch(self.key(key), Some(options)))
+            .request(|mut c| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { c.watch(key, Some(options)).await }
+            })
             .await?;
         let changes = futures_util::stream::unfold(stream, |mut stream| async move {
             loop {
@@ -336,8 +369,12 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let key = self.key(key);
         let reply = self
-            .bounded(self.client().delete(self.key(key), None))
+            .request(|mut c| {
+                let key = key.clone();
+                async move { c.delete(key, None).await }
+            })
             .await?;
         Ok(reply.deleted() > 0)
     }

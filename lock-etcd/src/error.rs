@@ -17,6 +17,18 @@ pub(crate) fn is_lease_not_found(e: &EtcdError) -> bool {
     }
 }
 
+/// Whether the request never left this process: the connection to the member it was
+/// routed to was refused or could not be made.
+pub(crate) fn is_not_sent(e: &EtcdError) -> bool {
+    match e {
+        EtcdError::GRpcStatus(s) => {
+            s.code() == Code::Unavailable && s.message().contains("connect error")
+        }
+        EtcdError::TransportError(t) => t.to_string().contains("connect"),
+        _ => false,
+    }
+}
+
 /// Maps a driver error to a distlock error of the right kind, keeping the (scrubbed)
 /// driver text as the source.
 pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {

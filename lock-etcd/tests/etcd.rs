@@ -56,6 +56,14 @@ async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
     let info = backend.inspect(&key).await.expect("inspect").expect("held");
     assert_eq!(info.fence, fence, "the fence changed across the failover");
     assert!(stopped.elapsed() >= ttl * 2);
+    // With a member down, no request may fail for having been routed to it.
+    for i in 0..20 {
+        let info = backend
+            .inspect(&key)
+            .await
+            .unwrap_or_else(|e| panic!("inspect {i} with a member down: {e}"));
+        assert_eq!(info.map(|i| i.fence), Some(fence));
+    }
 
     guard.release().await.expect("release");
     let next = backend

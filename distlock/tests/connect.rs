@@ -1,0 +1,51 @@
+//! Swapping backends by URL: the same code on each real server, chosen by one string.
+
+use std::time::Duration;
+
+use conformance::servers::{ServerHandle, ServerKind};
+use distlock::{connect, BackendConfig, ErrorKind, LockClient, LockOptions};
+
+#[tokio::test]
+async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
+    for (url, names) in [
+        ("mongodb://u:s3cret@h/db", "\"mongodb\""),
+        ("no scheme s3cret", "not a backend URL"),
+        ("redis://:s3cret@h?wait_replicas=x", "wait_replicas"),
+    ] {
+        let err = connect(url).await.expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::Configuration, "{url}: {err}");
+        let shown = format!("{err} {err:?}");
+        assert!(shown.contains(names), "{shown}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+    let config = BackendConfig {
+        url: "postgres://app:s3cret@db/app".into(),
+    };
+    assert!(!format!("{config:?}").contains("s3cret"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_code_path_runs_on_every_backend_chosen_by_url() {
+    let mut urls = vec![("memory".to_owned(), "memory://".to_owned(), None)];
+    for kind in ServerKind::ALL {
+        let server = ServerHandle::start(kind)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        urls.push((kind.name().to_owned(), server.url(), Some(server)));
+    }
+    for (name, url, _server) in &urls {
+        let backend = connect(url).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(backend.name(), name);
+        let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(2));
+        let client = LockClient::with_options(backend, LockOptions::new(ttl)).expect("options");
+        let first = client
+            .with_lock("swap", Duration::from_secs(5), |fence| async move { fence })
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let second = client
+            .with_lock("swap", Duration::from_secs(5), |fence| async move { fence })
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(second > first, "{name}: {second:?} after {first:?}");
+    }
+}
