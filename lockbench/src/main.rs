@@ -1,0 +1,296 @@
+//! lockbench: distlock's comparison run.
+//!
+//! For each backend it starts a server (a container, or the URL in
+//! `DISTLOCK_<BACKEND>_URL`), runs the scenarios and the raw floors on it, then the
+//! conformance suite, and writes `report.md`, `results.json`, `latency.svg` and
+//! `handoff.svg` into the results folder.
+//!
+//! ```text
+//! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]
+//! ```
+//!
+//! Without Docker it still runs the memory backend and says which backends it could
+//! not start, and why; `--require-all` makes that an error (for CI).
+
+mod floors;
+mod report;
+mod scenarios;
+mod stats;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use conformance::servers::{external_url, ServerHandle, ServerKind};
+use conformance::{run_suite, Outcome, ServerControl, Target};
+use distlock::{DynLockBackend, MemoryBackend};
+
+use crate::report::{BackendRun, Conformance, FloorRow, Report};
+use crate::scenarios::Sizes;
+
+struct Args {
+    quick: bool,
+    out: String,
+    backends: Vec<String>,
+    require_all: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        quick: false,
+        out: "results".into(),
+        backends: ["memory", "redis", "postgres", "etcd"]
+            .map(String::from)
+            .to_vec(),
+        require_all: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => args.quick = true,
+            "--full" => args.quick = false,
+            "--require-all" => args.require_all = true,
+            "--out" => args.out = it.next().ok_or("--out needs a folder")?,
+            "--backends" => {
+                let list = it.next().ok_or("--backends needs a list")?;
+                args.backends = list.split(',').map(|s| s.trim().to_owned()).collect();
+                if let Some(bad) = args.backends.iter().find(|b| !["memory", "redis", "postgres", "etcd"].contains(&b.as_str())) {
+                    return Err(format!("unknown backend {bad:?}: use memory, redis, postgres, etcd"));
+                }
+            }
+            "-h" | "--help" => {
+                return Err("usage: lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]".into())
+            }
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    Ok(args)
+}
+
+fn progress(backend: &str, what: &str) {
+    eprintln!("lockbench [{backend}] {what}");
+}
+
+/// Runs the scenarios, then the conformance suite, on one backend.
+async fn measure(run: &mut BackendRun, backend: Arc<DynLockBackend>, target: Target, sizes: Sizes) {
+    let name = run.backend.clone();
+    macro_rules! step {
+        ($label:expr, $field:ident, $call:expr) => {{
+            progress(&name, $label);
+            match $call.await {
+                Ok(v) => run.$field = Some(v),
+                Err(e) => run.errors.push(format!("{}: {e}", $label)),
+            }
+        }};
+    }
+    step!(
+        "S1 uncontended cycle (client)",
+        s1_client,
+        scenarios::s1_client_cycle(&backend, sizes)
+    );
+    step!(
+        "S1 uncontended cycle (primitives)",
+        s1_primitives,
+        scenarios::s1_backend_cycle(&backend, sizes)
+    );
+    step!(
+        "S2 throughput, 32 clients",
+        s2_throughput,
+        scenarios::s2_throughput(&backend, sizes)
+    );
+    step!(
+        "S3 contended handoff, 16 waiters",
+        s3_handoff,
+        scenarios::s3_handoff(&backend, sizes)
+    );
+    step!(
+        "S4 takeover after a vanished holder",
+        s4_takeover,
+        scenarios::s4_takeover(&backend, sizes)
+    );
+    let granularity = backend.capabilities().ttl_granularity;
+    run.takeover_allowance_ms = 50.0
+        + if granularity > Duration::from_millis(1) {
+            granularity.as_secs_f64() * 1e3
+        } else {
+            0.0
+        };
+    progress(&name, "conformance suite");
+    let suite = run_suite(&target).await;
+    let mut conformance = Conformance {
+        passed: 0,
+        failed: vec![],
+        skipped: vec![],
+    };
+    for case in suite.cases {
+        match case.outcome {
+            Outcome::Passed => conformance.passed += 1,
+            Outcome::Failed(msg) => conformance.failed.push((case.name.into(), msg)),
+            Outcome::Skipped(why) => conformance.skipped.push((case.name.into(), why)),
+        }
+    }
+    run.conformance = Some(conformance);
+}
+
+async fn floors(kind: ServerKind, url: &str, cycles: usize) -> Result<Vec<FloorRow>, String> {
+    let measured = match kind {
+        ServerKind::Redis => floors::redis(url, cycles).await,
+        ServerKind::Postgres => floors::postgres(url, cycles).await,
+        ServerKind::Etcd => {
+            let first = url
+                .trim_start_matches("etcd://")
+                .split(',')
+                .next()
+                .unwrap_or_default();
+            floors::etcd(&format!("http://{first}"), cycles).await
+        }
+    };
+    measured
+        .map(|fs| {
+            fs.into_iter()
+                .map(|f| FloorRow {
+                    name: f.name.into(),
+                    summary: f.summary,
+                })
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
+async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
+    let mut run = BackendRun {
+        backend: kind.name().into(),
+        ..Default::default()
+    };
+    progress(kind.name(), "starting the server");
+    let (url, control): (String, Option<Arc<dyn ServerControl>>) = match external_url(kind) {
+        Some(url) => {
+            run.server = format!("external ({})", kind.url_variable());
+            (url, None)
+        }
+        None => match ServerHandle::start(kind).await {
+            Ok(server) => {
+                run.server = format!("container, {:?} image", server.image_source());
+                (server.url(), Some(Arc::new(server)))
+            }
+            Err(e) => {
+                run.server = e.to_string();
+                return run;
+            }
+        },
+    };
+    let backend = match distlock::connect(&url).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            run.server = format!("started, but connecting failed: {e}");
+            return run;
+        }
+    };
+    run.started = true;
+    progress(kind.name(), "raw floors");
+    match floors(kind, &url, sizes.cycles).await {
+        Ok(rows) => run.floors = rows,
+        Err(e) => run.errors.push(format!("floors: {e}")),
+    }
+    let mut target = Target::new(backend.clone());
+    if let Some(control) = control {
+        target = target.with_control(control);
+    }
+    measure(&mut run, backend, target, sizes).await;
+    run
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let sizes = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    let mut runs = Vec::new();
+    for name in &args.backends {
+        let run = match name.as_str() {
+            "memory" => {
+                let memory = MemoryBackend::new();
+                let mut run = BackendRun {
+                    backend: "memory".into(),
+                    server: "in process".into(),
+                    started: true,
+                    ..Default::default()
+                };
+                let target = Target::memory();
+                measure(&mut run, Arc::new(memory), target, sizes).await;
+                run
+            }
+            "redis" => run_server_backend(ServerKind::Redis, sizes).await,
+            "postgres" => run_server_backend(ServerKind::Postgres, sizes).await,
+            _ => run_server_backend(ServerKind::Etcd, sizes).await,
+        };
+        runs.push(run);
+    }
+    let report = Report {
+        mode: if args.quick {
+            "quick".into()
+        } else {
+            "full".into()
+        },
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        backends: runs,
+    };
+    let out = std::path::Path::new(&args.out);
+    let written = std::fs::create_dir_all(out)
+        .and_then(|()| std::fs::write(out.join("report.md"), report.markdown()))
+        .and_then(|()| {
+            std::fs::write(
+                out.join("results.json"),
+                serde_json::to_string_pretty(&report).unwrap_or_default(),
+            )
+        })
+        .and_then(|()| std::fs::write(out.join("latency.svg"), report.latency_chart()))
+        .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()));
+    if let Err(e) = written {
+        eprintln!(
+            "lockbench: cannot write the results into {}: {e}",
+            out.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let md = report.markdown();
+    let summary: String = md.split("## Targets").next().unwrap_or_default().to_owned();
+    println!("{summary}");
+    println!("The whole report: {}", out.join("report.md").display());
+
+    let mut failed = false;
+    for b in &report.backends {
+        if !b.started {
+            eprintln!("lockbench: {} was not started: {}", b.backend, b.server);
+            failed |= args.require_all;
+        }
+        if !b.errors.is_empty() {
+            eprintln!("lockbench: {} had errors: {:?}", b.backend, b.errors);
+            failed = true;
+        }
+        if b.conformance.as_ref().is_some_and(|c| !c.failed.is_empty()) {
+            eprintln!("lockbench: {} failed conformance cases", b.backend);
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,317 @@
+//! The report: Markdown for people, JSON with every figure, SVG charts.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::scenarios::Takeover;
+use crate::stats::Summary;
+
+/// A floor, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FloorRow {
+    pub(crate) name: String,
+    pub(crate) summary: Summary,
+}
+
+/// The conformance result of one backend.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Conformance {
+    pub(crate) passed: usize,
+    pub(crate) failed: Vec<(String, String)>,
+    pub(crate) skipped: Vec<(String, String)>,
+}
+
+/// Everything measured on one backend.
+#[derive(Debug, Clone, Serialize, Default)]
+pub(crate) struct BackendRun {
+    pub(crate) backend: String,
+    /// Where the server came from, or why it could not be started.
+    pub(crate) server: String,
+    pub(crate) started: bool,
+    pub(crate) conformance: Option<Conformance>,
+    pub(crate) s1_client: Option<Summary>,
+    pub(crate) s1_primitives: Option<Summary>,
+    pub(crate) s2_throughput: Option<Summary>,
+    pub(crate) s3_handoff: Option<Summary>,
+    pub(crate) s4_takeover: Option<Takeover>,
+    /// The first floor is one round trip; the second, the raw lock cycle.
+    pub(crate) floors: Vec<FloorRow>,
+    /// What the S4 target allows past the TTL, in milliseconds.
+    pub(crate) takeover_allowance_ms: f64,
+    pub(crate) errors: Vec<String>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    pub(crate) mode: String,
+    pub(crate) unix_time: u64,
+    pub(crate) cpus: usize,
+    pub(crate) backends: Vec<BackendRun>,
+}
+
+fn ms(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+fn opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
+    v.as_ref().map_or_else(|| "—".to_owned(), f)
+}
+
+impl BackendRun {
+    fn round_trip(&self) -> Option<&Summary> {
+        self.floors.first().map(|f| &f.summary)
+    }
+
+    fn cycle_floor(&self) -> Option<&Summary> {
+        self.floors.get(1).map(|f| &f.summary)
+    }
+
+    /// The targets, each with whether it was met and the figures behind it.
+    pub(crate) fn targets(&self) -> Vec<(String, Option<bool>, String)> {
+        let mut out = Vec::new();
+        if let (Some(s1), Some(floor)) = (&self.s1_client, self.cycle_floor()) {
+            let ratio = s1.p50_us / floor.p50_us;
+            out.push((
+                "S1 cycle within 1.10× of the raw floor (p50)".into(),
+                Some(ratio <= 1.10),
+                format!("{} vs {} = {ratio:.2}×", ms(s1.p50_us), ms(floor.p50_us)),
+            ));
+        }
+        if let (Some(s3), Some(rtt)) = (&self.s3_handoff, self.round_trip()) {
+            let trips = s3.p50_us / rtt.p50_us;
+            out.push((
+                "S3 handoff p50 within 4 round trips".into(),
+                Some(trips <= 4.0),
+                format!(
+                    "{} = {trips:.1} round trips of {}",
+                    ms(s3.p50_us),
+                    ms(rtt.p50_us)
+                ),
+            ));
+        }
+        if let Some(s4) = &self.s4_takeover {
+            out.push((
+                format!(
+                    "S4 takeover within the TTL + {:.0} ms",
+                    self.takeover_allowance_ms
+                ),
+                Some(s4.worst_over_ttl_ms <= self.takeover_allowance_ms),
+                format!(
+                    "worst {:.0} ms past a {:.0} ms TTL",
+                    s4.worst_over_ttl_ms, s4.ttl_ms
+                ),
+            ));
+        }
+        out
+    }
+}
+
+impl Report {
+    pub(crate) fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# lockbench report\n");
+        let _ = writeln!(
+            md,
+            "Mode: {}. Machine: {} CPUs. Servers in containers on this machine, clients over loopback.\n",
+            self.mode, self.cpus
+        );
+        let _ = writeln!(md, "## Summary\n");
+        let _ = writeln!(
+            md,
+            "| backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL |"
+        );
+        let _ = writeln!(
+            md,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for b in &self.backends {
+            if !b.started {
+                let _ = writeln!(
+                    md,
+                    "| {} | not started: {} | | | | | | | |",
+                    b.backend, b.server
+                );
+                continue;
+            }
+            let conf = opt(&b.conformance, |c| {
+                format!("{} / {} / {}", c.passed, c.failed.len(), c.skipped.len())
+            });
+            let s1 = opt(&b.s1_client, |s| {
+                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
+            });
+            let floor = b.cycle_floor().map_or("—".into(), |f| ms(f.p50_us));
+            let ratio = match (&b.s1_client, b.cycle_floor()) {
+                (Some(s), Some(f)) => format!("{:.2}×", s.p50_us / f.p50_us),
+                _ => "—".into(),
+            };
+            let s2 = opt(&b.s2_throughput, |s| format!("{:.0}", s.per_sec));
+            let s3 = opt(&b.s3_handoff, |s| {
+                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
+            });
+            let s3r = opt(&b.s3_handoff, |s| format!("{:.0}", s.per_sec));
+            let s4 = opt(&b.s4_takeover, |t| {
+                format!("{:.0} ms (TTL {:.0} ms)", t.worst_over_ttl_ms, t.ttl_ms)
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {conf} | {s1} | {floor} | {ratio} | {s2} | {s3} | {s3r} | {s4} |",
+                b.backend
+            );
+        }
+        let _ = writeln!(md, "\n## Targets\n");
+        let _ = writeln!(md, "| backend | target | met | measured |");
+        let _ = writeln!(md, "| --- | --- | --- | --- |");
+        for b in &self.backends {
+            for (target, met, figures) in b.targets() {
+                let met = match met {
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
+                    None => "—",
+                };
+                let _ = writeln!(md, "| {} | {target} | {met} | {figures} |", b.backend);
+            }
+            if b.backend == "redis" && b.started {
+                let _ = writeln!(
+                    md,
+                    "| redis | S1 and S2 at least as fast as rslock | not measured | rslock is not part of this run yet |"
+                );
+            }
+        }
+        let _ = writeln!(md, "\n## Per backend\n");
+        for b in &self.backends {
+            let _ = writeln!(md, "### {}\n\nServer: {}\n", b.backend, b.server);
+            if !b.started {
+                continue;
+            }
+            let _ = writeln!(md, "| measurement | p50 | p90 | p99 | per second |");
+            let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+            let mut row = |name: &str, s: &Option<Summary>| {
+                if let Some(s) = s {
+                    let _ = writeln!(
+                        md,
+                        "| {name} | {} | {} | {} | {:.0} |",
+                        ms(s.p50_us),
+                        ms(s.p90_us),
+                        ms(s.p99_us),
+                        s.per_sec
+                    );
+                }
+            };
+            row("S1 cycle, client (try_lock + release)", &b.s1_client);
+            row("S1 cycle, backend primitives", &b.s1_primitives);
+            row("S2 cycle under 32 clients", &b.s2_throughput);
+            row("S3 handoff, 16 waiters", &b.s3_handoff);
+            for f in &b.floors {
+                let _ = writeln!(
+                    md,
+                    "| floor: {} | {} | {} | {} | {:.0} |",
+                    f.name,
+                    ms(f.summary.p50_us),
+                    ms(f.summary.p90_us),
+                    ms(f.summary.p99_us),
+                    f.summary.per_sec
+                );
+            }
+            if let Some(t) = &b.s4_takeover {
+                let rounds: Vec<String> =
+                    t.takeover_ms.iter().map(|v| format!("{v:.0} ms")).collect();
+                let _ = writeln!(
+                    md,
+                    "\nS4: takeovers after a {:.0} ms TTL: {}.",
+                    t.ttl_ms,
+                    rounds.join(", ")
+                );
+            }
+            if let Some(c) = &b.conformance {
+                let _ = writeln!(
+                    md,
+                    "\nConformance: {} passed, {} failed, {} not run.",
+                    c.passed,
+                    c.failed.len(),
+                    c.skipped.len()
+                );
+                for (case, why) in &c.failed {
+                    let _ = writeln!(md, "- failed `{case}`: {why}");
+                }
+                for (case, why) in &c.skipped {
+                    let _ = writeln!(md, "- not run `{case}`: {why}");
+                }
+            }
+            for e in &b.errors {
+                let _ = writeln!(md, "\nError: {e}");
+            }
+            let _ = writeln!(md);
+        }
+        md
+    }
+
+    /// A bar chart of `rows` (label, microseconds), one bar per row.
+    pub(crate) fn bar_chart(title: &str, rows: &[(String, f64)]) -> String {
+        let max = rows.iter().map(|r| r.1).fold(1.0, f64::max);
+        let (width, bar_h, left) = (760.0, 22.0, 300.0);
+        let height = 50.0 + rows.len() as f64 * (bar_h + 8.0);
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+            escape(title)
+        );
+        for (i, (label, value)) in rows.iter().enumerate() {
+            let y = 35.0 + i as f64 * (bar_h + 8.0);
+            let w = (width - left - 90.0) * value / max;
+            let _ = writeln!(
+                svg,
+                "<text x=\"10\" y=\"{}\">{}</text><rect x=\"{left}\" y=\"{y}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"#4a7ab5\"/><text x=\"{:.1}\" y=\"{}\">{}</text>",
+                y + 15.0,
+                escape(label),
+                left + w + 5.0,
+                y + 15.0,
+                ms(*value)
+            );
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+
+    pub(crate) fn latency_chart(&self) -> String {
+        let mut rows = Vec::new();
+        for b in self.backends.iter().filter(|b| b.started) {
+            if let Some(s) = &b.s1_client {
+                rows.push((format!("{} S1 cycle p50", b.backend), s.p50_us));
+                rows.push((format!("{} S1 cycle p99", b.backend), s.p99_us));
+            }
+            if let Some(f) = b.cycle_floor() {
+                rows.push((format!("{} raw floor p50", b.backend), f.p50_us));
+            }
+        }
+        Self::bar_chart(
+            "S1: acquire + release latency, against the raw floor",
+            &rows,
+        )
+    }
+
+    pub(crate) fn handoff_chart(&self) -> String {
+        let mut rows = Vec::new();
+        for b in self.backends.iter().filter(|b| b.started) {
+            if let Some(s) = &b.s3_handoff {
+                rows.push((format!("{} handoff p50", b.backend), s.p50_us));
+                rows.push((format!("{} handoff p99", b.backend), s.p99_us));
+            }
+        }
+        Self::bar_chart(
+            "S3: release-to-acquire handoff, 16 waiters on one key",
+            &rows,
+        )
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

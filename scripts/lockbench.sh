@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The comparison run, distlock's main job: prepares the servers, then runs lockbench
+# in release mode. Results go to results/ (report.md, results.json, latency.svg,
+# handoff.svg). Pass --quick for the short run, --backends to choose.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v protoc >/dev/null 2>&1; then
+  echo "lockbench: installing protobuf-compiler (protoc)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+fi
+if ! bash scripts/prepare-servers.sh; then
+  echo "lockbench: no servers could be prepared; running what can run without them" >&2
+fi
+exec cargo run --release --locked -p lockbench -- "$@"
