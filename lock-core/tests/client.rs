@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, DynLockBackend, ErrorKind,
-    ExtendOutcome, Lease, LockBackend, LockClient, LockInfo, LockKey, LockOptions, LossReason,
-    MemoryBackend, OwnerToken, ReleaseOutcome, Result,
+    ExtendOutcome, Lease, LockBackend, LockBackendExt, LockClient, LockInfo, LockKey, LockOptions,
+    LossReason, MemoryBackend, OwnerToken, ReleaseOutcome, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -56,7 +56,7 @@ async fn renewal_keeps_a_lease_alive_across_many_ttls() {
 async fn lost_fires_at_once_when_the_lease_is_deleted_behind_the_holder() {
     let (memory, client) = setup(LockOptions::new(TTL));
     let guard = client.try_lock("broken").await.expect("try").expect("free");
-    sleep(Duration::from_millis(100)).await;
+    sleep(Duration::from_millis(200)).await; // past the moment the guard starts watching
     let broken_at = Instant::now();
     assert!(memory.force_release(guard.key()).await.expect("force"));
     let reason = guard.lost().await;
@@ -243,13 +243,13 @@ async fn a_polling_waiter_sleeps_no_longer_than_the_holders_ttl() {
             .with_backoff(Duration::from_secs(10), Duration::from_secs(10)),
     )
     .expect("opts");
-    let holder = client
-        .try_lock("expiring")
+    // A holder elsewhere that vanished without releasing: a bare lease, never renewed.
+    let holder = memory
+        .acquire_once("expiring", TTL)
         .await
-        .expect("try")
+        .expect("acquire")
         .expect("free");
     let expires = holder.valid_until();
-    std::mem::forget(holder); // a holder that vanished without releasing
     let guard = client
         .lock("expiring", Duration::from_secs(60))
         .await
@@ -475,4 +475,48 @@ async fn transient_errors_are_retried_until_the_deadline() {
         .map(|s| s.to_string())
         .unwrap_or_default();
     assert!(source.contains("unavailable"), "{source}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_of_one_client_are_handed_the_lock_in_turn_without_a_stampede() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let holder = client.try_lock("queue").await.expect("try").expect("free");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let (client, order) = (client.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .lock("queue", Duration::from_secs(60))
+                .await
+                .expect("acquired");
+            order.lock().expect("order").push((i, Instant::now()));
+            sleep(Duration::from_millis(10)).await;
+            guard.release().await.expect("held");
+        }));
+        // Arrive one after another.
+        sleep(Duration::from_millis(1)).await;
+    }
+    // Another task of the same client does not jump the queue.
+    assert!(client.try_lock("queue").await.expect("try").is_none());
+    let released = Instant::now();
+    holder.release().await.expect("held");
+    for w in waiters {
+        w.await.expect("join");
+    }
+    let order = order.lock().expect("order").clone();
+    let arrived: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        arrived,
+        (0..8).collect::<Vec<_>>(),
+        "not first come, first served"
+    );
+    // Each next waiter gets the lock the instant the previous one released it.
+    for (n, (_, at)) in order.iter().enumerate() {
+        assert_eq!(
+            *at,
+            released + Duration::from_millis(10) * n as u32,
+            "waiter {n}"
+        );
+    }
 }

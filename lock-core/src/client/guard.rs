@@ -11,6 +11,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, DynLockBackend};
+use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
@@ -56,6 +57,9 @@ struct Shared {
     fence: FencingToken,
     options: LockOptions,
     status: watch::Sender<Status>,
+    /// This guard's turn at the key among its client's own tasks: passed on when the
+    /// lock is lost, or once a release has been applied.
+    turn: std::sync::Mutex<Option<LocalTurn>>,
 }
 
 impl Shared {
@@ -68,7 +72,8 @@ impl Shared {
         )
     }
 
-    /// Records the loss once; the first reason wins.
+    /// Records the loss once; the first reason wins. A real loss (not a release)
+    /// passes the local turn on at once: the lock is no longer this guard's.
     fn mark_lost(&self, reason: LossReason) {
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
@@ -77,6 +82,14 @@ impl Shared {
             s.lost = Some(reason);
             true
         });
+        if reason != LossReason::Released {
+            self.pass_turn();
+        }
+    }
+
+    /// Lets the next task of this client that waits for the key go ahead.
+    fn pass_turn(&self) {
+        drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
@@ -129,7 +142,12 @@ pub struct LockGuard {
 
 impl LockGuard {
     /// Starts guarding a freshly granted lease.
-    pub(crate) fn start(backend: Arc<DynLockBackend>, lease: Lease, options: LockOptions) -> Self {
+    pub(crate) fn start(
+        backend: Arc<DynLockBackend>,
+        lease: Lease,
+        options: LockOptions,
+        turn: Option<LocalTurn>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             backend,
             key: lease.key().clone(),
@@ -140,6 +158,7 @@ impl LockGuard {
                 valid_until: lease.valid_until(),
                 lost: None,
             }),
+            turn: std::sync::Mutex::new(turn),
         });
         let span = tracing::debug_span!("lock_renewal", key = %shared.key, fence = %shared.fence);
         let supervisor = tokio::spawn(supervise(shared.clone()).instrument(span));
@@ -224,7 +243,10 @@ impl LockGuard {
             .backend
             .release(&shared.key, &shared.owner)
             .instrument(span)
-            .await?;
+            .await;
+        // The next local waiter goes once the release has been applied (or failed).
+        shared.pass_turn();
+        let outcome = outcome?;
         match (outcome, was_lost) {
             (ReleaseOutcome::Released, _) => Ok(()),
             (ReleaseOutcome::NotHeld, Some(reason)) => Err(Error::new(
@@ -261,6 +283,7 @@ impl Drop for LockGuard {
                         warn!(%error, "release on drop failed; the lease will run out at its ttl")
                     }
                 }
+                shared.pass_turn();
             }
             .instrument(span),
         );
@@ -290,9 +313,23 @@ async fn supervise(shared: Arc<Shared>) {
     let retry_delay = (interval / 4).max(Duration::from_millis(5));
     let mut status_rx = shared.status.subscribe();
     let mut next_renewal = Instant::now() + interval;
-    // Setting up the watch is bounded by the first renewal: a server that froze right
-    // after the grant must not keep the supervisor from noticing the loss.
-    let mut changes = if options.auto_renew() && shared.backend.capabilities().change_notification {
+    // Short holds never pay for a subscription: the watch starts once the lock has
+    // been held a while (half the renewal interval, at most 100 ms). Its set-up is
+    // bounded by the first renewal: a server that froze right after the grant must not
+    // keep the supervisor from noticing the loss.
+    let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
+    if watching {
+        let watch_from = Instant::now() + (interval / 2).min(Duration::from_millis(100));
+        tokio::select! {
+            () = sleep_until(watch_from) => {}
+            changed = status_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let mut changes = if watching && status_rx.borrow().lost.is_none() {
         match timeout_at(next_renewal, shared.backend.watch(&shared.key)).await {
             Ok(Ok(changes)) => changes,
             Ok(Err(error)) => {

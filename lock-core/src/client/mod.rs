@@ -3,6 +3,7 @@
 
 mod backoff;
 mod guard;
+mod local;
 mod options;
 
 use std::future::Future;
@@ -20,6 +21,7 @@ use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
 pub use self::guard::{LockGuard, LossReason};
+use self::local::{LocalQueues, LocalTurn};
 pub use self::options::LockOptions;
 
 /// The entry point users touch: takes locks on a backend and hands out guards.
@@ -44,6 +46,7 @@ pub use self::options::LockOptions;
 pub struct LockClient {
     backend: Arc<DynLockBackend>,
     options: LockOptions,
+    local: Arc<LocalQueues>,
 }
 
 enum Attempt {
@@ -57,6 +60,7 @@ impl LockClient {
         LockClient {
             backend,
             options: LockOptions::default(),
+            local: Arc::default(),
         }
     }
 
@@ -70,7 +74,11 @@ impl LockClient {
             .map_err(|e| {
                 Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
             })?;
-        Ok(LockClient { backend, options })
+        Ok(LockClient {
+            backend,
+            options,
+            local: Arc::default(),
+        })
     }
 
     /// The backend.
@@ -83,13 +91,17 @@ impl LockClient {
         &self.options
     }
 
-    /// Tries once: a guard, or `None` when another holder has the lock.
+    /// Tries once: a guard, or `None` when another holder has the lock (or another
+    /// task of this client is already waiting for it).
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         let key = LockKey::new(key)?;
         let span =
             tracing::debug_span!("lock_try_acquire", key = %key, backend = self.backend.name());
         async {
-            match self.attempt(&key).await? {
+            let Ok(turn) = self.local.of(&key).try_lock_owned() else {
+                return Ok(None);
+            };
+            match self.attempt(&key, &mut Some(turn)).await? {
                 Attempt::Acquired(guard) => Ok(Some(guard)),
                 Attempt::Busy { .. } => Ok(None),
             }
@@ -115,6 +127,14 @@ impl LockClient {
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
         self.backend.capabilities().check_ttl(self.options.ttl())?;
+        // Tasks of this client waiting for the same key line up locally first.
+        let turn = tokio::time::timeout_at(deadline, self.local.of(&key).lock_owned()).await;
+        let mut turn = Some(turn.map_err(|_| {
+            Error::new(
+                ErrorKind::Timeout,
+                format!("could not acquire {key:?} before the deadline: other tasks of this process were ahead"),
+            )
+        })?);
         let mut changes = self.watch(&key).await;
         let mut backoff = Backoff::new(self.options.backoff_initial(), self.options.backoff_max());
         let mut last_error: Option<Error> = None;
@@ -122,7 +142,7 @@ impl LockClient {
         loop {
             attempts += 1;
             let mut remaining = None;
-            match self.attempt(&key).await {
+            match self.attempt(&key, &mut turn).await {
                 Ok(Attempt::Acquired(guard)) => {
                     debug!(fence = %guard.fence(), attempts, "acquired");
                     return Ok(guard);
@@ -222,7 +242,7 @@ impl LockClient {
 
     /// One acquisition attempt. The grant is covered from before the request is sent
     /// until a guard owns it, so that a dropped future leaves nothing behind.
-    async fn attempt(&self, key: &LockKey) -> Result<Attempt> {
+    async fn attempt(&self, key: &LockKey, turn: &mut Option<LocalTurn>) -> Result<Attempt> {
         let request = AcquireRequest::new(key.clone(), self.options.ttl());
         let mut pending = PendingGrant::new(self.backend.clone(), key.clone(), request.owner);
         let outcome = self.backend.try_acquire(&request).await;
@@ -242,6 +262,7 @@ impl LockClient {
                     self.backend.clone(),
                     lease,
                     self.options.clone(),
+                    turn.take(),
                 )))
             }
             Ok(AcquireOutcome::Held { remaining }) => {
