@@ -16,3 +16,6 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Container tests start their own servers; the harness bounds how many run at once.
 cargo test --workspace --locked
+# The comparison run's quick mode, as a check that it runs on every backend (in the
+# test build: its figures are not the point here; scripts/lockbench.sh measures).
+cargo run --locked -p lockbench -- --quick --require-all --out target/lockbench-quick

@@ -243,18 +243,21 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let _ = key;
+        // The lease is this acquisition's own (its ID comes from the owner token):
+        // revoking it deletes exactly the keys attached to it, atomically, in one raft
+        // write, and is answered "not found" once the lease expired or was revoked.
         let id = lease_id(owner);
-        let key = self.key(key);
-        // Delete only if the key still belongs to this owner and its lease.
-        let txn = Txn::new()
-            .when([
-                Compare::value(key.clone(), CompareOp::Equal, owner.to_hex()),
-                Compare::lease(key.clone(), CompareOp::Equal, id),
-            ])
-            .and_then([TxnOp::delete(key, None)]);
-        let reply = self.request(|c| send_txn(c, &txn)).await?;
-        self.revoke_later(id);
-        Ok(if reply.succeeded() {
+        let revoked = self
+            .request(|mut c| async move {
+                match c.lease_revoke(id).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_lease_not_found(&e) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(if revoked {
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld
@@ -369,13 +372,25 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        // Revoke the holder's lease, not just its key: the holder's own release then
+        // finds no lease and rightly answers "not held".
         let key = self.key(key);
-        let reply = self
+        let found = self
             .request(|mut c| {
                 let key = key.clone();
-                async move { c.delete(key, None).await }
+                async move { c.get(key, None).await }
             })
             .await?;
-        Ok(reply.deleted() > 0)
+        let Some(lease) = found.kvs().first().map(|kv| kv.lease()).filter(|l| *l != 0) else {
+            return Ok(false);
+        };
+        self.request(|mut c| async move {
+            match c.lease_revoke(lease).await {
+                Ok(_) => Ok(true),
+                Err(e) if is_lease_not_found(&e) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 }

@@ -17,8 +17,10 @@
 //!   then in one transaction creates the key only if it does not exist, attached to
 //!   that lease. The fence is the key's creation revision. A failed attempt revokes its
 //!   lease, so nothing is left behind. Two round trips.
-//! - **release** deletes the key in a transaction only if its value is the owner token
-//!   and it is attached to the owner's lease, then revokes the lease in the background.
+//! - **release** revokes the owner's lease, which deletes exactly the keys attached to
+//!   it, atomically, in one round trip; a lease that expired or was already revoked is
+//!   answered "not found", so the release reports "not held". A force release revokes
+//!   the holder's lease too, so the holder's later release reports "not held".
 //! - **extend** refreshes the lease (a keepalive) and, side by side, checks in a
 //!   transaction that the key is still the owner's; it never re-creates the key.
 //! - **waiting** watches the key for its deletion (a release, a force release or the

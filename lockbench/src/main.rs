@@ -189,7 +189,11 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
     run.started = true;
     progress(kind.name(), "raw floors");
     match floors(kind, &url, sizes.cycles).await {
-        Ok(rows) => run.floors = rows,
+        Ok(rows) => {
+            run.floors = rows;
+            // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
+            run.floor_cycle_ops = if kind == ServerKind::Etcd { 3.0 } else { 2.0 };
+        }
         Err(e) => run.errors.push(format!("floors: {e}")),
     }
     let mut target = Target::new(backend.clone());

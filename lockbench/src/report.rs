@@ -37,6 +37,8 @@ pub(crate) struct BackendRun {
     pub(crate) s4_takeover: Option<Takeover>,
     /// The first floor is one round trip; the second, the raw lock cycle.
     pub(crate) floors: Vec<FloorRow>,
+    /// How many lock operations (each a write on the server) the raw cycle floor does.
+    pub(crate) floor_cycle_ops: f64,
     /// What the S4 target allows past the TTL, in milliseconds.
     pub(crate) takeover_allowance_ms: f64,
     pub(crate) errors: Vec<String>,
@@ -85,14 +87,26 @@ impl BackendRun {
         }
         if let (Some(s3), Some(rtt)) = (&self.s3_handoff, self.round_trip()) {
             let trips = s3.p50_us / rtt.p50_us;
+            let mut figures = format!(
+                "{} = {trips:.1} round trips of {}",
+                ms(s3.p50_us),
+                ms(rtt.p50_us)
+            );
+            if let Some(floor) = self.cycle_floor().filter(|_| self.floor_cycle_ops > 0.0) {
+                // The cause when it is missed: a lock operation is a durable write, much
+                // slower than the read that times a round trip.
+                let op = floor.p50_us / self.floor_cycle_ops;
+                let _ = write!(
+                    figures,
+                    "; or {:.1} lock operations of {} (raw floor)",
+                    s3.p50_us / op,
+                    ms(op)
+                );
+            }
             out.push((
                 "S3 handoff p50 within 4 round trips".into(),
                 Some(trips <= 4.0),
-                format!(
-                    "{} = {trips:.1} round trips of {}",
-                    ms(s3.p50_us),
-                    ms(rtt.p50_us)
-                ),
+                figures,
             ));
         }
         if let Some(s4) = &self.s4_takeover {
