@@ -83,7 +83,7 @@ pub struct Error {
     kind: ErrorKind,
     message: Cow<'static, str>,
     retryable: bool,
-    backend: Option<&'static str>,
+    backend: Option<Cow<'static, str>>,
     #[source]
     source: Option<BoxError>,
 }
@@ -115,8 +115,8 @@ impl Error {
     }
 
     /// Names the backend that raised this error.
-    pub fn with_backend(mut self, backend: &'static str) -> Self {
-        self.backend = Some(backend);
+    pub fn with_backend(mut self, backend: impl Into<Cow<'static, str>>) -> Self {
+        self.backend = Some(backend.into());
         self
     }
 
@@ -137,8 +137,8 @@ impl Error {
     }
 
     /// The backend that raised this error, when known.
-    pub fn backend(&self) -> Option<&'static str> {
-        self.backend
+    pub fn backend(&self) -> Option<&str> {
+        self.backend.as_deref()
     }
 
     /// The message, without the kind or the backend.
@@ -158,7 +158,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.kind)?;
-        if let Some(backend) = self.backend {
+        if let Some(backend) = &self.backend {
             write!(f, " [{backend}]")?;
         }
         write!(f, ": {}", self.message)
@@ -171,8 +171,8 @@ impl fmt::Debug for Error {
         d.field("kind", &self.kind)
             .field("message", &self.message)
             .field("retryable", &self.retryable);
-        if let Some(backend) = self.backend {
-            d.field("backend", &backend);
+        if let Some(backend) = &self.backend {
+            d.field("backend", backend);
         }
         if let Some(source) = &self.source {
             // The source's Display, not its Debug: drivers' Debug output can hold

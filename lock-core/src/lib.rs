@@ -30,6 +30,7 @@ mod key;
 mod lease;
 mod memory;
 mod redact;
+pub mod support;
 mod token;
 
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};

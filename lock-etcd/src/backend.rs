@@ -11,9 +11,9 @@ use etcd_client::{
     TxnOp, WatchFilterType, WatchOptions,
 };
 use lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendOutcome,
-    FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey, OwnerToken,
-    ReleaseOutcome, Result,
+    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind,
+    ExtendOutcome, FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey,
+    OwnerToken, ReleaseOutcome, Result,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -231,15 +231,7 @@ impl LockBackend for EtcdBackend {
         let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
         let fence = FencingToken::new(u64::try_from(revision).unwrap_or(0));
         let lease = Lease::new(request.key.clone(), request.owner, fence, sent_at + ttl);
-        if lease.is_expired() {
-            let _ = self.release(&request.key, &request.owner).await;
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                "the grant arrived after its ttl had run out",
-            )
-            .with_backend(NAME));
-        }
-        Ok(AcquireOutcome::Acquired(lease))
+        support::fresh_grant(self, lease).await
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, ErrorKind, Result};
+use lock_core::{support, Error, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["etcd", "etcds"];
@@ -31,7 +31,7 @@ pub struct EtcdConfig {
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Configuration, message.into()).with_backend("etcd")
+    support::config_error("etcd", message)
 }
 
 fn decode(part: &str) -> String {
@@ -99,26 +99,9 @@ impl EtcdConfig {
             connect_timeout: Duration::from_secs(3),
         };
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            let millis = |v: &str| {
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        config_error(format!(
-                            "{name} must be a positive number of milliseconds, not {v:?}"
-                        ))
-                    })
-            };
+            let millis = |v: &str| support::positive_millis("etcd", &name, v);
             match name.as_ref() {
-                "prefix" => {
-                    if value.len() > 64 || value.chars().any(char::is_control) {
-                        return Err(config_error(
-                            "prefix must be at most 64 bytes without control characters",
-                        ));
-                    }
-                    config.prefix = value.into_owned();
-                }
+                "prefix" => config.prefix = support::key_prefix("etcd", &value)?,
                 "timeout_ms" => config.timeout = millis(&value)?,
                 "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
                 other => return Err(config_error(format!("unknown parameter {other:?}"))),
@@ -138,12 +121,7 @@ impl EtcdConfig {
     }
 
     pub(crate) fn scrub(&self, text: String) -> String {
-        match &self.user {
-            Some((_, pw)) if !pw.is_empty() && text.contains(pw.as_str()) => {
-                text.replace(pw.as_str(), "***")
-            }
-            _ => text,
-        }
+        support::scrub(text, self.user.as_ref().map(|(_, pw)| pw.as_str()))
     }
 }
 
@@ -165,6 +143,7 @@ impl fmt::Debug for EtcdConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::ErrorKind;
 
     #[test]
     fn parses_several_endpoints_credentials_and_options() {

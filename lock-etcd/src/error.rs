@@ -1,7 +1,7 @@
 //! Turning etcd-client's errors into distlock's.
 
 use etcd_client::Error as EtcdError;
-use lock_core::{Error, ErrorKind};
+use lock_core::{support, Error, ErrorKind};
 use tonic::Code;
 
 use crate::config::EtcdConfig;
@@ -54,16 +54,7 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         }
         _ => ErrorKind::Backend,
     };
-    let summary = match kind {
-        ErrorKind::Authentication => "the server refused the credentials",
-        ErrorKind::Configuration => "the connection settings are invalid",
-        ErrorKind::Unavailable => "the cluster could not be reached or did not answer",
-        _ => "the server answered with an error",
-    };
-    let detail = config.scrub(e.to_string());
-    Error::new(kind, format!("{summary}: {detail}"))
-        .with_backend("etcd")
-        .with_source_text(detail)
+    support::driver_error(kind, "etcd", config.scrub(e.to_string()))
 }
 
 /// The request did not finish within the timeout.

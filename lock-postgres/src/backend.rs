@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ExtendOutcome,
+    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ExtendOutcome,
     FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey, OwnerToken,
     ReleaseOutcome, Result,
 };
@@ -233,15 +233,7 @@ impl LockBackend for PostgresBackend {
                     fence(raw_fence),
                     sent_at + ttl,
                 );
-                if lease.is_expired() {
-                    let _ = self.release(&request.key, &request.owner).await;
-                    return Err(Error::new(
-                        lock_core::ErrorKind::Timeout,
-                        "the grant arrived after its ttl had run out",
-                    )
-                    .with_backend(NAME));
-                }
-                Ok(AcquireOutcome::Acquired(lease))
+                support::fresh_grant(self, lease).await
             }
             Some((false, _, remaining_ms)) => Ok(AcquireOutcome::Held {
                 remaining: remaining(remaining_ms),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use lock_core::{redact_url, Error, ErrorKind, Result};
+use lock_core::{redact_url, support, Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
 /// The URL schemes this backend serves.
@@ -56,7 +56,7 @@ pub struct PostgresConfig {
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Configuration, message.into()).with_backend("postgres")
+    support::config_error("postgres", message)
 }
 
 /// Checks an identifier: what it may be is narrow on purpose, so that it needs no
@@ -113,17 +113,7 @@ impl PostgresConfig {
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
-            let millis = |v: &str| {
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        config_error(format!(
-                            "{name} must be a positive number of milliseconds, not {v:?}"
-                        ))
-                    })
-            };
+            let millis = |v: &str| support::positive_millis("postgres", &name, v);
             match name.as_ref() {
                 "schema" => {
                     check_identifier("schema", &value)?;
@@ -206,12 +196,7 @@ impl PostgresConfig {
 
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
-        match &self.password {
-            Some(pw) if !pw.is_empty() && text.contains(pw.as_str()) => {
-                text.replace(pw.as_str(), "***")
-            }
-            _ => text,
-        }
+        support::scrub(text, self.password.as_deref())
     }
 }
 
@@ -232,6 +217,7 @@ impl fmt::Debug for PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::ErrorKind;
 
     #[test]
     fn hostile_identifiers_are_configuration_errors() {

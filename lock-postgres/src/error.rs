@@ -1,6 +1,6 @@
 //! Turning sqlx's errors into distlock's.
 
-use lock_core::{Error, ErrorKind};
+use lock_core::{support, Error, ErrorKind};
 
 use crate::config::PostgresConfig;
 
@@ -45,16 +45,7 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
         ) => ErrorKind::Unavailable,
         _ => ErrorKind::Backend,
     };
-    let summary = match kind {
-        ErrorKind::Authentication => "the server refused the credentials",
-        ErrorKind::Configuration => "the settings do not fit the server",
-        ErrorKind::Unavailable => "the server could not be reached or did not answer",
-        _ => "the server answered with an error",
-    };
-    let detail = config.scrub(e.to_string());
-    Error::new(kind, format!("{summary}: {detail}"))
-        .with_backend("postgres")
-        .with_source_text(detail)
+    support::driver_error(kind, "postgres", config.scrub(e.to_string()))
 }
 
 /// The statement did not answer within the response timeout.

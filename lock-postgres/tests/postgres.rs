@@ -153,11 +153,12 @@ async fn acquire_release_and_extend_take_one_round_trip_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purging_old_rows_never_lowers_a_fence() {
     let server = server().await;
-    let backend = PostgresBackend::connect(&format!("{}?response_timeout_ms=100", server.url()))
+    // A short response timeout makes the purge floor (twice that) short too.
+    let backend = PostgresBackend::connect(&format!("{}?response_timeout_ms=1000", server.url()))
         .await
         .expect("connect");
     let err = backend
-        .purge_expired(Duration::from_millis(150))
+        .purge_expired(Duration::from_millis(1500))
         .await
         .expect_err("too soon");
     assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
@@ -168,9 +169,9 @@ async fn purging_old_rows_never_lowers_a_fence() {
         .expect("acquire")
         .expect("free");
     backend.release_lease(&first).await.expect("release");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(2200)).await;
     let purged = backend
-        .purge_expired(Duration::from_millis(200))
+        .purge_expired(Duration::from_millis(2000))
         .await
         .expect("purge");
     assert!(purged >= 1, "nothing was purged");

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendOutcome,
-    FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey, OwnerToken,
-    ReleaseOutcome, Result,
+    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind,
+    ExtendOutcome, FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey,
+    OwnerToken, ReleaseOutcome, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
 use redis::{FromRedisValue, Script, ServerErrorKind};
@@ -244,17 +244,7 @@ impl LockBackend for RedisBackend {
         }
         let fence = FencingToken::new(parse_u64(&value, "a fence that is not a number")?);
         let lease = Lease::new(request.key.clone(), request.owner, fence, sent_at + ttl);
-        if lease.is_expired() {
-            // The reply came after the TTL ran out: the grant is useless and may already
-            // belong to someone else's past; hand back nothing and clean up.
-            let _ = self.release(&request.key, &request.owner).await;
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                "the grant arrived after its ttl had run out",
-            )
-            .with_backend(NAME));
-        }
-        Ok(AcquireOutcome::Acquired(lease))
+        support::fresh_grant(self, lease).await
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

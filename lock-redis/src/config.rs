@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{redact_url, Error, ErrorKind, Result};
+use lock_core::{redact_url, support, Error, Result};
 
 /// Where and how to reach Redis, from a URL:
 ///
@@ -36,7 +36,7 @@ pub struct RedisConfig {
 pub const SCHEMES: &[&str] = &["redis", "rediss"];
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Configuration, message.into()).with_backend("redis")
+    support::config_error("redis", message)
 }
 
 impl RedisConfig {
@@ -70,26 +70,9 @@ impl RedisConfig {
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
-            let millis = |v: &str| {
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms > 0)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        config_error(format!(
-                            "{name} must be a positive number of milliseconds, not {v:?}"
-                        ))
-                    })
-            };
+            let millis = |v: &str| support::positive_millis("redis", &name, v);
             match name.as_ref() {
-                "prefix" => {
-                    if value.len() > 64 || value.chars().any(char::is_control) {
-                        return Err(config_error(
-                            "prefix must be at most 64 bytes without control characters",
-                        ));
-                    }
-                    config.prefix = value.into_owned();
-                }
+                "prefix" => config.prefix = support::key_prefix("redis", &value)?,
                 "wait_replicas" => {
                     config.wait_replicas = value.parse().map_err(|_| {
                         config_error(format!(
@@ -124,12 +107,7 @@ impl RedisConfig {
 
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
-        match &self.password {
-            Some(pw) if !pw.is_empty() && text.contains(pw.as_str()) => {
-                text.replace(pw.as_str(), "***")
-            }
-            _ => text,
-        }
+        support::scrub(text, self.password.as_deref())
     }
 }
 
@@ -149,6 +127,7 @@ impl fmt::Debug for RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_core::ErrorKind;
 
     #[test]
     fn parses_options_and_passes_the_rest_on() {

@@ -1,6 +1,6 @@
 //! Turning the redis driver's errors into distlock's.
 
-use lock_core::{Error, ErrorKind};
+use lock_core::{support, Error, ErrorKind};
 use redis::{RedisError, RetryMethod, ServerErrorKind};
 
 use crate::config::RedisConfig;
@@ -24,16 +24,7 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         _ if !matches!(e.retry_method(), RetryMethod::NoRetry) => ErrorKind::Unavailable,
         _ => ErrorKind::Backend,
     };
-    let summary = match kind {
-        ErrorKind::Authentication => "the server refused the credentials",
-        ErrorKind::Configuration => "the connection settings are invalid",
-        ErrorKind::Unavailable => "the server could not be reached or did not answer",
-        _ => "the server answered with an error",
-    };
-    let detail = config.scrub(e.to_string());
-    Error::new(kind, format!("{summary}: {detail}"))
-        .with_backend("redis")
-        .with_source_text(detail)
+    support::driver_error(kind, "redis", config.scrub(e.to_string()))
 }
 
 /// An answer the scripts never give.

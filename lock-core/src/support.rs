@@ -1,0 +1,79 @@
+//! Pieces every backend needs in the same form: settings from URL parameters,
+//! credentials kept out of text, and the errors drivers raise.
+
+use std::time::Duration;
+
+use crate::backend::LockBackend;
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::{AcquireOutcome, Lease};
+
+/// A configuration error of `backend`.
+pub fn config_error(backend: &'static str, message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Configuration, message.into()).with_backend(backend)
+}
+
+/// The URL parameter `name` as a positive number of milliseconds.
+pub fn positive_millis(backend: &'static str, name: &str, value: &str) -> Result<Duration> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| {
+            config_error(
+                backend,
+                format!("{name} must be a positive number of milliseconds, not {value:?}"),
+            )
+        })
+}
+
+/// A key prefix: at most 64 bytes, no control characters.
+pub fn key_prefix(backend: &'static str, value: &str) -> Result<String> {
+    if value.len() > 64 || value.chars().any(char::is_control) {
+        return Err(config_error(
+            backend,
+            "prefix must be at most 64 bytes without control characters",
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// `text` with every occurrence of `secret` replaced by `***`.
+pub fn scrub(text: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() && text.contains(s) => text.replace(s, "***"),
+        _ => text,
+    }
+}
+
+/// An error of `kind` from `backend`'s driver: a one-line summary of the kind, the
+/// driver's text (scrub it first), and that text kept as the source.
+pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> Error {
+    let summary = match kind {
+        ErrorKind::Authentication => "the server refused the credentials",
+        ErrorKind::Configuration => "the settings do not fit the server",
+        ErrorKind::Unavailable => "the server could not be reached or did not answer",
+        _ => "the server answered with an error",
+    };
+    Error::new(kind, format!("{summary}: {detail}"))
+        .with_backend(backend)
+        .with_source_text(detail)
+}
+
+/// The outcome of a granted `lease`, keeping contract point 7: a lease whose reply
+/// arrived after its validity ran out is given back (released) and reported as a
+/// retryable [`ErrorKind::Timeout`], never returned.
+pub async fn fresh_grant<B: LockBackend + ?Sized>(
+    backend: &B,
+    lease: Lease,
+) -> Result<AcquireOutcome> {
+    if !lease.is_expired() {
+        return Ok(AcquireOutcome::Acquired(lease));
+    }
+    let _ = backend.release(lease.key(), lease.owner()).await;
+    Err(Error::new(
+        ErrorKind::Timeout,
+        "the grant arrived after its ttl had run out",
+    )
+    .with_backend(backend.name().to_owned()))
+}
