@@ -281,17 +281,29 @@ async fn a_dropped_acquire_leaves_no_lease_and_no_task() {
     );
 }
 
-/// Applies every request, then loses the reply of acquisitions while `hang` is set.
+/// Applies every request; the reply of an acquisition arrives `delay` late, or never
+/// while `hang` is set.
 #[derive(Debug)]
-struct LostReplies {
+struct LateReplies {
     inner: MemoryBackend,
     hang: AtomicBool,
+    delay: Duration,
+}
+
+impl LateReplies {
+    fn new(inner: MemoryBackend, hang: bool, delay: Duration) -> Self {
+        LateReplies {
+            inner,
+            hang: AtomicBool::new(hang),
+            delay,
+        }
+    }
 }
 
 #[async_trait]
-impl LockBackend for LostReplies {
+impl LockBackend for LateReplies {
     fn name(&self) -> &str {
-        "memory-lost-replies"
+        "memory-late-replies"
     }
     fn capabilities(&self) -> &Capabilities {
         self.inner.capabilities()
@@ -300,6 +312,9 @@ impl LockBackend for LostReplies {
         let outcome = self.inner.try_acquire(r).await;
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
+        }
+        if !self.delay.is_zero() {
+            sleep(self.delay).await;
         }
         outcome
     }
@@ -317,10 +332,7 @@ impl LockBackend for LostReplies {
 #[tokio::test(start_paused = true)]
 async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
     let memory = MemoryBackend::new();
-    let backend = Arc::new(LostReplies {
-        inner: memory.clone(),
-        hang: AtomicBool::new(true),
-    });
+    let backend = Arc::new(LateReplies::new(memory.clone(), true, Duration::ZERO));
     let client =
         LockClient::with_options(backend.clone(), LockOptions::new(Duration::from_secs(600)))
             .expect("opts");
@@ -519,4 +531,25 @@ async fn waiters_of_one_client_are_handed_the_lock_in_turn_without_a_stampede() 
             "waiter {n}"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_is_still_reported_lost_on_time() {
+    // The reply arrives with 160 ms of validity left: the loss is due 60 ms later,
+    // sooner than the guard's background task would otherwise start.
+    let margin = Duration::from_millis(100);
+    let backend = LateReplies::new(
+        MemoryBackend::new(),
+        false,
+        TTL - Duration::from_millis(160),
+    );
+    let options = LockOptions::new(TTL)
+        .with_auto_renew(false)
+        .with_loss_margin(margin)
+        .with_min_validity(Duration::from_millis(150));
+    let client = LockClient::with_options(Arc::new(backend), options).expect("valid options");
+    let started = Instant::now();
+    let guard = client.try_lock("late").await.expect("try").expect("free");
+    assert_eq!(guard.lost().await, LossReason::Expired);
+    assert_eq!(started.elapsed(), TTL - margin);
 }

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, DynLockBackend};
+use crate::client::deferred::{Deferred, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind, Result};
@@ -128,6 +128,8 @@ fn not_held(key: &LockKey) -> Error {
 ///
 /// While it lives, a background task renews the lease (unless auto-renewal is off)
 /// and watches for its loss; [`lost`](Self::lost) completes when the lock is lost.
+/// That task starts once the lock has been held a little while (half the renewal
+/// interval, at most 100 ms): a lock held briefly costs no task of its own.
 /// Pass [`fence`](Self::fence) to whatever the lock protects.
 ///
 /// Release it with [`release`](Self::release), which reports whether the lock was
@@ -136,7 +138,9 @@ fn not_held(key: &LockKey) -> Error {
 /// runtime the lease simply runs out at its TTL.
 pub struct LockGuard {
     shared: Arc<Shared>,
-    supervisor: JoinHandle<()>,
+    supervisor: Arc<Deferred>,
+    /// Keeps the client's timer task, which starts the supervisor, alive.
+    _starts: Starts,
     finished: bool,
 }
 
@@ -147,7 +151,9 @@ impl LockGuard {
         lease: Lease,
         options: LockOptions,
         turn: Option<LocalTurn>,
+        starts: &Starts,
     ) -> Self {
+        let granted = Instant::now();
         let shared = Arc::new(Shared {
             backend,
             key: lease.key().clone(),
@@ -160,11 +166,21 @@ impl LockGuard {
             }),
             turn: std::sync::Mutex::new(turn),
         });
-        let span = tracing::debug_span!("lock_renewal", key = %shared.key, fence = %shared.fence);
-        let supervisor = tokio::spawn(supervise(shared.clone()).instrument(span));
+        // Never later than the point where the loss must be signalled.
+        let valid_until = lease.valid_until();
+        let loss_at = valid_until
+            .checked_sub(shared.options.loss_margin())
+            .unwrap_or(valid_until);
+        let due = (granted + supervise_after(&shared.options)).min(loss_at);
+        let supervised = shared.clone();
+        let supervisor = starts.defer(due, move || {
+            let span = tracing::debug_span!("lock_renewal", key = %supervised.key, fence = %supervised.fence);
+            tokio::spawn(supervise(supervised, granted).instrument(span))
+        });
         LockGuard {
             shared,
             supervisor,
+            _starts: starts.clone(),
             finished: false,
         }
     }
@@ -234,7 +250,7 @@ impl LockGuard {
     /// lost (so the caller learns that its work may have overlapped another holder's).
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
-        self.supervisor.abort();
+        self.supervisor.cancel();
         let shared = self.shared.clone();
         let was_lost = shared.status.borrow().lost;
         shared.mark_lost(LossReason::Released);
@@ -266,7 +282,7 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        self.supervisor.abort();
+        self.supervisor.cancel();
         self.shared.mark_lost(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             debug!(key = %self.shared.key, "guard dropped outside a runtime; the lease will run out at its ttl");
@@ -302,33 +318,27 @@ impl fmt::Debug for LockGuard {
     }
 }
 
-/// Renews the lease and decides when it is lost. Runs until the loss is recorded or
-/// the guard aborts it.
-async fn supervise(shared: Arc<Shared>) {
+/// How long after the grant the supervisor starts: by then a change watch is worth
+/// its set-up, and it is well before the first renewal or any loss.
+fn supervise_after(options: &LockOptions) -> Duration {
+    (options.renew_interval() / 2).min(Duration::from_millis(100))
+}
+
+/// Renews the lease and decides when it is lost. Starts [`supervise_after`] the grant
+/// at `granted`; runs until the loss is recorded or the guard cancels it.
+async fn supervise(shared: Arc<Shared>, granted: Instant) {
     let options = shared.options.clone();
-    // Off the acquire path: a release notification for our own key means it may have
-    // been deleted behind our back, so the lease is checked at once.
     let margin = options.loss_margin();
     let interval = options.renew_interval();
     let retry_delay = (interval / 4).max(Duration::from_millis(5));
     let mut status_rx = shared.status.subscribe();
-    let mut next_renewal = Instant::now() + interval;
+    let mut next_renewal = granted + interval;
     // Short holds never pay for a subscription: the watch starts once the lock has
-    // been held a while (half the renewal interval, at most 100 ms). Its set-up is
-    // bounded by the first renewal: a server that froze right after the grant must not
-    // keep the supervisor from noticing the loss.
+    // been held a while, which is when this task starts. A release notification for
+    // our own key means it may have been deleted behind our back, so the lease is
+    // then checked at once. The set-up is bounded by the first renewal: a server that
+    // froze right after the grant must not keep the supervisor from noticing the loss.
     let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
-    if watching {
-        let watch_from = Instant::now() + (interval / 2).min(Duration::from_millis(100));
-        tokio::select! {
-            () = sleep_until(watch_from) => {}
-            changed = status_rx.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-        }
-    }
     let mut changes = if watching && status_rx.borrow().lost.is_none() {
         match timeout_at(next_renewal, shared.backend.watch(&shared.key)).await {
             Ok(Ok(changes)) => changes,

@@ -2,6 +2,7 @@
 //! on top of any [`LockBackend`](crate::LockBackend).
 
 mod backoff;
+mod deferred;
 mod guard;
 mod local;
 mod options;
@@ -20,6 +21,7 @@ use crate::lease::{AcquireOutcome, AcquireRequest};
 use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
+use self::deferred::Starts;
 pub use self::guard::{LockGuard, LossReason};
 use self::local::{LocalQueues, LocalTurn};
 pub use self::options::LockOptions;
@@ -47,6 +49,7 @@ pub struct LockClient {
     backend: Arc<DynLockBackend>,
     options: LockOptions,
     local: Arc<LocalQueues>,
+    starts: Starts,
 }
 
 enum Attempt {
@@ -61,6 +64,7 @@ impl LockClient {
             backend,
             options: LockOptions::default(),
             local: Arc::default(),
+            starts: Starts::default(),
         }
     }
 
@@ -78,6 +82,7 @@ impl LockClient {
             backend,
             options,
             local: Arc::default(),
+            starts: Starts::default(),
         })
     }
 
@@ -263,6 +268,7 @@ impl LockClient {
                     lease,
                     self.options.clone(),
                     turn.take(),
+                    &self.starts,
                 )))
             }
             Ok(AcquireOutcome::Held { remaining }) => {

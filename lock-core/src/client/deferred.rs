@@ -1,0 +1,330 @@
+//! Deferred starts: a guard's supervisor task is spawned only once the guard has been
+//! held for a while.
+//!
+//! Most locks are held briefly, and a task per guard (spawned on acquire, aborted on
+//! release) costs every short hold a scheduling round. Instead, each client keeps a
+//! timer task per runtime it is used on, with a heap of pending starts: a guard
+//! registers when its supervisor is due, and is started then, on the guard's own
+//! runtime, unless it was cancelled first. A timer task is only woken when a start is
+//! due earlier than it planned to look, which a steady stream of short holds never
+//! causes (their due times only grow).
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+/// What a pending start does: spawn the task, and hand back its handle.
+type Start = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
+
+enum State {
+    Waiting(Start),
+    Running(JoinHandle<()>),
+    Done,
+}
+
+/// One deferred start, shared by its owner (who may cancel it) and the timer.
+pub(crate) struct Deferred {
+    state: Mutex<State>,
+}
+
+impl Deferred {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the task now if it is still waiting.
+    fn start(&self) {
+        let mut state = self.state();
+        if let State::Waiting(_) = &*state {
+            let State::Waiting(start) = std::mem::replace(&mut *state, State::Done) else {
+                return;
+            };
+            *state = State::Running(start());
+        }
+    }
+
+    /// Stops it: never started if still waiting, aborted if running.
+    pub(crate) fn cancel(&self) {
+        match std::mem::replace(&mut *self.state(), State::Done) {
+            State::Running(task) => task.abort(),
+            State::Waiting(_) | State::Done => {}
+        }
+    }
+}
+
+struct Entry {
+    due: Instant,
+    seq: u64,
+    deferred: Arc<Deferred>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    /// Reversed, so that the heap's top is the earliest start.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.due, other.seq).cmp(&(self.due, self.seq))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: BinaryHeap<Entry>,
+    seq: u64,
+    /// When the timer task will next look at the queue; `None` while it waits for a
+    /// wake-up with nothing pending (or has not been started).
+    next_look: Option<Instant>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// The pending starts of one runtime, and its timer task.
+struct Timer {
+    queue: Mutex<Queue>,
+    wake: Arc<Notify>,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        // Nobody can register any more: let the timer task see that and end.
+        self.wake.notify_one();
+    }
+}
+
+impl Timer {
+    fn new() -> Self {
+        Timer {
+            queue: Mutex::default(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether its task still runs (or is yet to be spawned): a finished one means
+    /// its runtime has shut down.
+    fn alive(&self) -> bool {
+        self.queue().task.as_ref().is_none_or(|t| !t.is_finished())
+    }
+
+    fn push(self: &Arc<Self>, due: Instant, deferred: Arc<Deferred>) {
+        let mut queue = self.queue();
+        queue.seq += 1;
+        let seq = queue.seq;
+        queue.pending.push(Entry { due, seq, deferred });
+        if queue.task.is_none() {
+            queue.next_look = Some(due);
+            queue.task = Some(tokio::spawn(run(Arc::downgrade(self), self.wake.clone())));
+        } else if queue.next_look.is_none_or(|look| due < look) {
+            queue.next_look = Some(due);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Starts what is due; returns when to look next.
+    fn start_due(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let next = {
+            let mut queue = self.queue();
+            while queue.pending.peek().is_some_and(|e| e.due <= now) {
+                if let Some(entry) = queue.pending.pop() {
+                    due.push(entry.deferred);
+                }
+            }
+            queue.next_look = queue.pending.peek().map(|e| e.due);
+            queue.next_look
+        };
+        for deferred in due {
+            deferred.start();
+        }
+        next
+    }
+}
+
+/// A client's deferred starts. Cheap to clone; clones share the timer tasks.
+#[derive(Clone, Default)]
+pub(crate) struct Starts {
+    timers: Arc<Mutex<HashMap<tokio::runtime::Id, Arc<Timer>>>>,
+}
+
+impl fmt::Debug for Starts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Starts").finish_non_exhaustive()
+    }
+}
+
+impl Starts {
+    /// Runs `start` at `due` (at once if that has passed), unless the returned handle
+    /// is cancelled first. Must be called within a tokio runtime; `start` runs on it.
+    pub(crate) fn defer(
+        &self,
+        due: Instant,
+        start: impl FnOnce() -> JoinHandle<()> + Send + 'static,
+    ) -> Arc<Deferred> {
+        let deferred = Arc::new(Deferred {
+            state: Mutex::new(State::Waiting(Box::new(start))),
+        });
+        if due <= Instant::now() {
+            deferred.start();
+            return deferred;
+        }
+        let runtime = tokio::runtime::Handle::current().id();
+        let timer = {
+            let mut timers = self.timers.lock().unwrap_or_else(|p| p.into_inner());
+            // Runtimes that have shut down took their timers (and guards) with them.
+            timers.retain(|_, timer| timer.alive());
+            timers
+                .entry(runtime)
+                .or_insert_with(|| Arc::new(Timer::new()))
+                .clone()
+        };
+        timer.push(due, deferred.clone());
+        deferred
+    }
+}
+
+/// The timer task of one client on one runtime: starts what is due, then sleeps until
+/// the next due time or a wake-up. Ends once the client and all its guards are gone.
+async fn run(timer: Weak<Timer>, wake: Arc<Notify>) {
+    loop {
+        let next = match timer.upgrade() {
+            Some(timer) => timer.start_due(),
+            None => return,
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = sleep_until(at) => {}
+                    () = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn counting(count: &Arc<AtomicUsize>) -> impl FnOnce() -> JoinHandle<()> + Send + 'static {
+        let count = count.clone();
+        move || {
+            tokio::spawn(async move {
+                count.fetch_add(1, Ordering::SeqCst);
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn starts_when_due_and_not_when_cancelled() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let now = Instant::now();
+        let kept = starts.defer(now + Duration::from_millis(100), counting(&started));
+        let cancelled = starts.defer(now + Duration::from_millis(50), counting(&started));
+        cancelled.cancel();
+        tokio::time::sleep(Duration::from_millis(99)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        kept.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_start_wakes_the_timer() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let now = Instant::now();
+        let _late = starts.defer(now + Duration::from_secs(60), counting(&started));
+        tokio::task::yield_now().await;
+        let _early = starts.defer(now + Duration::from_millis(10), counting(&started));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn each_runtime_starts_its_own() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a runtime")
+        };
+        // A first runtime registers a start, then sits idle (a current-thread runtime
+        // runs nothing outside `block_on`): a timer task there would never run.
+        let first = runtime();
+        let abandoned = first.block_on(async {
+            starts.defer(Instant::now() + Duration::from_secs(60), counting(&started))
+        });
+        // A start registered on another runtime runs there, in time.
+        let start_soon_on_a_new_runtime = || {
+            runtime().block_on(async {
+                let _kept = starts.defer(
+                    Instant::now() + Duration::from_millis(10),
+                    counting(&started),
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+        };
+        start_soon_on_a_new_runtime();
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        abandoned.cancel();
+        drop(first);
+        // Once the first runtime has shut down, its timer is dropped, not reused.
+        start_soon_on_a_new_runtime();
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_past_due_start_runs_at_once_and_the_timer_ends_with_its_client() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let _now = starts.defer(Instant::now(), counting(&started));
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        let _later = starts.defer(
+            Instant::now() + Duration::from_millis(10),
+            counting(&started),
+        );
+        let timer = {
+            let timers = starts.timers.lock().unwrap_or_else(|p| p.into_inner());
+            let only = timers.values().next().cloned();
+            only.and_then(|t| t.queue().task.take())
+        };
+        drop(starts);
+        let Some(timer) = timer else {
+            panic!("no timer task was started");
+        };
+        tokio::time::timeout(Duration::from_secs(1), timer)
+            .await
+            .expect("the timer task ended once its client was gone")
+            .expect("the timer task did not fail");
+    }
+}
