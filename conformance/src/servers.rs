@@ -20,6 +20,15 @@
 //!
 //! Clients reach the containers through a port mapped on 127.0.0.1 that stays the same
 //! across restarts.
+//!
+//! # Killing connections
+//!
+//! Redis closes its clients' connections on `CLIENT KILL`, PostgreSQL on
+//! `pg_terminate_backend`. etcd has no such command, so the handle aborts this
+//! machine's connections to the etcd port itself, with `ss -K` (socket destroy: it needs
+//! `CAP_NET_ADMIN` and a kernel that supports it). Whether that works is tried once,
+//! on a connection of the harness's own; where it does not, the case that needs it is
+//! reported as not run.
 
 use std::fmt;
 use std::time::Duration;
@@ -445,7 +454,10 @@ impl ServerControl for ServerHandle {
     }
 
     fn can_kill_connections(&self) -> bool {
-        matches!(self.kind, ServerKind::Redis | ServerKind::Postgres)
+        match self.kind {
+            ServerKind::Redis | ServerKind::Postgres => true,
+            ServerKind::Etcd => sockets_can_be_killed(),
+        }
     }
 
     async fn kill_connections(&self) -> Result<(), BoxError> {
@@ -477,9 +489,79 @@ impl ServerControl for ServerHandle {
                 ];
                 self.exec(&cmd, &[("PGPASSWORD", &self.password)]).await
             }
-            ServerKind::Etcd => Err("etcd cannot close its clients' connections".into()),
+            // etcd has no command to close its clients' connections: they are cut on
+            // this machine instead, as a network fault would.
+            ServerKind::Etcd => kill_local_connections(self.host_port).await,
         }
     }
+}
+
+/// `ss` arguments that select this machine's TCP connections to 127.0.0.1:`port`.
+fn to_port(port: u16) -> [String; 6] {
+    [
+        "-t".into(),
+        "dst".into(),
+        "127.0.0.1".into(),
+        "dport".into(),
+        "=".into(),
+        format!(":{port}"),
+    ]
+}
+
+/// Aborts every TCP connection from this machine to 127.0.0.1:`port` with `ss -K`
+/// (socket destroy: the kernel must support it and the process needs
+/// `CAP_NET_ADMIN`); their owners' next read or write fails. An error when any is
+/// left open.
+async fn kill_local_connections(port: u16) -> Result<(), BoxError> {
+    let killed = tokio::process::Command::new("ss")
+        .arg("-K")
+        .args(to_port(port))
+        .output()
+        .await?;
+    let left = tokio::process::Command::new("ss")
+        .args(["-H", "state", "established"])
+        .args(to_port(port))
+        .output()
+        .await?;
+    let left = String::from_utf8_lossy(&left.stdout).lines().count();
+    if left > 0 {
+        return Err(format!(
+            "ss -K left {left} connection(s) to port {port} open: {}",
+            String::from_utf8_lossy(&killed.stderr).trim()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether [`kill_local_connections`] works on this machine: tried once, on a
+/// connection of its own.
+fn sockets_can_be_killed() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let attempt = || -> std::io::Result<bool> {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let port = listener.local_addr()?.port();
+            let mut client = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            let (_server, _) = listener.accept()?;
+            std::process::Command::new("ss")
+                .arg("-K")
+                .args(to_port(port))
+                .output()?;
+            // A destroyed socket fails at once; a live one would wait for data.
+            client.set_read_timeout(Some(Duration::from_millis(200)))?;
+            let mut buf = [0u8; 1];
+            Ok(match std::io::Read::read(&mut client, &mut buf) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            })
+        };
+        attempt().unwrap_or(false)
+    })
 }
 
 /// One member's place in an etcd cluster on a Docker network of its own.
