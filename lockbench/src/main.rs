@@ -1,9 +1,10 @@
 //! lockbench: distlock's comparison run.
 //!
 //! For each backend it starts a server (a container, or the URL in
-//! `DISTLOCK_<BACKEND>_URL`), runs the scenarios and the raw floors on it, then the
-//! conformance suite, and writes `report.md`, `results.json`, `latency.svg` and
-//! `handoff.svg` into the results folder.
+//! `DISTLOCK_<BACKEND>_URL`), runs the scenarios on it with the raw floors and (on
+//! Redis) the peer crate rslock beside distlock, then the conformance suite, and
+//! writes `report.md`, `results.json`, `latency.svg` and `handoff.svg` into the
+//! results folder.
 //!
 //! ```text
 //! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]
@@ -13,6 +14,8 @@
 //! not start, and why; `--require-all` makes that an error (for CI).
 
 mod floors;
+mod meter;
+mod peers;
 mod report;
 mod scenarios;
 mod stats;
@@ -25,8 +28,11 @@ use conformance::servers::{external_url, ServerHandle, ServerKind};
 use conformance::{run_suite, Outcome, ServerControl, Target};
 use distlock::{DynLockBackend, MemoryBackend};
 
-use crate::report::{BackendRun, Conformance, FloorRow, Report};
-use crate::scenarios::Sizes;
+use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report};
+use crate::scenarios::{Primitives, S1Entry, Sizes};
+
+/// Any error of a measurement: the report shows its text.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
     quick: bool,
@@ -71,8 +77,26 @@ fn progress(backend: &str, what: &str) {
     eprintln!("lockbench [{backend}] {what}");
 }
 
-/// Runs the scenarios, then the conformance suite, on one backend.
-async fn measure(run: &mut BackendRun, backend: Arc<DynLockBackend>, target: Target, sizes: Sizes) {
+/// What runs beside distlock on one server: its raw floors (the first one round
+/// trip), and the peer libraries.
+#[derive(Default)]
+struct Beside {
+    floors: Vec<S1Entry>,
+    rslock: Option<peers::Rslock>,
+}
+
+const RSLOCK: &str = "rslock 0.10";
+
+/// Runs the scenarios (S1 side by side with the floors and peers), then the
+/// conformance suite, on one backend.
+async fn measure(
+    run: &mut BackendRun,
+    backend: Arc<DynLockBackend>,
+    target: Target,
+    sizes: Sizes,
+    meter: Option<&meter::RedisMeter>,
+    beside: Beside,
+) {
     let name = run.backend.clone();
     macro_rules! step {
         ($label:expr, $field:ident, $call:expr) => {{
@@ -83,31 +107,93 @@ async fn measure(run: &mut BackendRun, backend: Arc<DynLockBackend>, target: Tar
             }
         }};
     }
-    step!(
-        "S1 uncontended cycle (client)",
-        s1_client,
-        scenarios::s1_client_cycle(&backend, sizes)
+    let client = match scenarios::client(&backend) {
+        Ok(client) => client,
+        Err(e) => {
+            run.errors.push(format!("client: {e}"));
+            return;
+        }
+    };
+
+    let floor_count = beside.floors.len();
+    let mut entries = vec![
+        S1Entry::new("distlock client", client.clone()),
+        S1Entry::new("distlock primitives", Primitives(backend.clone())),
+    ];
+    entries.extend(beside.floors);
+    if let Some(rslock) = &beside.rslock {
+        entries.push(S1Entry::new(RSLOCK, rslock.clone()));
+    }
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    progress(
+        &name,
+        &format!("S1 uncontended cycle, side by side: {}", names.join(", ")),
     );
-    step!(
-        "S1 uncontended cycle (primitives)",
-        s1_primitives,
-        scenarios::s1_backend_cycle(&backend, sizes)
-    );
+    let mut results = scenarios::s1_side_by_side(&entries, sizes, meter)
+        .await
+        .into_iter()
+        .zip(&entries);
+    let mut take = |label: &str| match results.next() {
+        Some((Ok(summary), _)) => Some(summary),
+        Some((Err(e), entry)) => {
+            run.errors.push(format!("S1 {label} ({}): {e}", entry.name));
+            None
+        }
+        None => None,
+    };
+    let s1_client = take("client");
+    let s1_primitives = take("primitives");
+    let mut floors = Vec::new();
+    for entry in entries.iter().skip(2).take(floor_count) {
+        if let Some(summary) = take("floor") {
+            floors.push(FloorRow {
+                name: entry.name.clone(),
+                summary,
+            });
+        }
+    }
+    let rslock_s1 = beside.rslock.as_ref().and_then(|_| take("peer"));
+    run.s1_client = s1_client;
+    run.s1_primitives = s1_primitives;
+    run.floors = floors;
+
     step!(
         "S2 throughput, 32 clients",
         s2_throughput,
-        scenarios::s2_throughput(&backend, sizes)
+        meter::server_time(meter, scenarios::s2_throughput(&client, sizes))
     );
     step!(
         "S3 contended handoff, 16 waiters",
         s3_handoff,
-        scenarios::s3_handoff(&backend, sizes)
+        scenarios::s3_handoff(&client, sizes)
     );
     step!(
         "S4 takeover after a vanished holder",
         s4_takeover,
         scenarios::s4_takeover(&backend, sizes)
     );
+    if let Some(rslock) = &beside.rslock {
+        let mut peer_row = |scenario: &str, summary| {
+            run.peers.push(PeerRow {
+                peer: RSLOCK.into(),
+                scenario: scenario.into(),
+                summary,
+            })
+        };
+        if let Some(summary) = rslock_s1 {
+            peer_row(report::S1, summary);
+        }
+        progress(RSLOCK, "S2 throughput, 32 clients");
+        match meter::server_time(meter, scenarios::s2_throughput(rslock, sizes)).await {
+            Ok(summary) => peer_row(report::S2, summary),
+            Err(e) => run.errors.push(format!("{RSLOCK} S2: {e}")),
+        }
+        progress(RSLOCK, "S3 contended handoff, 16 waiters (it polls)");
+        match scenarios::s3_handoff(rslock, sizes).await {
+            Ok(summary) => peer_row(report::S3, summary),
+            Err(e) => run.errors.push(format!("{RSLOCK} S3: {e}")),
+        }
+    }
     let granularity = backend.capabilities().ttl_granularity;
     run.takeover_allowance_ms = 50.0
         + if granularity > Duration::from_millis(1) {
@@ -132,29 +218,20 @@ async fn measure(run: &mut BackendRun, backend: Arc<DynLockBackend>, target: Tar
     run.conformance = Some(conformance);
 }
 
-async fn floors(kind: ServerKind, url: &str, cycles: usize) -> Result<Vec<FloorRow>, String> {
-    let measured = match kind {
-        ServerKind::Redis => floors::redis(url, cycles).await,
-        ServerKind::Postgres => floors::postgres(url, cycles).await,
+/// The raw floors of the server of `kind` at `url`.
+async fn floors(kind: ServerKind, url: &str) -> Result<Vec<S1Entry>, BoxError> {
+    match kind {
+        ServerKind::Redis => floors::redis(url).await,
+        ServerKind::Postgres => floors::postgres(url).await,
         ServerKind::Etcd => {
             let first = url
                 .trim_start_matches("etcd://")
                 .split(',')
                 .next()
                 .unwrap_or_default();
-            floors::etcd(&format!("http://{first}"), cycles).await
+            floors::etcd(&format!("http://{first}")).await
         }
-    };
-    measured
-        .map(|fs| {
-            fs.into_iter()
-                .map(|f| FloorRow {
-                    name: f.name.into(),
-                    summary: f.summary,
-                })
-                .collect()
-        })
-        .map_err(|e| e.to_string())
+    }
 }
 
 async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
@@ -187,20 +264,35 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
         }
     };
     run.started = true;
-    progress(kind.name(), "raw floors");
-    match floors(kind, &url, sizes.cycles).await {
-        Ok(rows) => {
-            run.floors = rows;
+    // Redis reports the time it spends on each command: the report can then tell a
+    // gap in the server's work from a gap in the client's.
+    let meter = match kind {
+        ServerKind::Redis => match meter::RedisMeter::connect(&url).await {
+            Ok(meter) => Some(meter),
+            Err(e) => {
+                run.errors.push(format!("server CPU (INFO cpu): {e}"));
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut beside = Beside::default();
+    match floors(kind, &url).await {
+        Ok(entries) => {
+            beside.floors = entries;
             // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
             run.floor_cycle_ops = if kind == ServerKind::Etcd { 3.0 } else { 2.0 };
         }
         Err(e) => run.errors.push(format!("floors: {e}")),
     }
+    if kind == ServerKind::Redis {
+        beside.rslock = Some(peers::Rslock::new(&url));
+    }
     let mut target = Target::new(backend.clone());
     if let Some(control) = control {
         target = target.with_control(control);
     }
-    measure(&mut run, backend, target, sizes).await;
+    measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
     run
 }
 
@@ -230,7 +322,8 @@ async fn main() -> ExitCode {
                     ..Default::default()
                 };
                 let target = Target::memory();
-                measure(&mut run, Arc::new(memory), target, sizes).await;
+                let beside = Beside::default();
+                measure(&mut run, Arc::new(memory), target, sizes, None, beside).await;
                 run
             }
             "redis" => run_server_backend(ServerKind::Redis, sizes).await,
@@ -287,8 +380,13 @@ async fn main() -> ExitCode {
             eprintln!("lockbench: {} had errors: {:?}", b.backend, b.errors);
             failed = true;
         }
-        if b.conformance.as_ref().is_some_and(|c| !c.failed.is_empty()) {
-            eprintln!("lockbench: {} failed conformance cases", b.backend);
+        if let Some(conformance) = b.conformance.as_ref().filter(|c| !c.failed.is_empty()) {
+            for (case, why) in &conformance.failed {
+                eprintln!(
+                    "lockbench: {} failed conformance case {case}: {why}",
+                    b.backend
+                );
+            }
             failed = true;
         }
     }

@@ -14,6 +14,21 @@ pub(crate) struct FloorRow {
     pub(crate) summary: Summary,
 }
 
+/// The scenario names peers are measured in, as the report shows them.
+pub(crate) const S1: &str = "S1 cycle";
+/// S2, as the report names it.
+pub(crate) const S2: &str = "S2 cycle under 32 clients";
+/// S3, as the report names it.
+pub(crate) const S3: &str = "S3 handoff, 16 waiters";
+
+/// A peer library measured in one scenario on the same server.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PeerRow {
+    pub(crate) peer: String,
+    pub(crate) scenario: String,
+    pub(crate) summary: Summary,
+}
+
 /// The conformance result of one backend.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Conformance {
@@ -37,6 +52,8 @@ pub(crate) struct BackendRun {
     pub(crate) s4_takeover: Option<Takeover>,
     /// The first floor is one round trip; the second, the raw lock cycle.
     pub(crate) floors: Vec<FloorRow>,
+    /// Peer libraries on the same server, in the same scenarios.
+    pub(crate) peers: Vec<PeerRow>,
     /// How many lock operations (each a write on the server) the raw cycle floor does.
     pub(crate) floor_cycle_ops: f64,
     /// What the S4 target allows past the TTL, in milliseconds.
@@ -61,6 +78,19 @@ fn ms(us: f64) -> String {
     }
 }
 
+/// Where both summaries carry the server's own CPU time per operation: the two
+/// figures, and how much of one core they used at the rate measured.
+fn server_work(ours: &Summary, theirs: &Summary, them: &str) -> String {
+    match (ours.server_cpu_us, theirs.server_cpu_us) {
+        (Some(a), Some(b)) => format!(
+            "; server CPU per cycle {a:.0} µs vs {b:.0} µs for {them} ({:.0}% vs {:.0}% of a core)",
+            a * ours.per_sec / 1e4,
+            b * theirs.per_sec / 1e4
+        ),
+        _ => String::new(),
+    }
+}
+
 fn opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
     v.as_ref().map_or_else(|| "—".to_owned(), f)
 }
@@ -82,7 +112,12 @@ impl BackendRun {
             out.push((
                 "S1 cycle within 1.10× of the raw floor (p50)".into(),
                 Some(ratio <= 1.10),
-                format!("{} vs {} = {ratio:.2}×", ms(s1.p50_us), ms(floor.p50_us)),
+                format!(
+                    "{} vs {} = {ratio:.2}×{}",
+                    ms(s1.p50_us),
+                    ms(floor.p50_us),
+                    server_work(s1, floor, "the floor")
+                ),
             ));
         }
         if let (Some(s3), Some(rtt)) = (&self.s3_handoff, self.round_trip()) {
@@ -108,6 +143,42 @@ impl BackendRun {
                 Some(trips <= 4.0),
                 figures,
             ));
+        }
+        let mut peers: Vec<&str> = self.peers.iter().map(|p| p.peer.as_str()).collect();
+        peers.dedup();
+        for peer in peers {
+            let find = |scenario: &str| {
+                self.peers
+                    .iter()
+                    .find(|p| p.peer == peer && p.scenario == scenario)
+                    .map(|p| &p.summary)
+            };
+            if let (Some(ours), Some(theirs)) = (&self.s1_client, find(S1)) {
+                let ratio = ours.p50_us / theirs.p50_us;
+                out.push((
+                    format!("S1 cycle at least as fast as {peer} (p50)"),
+                    Some(ratio <= 1.0),
+                    format!(
+                        "{} vs {} = {ratio:.2}×{}",
+                        ms(ours.p50_us),
+                        ms(theirs.p50_us),
+                        server_work(ours, theirs, peer)
+                    ),
+                ));
+            }
+            if let (Some(ours), Some(theirs)) = (&self.s2_throughput, find(S2)) {
+                let ratio = ours.per_sec / theirs.per_sec;
+                out.push((
+                    format!("S2 throughput at least {peer}'s"),
+                    Some(ratio >= 1.0),
+                    format!(
+                        "{:.0}/s vs {:.0}/s = {ratio:.2}×{}",
+                        ours.per_sec,
+                        theirs.per_sec,
+                        server_work(ours, theirs, peer)
+                    ),
+                ));
+            }
         }
         if let Some(s4) = &self.s4_takeover {
             out.push((
@@ -190,12 +261,6 @@ impl Report {
                 };
                 let _ = writeln!(md, "| {} | {target} | {met} | {figures} |", b.backend);
             }
-            if b.backend == "redis" && b.started {
-                let _ = writeln!(
-                    md,
-                    "| redis | S1 and S2 at least as fast as rslock | not measured | rslock is not part of this run yet |"
-                );
-            }
         }
         let _ = writeln!(md, "\n## Per backend\n");
         for b in &self.backends {
@@ -203,35 +268,81 @@ impl Report {
             if !b.started {
                 continue;
             }
-            let _ = writeln!(md, "| measurement | p50 | p90 | p99 | per second |");
-            let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
-            let mut row = |name: &str, s: &Option<Summary>| {
-                if let Some(s) = s {
-                    let _ = writeln!(
-                        md,
-                        "| {name} | {} | {} | {} | {:.0} |",
-                        ms(s.p50_us),
-                        ms(s.p90_us),
-                        ms(s.p99_us),
-                        s.per_sec
-                    );
-                }
-            };
-            row("S1 cycle, client (try_lock + release)", &b.s1_client);
-            row("S1 cycle, backend primitives", &b.s1_primitives);
-            row("S2 cycle under 32 clients", &b.s2_throughput);
-            row("S3 handoff, 16 waiters", &b.s3_handoff);
-            for f in &b.floors {
+            let _ = writeln!(
+                md,
+                "| measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | releaser took it again |"
+            );
+            let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+            let mut row = |name: &str, s: &Summary, ours: Option<&Summary>| {
+                let ratio =
+                    ours.map_or("—".to_owned(), |o| format!("{:.2}×", o.p50_us / s.p50_us));
+                let server = s
+                    .server_cpu_us
+                    .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
+                let again = s
+                    .same_holder_share
+                    .map_or("—".to_owned(), |share| format!("{:.0}%", share * 100.0));
                 let _ = writeln!(
                     md,
-                    "| floor: {} | {} | {} | {} | {:.0} |",
-                    f.name,
-                    ms(f.summary.p50_us),
-                    ms(f.summary.p90_us),
-                    ms(f.summary.p99_us),
-                    f.summary.per_sec
+                    "| {name} | {} | {} | {} | {:.0} | {ratio} | {server} | {again} |",
+                    ms(s.p50_us),
+                    ms(s.p90_us),
+                    ms(s.p99_us),
+                    s.per_sec
+                );
+            };
+            let ours = [
+                (S1, "S1 cycle, client (try_lock + release)", &b.s1_client),
+                (
+                    "",
+                    "S1 cycle, backend primitives (try_acquire + release)",
+                    &b.s1_primitives,
+                ),
+                (S2, S2, &b.s2_throughput),
+                (S3, S3, &b.s3_handoff),
+            ];
+            for (_, name, summary) in &ours {
+                if let Some(s) = summary {
+                    row(name, s, None);
+                }
+            }
+            for f in &b.floors {
+                row(
+                    &format!("floor: {}", f.name),
+                    &f.summary,
+                    b.s1_client.as_ref(),
                 );
             }
+            for p in &b.peers {
+                let mine = ours
+                    .iter()
+                    .find(|(scenario, _, _)| *scenario == p.scenario)
+                    .and_then(|(_, _, s)| s.as_ref());
+                row(
+                    &format!("peer {}: {}", p.peer, p.scenario),
+                    &p.summary,
+                    mine,
+                );
+            }
+            // rslock's uncontended cycle and the Redis floor send the same two commands:
+            // how far apart they land is this run's noise, in the same units.
+            let floor = b.cycle_floor();
+            let twin = b
+                .peers
+                .iter()
+                .find(|p| p.scenario == S1 && p.peer.starts_with("rslock"));
+            if let (Some(floor), Some(twin)) = (floor, twin) {
+                let _ = writeln!(
+                    md,
+                    "\nNoise in this run: {} and the raw floor send the same two commands per cycle; the gap between their S1 p50s, {:.0}%, gives a sense of it.",
+                    twin.peer,
+                    (twin.summary.p50_us / floor.p50_us - 1.0).abs() * 100.0
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`), network handling included. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
+            );
             if let Some(t) = &b.s4_takeover {
                 let rounds: Vec<String> =
                     t.takeover_ms.iter().map(|v| format!("{v:.0} ms")).collect();
@@ -302,6 +413,12 @@ impl Report {
             if let Some(f) = b.cycle_floor() {
                 rows.push((format!("{} raw floor p50", b.backend), f.p50_us));
             }
+            for p in b.peers.iter().filter(|p| p.scenario == S1) {
+                rows.push((
+                    format!("{} ({}) S1 cycle p50", p.peer, b.backend),
+                    p.summary.p50_us,
+                ));
+            }
         }
         Self::bar_chart(
             "S1: acquire + release latency, against the raw floor",
@@ -315,6 +432,16 @@ impl Report {
             if let Some(s) = &b.s3_handoff {
                 rows.push((format!("{} handoff p50", b.backend), s.p50_us));
                 rows.push((format!("{} handoff p99", b.backend), s.p99_us));
+            }
+            for p in b.peers.iter().filter(|p| p.scenario == S3) {
+                rows.push((
+                    format!("{} ({}) handoff p50", p.peer, b.backend),
+                    p.summary.p50_us,
+                ));
+                rows.push((
+                    format!("{} ({}) handoff p99", p.peer, b.backend),
+                    p.summary.p99_us,
+                ));
             }
         }
         Self::bar_chart(

@@ -1,16 +1,25 @@
-//! The scenarios, on any backend through distlock's own API.
+//! The scenarios: on any backend through distlock's own API, and on the peers that
+//! implement [`Contender`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{
-    AcquireOutcome, AcquireRequest, DynLockBackend, LockClient, LockKey, LockOptions, Result,
+    AcquireOutcome, AcquireRequest, DynLockBackend, Lease, LockClient, LockGuard, LockKey,
+    LockOptions,
 };
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::meter::RedisMeter;
 use crate::stats::Summary;
+use crate::BoxError;
+
+/// The TTL the scenarios ask for (or the backend's nearest).
+pub(crate) const SCENARIO_TTL: Duration = Duration::from_secs(10);
 
 /// How much each scenario does.
 #[derive(Debug, Clone, Copy)]
@@ -41,74 +50,224 @@ impl Sizes {
     }
 }
 
-fn key(scenario: &str, n: usize) -> LockKey {
+fn key(scenario: &str, n: usize) -> String {
     let run: u32 = rand::random();
-    LockKey::new(format!("lockbench/{scenario}/{run:08x}/{n}"))
-        .unwrap_or_else(|e| unreachable!("valid key: {e}"))
+    format!("lockbench/{scenario}/{run:08x}/{n}")
 }
 
-fn client(backend: &Arc<DynLockBackend>) -> Result<LockClient> {
-    let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(10));
+/// What the timed scenarios need of a lock implementation: distlock's client, or a
+/// peer library driven the way its users drive it.
+pub(crate) trait Contender: Clone + Send + Sync + 'static {
+    /// A held lock.
+    type Held: Send + 'static;
+
+    /// One attempt: the lock, or `None` when it is held elsewhere.
+    fn try_take(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Self::Held>, BoxError>> + Send;
+
+    /// Waits (up to `wait`) for the lock, by whatever means the implementation has.
+    fn take(
+        &self,
+        key: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Self::Held, BoxError>> + Send;
+
+    /// Releases a held lock.
+    fn give_back(&self, held: Self::Held) -> impl Future<Output = Result<(), BoxError>> + Send;
+}
+
+impl Contender for LockClient {
+    type Held = LockGuard;
+
+    async fn try_take(&self, key: &str) -> Result<Option<LockGuard>, BoxError> {
+        Ok(self.try_lock(key).await?)
+    }
+
+    async fn take(&self, key: &str, wait: Duration) -> Result<LockGuard, BoxError> {
+        Ok(self.lock(key, wait).await?)
+    }
+
+    async fn give_back(&self, held: LockGuard) -> Result<(), BoxError> {
+        Ok(held.release().await?)
+    }
+}
+
+/// A client on `backend`, as the scenarios use it (a TTL of at least 10 s).
+pub(crate) fn client(backend: &Arc<DynLockBackend>) -> distlock::Result<LockClient> {
+    let ttl = backend.capabilities().ttl_at_least(SCENARIO_TTL);
     LockClient::with_options(backend.clone(), LockOptions::new(ttl))
 }
 
-/// S1: one client, `try_lock` then `release`, on fresh keys: the path users take.
-pub(crate) async fn s1_client_cycle(
-    backend: &Arc<DynLockBackend>,
-    sizes: Sizes,
-) -> Result<Summary> {
-    let client = client(backend)?;
-    let mut samples = Vec::with_capacity(sizes.cycles);
-    let started = Instant::now();
-    for n in 0..sizes.cycles {
-        let k = key("s1", n);
-        let t = Instant::now();
-        let guard = client.try_lock(k.as_str()).await?.ok_or_else(|| busy(&k))?;
-        guard.release().await?;
-        samples.push(t.elapsed());
-    }
-    Ok(Summary::of(samples, started.elapsed()))
+/// Cycles run, unmeasured, before S1 measures: connections are set up and warm.
+const WARM_UP: usize = 20;
+
+/// S1 runs its contenders in turn, this many blocks each, in a rotating order: a
+/// machine that slows down for a while slows them all alike.
+const S1_BLOCKS: usize = 10;
+
+/// One uncontended cycle (a try, then a release), with the contender's type erased so
+/// that different contenders sit in one list.
+trait Cycle: Send + Sync {
+    fn cycle<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
 }
 
-/// S1 on the backend's primitives alone (`try_acquire` then `release`), without the
-/// client's guard and renewal task: what the library adds is the difference.
-pub(crate) async fn s1_backend_cycle(
-    backend: &Arc<DynLockBackend>,
-    sizes: Sizes,
-) -> Result<Summary> {
-    let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(10));
-    let mut samples = Vec::with_capacity(sizes.cycles);
-    let started = Instant::now();
-    for n in 0..sizes.cycles {
-        let k = key("s1b", n);
-        let t = Instant::now();
-        let request = AcquireRequest::new(k.clone(), ttl);
-        match backend.try_acquire(&request).await? {
-            AcquireOutcome::Acquired(lease) => {
-                backend.release(lease.key(), lease.owner()).await?;
-            }
-            AcquireOutcome::Held { .. } => return Err(busy(&k)),
+impl<C: Contender> Cycle for C {
+    fn cycle<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>> {
+        Box::pin(async move {
+            let held = self.try_take(key).await?.ok_or_else(|| busy(key))?;
+            self.give_back(held).await
+        })
+    }
+}
+
+/// A contender of S1, by name.
+pub(crate) struct S1Entry {
+    pub(crate) name: String,
+    cycle: Box<dyn Cycle>,
+}
+
+impl S1Entry {
+    /// `contender`, shown as `name`.
+    pub(crate) fn new(name: impl Into<String>, contender: impl Contender) -> Self {
+        S1Entry {
+            name: name.into(),
+            cycle: Box::new(contender),
         }
-        samples.push(t.elapsed());
     }
-    Ok(Summary::of(samples, started.elapsed()))
 }
 
-fn busy(k: &LockKey) -> distlock::Error {
-    distlock::Error::new(
-        distlock::ErrorKind::Backend,
-        format!("the fresh key {k} was held"),
-    )
+/// The backend's primitives alone (`try_acquire` then `release`), without the
+/// client's guard and renewal task: what the client adds is the difference.
+#[derive(Clone)]
+pub(crate) struct Primitives(pub(crate) Arc<DynLockBackend>);
+
+impl Contender for Primitives {
+    type Held = Lease;
+
+    async fn try_take(&self, key: &str) -> Result<Option<Lease>, BoxError> {
+        let ttl = self.0.capabilities().ttl_at_least(SCENARIO_TTL);
+        let request = AcquireRequest::new(LockKey::new(key)?, ttl);
+        Ok(match self.0.try_acquire(&request).await? {
+            AcquireOutcome::Acquired(lease) => Some(lease),
+            AcquireOutcome::Held { .. } => None,
+        })
+    }
+
+    async fn take(&self, key: &str, _: Duration) -> Result<Lease, BoxError> {
+        Err(format!("the primitives do not wait ({key})").into())
+    }
+
+    async fn give_back(&self, lease: Lease) -> Result<(), BoxError> {
+        self.0.release(lease.key(), lease.owner()).await?;
+        Ok(())
+    }
 }
 
-/// S2: 32 concurrent clients, each cycling on keys of its own, for a fixed time.
-pub(crate) async fn s2_throughput(backend: &Arc<DynLockBackend>, sizes: Sizes) -> Result<Summary> {
+/// S1: one client at a time, a try then a release, on fresh keys, for every entry
+/// side by side (see [`S1_BLOCKS`]). With a meter, each summary carries the server's
+/// CPU time per cycle.
+pub(crate) async fn s1_side_by_side(
+    entries: &[S1Entry],
+    sizes: Sizes,
+    meter: Option<&RedisMeter>,
+) -> Vec<Result<Summary, BoxError>> {
+    struct Tally {
+        samples: Vec<Duration>,
+        wall: Duration,
+        server_cpu_us: Option<f64>,
+        error: Option<BoxError>,
+    }
+    let mut tallies: Vec<Tally> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let mut error = None;
+        for n in 0..WARM_UP {
+            if let Err(e) = entry.cycle.cycle(&key("warm-up", n)).await {
+                error = Some(e);
+                break;
+            }
+        }
+        tallies.push(Tally {
+            samples: Vec::with_capacity(sizes.cycles),
+            wall: Duration::ZERO,
+            server_cpu_us: meter.map(|_| 0.0),
+            error,
+        });
+    }
+    let per_block = sizes.cycles.div_ceil(S1_BLOCKS);
+    for block in 0..S1_BLOCKS {
+        for turn in 0..entries.len() {
+            let i = (turn + block) % entries.len();
+            let tally = &mut tallies[i];
+            if tally.error.is_some() {
+                continue;
+            }
+            let cpu_before = match meter {
+                Some(m) => m.busy_us().await.ok(),
+                None => None,
+            };
+            let started = Instant::now();
+            for n in 0..per_block {
+                let k = key("s1", block * per_block + n);
+                let t = Instant::now();
+                if let Err(e) = entries[i].cycle.cycle(&k).await {
+                    tally.error = Some(e);
+                    break;
+                }
+                tally.samples.push(t.elapsed());
+            }
+            tally.wall += started.elapsed();
+            let cpu_after = match meter {
+                Some(m) => m.busy_us().await.ok(),
+                None => None,
+            };
+            tally.server_cpu_us = match (tally.server_cpu_us, cpu_before, cpu_after) {
+                (Some(sum), Some(before), Some(after)) => Some(sum + after - before),
+                _ => None,
+            };
+        }
+    }
+    tallies
+        .into_iter()
+        .map(|tally| {
+            if let Some(e) = tally.error {
+                return Err(e);
+            }
+            let mut summary = Summary::of(tally.samples, tally.wall);
+            if summary.count > 0 {
+                summary.server_cpu_us = tally.server_cpu_us.map(|us| us / summary.count as f64);
+            }
+            Ok(summary)
+        })
+        .collect()
+}
+
+fn busy(k: &str) -> BoxError {
+    format!("the fresh key {k} was held").into()
+}
+
+fn join_error(e: tokio::task::JoinError) -> BoxError {
+    format!("a scenario task failed: {e}").into()
+}
+
+/// S2: 32 concurrent clients sharing one handle, each cycling on keys of its own, for
+/// a fixed time.
+pub(crate) async fn s2_throughput(
+    lock: &impl Contender,
+    sizes: Sizes,
+) -> Result<Summary, BoxError> {
     const CLIENTS: usize = 32;
-    let client = client(backend)?;
     let started = Instant::now();
     let until = started + sizes.throughput_for;
     let tasks = (0..CLIENTS).map(|c| {
-        let client = client.clone();
+        let lock = lock.clone();
         tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut n = 0;
@@ -116,35 +275,37 @@ pub(crate) async fn s2_throughput(backend: &Arc<DynLockBackend>, sizes: Sizes) -
                 let k = key(&format!("s2-{c}"), n);
                 n += 1;
                 let t = Instant::now();
-                let guard = client.try_lock(k.as_str()).await?.ok_or_else(|| busy(&k))?;
-                guard.release().await?;
+                let held = lock.try_take(&k).await?.ok_or_else(|| busy(&k))?;
+                lock.give_back(held).await?;
                 samples.push(t.elapsed());
             }
-            Ok::<_, distlock::Error>(samples)
+            Ok::<_, BoxError>(samples)
         })
     });
     let mut samples = Vec::new();
     for joined in futures_util::future::join_all(tasks).await {
-        let done = joined
-            .map_err(|e| distlock::Error::new(distlock::ErrorKind::Backend, e.to_string()))?;
-        samples.extend(done?);
+        samples.extend(joined.map_err(join_error)??);
     }
     Ok(Summary::of(samples, started.elapsed()))
 }
 
 /// S3: 16 waiters on one key, each holding it 1 ms: the time from one holder's
-/// release to the next holder's acquire.
-pub(crate) async fn s3_handoff(backend: &Arc<DynLockBackend>, sizes: Sizes) -> Result<Summary> {
+/// release to the next holder's acquire, and how often the next holder was the one
+/// that had just released (a library that lets the releaser barge ahead of its
+/// waiters shows short handoffs but starves them).
+pub(crate) async fn s3_handoff(lock: &impl Contender, sizes: Sizes) -> Result<Summary, BoxError> {
     const WAITERS: usize = 16;
-    let client = client(backend)?;
     let k = key("s3", 0);
-    let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
+    // When the last holder released, and which waiter it was.
+    let last_release: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
     let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let done = Arc::new(AtomicUsize::new(0));
+    let same_holder = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let tasks = (0..WAITERS).map(|_| {
-        let (client, k, last_release, samples, done) = (
-            client.clone(),
+    let tasks = (0..WAITERS).map(|me| {
+        let same_holder = same_holder.clone();
+        let (lock, k, last_release, samples, done) = (
+            lock.clone(),
             k.clone(),
             last_release.clone(),
             samples.clone(),
@@ -152,13 +313,16 @@ pub(crate) async fn s3_handoff(backend: &Arc<DynLockBackend>, sizes: Sizes) -> R
         );
         tokio::spawn(async move {
             while done.load(Ordering::SeqCst) < sizes.handoffs {
-                let guard = client.lock(k.as_str(), Duration::from_secs(60)).await?;
+                let held = lock.take(&k, Duration::from_secs(60)).await?;
                 let now = Instant::now();
-                if let Some(released) = last_release
+                if let Some((released, by)) = last_release
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .take()
                 {
+                    if by == me {
+                        same_holder.fetch_add(1, Ordering::SeqCst);
+                    }
                     samples
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -166,18 +330,24 @@ pub(crate) async fn s3_handoff(backend: &Arc<DynLockBackend>, sizes: Sizes) -> R
                     done.fetch_add(1, Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
-                *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                guard.release().await?;
+                *last_release.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((Instant::now(), me));
+                lock.give_back(held).await?;
             }
-            Ok::<_, distlock::Error>(())
+            Ok::<_, BoxError>(())
         })
     });
     for joined in futures_util::future::join_all(tasks).await {
-        joined.map_err(|e| distlock::Error::new(distlock::ErrorKind::Backend, e.to_string()))??;
+        joined.map_err(join_error)??;
     }
     let wall = started.elapsed();
     let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok(Summary::of(samples, wall))
+    let mut summary = Summary::of(samples, wall);
+    if summary.count > 0 {
+        summary.same_holder_share =
+            Some(same_holder.load(Ordering::SeqCst) as f64 / summary.count as f64);
+    }
+    Ok(summary)
 }
 
 /// S4's result: how long after a vanished holder's TTL another client got the lock.
@@ -191,12 +361,15 @@ pub(crate) struct Takeover {
 }
 
 /// S4: a holder takes the lock and vanishes without releasing; a waiter takes over.
-pub(crate) async fn s4_takeover(backend: &Arc<DynLockBackend>, sizes: Sizes) -> Result<Takeover> {
+pub(crate) async fn s4_takeover(
+    backend: &Arc<DynLockBackend>,
+    sizes: Sizes,
+) -> Result<Takeover, BoxError> {
     let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(1));
     let client = client(backend)?;
     let mut takeover_ms = Vec::new();
     for n in 0..sizes.takeovers {
-        let k = key("s4", n);
+        let k = LockKey::new(key("s4", n))?;
         let sent = Instant::now();
         // The primitive, not the client: a guard would renew or release.
         match backend
@@ -204,7 +377,7 @@ pub(crate) async fn s4_takeover(backend: &Arc<DynLockBackend>, sizes: Sizes) -> 
             .await?
         {
             AcquireOutcome::Acquired(_) => {}
-            AcquireOutcome::Held { .. } => return Err(busy(&k)),
+            AcquireOutcome::Held { .. } => return Err(busy(k.as_str())),
         }
         let guard = client
             .lock(k.as_str(), ttl * 3 + Duration::from_secs(5))

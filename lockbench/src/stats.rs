@@ -15,6 +15,14 @@ pub(crate) struct Summary {
     pub(crate) max_us: f64,
     /// Operations per second over the wall time they took.
     pub(crate) per_sec: f64,
+    /// CPU microseconds the server process used per operation, where the server
+    /// reports it (Redis).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) server_cpu_us: Option<f64>,
+    /// In a handoff scenario: the share of handoffs in which the holder that had just
+    /// released took the lock again, ahead of the waiters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) same_holder_share: Option<f64>,
 }
 
 fn us(d: Duration) -> f64 {
@@ -50,6 +58,8 @@ impl Summary {
             } else {
                 n as f64 / wall.as_secs_f64()
             },
+            server_cpu_us: None,
+            same_holder_share: None,
         }
     }
 }
