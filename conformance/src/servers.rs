@@ -508,22 +508,35 @@ fn to_port(port: u16) -> [String; 6] {
     ]
 }
 
+/// The local ends (`address:port`) of this machine's established TCP connections to
+/// 127.0.0.1:`port`.
+async fn local_connections(port: u16) -> Result<std::collections::BTreeSet<String>, BoxError> {
+    let listed = tokio::process::Command::new("ss")
+        .args(["-H", "state", "established"])
+        .args(to_port(port))
+        .output()
+        .await?;
+    // With a state filter the columns are: Recv-Q, Send-Q, local end, peer end.
+    Ok(String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
+        .collect())
+}
+
 /// Aborts every TCP connection from this machine to 127.0.0.1:`port` with `ss -K`
 /// (socket destroy: the kernel must support it and the process needs
-/// `CAP_NET_ADMIN`); their owners' next read or write fails. An error when any is
-/// left open.
+/// `CAP_NET_ADMIN`); their owners' next read or write fails. An error when any of the
+/// connections open before is still open after; clients that connect again at once
+/// make new connections, which are not counted.
 async fn kill_local_connections(port: u16) -> Result<(), BoxError> {
+    let before = local_connections(port).await?;
     let killed = tokio::process::Command::new("ss")
         .arg("-K")
         .args(to_port(port))
         .output()
         .await?;
-    let left = tokio::process::Command::new("ss")
-        .args(["-H", "state", "established"])
-        .args(to_port(port))
-        .output()
-        .await?;
-    let left = String::from_utf8_lossy(&left.stdout).lines().count();
+    let after = local_connections(port).await?;
+    let left = before.intersection(&after).count();
     if left > 0 {
         return Err(format!(
             "ss -K left {left} connection(s) to port {port} open: {}",
