@@ -516,6 +516,13 @@ async fn local_connections(port: u16) -> Result<std::collections::BTreeSet<Strin
         .args(to_port(port))
         .output()
         .await?;
+    if !listed.status.success() {
+        return Err(format!(
+            "ss could not list the connections to port {port}: {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        )
+        .into());
+    }
     // With a state filter the columns are: Recv-Q, Send-Q, local end, peer end.
     Ok(String::from_utf8_lossy(&listed.stdout)
         .lines()
