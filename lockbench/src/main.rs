@@ -264,8 +264,8 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
         }
     };
     run.started = true;
-    // Redis reports the time it spends on each command: the report can then tell a
-    // gap in the server's work from a gap in the client's.
+    // Redis reports its process's CPU time (`INFO cpu`): read around each scenario,
+    // the report can then tell a gap in the server's work from a gap in the client's.
     let meter = match kind {
         ServerKind::Redis => match meter::RedisMeter::connect(&url).await {
             Ok(meter) => Some(meter),
