@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use lock_core::{
-    AcquireOutcome, AcquireRequest, Error, ErrorKind, ExtendOutcome, FenceDurability, Lease,
+    AcquireOutcome, Error, ErrorKind, ExtendOutcome, FenceDurability, Lease, LockBackendExt,
     LockClient, LockKey, LockOptions, LossReason, OwnerToken, ReleaseOutcome,
 };
 use tokio::time::{sleep, sleep_until, timeout, Instant};
@@ -55,11 +55,7 @@ fn control_err(what: &str) -> impl FnOnce(lock_core::BoxError) -> CaseError + '_
 }
 
 async fn try_acquire(t: &Target, key: &LockKey, ttl: Duration) -> Result<Option<Lease>, CaseError> {
-    match t
-        .backend()
-        .try_acquire(&AcquireRequest::new(key.clone(), ttl))
-        .await?
-    {
+    match t.backend().try_acquire(key, ttl).await? {
         AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
         AcquireOutcome::Held { .. } => Ok(None),
     }
@@ -308,7 +304,7 @@ pub async fn extend_after_expiry_fails_and_does_not_reacquire(t: &Target) -> Cas
         holder_fence(t, &key).await?.is_none(),
         "the lease did not expire"
     );
-    let outcome = t.backend().extend(&lease, t.long_ttl()).await?;
+    let outcome = t.backend().extend(&lease, t.renewal_ttl(&lease)).await?;
     ensure!(
         outcome == ExtendOutcome::NotHeld,
         "extending an expired lease answered {outcome:?}"
@@ -326,7 +322,7 @@ pub async fn extend_after_takeover_fails(t: &Target) -> CaseResult {
     let old = acquire(t, &key, t.short_ttl()).await?;
     let give_up = Instant::now() + t.short_ttl() * 4 + t.expiry_slack() * 4;
     let (new, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
-    let outcome = t.backend().extend(&old, t.long_ttl()).await?;
+    let outcome = t.backend().extend(&old, t.renewal_ttl(&old)).await?;
     ensure!(
         outcome == ExtendOutcome::NotHeld,
         "extending a taken-over lease answered {outcome:?}"
@@ -556,19 +552,13 @@ pub async fn bad_input_gives_typed_errors(t: &Target) -> CaseResult {
     let caps = t.capabilities().clone();
     let key = t.key("bad-input");
     let kind = |r: &lock_core::Result<AcquireOutcome>| r.as_ref().map(|_| ()).map_err(|e| e.kind());
-    let zero = t
-        .backend()
-        .try_acquire(&AcquireRequest::new(key.clone(), Duration::ZERO))
-        .await;
+    let zero = t.backend().try_acquire(&key, Duration::ZERO).await;
     ensure!(
         kind(&zero) == Err(ErrorKind::InvalidTtl),
         "a zero ttl answered {zero:?}"
     );
     if let Some(too_long) = caps.max_ttl.checked_add(caps.ttl_granularity) {
-        let r = t
-            .backend()
-            .try_acquire(&AcquireRequest::new(key.clone(), too_long))
-            .await;
+        let r = t.backend().try_acquire(&key, too_long).await;
         ensure!(
             kind(&r) == Err(ErrorKind::InvalidTtl),
             "a ttl above the maximum answered {r:?}"
@@ -576,10 +566,7 @@ pub async fn bad_input_gives_typed_errors(t: &Target) -> CaseResult {
     }
     if caps.ttl_granularity > Duration::from_nanos(1) {
         let odd = caps.min_ttl + caps.ttl_granularity / 2;
-        let r = t
-            .backend()
-            .try_acquire(&AcquireRequest::new(key.clone(), odd))
-            .await;
+        let r = t.backend().try_acquire(&key, odd).await;
         ensure!(
             kind(&r) == Err(ErrorKind::InvalidTtl),
             "a ttl off the granularity answered {r:?}"
@@ -628,8 +615,7 @@ pub async fn bad_input_gives_typed_errors(t: &Target) -> CaseResult {
     // The shortest TTL the backend accepts must not panic or hang (rslock's underflow).
     let r = timeout(
         Duration::from_secs(10),
-        t.backend()
-            .try_acquire(&AcquireRequest::new(t.key("min-ttl"), caps.min_ttl)),
+        t.backend().try_acquire(&t.key("min-ttl"), caps.min_ttl),
     )
     .await;
     ensure!(r.is_ok(), "acquiring with the minimum ttl hung");
@@ -913,9 +899,7 @@ pub async fn fault_restart_keeps_fences_and_declared_leases(t: &Target) -> CaseR
         );
     }
     let outcome = retry_until_up("acquire", || async {
-        t.backend()
-            .try_acquire(&AcquireRequest::new(key.clone(), t.long_ttl()))
-            .await
+        t.backend().try_acquire(&key, t.long_ttl()).await
     })
     .await?;
     let AcquireOutcome::Acquired(after) = outcome else {
@@ -943,8 +927,7 @@ pub async fn fault_killed_server_gives_typed_errors_then_recovers(t: &Target) ->
     control.kill().await.map_err(control_err("kill"))?;
     let attempt = timeout(
         Duration::from_secs(20),
-        t.backend()
-            .try_acquire(&AcquireRequest::new(key.clone(), t.long_ttl())),
+        t.backend().try_acquire(&key, t.long_ttl()),
     )
     .await;
     let started = control.start().await.map_err(control_err("start"));
@@ -964,9 +947,7 @@ pub async fn fault_killed_server_gives_typed_errors_then_recovers(t: &Target) ->
     }
     started?;
     let outcome = retry_until_up("acquire", || async {
-        t.backend()
-            .try_acquire(&AcquireRequest::new(key.clone(), t.long_ttl()))
-            .await
+        t.backend().try_acquire(&key, t.long_ttl()).await
     })
     .await?;
     let AcquireOutcome::Acquired(lease) = outcome else {

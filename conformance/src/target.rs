@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{BoxError, Capabilities, DynLockBackend, LockKey, MemoryBackend};
+use lock_core::{BoxError, Capabilities, DynLockBackend, Lease, LockKey, MemoryBackend};
 use tokio::sync::RwLock;
 
 /// Control over the server behind a backend, for the fault cases.
@@ -105,6 +105,17 @@ impl Target {
     /// A TTL that does not run out during a case.
     pub fn long_ttl(&self) -> Duration {
         self.capabilities().ttl_at_least(Duration::from_secs(60))
+    }
+
+    /// A long TTL to extend `lease` to, where the backend extends to any TTL; the
+    /// lease's own TTL where it renews only to that
+    /// ([`Capabilities::extend_any_ttl`]).
+    pub fn renewal_ttl(&self, lease: &Lease) -> Duration {
+        if self.capabilities().extend_any_ttl {
+            self.long_ttl()
+        } else {
+            lease.ttl()
+        }
     }
 
     /// How late after its TTL an abandoned lease may free its key: the TTL granularity

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::{Stream, StreamExt};
+use tokio::time::Instant;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::lease::{
-    AcquireOutcome, AcquireRequest, ExtendOutcome, Lease, LockInfo, ReleaseOutcome,
+    AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
+    ReleaseOutcome, Renewal,
 };
 use crate::token::OwnerToken;
 
@@ -27,18 +29,23 @@ pub type ChangeStream = Pin<Box<dyn Stream<Item = ()> + Send + 'static>>;
 /// conformance suite take.
 pub type DynLockBackend = dyn LockBackend;
 
-/// A store that grants leases on named locks.
+/// A store that grants leases on named locks: the server steps a backend implements.
 ///
-/// The required methods are the primitives; waiting, renewal and guards are built on
-/// them by [`LockClient`](crate::LockClient), and small conveniences live in
-/// [`LockBackendExt`]. The trait is object safe: `Arc<dyn LockBackend>` is how it is
-/// usually held.
+/// A backend implements only what its server does: one step per operation, each one
+/// atomic on the server. Everything the contract asks of every call is done once, in
+/// [`LockBackendExt`], which callers use: TTLs are checked against
+/// [`capabilities`](Self::capabilities) before anything is sent (a backend only ever
+/// sees an [`AcquireRequest`] or [`ExtendRequest`] that core built after that check),
+/// validity is counted from before the request, the [`Lease`] is built, and a grant
+/// whose reply arrives after its validity ran out is given back. Waiting, renewal and
+/// guards are built on top by [`LockClient`](crate::LockClient). The trait is object
+/// safe: `Arc<dyn LockBackend>` is how it is usually held.
 ///
 /// # Contract
 ///
 /// Every backend keeps these points; the conformance suite (`distlock-conformance`)
-/// has a case for each, and a backend that cannot keep one says so in its
-/// [`Capabilities`] and its docs.
+/// names the point each of its cases checks, and a backend that cannot keep one says so
+/// in its [`Capabilities`] and its docs.
 ///
 /// 1. **Mutual exclusion.** At most one unexpired lease exists per key at any instant.
 /// 2. **Server time.** Expiry is judged by the server's clock only, never a client's.
@@ -60,11 +67,12 @@ pub type DynLockBackend = dyn LockBackend;
 ///    [`FailsClosed`](crate::FenceDurability::FailsClosed), it never goes backwards.
 /// 7. **Validity.** A returned lease's [`Lease::valid_until`] is measured from the
 ///    instant *before* the request was sent, so the round trip is never counted as
-///    validity; a backend never returns a lease that has already expired.
-///    ([`LockClient`](crate::LockClient) also refuses leases below a minimum validity.)
+///    validity; no lease is returned already expired. (Core keeps this point for every
+///    backend; [`LockClient`](crate::LockClient) also refuses leases below a minimum
+///    validity.)
 ///
-/// Input is checked before anything is sent: keys by [`LockKey`], TTLs by
-/// [`Capabilities::check_ttl`]; bad input is a typed error, never a panic.
+/// Input is checked before anything is sent: keys by [`LockKey`], TTLs against
+/// [`Capabilities`]; bad input is a typed error, never a panic.
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug {
     /// A short name for logs, errors and reports ("memory", "redis", ...).
@@ -73,16 +81,22 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// What this backend can do and its limits.
     fn capabilities(&self) -> &Capabilities;
 
-    /// Takes `request.key` for `request.ttl` if it is free or its lease has expired;
-    /// otherwise answers [`AcquireOutcome::Held`]. One round trip.
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome>;
+    /// The acquisition step: takes `request.key()` for `request.ttl()` as
+    /// `request.owner()` if it is free or its lease has expired, minting the next fence
+    /// in the same atomic step; otherwise answers [`Grant::Held`]. If the same owner
+    /// already holds the key (a retry whose first reply was lost), the grant is that
+    /// lease, re-armed to the TTL. One round trip. Callers use
+    /// [`LockBackendExt::try_acquire`].
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant>;
 
     /// Releases `key` if `owner` holds it. One round trip; see contract point 4.
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome>;
 
-    /// Sets the lease's TTL to `ttl` from now if it is still held. One round trip; see
-    /// contract point 5.
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome>;
+    /// The renewal step: sets the lease's expiry to `request.ttl()` from now if
+    /// `request.owner()` still holds `request.key()`, keeping its fence; never creates
+    /// the key. One round trip; see contract point 5. Callers use
+    /// [`LockBackendExt::extend`].
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal>;
 
     /// The current holder's fencing token and remaining TTL, or `None` when the key is
     /// free. Never the owner token.
@@ -91,6 +105,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// Starts watching `key` for releases, when the backend can
     /// ([`Capabilities::change_notification`]). Call it *before* the attempt it is to
     /// wake, so that a release in between is not missed. `None` means "poll".
+    /// [`WakeRegistry`](crate::WakeRegistry) is the shared piece behind it.
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let _ = key;
         Ok(None)
@@ -118,14 +133,14 @@ macro_rules! forward_backend {
             fn capabilities(&self) -> &Capabilities {
                 (**self).capabilities()
             }
-            async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
-                (**self).try_acquire(request).await
+            async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+                (**self).try_grant(request).await
             }
             async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
                 (**self).release(key, owner).await
             }
-            async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-                (**self).extend(lease, ttl).await
+            async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+                (**self).renew(request).await
             }
             async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
                 (**self).inspect(key).await
@@ -142,18 +157,77 @@ macro_rules! forward_backend {
 
 forward_backend!(Arc<T>, Box<T>);
 
-/// Conveniences over [`LockBackend`], implemented for every backend. Do not implement
-/// it yourself.
+/// The operations callers use, built once on every backend's steps: each keeps the
+/// per-call points of the contract, so that no backend has to. Implemented for every
+/// [`LockBackend`]; do not implement it yourself.
 #[async_trait]
 pub trait LockBackendExt: LockBackend {
-    /// Checks `key` and `ttl`, then tries once to acquire: `Some(lease)` or `None`
-    /// when another lease holds the key.
-    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
-        let key = LockKey::new(key)?;
+    /// Tries once to acquire `key` for `ttl` with a fresh owner token: the lease, or
+    /// [`AcquireOutcome::Held`]. See [`try_acquire_as`](Self::try_acquire_as).
+    async fn try_acquire(&self, key: &LockKey, ttl: Duration) -> Result<AcquireOutcome> {
+        self.try_acquire_as(key, ttl, OwnerToken::random()).await
+    }
+
+    /// Tries once to acquire `key` for `ttl` as `owner`, which the caller minted so
+    /// that it can release what a request whose reply was lost may have taken.
+    ///
+    /// An [`ErrorKind::InvalidTtl`] error, with nothing sent, when the backend's
+    /// capabilities refuse `ttl`. The lease's validity is counted from before the
+    /// request was sent (contract point 7); a grant whose reply arrives after that
+    /// validity ran out is released at once and reported as a retryable
+    /// [`ErrorKind::Timeout`], never returned.
+    async fn try_acquire_as(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        owner: OwnerToken,
+    ) -> Result<AcquireOutcome> {
         let ttl = self.capabilities().check_ttl(ttl)?;
-        match self.try_acquire(&AcquireRequest::new(key, ttl)).await? {
-            AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
-            AcquireOutcome::Held { .. } => Ok(None),
+        let request = AcquireRequest::new(key.clone(), ttl, owner);
+        let sent_at = Instant::now();
+        let fence = match self.try_grant(&request).await? {
+            Grant::Held { remaining } => return Ok(AcquireOutcome::Held { remaining }),
+            Grant::Granted(fence) => fence,
+        };
+        let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at);
+        if !lease.is_expired() {
+            return Ok(AcquireOutcome::Acquired(lease));
+        }
+        let _ = self.release(key, &owner).await;
+        Err(late(self.name(), "grant"))
+    }
+
+    /// Extends `lease` to `ttl` from now, if it is still held: the renewed lease, with
+    /// the same fence, or [`ExtendOutcome::NotHeld`] (contract point 5).
+    ///
+    /// An [`ErrorKind::InvalidTtl`] error, with nothing sent, when the capabilities
+    /// refuse `ttl`, or when the backend renews only to the granted TTL
+    /// ([`Capabilities::extend_any_ttl`] is false) and `ttl` is another. The new
+    /// validity is counted from before the request; a renewal whose reply arrives after
+    /// it ran out is a retryable [`ErrorKind::Timeout`].
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
+        let capabilities = self.capabilities();
+        let ttl = capabilities.check_ttl(ttl)?;
+        if !capabilities.extend_any_ttl && ttl != lease.ttl() {
+            return Err(Error::new(
+                ErrorKind::InvalidTtl,
+                format!(
+                    "this backend renews a lease to the ttl it was granted ({:?}), not {ttl:?}",
+                    lease.ttl()
+                ),
+            )
+            .with_backend(self.name().to_owned()));
+        }
+        let sent_at = Instant::now();
+        match self.renew(&ExtendRequest::new(lease.clone(), ttl)).await? {
+            Renewal::NotHeld => Ok(ExtendOutcome::NotHeld),
+            Renewal::Renewed => {
+                let renewed = lease.renewed(ttl, sent_at);
+                if renewed.is_expired() {
+                    return Err(late(self.name(), "renewal"));
+                }
+                Ok(ExtendOutcome::Extended(renewed))
+            }
         }
     }
 
@@ -161,9 +235,28 @@ pub trait LockBackendExt: LockBackend {
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.release(lease.key(), lease.owner()).await
     }
+
+    /// Checks `key`, then tries once to acquire it for `ttl`: `Some(lease)` or `None`
+    /// when another lease holds the key.
+    async fn acquire_once(&self, key: &str, ttl: Duration) -> Result<Option<Lease>> {
+        let key = LockKey::new(key)?;
+        match self.try_acquire(&key, ttl).await? {
+            AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
+            AcquireOutcome::Held { .. } => Ok(None),
+        }
+    }
 }
 
 impl<T: LockBackend + ?Sized> LockBackendExt for T {}
+
+/// A reply that came after the validity it would have started had run out.
+fn late(backend: &str, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("the {what} arrived after its ttl had run out"),
+    )
+    .with_backend(backend.to_owned())
+}
 
 /// The next item of an optional change stream; pending forever without one.
 pub(crate) async fn next_change(changes: &mut Option<ChangeStream>) -> Option<()> {

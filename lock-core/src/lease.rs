@@ -7,54 +7,116 @@ use tokio::time::Instant;
 use crate::key::LockKey;
 use crate::token::{FencingToken, OwnerToken};
 
-/// A request to acquire `key` for `ttl`, as the owner `owner`.
+/// What a backend's [`try_grant`](crate::LockBackend::try_grant) receives: a key, a
+/// TTL the backend's [`Capabilities`](crate::Capabilities) accept, and the owner token
+/// of this acquisition.
 ///
-/// The caller mints the owner token, so that a caller who gives up on a request
-/// whose reply never came can still release what the request may have taken.
+/// Only distlock's core builds one, after checking the TTL against the backend's
+/// capabilities, so a backend never sees a TTL it would have to refuse or round. The
+/// caller mints the owner token, so that a caller who gives up on a request whose
+/// reply never came can still release what the request may have taken.
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub struct AcquireRequest {
-    /// The lock to take.
-    pub key: LockKey,
-    /// How long the lease lasts unless extended, by the server's clock.
-    pub ttl: Duration,
-    /// The secret of this acquisition; fresh for every request.
-    pub owner: OwnerToken,
+    key: LockKey,
+    ttl: Duration,
+    owner: OwnerToken,
 }
 
 impl AcquireRequest {
-    /// A request with a fresh random owner token.
-    pub fn new(key: LockKey, ttl: Duration) -> Self {
-        AcquireRequest {
-            key,
-            ttl,
-            owner: OwnerToken::random(),
-        }
+    /// Built by [`LockBackendExt`](crate::LockBackendExt) only, once `ttl` is checked.
+    pub(crate) fn new(key: LockKey, ttl: Duration, owner: OwnerToken) -> Self {
+        AcquireRequest { key, ttl, owner }
+    }
+
+    /// The lock to take.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// How long the lease lasts unless extended, by the server's clock.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The secret of this acquisition; fresh for every acquisition.
+    pub fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+}
+
+/// What a backend's [`renew`](crate::LockBackend::renew) receives: a held lease and a
+/// TTL the backend's capabilities accept (for a backend that renews only to the granted
+/// TTL, that TTL). Only distlock's core builds one.
+#[derive(Debug, Clone)]
+pub struct ExtendRequest {
+    lease: Lease,
+    ttl: Duration,
+}
+
+impl ExtendRequest {
+    pub(crate) fn new(lease: Lease, ttl: Duration) -> Self {
+        ExtendRequest { lease, ttl }
+    }
+
+    /// The lock.
+    pub fn key(&self) -> &LockKey {
+        self.lease.key()
+    }
+
+    /// The owner token of the lease to renew.
+    pub fn owner(&self) -> &OwnerToken {
+        self.lease.owner()
+    }
+
+    /// The lease's fencing token, which the renewal keeps.
+    pub fn fence(&self) -> FencingToken {
+        self.lease.fence()
+    }
+
+    /// The new TTL, from now, by the server's clock.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 }
 
 /// A granted lease: the right to act as the lock's holder until [`Lease::valid_until`].
+///
+/// Only distlock's core builds leases, so that every lease's validity is counted the
+/// same way: from the instant *before* the request was sent, plus the TTL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     key: LockKey,
     owner: OwnerToken,
     fence: FencingToken,
+    ttl: Duration,
     valid_until: Instant,
 }
 
 impl Lease {
-    /// A lease on `key` held by `owner` with fencing token `fence`, valid until
-    /// `valid_until` on this process's monotonic clock.
-    ///
-    /// Backends compute `valid_until` as *the instant before the request was sent*
-    /// plus the TTL the server applied, so that network delay is never counted as
-    /// validity.
-    pub fn new(key: LockKey, owner: OwnerToken, fence: FencingToken, valid_until: Instant) -> Self {
+    /// A lease on `key` held by `owner` with fencing token `fence`, granted for `ttl`
+    /// by a request sent at `sent_at` (this process's monotonic clock).
+    pub(crate) fn new(
+        key: LockKey,
+        owner: OwnerToken,
+        fence: FencingToken,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Self {
         Lease {
             key,
             owner,
             fence,
-            valid_until,
+            ttl,
+            valid_until: sent_at + ttl,
+        }
+    }
+
+    /// The same lease, renewed for `ttl` by a request sent at `sent_at`.
+    pub(crate) fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
+        Lease {
+            ttl,
+            valid_until: sent_at + ttl,
+            ..self.clone()
         }
     }
 
@@ -73,6 +135,11 @@ impl Lease {
         self.fence
     }
 
+    /// The TTL it was granted (or last extended) with.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The instant (monotonic, local) after which the lease must be taken as expired.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
@@ -89,7 +156,33 @@ impl Lease {
     }
 }
 
-/// The answer to [`LockBackend::try_acquire`](crate::LockBackend::try_acquire).
+/// A backend's answer to one acquisition step
+/// ([`LockBackend::try_grant`](crate::LockBackend::try_grant)): what the server did,
+/// nothing more. Core turns it into an [`AcquireOutcome`] with a [`Lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The key was free (or its lease had expired, or this same owner already held it)
+    /// and is now held by the request's owner for the request's TTL, with this fence.
+    Granted(FencingToken),
+    /// Another lease holds the key.
+    Held {
+        /// The holder's remaining TTL by the server's clock, when the backend knows it.
+        remaining: Option<Duration>,
+    },
+}
+
+/// A backend's answer to one renewal step
+/// ([`LockBackend::renew`](crate::LockBackend::renew)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// The owner still held the key; its expiry is now the request's TTL from when the
+    /// server applied it, and its fence is unchanged.
+    Renewed,
+    /// The owner no longer holds the key; nothing was changed.
+    NotHeld,
+}
+
+/// The answer to [`LockBackendExt::try_acquire`](crate::LockBackendExt::try_acquire).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
     /// The lock was free (or its lease had expired) and is now held by the caller.
@@ -113,7 +206,7 @@ pub enum ReleaseOutcome {
     NotHeld,
 }
 
-/// The answer to [`LockBackend::extend`](crate::LockBackend::extend).
+/// The answer to [`LockBackendExt::extend`](crate::LockBackendExt::extend).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExtendOutcome {
     /// The lease was still held and now lasts the new TTL from before the request.

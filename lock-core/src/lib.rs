@@ -8,6 +8,9 @@
 //!   [fencing token](LockGuard::fence), and tells the holder when it
 //!   [lost](LockGuard::lost) the lock; [`with_lock`](LockClient::with_lock) cancels
 //!   work whose lock was lost.
+//! - [`LockBackendExt`] does the contract's per-call work once, for every backend:
+//!   TTLs checked, validity counted from before the request, leases built, late grants
+//!   given back. [`WakeRegistry`] is the one registry of waiters per key.
 //! - [`MemoryBackend`] is the in-process reference implementation.
 //!
 //! # Why fencing tokens
@@ -32,13 +35,18 @@ mod memory;
 mod redact;
 pub mod support;
 mod token;
+mod wake;
 
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
 pub use capabilities::{Capabilities, FenceDurability};
 pub use client::{LockClient, LockGuard, LockOptions, LossReason};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use key::LockKey;
-pub use lease::{AcquireOutcome, AcquireRequest, ExtendOutcome, Lease, LockInfo, ReleaseOutcome};
+pub use lease::{
+    AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
+    ReleaseOutcome, Renewal,
+};
 pub use memory::MemoryBackend;
 pub use redact::redact_url;
 pub use token::{FencingToken, OwnerToken};
+pub use wake::{Registration, WakeRegistry};

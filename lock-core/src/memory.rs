@@ -2,10 +2,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::stream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -13,10 +11,9 @@ use crate::backend::{ChangeStream, LockBackend};
 use crate::capabilities::{Capabilities, FenceDurability};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::lease::{
-    AcquireOutcome, AcquireRequest, ExtendOutcome, Lease, LockInfo, ReleaseOutcome,
-};
+use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
 use crate::token::{FencingToken, OwnerToken};
+use crate::wake::WakeRegistry;
 
 const NAME: &str = "memory";
 
@@ -44,13 +41,13 @@ struct Shared {
     state: Mutex<State>,
     server: watch::Sender<ServerState>,
     capabilities: Capabilities,
+    waiters: WakeRegistry,
 }
 
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<LockKey, Holder>,
     last_fence: u64,
-    watchers: HashMap<LockKey, watch::Sender<()>>,
 }
 
 #[derive(Debug)]
@@ -88,6 +85,7 @@ impl MemoryBackend {
                 state: Mutex::new(State::default()),
                 server: watch::Sender::new(ServerState::Up),
                 capabilities,
+                waiters: WakeRegistry::new(),
             }),
         }
     }
@@ -122,10 +120,9 @@ impl MemoryBackend {
     }
 
     fn clear_leases(&self) {
-        let mut state = self.lock_state();
-        let keys: Vec<LockKey> = state.locks.drain().map(|(k, _)| k).collect();
+        let keys: Vec<LockKey> = self.lock_state().locks.drain().map(|(k, _)| k).collect();
         for key in keys {
-            state.notify(&key);
+            self.shared.waiters.wake(key.as_str());
         }
     }
 
@@ -168,16 +165,6 @@ impl State {
         }
         self.locks.get_mut(key)
     }
-
-    fn notify(&mut self, key: &LockKey) {
-        if let Some(tx) = self.watchers.get(key) {
-            if tx.receiver_count() == 0 {
-                self.watchers.remove(key);
-            } else {
-                tx.send_replace(());
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -190,77 +177,61 @@ impl LockBackend for MemoryBackend {
         &self.shared.capabilities
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
-        let ttl = self.shared.capabilities.check_ttl(request.ttl)?;
-        let sent_at = Instant::now();
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         self.reachable().await?;
         let now = Instant::now();
         let mut state = self.lock_state();
-        if let Some(holder) = state.live(&request.key, now) {
-            if holder.owner == request.owner {
+        let key = request.key();
+        if let Some(holder) = state.live(key, now) {
+            if holder.owner == *request.owner() {
                 // A retry of a request whose reply was lost: the grant is already ours.
-                let lease = Lease::new(
-                    request.key.clone(),
-                    request.owner,
-                    holder.fence,
-                    sent_at + ttl,
-                );
-                holder.expires_at = now + ttl;
-                return Ok(AcquireOutcome::Acquired(lease));
+                holder.expires_at = now + request.ttl();
+                return Ok(Grant::Granted(holder.fence));
             }
-            return Ok(AcquireOutcome::Held {
+            return Ok(Grant::Held {
                 remaining: Some(holder.expires_at.saturating_duration_since(now)),
             });
         }
         state.last_fence += 1;
         let fence = FencingToken::new(state.last_fence);
         state.locks.insert(
-            request.key.clone(),
+            key.clone(),
             Holder {
-                owner: request.owner,
+                owner: *request.owner(),
                 fence,
-                expires_at: now + ttl,
+                expires_at: now + request.ttl(),
             },
         );
-        Ok(AcquireOutcome::Acquired(Lease::new(
-            request.key.clone(),
-            request.owner,
-            fence,
-            sent_at + ttl,
-        )))
+        Ok(Grant::Granted(fence))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.reachable().await?;
         let now = Instant::now();
-        let mut state = self.lock_state();
-        match state.live(key, now) {
-            Some(holder) if holder.owner == *owner => {
-                state.locks.remove(key);
-                state.notify(key);
-                Ok(ReleaseOutcome::Released)
+        let released = {
+            let mut state = self.lock_state();
+            match state.live(key, now) {
+                Some(holder) if holder.owner == *owner => state.locks.remove(key).is_some(),
+                _ => false,
             }
-            _ => Ok(ReleaseOutcome::NotHeld),
+        };
+        if !released {
+            return Ok(ReleaseOutcome::NotHeld);
         }
+        self.shared.waiters.wake(key.as_str());
+        Ok(ReleaseOutcome::Released)
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        let ttl = self.shared.capabilities.check_ttl(ttl)?;
-        let sent_at = Instant::now();
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         self.reachable().await?;
         let now = Instant::now();
         let mut state = self.lock_state();
-        match state.live(lease.key(), now) {
-            Some(holder) if holder.owner == *lease.owner() => {
-                holder.expires_at = now + ttl;
-                Ok(ExtendOutcome::Extended(Lease::new(
-                    lease.key().clone(),
-                    holder.owner,
-                    holder.fence,
-                    sent_at + ttl,
-                )))
+        match state.live(request.key(), now) {
+            Some(holder) if holder.owner == *request.owner() => {
+                holder.expires_at = now + request.ttl();
+                Ok(Renewal::Renewed)
             }
-            _ => Ok(ExtendOutcome::NotHeld),
+            _ => Ok(Renewal::NotHeld),
         }
     }
 
@@ -276,29 +247,18 @@ impl LockBackend for MemoryBackend {
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.reachable().await?;
-        let mut rx = {
-            let mut state = self.lock_state();
-            state
-                .watchers
-                .entry(key.clone())
-                .or_insert_with(|| watch::Sender::new(()))
-                .subscribe()
-        };
-        rx.mark_unchanged();
-        let changes = stream::unfold(rx, |mut rx| async move {
-            rx.changed().await.ok().map(|()| ((), rx))
-        });
-        Ok(Some(Box::pin(changes)))
+        Ok(Some(self.shared.waiters.register(key.as_str()).changes))
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
         self.reachable().await?;
         let now = Instant::now();
-        let mut state = self.lock_state();
-        let removed = state.live(key, now).is_some();
+        let removed = {
+            let mut state = self.lock_state();
+            state.live(key, now).is_some() && state.locks.remove(key).is_some()
+        };
         if removed {
-            state.locks.remove(key);
-            state.notify(key);
+            self.shared.waiters.wake(key.as_str());
         }
         Ok(removed)
     }

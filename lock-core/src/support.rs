@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::LockBackend;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{AcquireOutcome, Lease};
 
 /// A configuration error of `backend`.
 pub fn config_error(backend: &'static str, message: impl Into<String>) -> Error {
@@ -58,22 +56,4 @@ pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> E
     Error::new(kind, format!("{summary}: {detail}"))
         .with_backend(backend)
         .with_source_text(detail)
-}
-
-/// The outcome of a granted `lease`, keeping contract point 7: a lease whose reply
-/// arrived after its validity ran out is given back (released) and reported as a
-/// retryable [`ErrorKind::Timeout`], never returned.
-pub async fn fresh_grant<B: LockBackend + ?Sized>(
-    backend: &B,
-    lease: Lease,
-) -> Result<AcquireOutcome> {
-    if !lease.is_expired() {
-        return Ok(AcquireOutcome::Acquired(lease));
-    }
-    let _ = backend.release(lease.key(), lease.owner()).await;
-    Err(Error::new(
-        ErrorKind::Timeout,
-        "the grant arrived after its ttl had run out",
-    )
-    .with_backend(backend.name().to_owned()))
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, DynLockBackend, ErrorKind,
-    ExtendOutcome, Lease, LockBackend, LockBackendExt, LockClient, LockInfo, LockKey, LockOptions,
-    LossReason, MemoryBackend, OwnerToken, ReleaseOutcome, Result,
+    AcquireRequest, Capabilities, ChangeStream, DynLockBackend, ErrorKind, ExtendRequest, Grant,
+    LockBackend, LockBackendExt, LockClient, LockInfo, LockKey, LockOptions, LossReason,
+    MemoryBackend, OwnerToken, ReleaseOutcome, Renewal, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -97,14 +97,14 @@ impl LockBackend for NoNotify {
     fn capabilities(&self) -> &Capabilities {
         &self.caps
     }
-    async fn try_acquire(&self, r: &AcquireRequest) -> Result<AcquireOutcome> {
-        self.inner.try_acquire(r).await
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        self.inner.try_grant(r).await
     }
     async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
         self.inner.release(k, o).await
     }
-    async fn extend(&self, l: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        self.inner.extend(l, ttl).await
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
     }
     async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
         self.inner.inspect(k).await
@@ -308,8 +308,8 @@ impl LockBackend for LateReplies {
     fn capabilities(&self) -> &Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, r: &AcquireRequest) -> Result<AcquireOutcome> {
-        let outcome = self.inner.try_acquire(r).await;
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        let outcome = self.inner.try_grant(r).await;
         if self.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
@@ -321,8 +321,8 @@ impl LockBackend for LateReplies {
     async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
         self.inner.release(k, o).await
     }
-    async fn extend(&self, l: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        self.inner.extend(l, ttl).await
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
     }
     async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
         self.inner.inspect(k).await

@@ -11,9 +11,9 @@ use etcd_client::{
     TxnOp, WatchFilterType, WatchOptions,
 };
 use lock_core::{
-    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind,
-    ExtendOutcome, FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey,
-    OwnerToken, ReleaseOutcome, Result,
+    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -197,12 +197,10 @@ impl LockBackend for EtcdBackend {
         &self.inner.capabilities
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(request.ttl)?;
-        let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let id = lease_id(&request.owner);
-        let key = self.key(&request.key);
-        let sent_at = Instant::now();
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
         self.request(|mut client| async move {
             client
                 .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
@@ -214,7 +212,7 @@ impl LockBackend for EtcdBackend {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
                 key,
-                request.owner.to_hex(),
+                request.owner().to_hex(),
                 Some(PutOptions::new().with_lease(id)),
             )]);
         let reply = match self.request(|c| send_txn(c, &txn)).await {
@@ -226,12 +224,12 @@ impl LockBackend for EtcdBackend {
         };
         if !reply.succeeded() {
             self.revoke_later(id);
-            return Ok(AcquireOutcome::Held { remaining: None });
+            return Ok(Grant::Held { remaining: None });
         }
         let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-        let fence = FencingToken::new(u64::try_from(revision).unwrap_or(0));
-        let lease = Lease::new(request.key.clone(), request.owner, fence, sent_at + ttl);
-        support::fresh_grant(self, lease).await
+        Ok(Grant::Granted(FencingToken::new(
+            u64::try_from(revision).unwrap_or(0),
+        )))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -256,56 +254,41 @@ impl LockBackend for EtcdBackend {
         })
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(ttl)?;
-        let id = lease_id(lease.owner());
-        let key = self.key(lease.key());
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
         // Refresh the lease and check that the key is still ours, side by side: one
         // round trip of latency. Neither can re-create the key.
-        let check = Txn::new()
-            .when([
-                Compare::value(key.clone(), CompareOp::Equal, lease.owner().to_hex()),
-                Compare::lease(key.clone(), CompareOp::Equal, id),
-            ])
-            .and_then([TxnOp::get(key, None)]);
-        let sent_at = Instant::now();
+        let check = Txn::new().when([
+            Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
+            Compare::lease(key, CompareOp::Equal, id),
+        ]);
         let (kept, checked) = tokio::join!(
             self.keep_alive_once(id),
             self.request(|c| send_txn(c, &check))
         );
         let checked = checked?;
-        let granted = match kept {
-            Ok(Some(granted)) => granted,
-            Ok(None) => return Ok(ExtendOutcome::NotHeld),
-            Err(e) => return Err(e),
+        let granted = match kept? {
+            Some(granted) => granted,
+            None => return Ok(Renewal::NotHeld),
         };
         if !checked.succeeded() {
             self.revoke_later(id);
-            return Ok(ExtendOutcome::NotHeld);
+            return Ok(Renewal::NotHeld);
         }
-        if granted != ttl {
+        // Core only asks for the granted TTL (capabilities.extend_any_ttl is false); a
+        // lease that came back shorter would make the validity a lie.
+        if granted < request.ttl() {
             return Err(Error::new(
-                ErrorKind::InvalidTtl,
-                format!("etcd renews a lease to the ttl it was granted ({granted:?}), not {ttl:?}"),
+                ErrorKind::Backend,
+                format!(
+                    "etcd renewed the lease to {granted:?}, less than the {:?} asked for",
+                    request.ttl()
+                ),
             )
             .with_backend(NAME));
         }
-        let revision = checked
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                etcd_client::TxnOpResponse::Get(get) => {
-                    get.kvs().first().map(|kv| kv.create_revision())
-                }
-                _ => None,
-            })
-            .unwrap_or_default();
-        Ok(ExtendOutcome::Extended(Lease::new(
-            lease.key().clone(),
-            *lease.owner(),
-            FencingToken::new(u64::try_from(revision).unwrap_or(0)),
-            sent_at + granted,
-        )))
+        Ok(Renewal::Renewed)
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {

@@ -1,22 +1,19 @@
 //! [`PostgresBackend`]: the contract on a PostgreSQL lock table, one statement per
 //! operation.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ExtendOutcome,
-    FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey, OwnerToken,
-    ReleaseOutcome, Result,
+    AcquireRequest, Capabilities, ChangeStream, Error, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result, WakeRegistry,
 };
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Connection as _;
-use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::PostgresConfig;
@@ -207,40 +204,30 @@ impl LockBackend for PostgresBackend {
         &self.inner.capabilities
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(request.ttl)?;
-        let sent_at = Instant::now();
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         let reply = self
             .bounded(on_conn!(self, conn => sqlx::query_as::<_, (bool, i64, Option<i64>)>(&self.inner.sql.acquire)
-                .bind(request.key.as_str())
-                .bind(&request.owner.as_bytes()[..])
-                .bind(ttl_ms(ttl))
+                .bind(request.key().as_str())
+                .bind(&request.owner().as_bytes()[..])
+                .bind(ttl_ms(request.ttl()))
                 .fetch_optional(conn)))
             .await?;
         let row = match reply {
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired");
-                return Ok(AcquireOutcome::Held { remaining: None });
+                return Ok(Grant::Held { remaining: None });
             }
             Err(e) => return Err(from_sqlx(&self.inner.config, e)),
             Ok(row) => row,
         };
-        match row {
-            Some((true, raw_fence, _)) => {
-                let lease = Lease::new(
-                    request.key.clone(),
-                    request.owner,
-                    fence(raw_fence),
-                    sent_at + ttl,
-                );
-                support::fresh_grant(self, lease).await
-            }
-            Some((false, _, remaining_ms)) => Ok(AcquireOutcome::Held {
+        Ok(match row {
+            Some((true, raw_fence, _)) => Grant::Granted(fence(raw_fence)),
+            Some((false, _, remaining_ms)) => Grant::Held {
                 remaining: remaining(remaining_ms),
-            }),
+            },
             // A concurrent grant the statement's snapshot could not see.
-            None => Ok(AcquireOutcome::Held { remaining: None }),
-        }
+            None => Grant::Held { remaining: None },
+        })
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -259,26 +246,19 @@ impl LockBackend for PostgresBackend {
         })
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(ttl)?;
-        let sent_at = Instant::now();
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         let raw_fence: Option<i64> = self
             .run(
                 on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.extend)
-                    .bind(lease.key().as_str())
-                    .bind(&lease.owner().as_bytes()[..])
-                    .bind(ttl_ms(ttl))
+                    .bind(request.key().as_str())
+                    .bind(&request.owner().as_bytes()[..])
+                    .bind(ttl_ms(request.ttl()))
                     .fetch_optional(conn)),
             )
             .await?;
         Ok(match raw_fence {
-            None => ExtendOutcome::NotHeld,
-            Some(raw) => ExtendOutcome::Extended(Lease::new(
-                lease.key().clone(),
-                *lease.owner(),
-                fence(raw),
-                sent_at + ttl,
-            )),
+            None => Renewal::NotHeld,
+            Some(_) => Renewal::Renewed,
         })
     }
 
@@ -301,7 +281,7 @@ impl LockBackend for PostgresBackend {
             return Ok(None);
         }
         let mut slot = self.inner.watcher.lock().await;
-        if slot.as_ref().is_none_or(|l| !l.alive()) {
+        if slot.as_ref().is_none_or(|l| !l.waiters.is_open()) {
             let cfg = &self.inner.config;
             let listen = async {
                 let pool = PgPool::connect_lazy_with(cfg.connect.clone());
@@ -318,11 +298,7 @@ impl LockBackend for PostgresBackend {
         let Some(listener) = slot.as_ref() else {
             return Ok(None);
         };
-        let rx = listener.register(key.as_str());
-        Ok(Some(Box::pin(futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
-        ))))
+        Ok(Some(listener.waiters.register(key.as_str()).changes))
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
@@ -337,49 +313,24 @@ impl LockBackend for PostgresBackend {
     }
 }
 
-/// The LISTEN connection and the waiters on each key (a notification's payload is the
-/// released key).
+/// The LISTEN connection; a notification's payload is the released key, whose waiters
+/// are kept in a [`WakeRegistry`].
 struct Listener {
-    keys: Arc<Mutex<HashMap<String, watch::Sender<()>>>>,
-    alive: watch::Receiver<bool>,
+    waiters: Arc<WakeRegistry>,
 }
 
 impl Listener {
     fn start(mut listener: PgListener) -> Self {
-        let keys: Arc<Mutex<HashMap<String, watch::Sender<()>>>> = Arc::default();
-        let (alive_tx, alive) = watch::channel(true);
-        let dispatch = keys.clone();
+        let waiters = Arc::new(WakeRegistry::new());
+        let dispatch = waiters.clone();
         tokio::spawn(async move {
             // `try_recv` reports a lost connection as `None` instead of reconnecting in
             // silence: notifications sent meanwhile are lost, so waiters must poll.
             while let Ok(Some(note)) = listener.try_recv().await {
-                let mut map = dispatch.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(tx) = map.get(note.payload()) {
-                    if tx.receiver_count() == 0 {
-                        map.remove(note.payload());
-                    } else {
-                        tx.send_replace(());
-                    }
-                }
+                dispatch.wake(note.payload());
             }
-            dispatch.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            alive_tx.send_replace(false);
+            dispatch.close_all();
         });
-        Listener { keys, alive }
-    }
-
-    fn alive(&self) -> bool {
-        *self.alive.borrow()
-    }
-
-    fn register(&self, key: &str) -> watch::Receiver<()> {
-        let mut map = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, tx| tx.receiver_count() > 0);
-        let mut rx = map
-            .entry(key.to_owned())
-            .or_insert_with(|| watch::Sender::new(()))
-            .subscribe();
-        rx.mark_unchanged();
-        rx
+        Listener { waiters }
     }
 }

@@ -1,21 +1,18 @@
 //! [`RedisBackend`]: the contract on one Redis server, one Lua script per operation.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lock_core::{
-    support, AcquireOutcome, AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind,
-    ExtendOutcome, FenceDurability, FencingToken, Lease, LockBackend, LockInfo, LockKey,
-    OwnerToken, ReleaseOutcome, Result,
+    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result, WakeRegistry,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
 use redis::{FromRedisValue, Script, ServerErrorKind};
-use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::RedisConfig;
@@ -208,19 +205,15 @@ impl LockBackend for RedisBackend {
         &self.inner.capabilities
     }
 
-    async fn try_acquire(&self, request: &AcquireRequest) -> Result<AcquireOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(request.ttl)?;
-        let (lock, fence_key) = (
-            self.lock_key(&request.key),
-            format!("{}:fence", self.lock_key(&request.key)),
-        );
-        let owner = request.owner.to_hex();
-        let sent_at = Instant::now();
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let lock = self.lock_key(request.key());
+        let fence_key = format!("{lock}:fence");
+        let owner = request.owner().to_hex();
         let reply: Result<(i64, String)> = self
             .run(
                 &self.inner.scripts.acquire,
                 &[&lock, &fence_key],
-                &[&owner, &millis(ttl)],
+                &[&owner, &millis(request.ttl())],
                 true,
             )
             .await;
@@ -228,7 +221,7 @@ impl LockBackend for RedisBackend {
             Ok(reply) => reply,
             Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
                 // The primary may have granted what too few replicas saw: give it back.
-                let _ = self.release(&request.key, &request.owner).await;
+                let _ = self.release(request.key(), request.owner()).await;
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -238,13 +231,14 @@ impl LockBackend for RedisBackend {
                 .parse::<i64>()
                 .ok()
                 .and_then(|ms| u64::try_from(ms).ok());
-            return Ok(AcquireOutcome::Held {
+            return Ok(Grant::Held {
                 remaining: pttl.map(Duration::from_millis),
             });
         }
-        let fence = FencingToken::new(parse_u64(&value, "a fence that is not a number")?);
-        let lease = Lease::new(request.key.clone(), request.owner, fence, sent_at + ttl);
-        support::fresh_grant(self, lease).await
+        Ok(Grant::Granted(FencingToken::new(parse_u64(
+            &value,
+            "a fence that is not a number",
+        )?)))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -263,25 +257,18 @@ impl LockBackend for RedisBackend {
         })
     }
 
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<ExtendOutcome> {
-        let ttl = self.inner.capabilities.check_ttl(ttl)?;
-        let sent_at = Instant::now();
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         let fence: Option<String> = self
             .run(
                 &self.inner.scripts.extend,
-                &[&self.lock_key(lease.key())],
-                &[&lease.owner().to_hex(), &millis(ttl)],
+                &[&self.lock_key(request.key())],
+                &[&request.owner().to_hex(), &millis(request.ttl())],
                 true,
             )
             .await?;
         Ok(match fence {
-            None => ExtendOutcome::NotHeld,
-            Some(fence) => ExtendOutcome::Extended(Lease::new(
-                lease.key().clone(),
-                *lease.owner(),
-                FencingToken::new(parse_u64(&fence, "a fence that is not a number")?),
-                sent_at + ttl,
-            )),
+            None => Renewal::NotHeld,
+            Some(_) => Renewal::Renewed,
         })
     }
 
@@ -311,7 +298,7 @@ impl LockBackend for RedisBackend {
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let channel = self.channel(key);
         let mut slot = self.inner.watcher.lock().await;
-        if slot.as_ref().is_none_or(|s| !s.alive()) {
+        if slot.as_ref().is_none_or(|s| !s.waiters.is_open()) {
             let pubsub = self
                 .inner
                 .client
@@ -323,18 +310,19 @@ impl LockBackend for RedisBackend {
         let Some(subscriber) = slot.as_mut() else {
             return Err(unexpected("no subscriber"));
         };
-        let (rx, first) = subscriber.register(&channel);
-        if first {
+        let registration = subscriber.waiters.register(&channel);
+        if registration.first {
             if let Err(e) = subscriber.sink.subscribe(&channel).await {
-                subscriber.forget(&channel);
+                subscriber.waiters.forget(&channel);
                 return Err(self.error(e));
             }
         }
-        subscriber.unsubscribe_unused().await;
-        Ok(Some(Box::pin(futures_util::stream::unfold(
-            rx,
-            |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
-        ))))
+        for unused in registration.pruned {
+            if let Err(e) = subscriber.sink.unsubscribe(&unused).await {
+                debug!(error = %e, "unsubscribe failed");
+            }
+        }
+        Ok(Some(registration.changes))
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
@@ -350,85 +338,24 @@ impl LockBackend for RedisBackend {
     }
 }
 
-/// The pub/sub connection and the waiters registered on each channel.
+/// The pub/sub connection; its waiters are kept per channel in a [`WakeRegistry`].
 struct Subscriber {
     sink: PubSubSink,
-    channels: Arc<Mutex<HashMap<String, watch::Sender<()>>>>,
-    alive: watch::Receiver<bool>,
+    waiters: Arc<WakeRegistry>,
 }
 
 impl Subscriber {
     fn start(pubsub: redis::aio::PubSub) -> Self {
         let (sink, mut stream) = pubsub.split();
-        let channels: Arc<Mutex<HashMap<String, watch::Sender<()>>>> = Arc::default();
-        let (alive_tx, alive) = watch::channel(true);
-        let dispatch = channels.clone();
+        let waiters = Arc::new(WakeRegistry::new());
+        let dispatch = waiters.clone();
         tokio::spawn(async move {
             while let Some(msg) = stream.next().await {
-                let map = dispatch.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(tx) = map.get(msg.get_channel_name()) {
-                    tx.send_replace(());
-                }
+                dispatch.wake(msg.get_channel_name());
             }
             // The connection is gone: ending every stream makes waiters poll instead.
-            dispatch.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            alive_tx.send_replace(false);
+            dispatch.close_all();
         });
-        Subscriber {
-            sink,
-            channels,
-            alive,
-        }
-    }
-
-    fn alive(&self) -> bool {
-        *self.alive.borrow()
-    }
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A receiver for `channel`, and whether the channel is new (to be subscribed).
-    fn register(&self, channel: &str) -> (watch::Receiver<()>, bool) {
-        let mut map = self.map();
-        match map.get(channel) {
-            Some(tx) => {
-                let mut rx = tx.subscribe();
-                rx.mark_unchanged();
-                (rx, false)
-            }
-            None => {
-                let tx = watch::Sender::new(());
-                let rx = tx.subscribe();
-                map.insert(channel.to_owned(), tx);
-                (rx, true)
-            }
-        }
-    }
-
-    fn forget(&self, channel: &str) {
-        self.map().remove(channel);
-    }
-
-    /// Unsubscribes from channels nobody waits on any more.
-    async fn unsubscribe_unused(&mut self) {
-        let unused: Vec<String> = {
-            let mut map = self.map();
-            let unused: Vec<String> = map
-                .iter()
-                .filter(|(_, tx)| tx.receiver_count() == 0)
-                .map(|(c, _)| c.clone())
-                .collect();
-            for c in &unused {
-                map.remove(c);
-            }
-            unused
-        };
-        for channel in unused {
-            if let Err(e) = self.sink.unsubscribe(&channel).await {
-                debug!(error = %e, "unsubscribe failed");
-            }
-        }
+        Subscriber { sink, waiters }
     }
 }

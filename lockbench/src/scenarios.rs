@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{
-    AcquireOutcome, AcquireRequest, DynLockBackend, Lease, LockClient, LockGuard, LockKey,
+    AcquireOutcome, DynLockBackend, Lease, LockBackendExt, LockClient, LockGuard, LockKey,
     LockOptions,
 };
 use serde::Serialize;
@@ -154,8 +154,7 @@ impl Contender for Primitives {
 
     async fn try_take(&self, key: &str) -> Result<Option<Lease>, BoxError> {
         let ttl = self.0.capabilities().ttl_at_least(SCENARIO_TTL);
-        let request = AcquireRequest::new(LockKey::new(key)?, ttl);
-        Ok(match self.0.try_acquire(&request).await? {
+        Ok(match self.0.try_acquire(&LockKey::new(key)?, ttl).await? {
             AcquireOutcome::Acquired(lease) => Some(lease),
             AcquireOutcome::Held { .. } => None,
         })
@@ -372,10 +371,7 @@ pub(crate) async fn s4_takeover(
         let k = LockKey::new(key("s4", n))?;
         let sent = Instant::now();
         // The primitive, not the client: a guard would renew or release.
-        match backend
-            .try_acquire(&AcquireRequest::new(k.clone(), ttl))
-            .await?
-        {
+        match backend.try_acquire(&k, ttl).await? {
             AcquireOutcome::Acquired(_) => {}
             AcquireOutcome::Held { .. } => return Err(busy(k.as_str())),
         }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
-use crate::backend::{next_change, DynLockBackend};
+use crate::backend::{next_change, DynLockBackend, LockBackendExt};
 use crate::client::deferred::{Deferred, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
@@ -55,6 +55,8 @@ struct Shared {
     key: LockKey,
     owner: OwnerToken,
     fence: FencingToken,
+    /// The lease as last granted or renewed; `status` has its current validity.
+    lease: std::sync::Mutex<Lease>,
     options: LockOptions,
     status: watch::Sender<Status>,
     /// This guard's turn at the key among its client's own tasks: passed on when the
@@ -64,12 +66,7 @@ struct Shared {
 
 impl Shared {
     fn lease(&self) -> Lease {
-        Lease::new(
-            self.key.clone(),
-            self.owner,
-            self.fence,
-            self.status.borrow().valid_until,
-        )
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Records the loss once; the first reason wins. A real loss (not a release)
@@ -107,6 +104,7 @@ impl Shared {
         match self.backend.extend(&self.lease(), ttl).await? {
             ExtendOutcome::Extended(lease) => {
                 self.set_valid_until(lease.valid_until());
+                *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = lease;
                 Ok(())
             }
             ExtendOutcome::NotHeld => {
@@ -165,6 +163,7 @@ impl LockGuard {
                 lost: None,
             }),
             turn: std::sync::Mutex::new(turn),
+            lease: std::sync::Mutex::new(lease.clone()),
         });
         // Never later than the point where the loss must be signalled.
         let valid_until = lease.valid_until();
@@ -233,7 +232,6 @@ impl LockGuard {
     /// [`ErrorKind::NotHeld`] error (and the lost signal) when it was no longer held.
     /// Auto-renewal, if on, goes on with the configured TTL afterwards.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        let ttl = self.shared.backend.capabilities().check_ttl(ttl)?;
         if let Some(reason) = self.loss() {
             return Err(Error::new(
                 ErrorKind::NotHeld,

@@ -14,10 +14,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 
-use crate::backend::{next_change, ChangeStream, DynLockBackend};
+use crate::backend::{next_change, ChangeStream, DynLockBackend, LockBackendExt};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::lease::{AcquireOutcome, AcquireRequest};
+use crate::lease::AcquireOutcome;
 use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
@@ -248,9 +248,12 @@ impl LockClient {
     /// One acquisition attempt. The grant is covered from before the request is sent
     /// until a guard owns it, so that a dropped future leaves nothing behind.
     async fn attempt(&self, key: &LockKey, turn: &mut Option<LocalTurn>) -> Result<Attempt> {
-        let request = AcquireRequest::new(key.clone(), self.options.ttl());
-        let mut pending = PendingGrant::new(self.backend.clone(), key.clone(), request.owner);
-        let outcome = self.backend.try_acquire(&request).await;
+        let owner = OwnerToken::random();
+        let mut pending = PendingGrant::new(self.backend.clone(), key.clone(), owner);
+        let outcome = self
+            .backend
+            .try_acquire_as(key, self.options.ttl(), owner)
+            .await;
         match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
                 if lease.remaining() < self.options.min_validity() {
@@ -259,7 +262,7 @@ impl LockClient {
                         "granted lease is below the minimum validity; releasing it"
                     );
                     pending.disarm();
-                    let _ = self.backend.release(key, &request.owner).await;
+                    let _ = self.backend.release(key, &owner).await;
                     return Ok(Attempt::Busy { remaining: None });
                 }
                 pending.disarm();
