@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use lock_core::{redact_url, DynLockBackend, Error, ErrorKind, MemoryBackend, Result};
+use distlock_core::{redact_url, DynLockBackend, Error, ErrorKind, MemoryBackend, Result};
 
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Configuration, message.into())
@@ -14,15 +14,15 @@ pub fn schemes() -> Vec<&'static str> {
     let backends: [&[&'static str]; 4] = [
         &["memory"],
         #[cfg(feature = "redis")]
-        lock_redis::SCHEMES,
+        distlock_redis::SCHEMES,
         #[cfg(not(feature = "redis"))]
         &[],
         #[cfg(feature = "postgres")]
-        lock_postgres::SCHEMES,
+        distlock_postgres::SCHEMES,
         #[cfg(not(feature = "postgres"))]
         &[],
         #[cfg(feature = "etcd")]
-        lock_etcd::SCHEMES,
+        distlock_etcd::SCHEMES,
         #[cfg(not(feature = "etcd"))]
         &[],
     ];
@@ -41,9 +41,9 @@ fn not_built(scheme: &str, feature: &str) -> Error {
 /// | scheme | backend |
 /// | --- | --- |
 /// | `memory://` | a new in-process [`MemoryBackend`] |
-/// | `redis://`, `rediss://` | [`RedisBackend`](lock_redis::RedisBackend) (feature `redis`) |
-/// | `postgres://`, `postgresql://` | [`PostgresBackend`](lock_postgres::PostgresBackend) (feature `postgres`) |
-/// | `etcd://`, `etcds://` | [`EtcdBackend`](lock_etcd::EtcdBackend) (feature `etcd`) |
+/// | `redis://`, `rediss://` | [`RedisBackend`](distlock_redis::RedisBackend) (feature `redis`) |
+/// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
+/// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
 ///
 /// The rest of the URL is the backend's own (see each backend's config). An unknown
 /// scheme is an [`ErrorKind::Configuration`] error that names it; no error shows the
@@ -60,21 +60,21 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
         "memory" => Ok(Arc::new(MemoryBackend::new())),
         "redis" | "rediss" => {
             #[cfg(feature = "redis")]
-            return Ok(Arc::new(lock_redis::RedisBackend::connect(url).await?));
+            return Ok(Arc::new(distlock_redis::RedisBackend::connect(url).await?));
             #[cfg(not(feature = "redis"))]
             return Err(not_built(scheme, "redis"));
         }
         "postgres" | "postgresql" => {
             #[cfg(feature = "postgres")]
             return Ok(Arc::new(
-                lock_postgres::PostgresBackend::connect(url).await?,
+                distlock_postgres::PostgresBackend::connect(url).await?,
             ));
             #[cfg(not(feature = "postgres"))]
             return Err(not_built(scheme, "postgres"));
         }
         "etcd" | "etcds" => {
             #[cfg(feature = "etcd")]
-            return Ok(Arc::new(lock_etcd::EtcdBackend::connect(url).await?));
+            return Ok(Arc::new(distlock_etcd::EtcdBackend::connect(url).await?));
             #[cfg(not(feature = "etcd"))]
             return Err(not_built(scheme, "etcd"));
         }

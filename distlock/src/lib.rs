@@ -1,6 +1,6 @@
 //! distlock: distributed locks with fencing tokens, one contract over several backends.
 //!
-//! This facade re-exports [`lock_core`]: the [`LockBackend`] trait and its contract,
+//! This facade re-exports [`distlock_core`]: the [`LockBackend`] trait and its contract,
 //! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
 //! network backend sits behind a cargo feature, on by default: `redis` (module
 //! [`redis`]), `postgres` (module [`postgres`]) and `etcd` (module [`etcd`]).
@@ -35,22 +35,22 @@
 mod connect;
 
 pub use connect::{connect, schemes, BackendConfig};
-pub use lock_core::*;
+pub use distlock_core::*;
 
 /// The Redis backend (feature `redis`).
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use lock_redis::*;
+    pub use distlock_redis::*;
 }
 
 /// The PostgreSQL backend (feature `postgres`).
 #[cfg(feature = "postgres")]
 pub mod postgres {
-    pub use lock_postgres::*;
+    pub use distlock_postgres::*;
 }
 
 /// The etcd backend (feature `etcd`).
 #[cfg(feature = "etcd")]
 pub mod etcd {
-    pub use lock_etcd::*;
+    pub use distlock_etcd::*;
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use conformance::servers::{ServerHandle, ServerKind};
 use distlock::{connect, BackendConfig, ErrorKind, LockClient, LockOptions};
+use distlock_conformance::servers::{ServerHandle, ServerKind};
 
 #[tokio::test]
 async fn unknown_schemes_and_bad_urls_are_configuration_errors() {

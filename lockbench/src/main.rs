@@ -24,9 +24,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use conformance::servers::{external_url, ServerHandle, ServerKind};
-use conformance::{run_suite, Outcome, ServerControl, Target};
 use distlock::{DynLockBackend, MemoryBackend};
+use distlock_conformance::servers::{external_url, ServerHandle, ServerKind};
+use distlock_conformance::{run_suite, Outcome, ServerControl, Target};
 
 use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report};
 use crate::scenarios::{Primitives, S1Entry, Sizes};

@@ -1,0 +1,278 @@
+//! Deliberately broken backends, each with one bug seen in a real lock library: the
+//! suite must catch every one with the case named for it. The same backend without
+//! the bug passes those cases, so a catch is the bug's doing and nothing else's.
+//!
+//! One bug of other libraries cannot be written here any more: validity counted from
+//! the reply (node-redlock #274). Core counts every lease's validity from before the
+//! request, for every backend, and a backend only reports what its server did; the
+//! case `lease_validity_counted_from_before_the_request` still checks the outcome.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_conformance::{case, run_case, Outcome, ServerControl, Target};
+use distlock_core::{
+    AcquireRequest, BoxError, Capabilities, ChangeStream, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result, WakeRegistry,
+};
+use tokio::time::{sleep, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    None,
+    /// Checks that the key is free, then sets it, in two steps.
+    NonAtomicAcquire,
+    /// Deletes the key whoever holds it (the seed pattern before compare-and-delete).
+    ReleaseWithoutOwnerCheck,
+    /// GET, then DEL in a second round trip (sidekiq-unique-jobs #94).
+    NonAtomicRelease,
+    /// Answers "released" even when the caller did not hold the key (go-redsync #81).
+    ReleaseIgnoresNotHeld,
+    /// Re-creates a free key on extend (redlock-rb #36, redis-semaphore #175).
+    ExtendReacquires,
+    /// Mints a new fence on every extend (pglock's record version number).
+    ExtendChangesFence,
+    /// Mints random fences while promising increasing ones (gears-rust #4863).
+    RandomFence,
+    /// Declares durable fences but restarts the counter from zero (bluetape4k #1069).
+    FenceResetsOnRestart,
+    /// Judges expiry by a client clock running 250 ms ahead (ShedLock #231).
+    ClientClockExpiry,
+    /// Declares change notification but never sends one (Redisson #1763).
+    SilentNotifications,
+}
+
+#[derive(Debug)]
+struct Naive {
+    bug: Bug,
+    caps: Capabilities,
+    state: Mutex<State>,
+    waiters: WakeRegistry,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    locks: HashMap<LockKey, (OwnerToken, u64, Instant)>,
+    counter: u64,
+}
+
+/// A network round trip, so that check-then-act bugs have a gap to fall into.
+async fn round_trip() {
+    sleep(Duration::from_millis(1)).await;
+}
+
+impl Naive {
+    fn new(bug: Bug) -> Arc<Self> {
+        let mut caps = Capabilities::default();
+        caps.fence_durability = FenceDurability::Durable;
+        caps.change_notification = true;
+        caps.force_release = true;
+        Arc::new(Naive {
+            bug,
+            caps,
+            state: Mutex::new(State::default()),
+            waiters: WakeRegistry::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The owner and fence of `key` if held now (by this backend's idea of now).
+    fn holder(&self, key: &LockKey) -> Option<(OwnerToken, u64)> {
+        let skew = if self.bug == Bug::ClientClockExpiry {
+            Duration::from_millis(250)
+        } else {
+            Duration::ZERO
+        };
+        let now = Instant::now() + skew;
+        let state = self.state();
+        state
+            .locks
+            .get(key)
+            .filter(|(_, _, exp)| *exp > now)
+            .map(|(o, f, _)| (*o, *f))
+    }
+
+    fn next_fence(&self, state: &mut State) -> u64 {
+        state.counter += 1;
+        if self.bug == Bug::RandomFence {
+            rand::random::<u64>() % 1000
+        } else {
+            state.counter
+        }
+    }
+
+    fn notify(&self, key: &LockKey) {
+        if self.bug != Bug::SilentNotifications {
+            self.waiters.wake(key.as_str());
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for Naive {
+    fn name(&self) -> &str {
+        "naive"
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        round_trip().await;
+        if self.holder(r.key()).is_some() {
+            return Ok(Grant::Held { remaining: None });
+        }
+        if self.bug == Bug::NonAtomicAcquire {
+            round_trip().await;
+        }
+        let mut state = self.state();
+        let fence = self.next_fence(&mut state);
+        state.locks.insert(
+            r.key().clone(),
+            (*r.owner(), fence, Instant::now() + r.ttl()),
+        );
+        Ok(Grant::Granted(FencingToken::new(fence)))
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        round_trip().await;
+        let held = self.holder(key).is_some_and(|(o, _)| o == *owner);
+        if self.bug == Bug::NonAtomicRelease && held {
+            sleep(Duration::from_millis(20)).await;
+        }
+        let delete = held || self.bug == Bug::ReleaseWithoutOwnerCheck;
+        if delete && self.state().locks.remove(key).is_some() {
+            self.notify(key);
+        }
+        if held || self.bug == Bug::ReleaseIgnoresNotHeld {
+            Ok(ReleaseOutcome::Released)
+        } else {
+            Ok(ReleaseOutcome::NotHeld)
+        }
+    }
+
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        round_trip().await;
+        let holder = self.holder(r.key());
+        let mut state = self.state();
+        let fence = match holder {
+            Some((o, f)) if o == *r.owner() => {
+                if self.bug == Bug::ExtendChangesFence {
+                    self.next_fence(&mut state)
+                } else {
+                    f
+                }
+            }
+            None if self.bug == Bug::ExtendReacquires => r.fence().get(),
+            _ => return Ok(Renewal::NotHeld),
+        };
+        state.locks.insert(
+            r.key().clone(),
+            (*r.owner(), fence, Instant::now() + r.ttl()),
+        );
+        Ok(Renewal::Renewed)
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        round_trip().await;
+        let now = Instant::now();
+        let state = self.state();
+        Ok(state
+            .locks
+            .get(key)
+            .filter(|(_, _, exp)| *exp > now)
+            .map(|(_, f, exp)| LockInfo {
+                fence: FencingToken::new(*f),
+                remaining: *exp - now,
+            }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        Ok(Some(self.waiters.register(key.as_str()).changes))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let removed = self.state().locks.remove(key).is_some();
+        self.notify(key);
+        Ok(removed)
+    }
+}
+
+/// Restart only: clears the leases, and the counter too when that is the bug.
+#[derive(Debug)]
+struct NaiveControl(Arc<Naive>);
+
+#[async_trait]
+impl ServerControl for NaiveControl {
+    async fn pause(&self) -> Result<(), BoxError> {
+        Err("not simulated".into())
+    }
+    async fn unpause(&self) -> Result<(), BoxError> {
+        Err("not simulated".into())
+    }
+    async fn restart(&self) -> Result<(), BoxError> {
+        let mut state = self.0.state();
+        state.locks.clear();
+        if self.0.bug == Bug::FenceResetsOnRestart {
+            state.counter = 0;
+        }
+        Ok(())
+    }
+    async fn kill(&self) -> Result<(), BoxError> {
+        Err("not simulated".into())
+    }
+    async fn start(&self) -> Result<(), BoxError> {
+        Err("not simulated".into())
+    }
+}
+
+fn target(bug: Bug) -> Target {
+    let naive = Naive::new(bug);
+    Target::new(naive.clone()).with_control(Arc::new(NaiveControl(naive)))
+}
+
+/// Runs `case_name` on the buggy backend (it must fail) and on the bug-free one (it
+/// must pass).
+async fn assert_caught(bug: Bug, case_name: &str) {
+    let case = case(case_name).unwrap_or_else(|| panic!("no case named {case_name}"));
+    let clean = run_case(&target(Bug::None), case).await;
+    assert_eq!(
+        clean.outcome,
+        Outcome::Passed,
+        "{case_name} fails even without the bug"
+    );
+    let report = run_case(&target(bug), case).await;
+    match report.outcome {
+        Outcome::Failed(msg) => eprintln!("{bug:?} caught by {case_name}: {msg}"),
+        other => panic!("{bug:?} was not caught by {case_name}: {other:?}"),
+    }
+}
+
+macro_rules! caught {
+    ($($test:ident: $bug:ident by $case:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            assert_caught(Bug::$bug, stringify!($case)).await;
+        }
+    )*};
+}
+
+caught! {
+    non_atomic_acquire: NonAtomicAcquire by mutual_exclusion_under_contention;
+    release_without_owner_check: ReleaseWithoutOwnerCheck by release_by_non_owner_is_not_held;
+    non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder;
+    release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held;
+    extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire;
+    extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence;
+    random_fence: RandomFence by fencing_increases_across_release_and_reacquire;
+    fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases;
+    client_clock_expiry: ClientClockExpiry by expiry_frees_the_key_after_the_ttl_not_before;
+    silent_notifications: SilentNotifications by client_waiter_is_woken_by_the_release;
+}

@@ -1,0 +1,555 @@
+//! The client against the memory backend, on tokio's paused clock: timings are exact,
+//! and a test of many TTLs takes no real time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Capabilities, ChangeStream, DynLockBackend, ErrorKind, ExtendRequest, Grant,
+    LockBackend, LockBackendExt, LockClient, LockInfo, LockKey, LockOptions, LossReason,
+    MemoryBackend, OwnerToken, ReleaseOutcome, Renewal, Result,
+};
+use tokio::time::{sleep, Instant};
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn setup(options: LockOptions) -> (MemoryBackend, LockClient) {
+    let memory = MemoryBackend::new();
+    let backend: Arc<DynLockBackend> = Arc::new(memory.clone());
+    let client = LockClient::with_options(backend, options).expect("valid options");
+    (memory, client)
+}
+
+async fn holder_fence(memory: &MemoryBackend, key: &str) -> Option<u64> {
+    let key = LockKey::new(key).expect("key");
+    memory
+        .inspect(&key)
+        .await
+        .expect("inspect")
+        .map(|i| i.fence.get())
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_keeps_a_lease_alive_across_many_ttls() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let guard = client
+        .try_lock("renewed")
+        .await
+        .expect("try")
+        .expect("free");
+    for _ in 0..20 {
+        sleep(TTL).await;
+        assert!(guard.is_held(), "lost after renewal: {:?}", guard.loss());
+        assert_eq!(
+            holder_fence(&memory, "renewed").await,
+            Some(guard.fence().get())
+        );
+        assert!(client.try_lock("renewed").await.expect("try").is_none());
+    }
+    guard.release().await.expect("still held");
+    assert_eq!(holder_fence(&memory, "renewed").await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_fires_at_once_when_the_lease_is_deleted_behind_the_holder() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let guard = client.try_lock("broken").await.expect("try").expect("free");
+    sleep(Duration::from_millis(200)).await; // past the moment the guard starts watching
+    let broken_at = Instant::now();
+    assert!(memory.force_release(guard.key()).await.expect("force"));
+    let reason = guard.lost().await;
+    assert_eq!(reason, LossReason::NotHeld);
+    // The release notification makes the supervisor check at once.
+    assert!(
+        broken_at.elapsed() < Duration::from_millis(5),
+        "{:?}",
+        broken_at.elapsed()
+    );
+    assert!(!guard.is_held());
+    assert_eq!(
+        guard.release().await.map_err(|e| e.kind()),
+        Err(ErrorKind::NotHeld)
+    );
+}
+
+/// The memory backend with change notification turned off, as a polling backend.
+#[derive(Debug)]
+struct NoNotify {
+    inner: MemoryBackend,
+    caps: Capabilities,
+}
+
+impl NoNotify {
+    fn new(inner: MemoryBackend) -> Self {
+        let mut caps = inner.capabilities().clone();
+        caps.change_notification = false;
+        NoNotify { inner, caps }
+    }
+}
+
+#[async_trait]
+impl LockBackend for NoNotify {
+    fn name(&self) -> &str {
+        "memory-polling"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        self.inner.try_grant(r).await
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(k).await
+    }
+    async fn watch(&self, _: &LockKey) -> Result<Option<ChangeStream>> {
+        panic!("watch called on a backend that declares no change notification")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_notification_loss_is_found_within_one_renewal_interval() {
+    let memory = MemoryBackend::new();
+    let client = LockClient::with_options(
+        Arc::new(NoNotify::new(memory.clone())),
+        LockOptions::new(TTL),
+    )
+    .expect("opts");
+    let guard = client.try_lock("polled").await.expect("try").expect("free");
+    sleep(Duration::from_millis(10)).await;
+    let broken_at = Instant::now();
+    memory.force_release(guard.key()).await.expect("force");
+    assert_eq!(guard.lost().await, LossReason::NotHeld);
+    let bound = client.options().renew_interval();
+    assert!(
+        broken_at.elapsed() <= bound,
+        "{:?} > {bound:?}",
+        broken_at.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_server_makes_the_holder_lose_before_its_validity_ends() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let guard = client.try_lock("frozen").await.expect("try").expect("free");
+    memory.pause();
+    let valid_until = guard.valid_until();
+    let reason = guard.lost().await;
+    assert_eq!(reason, LossReason::RenewalFailed);
+    let now = Instant::now();
+    assert!(now < valid_until, "told only after the validity ran out");
+    // Told no earlier than needed: the loss margin before the last known validity.
+    assert!(valid_until - now <= client.options().loss_margin());
+    memory.resume();
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_do_not_lose_the_lock_while_validity_remains() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let guard = client.try_lock("flaky").await.expect("try").expect("free");
+    // Down for less than the margin-adjusted validity: renewals fail, then recover.
+    sleep(Duration::from_millis(900)).await;
+    memory.stop();
+    memory.start(); // a restart loses the lease: that is a real loss
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(guard.loss(), Some(LossReason::NotHeld));
+
+    let guard = client.try_lock("flaky").await.expect("try").expect("free");
+    let paused_at = Instant::now();
+    memory.pause();
+    sleep(Duration::from_millis(1500)).await; // renewal attempts hang meanwhile
+    memory.resume();
+    sleep(TTL * 3).await;
+    assert!(
+        guard.is_held(),
+        "a pause shorter than the validity lost the lock: {:?}",
+        guard.loss()
+    );
+    assert!(paused_at.elapsed() > TTL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_auto_renew_the_loss_is_signalled_a_margin_before_expiry() {
+    let (_memory, client) = setup(LockOptions::new(TTL).with_auto_renew(false));
+    let started = Instant::now();
+    let guard = client
+        .try_lock("one-shot")
+        .await
+        .expect("try")
+        .expect("free");
+    assert_eq!(guard.lost().await, LossReason::Expired);
+    assert_eq!(started.elapsed(), TTL - client.options().loss_margin());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_waits_until_the_deadline_and_then_times_out() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let _holder = client.try_lock("busy").await.expect("try").expect("free");
+    let started = Instant::now();
+    let err = client
+        .lock("busy", Duration::from_secs(2))
+        .await
+        .expect_err("held");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_by_the_release_not_by_its_next_poll() {
+    let (_memory, client) = setup(
+        LockOptions::new(TTL).with_backoff(Duration::from_millis(400), Duration::from_secs(2)),
+    );
+    let holder = client
+        .try_lock("handoff")
+        .await
+        .expect("try")
+        .expect("free");
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock("handoff", Duration::from_secs(20))
+                .await
+                .expect("acquired");
+            (Instant::now(), guard.fence())
+        })
+    };
+    sleep(Duration::from_millis(1234)).await;
+    let released_at = Instant::now();
+    let first_fence = holder.fence();
+    holder.release().await.expect("held");
+    let (acquired_at, fence) = waiter.await.expect("join");
+    assert_eq!(
+        acquired_at, released_at,
+        "the waiter slept past the release"
+    );
+    assert!(fence > first_fence);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_polling_waiter_sleeps_no_longer_than_the_holders_ttl() {
+    let memory = MemoryBackend::new();
+    let client = LockClient::with_options(
+        Arc::new(NoNotify::new(memory.clone())),
+        LockOptions::new(TTL)
+            .with_auto_renew(false)
+            .with_backoff(Duration::from_secs(10), Duration::from_secs(10)),
+    )
+    .expect("opts");
+    // A holder elsewhere that vanished without releasing: a bare lease, never renewed.
+    let holder = memory
+        .acquire_once("expiring", TTL)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let expires = holder.valid_until();
+    let guard = client
+        .lock("expiring", Duration::from_secs(60))
+        .await
+        .expect("taken over");
+    assert!(Instant::now() >= expires);
+    assert!(
+        Instant::now() - expires <= Duration::from_millis(2),
+        "{:?}",
+        Instant::now() - expires
+    );
+    drop(guard);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_acquire_leaves_no_lease_and_no_task() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let holder = client.try_lock("cancel").await.expect("try").expect("free");
+    let waiting = client.lock("cancel", Duration::from_secs(60));
+    // Poll the waiter for a while, then give up on it.
+    let _ = tokio::time::timeout(Duration::from_secs(1), waiting)
+        .await
+        .expect_err("held");
+    holder.release().await.expect("held");
+    sleep(TTL * 3).await;
+    assert_eq!(
+        holder_fence(&memory, "cancel").await,
+        None,
+        "the cancelled waiter left a lease"
+    );
+}
+
+/// Applies every request; the reply of an acquisition arrives `delay` late, or never
+/// while `hang` is set.
+#[derive(Debug)]
+struct LateReplies {
+    inner: MemoryBackend,
+    hang: AtomicBool,
+    delay: Duration,
+}
+
+impl LateReplies {
+    fn new(inner: MemoryBackend, hang: bool, delay: Duration) -> Self {
+        LateReplies {
+            inner,
+            hang: AtomicBool::new(hang),
+            delay,
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for LateReplies {
+    fn name(&self) -> &str {
+        "memory-late-replies"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        let outcome = self.inner.try_grant(r).await;
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if !self.delay.is_zero() {
+            sleep(self.delay).await;
+        }
+        outcome
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(k).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(LateReplies::new(memory.clone(), true, Duration::ZERO));
+    let client =
+        LockClient::with_options(backend.clone(), LockOptions::new(Duration::from_secs(600)))
+            .expect("opts");
+    let attempt = tokio::time::timeout(
+        Duration::from_millis(50),
+        client.lock("orphan", Duration::from_secs(5)),
+    )
+    .await;
+    assert!(attempt.is_err(), "the reply was supposed to be lost");
+    sleep(Duration::from_millis(1)).await; // let the background cleanup run
+    assert_eq!(
+        holder_fence(&memory, "orphan").await,
+        None,
+        "the orphan grant outlived its acquire"
+    );
+    backend.hang.store(false, Ordering::SeqCst);
+    assert!(client.try_lock("orphan").await.expect("try").is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guard_releases_in_the_background_and_stops_renewing() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let guard = client
+        .try_lock("dropped")
+        .await
+        .expect("try")
+        .expect("free");
+    drop(guard);
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(holder_fence(&memory, "dropped").await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_lock_cancels_work_whose_lock_was_lost() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let finished = Arc::new(AtomicBool::new(false));
+    let flag = finished.clone();
+    let breaker = {
+        let memory = memory.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_secs(1)).await;
+            memory
+                .force_release(&LockKey::new("job").expect("key"))
+                .await
+                .expect("force");
+        })
+    };
+    let err = client
+        .with_lock("job", Duration::from_secs(1), |_fence| async move {
+            sleep(Duration::from_secs(60)).await;
+            flag.store(true, Ordering::SeqCst);
+        })
+        .await
+        .expect_err("lost");
+    breaker.await.expect("join");
+    assert_eq!(err.kind(), ErrorKind::LockLost);
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the work ran to the end without its lock"
+    );
+
+    let fence = client
+        .with_lock("job", Duration::from_secs(1), |fence| async move { fence })
+        .await
+        .expect("ran");
+    assert_eq!(
+        holder_fence(&memory, "job").await,
+        None,
+        "with_lock did not release"
+    );
+    assert!(fence.get() > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_keys_and_ttls_give_typed_errors() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    for key in ["", "new\nline", &"k".repeat(300)] {
+        assert_eq!(
+            client.try_lock(key).await.map(|_| ()).map_err(|e| e.kind()),
+            Err(ErrorKind::InvalidKey)
+        );
+        assert_eq!(
+            client
+                .lock(key, Duration::from_secs(1))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.kind()),
+            Err(ErrorKind::InvalidKey)
+        );
+    }
+    let backend: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        Duration::from_secs(10 * 365 * 24 * 3600),
+    ] {
+        let err =
+            LockClient::with_options(backend.clone(), LockOptions::new(ttl)).expect_err("bad ttl");
+        assert_eq!(err.kind(), ErrorKind::Configuration, "{ttl:?}: {err}");
+    }
+    let guard = client.try_lock("ttl").await.expect("try").expect("free");
+    assert_eq!(
+        guard.extend(Duration::ZERO).await.map_err(|e| e.kind()),
+        Err(ErrorKind::InvalidTtl)
+    );
+    assert!(guard.is_held());
+}
+
+#[tokio::test(start_paused = true)]
+async fn manual_extend_moves_the_validity_and_keeps_the_fence() {
+    let (memory, client) = setup(LockOptions::new(TTL).with_auto_renew(false));
+    let guard = client.try_lock("manual").await.expect("try").expect("free");
+    sleep(Duration::from_secs(1)).await;
+    guard.extend(Duration::from_secs(10)).await.expect("held");
+    assert_eq!(
+        guard.valid_until(),
+        Instant::now() + Duration::from_secs(10)
+    );
+    sleep(Duration::from_secs(5)).await;
+    assert!(guard.is_held());
+    assert_eq!(
+        holder_fence(&memory, "manual").await,
+        Some(guard.fence().get())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_errors_are_retried_until_the_deadline() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    memory.stop();
+    let restarter = {
+        let memory = memory.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_secs(2)).await;
+            memory.start();
+        })
+    };
+    let guard = client
+        .lock("outage", Duration::from_secs(10))
+        .await
+        .expect("acquired after restart");
+    restarter.await.expect("join");
+    assert!(guard.is_held());
+
+    memory.stop();
+    let err = client
+        .lock("outage-2", Duration::from_secs(1))
+        .await
+        .expect_err("down");
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    let source = std::error::Error::source(&err)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    assert!(source.contains("unavailable"), "{source}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_of_one_client_are_handed_the_lock_in_turn_without_a_stampede() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let holder = client.try_lock("queue").await.expect("try").expect("free");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let (client, order) = (client.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .lock("queue", Duration::from_secs(60))
+                .await
+                .expect("acquired");
+            order.lock().expect("order").push((i, Instant::now()));
+            sleep(Duration::from_millis(10)).await;
+            guard.release().await.expect("held");
+        }));
+        // Arrive one after another.
+        sleep(Duration::from_millis(1)).await;
+    }
+    // Another task of the same client does not jump the queue.
+    assert!(client.try_lock("queue").await.expect("try").is_none());
+    let released = Instant::now();
+    holder.release().await.expect("held");
+    for w in waiters {
+        w.await.expect("join");
+    }
+    let order = order.lock().expect("order").clone();
+    let arrived: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        arrived,
+        (0..8).collect::<Vec<_>>(),
+        "not first come, first served"
+    );
+    // Each next waiter gets the lock the instant the previous one released it.
+    for (n, (_, at)) in order.iter().enumerate() {
+        assert_eq!(
+            *at,
+            released + Duration::from_millis(10) * n as u32,
+            "waiter {n}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_is_still_reported_lost_on_time() {
+    // The reply arrives with 160 ms of validity left: the loss is due 60 ms later,
+    // sooner than the guard's background task would otherwise start.
+    let margin = Duration::from_millis(100);
+    let backend = LateReplies::new(
+        MemoryBackend::new(),
+        false,
+        TTL - Duration::from_millis(160),
+    );
+    let options = LockOptions::new(TTL)
+        .with_auto_renew(false)
+        .with_loss_margin(margin)
+        .with_min_validity(Duration::from_millis(150));
+    let client = LockClient::with_options(Arc::new(backend), options).expect("valid options");
+    let started = Instant::now();
+    let guard = client.try_lock("late").await.expect("try").expect("free");
+    assert_eq!(guard.lost().await, LossReason::Expired);
+    assert_eq!(started.elapsed(), TTL - margin);
+}

@@ -1,0 +1,371 @@
+//! [`EtcdBackend`]: the contract on an etcd cluster, with leases and transactions.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, LeaseGrantOptions, PutOptions, Txn,
+    TxnOp, WatchFilterType, WatchOptions,
+};
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::config::EtcdConfig;
+use crate::error::{from_etcd, is_lease_not_found, is_not_sent, timed_out};
+
+const NAME: &str = "etcd";
+
+/// A lock backend on an etcd cluster.
+///
+/// A lock is a key attached to a lease whose ID is derived from the owner token, so
+/// the lease itself names the owner. The fence is the key's creation revision:
+/// strictly increasing, durable and cluster-wide. Clones share one connection.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: EtcdConfig,
+    capabilities: Capabilities,
+    client: Client,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sends a copy of `txn`, so that the same transaction can be sent again.
+fn send_txn(
+    mut client: Client,
+    txn: &Txn,
+) -> impl Future<Output = Result<etcd_client::TxnResponse, etcd_client::Error>> + Send + 'static {
+    let txn = txn.clone();
+    async move { client.txn(txn).await }
+}
+
+/// The lease of an owner: the token's first 63 bits, never zero (zero asks etcd to
+/// choose an ID).
+fn lease_id(owner: &OwnerToken) -> i64 {
+    let b = owner.as_bytes();
+    let raw = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) & i64::MAX;
+    raw.max(1)
+}
+
+impl EtcdBackend {
+    /// Connects with the settings of an `etcd://` URL (see [`EtcdConfig`]). An
+    /// unreachable cluster fails within the connect timeout with
+    /// [`ErrorKind::Unavailable`]; wrong credentials with [`ErrorKind::Authentication`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::with_config(EtcdConfig::from_url(url)?).await
+    }
+
+    /// Connects with `config`.
+    pub async fn with_config(config: EtcdConfig) -> Result<Self> {
+        let mut options = ConnectOptions::new()
+            .with_timeout(config.timeout)
+            .with_connect_timeout(config.connect_timeout)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        if let Some((user, password)) = &config.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        #[cfg(feature = "tls")]
+        if config.tls {
+            options = options.with_tls(etcd_client::TlsOptions::new());
+        }
+        let connect = Client::connect(config.endpoints.clone(), Some(options));
+        let mut client = tokio::time::timeout(config.connect_timeout + config.timeout, connect)
+            .await
+            .map_err(|_| timed_out(&config))?
+            .map_err(|e| from_etcd(&config, e))?;
+        // The channel connects lazily: ask something, so that an unreachable cluster
+        // or wrong credentials fail here rather than at the first lock.
+        tokio::time::timeout(config.timeout, client.status())
+            .await
+            .map_err(|_| timed_out(&config))?
+            .map_err(|e| from_etcd(&config, e))?;
+        let mut capabilities = Capabilities::default();
+        capabilities.min_ttl = Duration::from_secs(2);
+        capabilities.ttl_granularity = Duration::from_secs(1);
+        capabilities.fence_durability = FenceDurability::Durable;
+        capabilities.leases_survive_restart = true;
+        capabilities.change_notification = true;
+        capabilities.force_release = true;
+        capabilities.extend_any_ttl = false;
+        Ok(EtcdBackend {
+            inner: Arc::new(Inner {
+                config,
+                capabilities,
+                client,
+            }),
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.inner.config
+    }
+
+    fn key(&self, key: &LockKey) -> String {
+        format!("{}{}", self.inner.config.prefix, key)
+    }
+
+    fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    /// Runs one request within the request timeout. `op` gets a handle on the client
+    /// and is called again when the request could not even be sent (a refused
+    /// connection to a member that is down): nothing reached a server, so trying
+    /// another member is always safe.
+    async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let mut refused = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, op(self.client())).await {
+                Err(_) => return Err(timed_out(&self.inner.config)),
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if refused < 4 && is_not_sent(&e) => {
+                    refused += 1;
+                    debug!(error = %e, "a member refused the connection; trying again");
+                }
+                Ok(Err(e)) => return Err(from_etcd(&self.inner.config, e)),
+            }
+        }
+    }
+
+    /// Revokes a lease in the background: its keys (if any) are already dealt with,
+    /// and an unrevoked lease runs out at its TTL anyway.
+    fn revoke_later(&self, id: i64) {
+        let mut client = self.client();
+        let timeout = self.inner.config.timeout;
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = tokio::time::timeout(timeout, client.lease_revoke(id)).await {
+                if !is_lease_not_found(&e) {
+                    debug!(error = %e, "lease revoke failed; it runs out at its ttl");
+                }
+            }
+        });
+    }
+
+    /// Keeps the lease `id` alive once: its granted TTL, or `None` when it is gone.
+    async fn keep_alive_once(&self, id: i64) -> Result<Option<Duration>> {
+        self.request(|mut client| async move {
+            let exchange = async {
+                let (mut keeper, mut stream) = client.lease_keep_alive(id).await?;
+                keeper.keep_alive().await?;
+                stream.message().await
+            };
+            match exchange.await {
+                Ok(reply) => Ok(reply
+                    .and_then(|r| u64::try_from(r.ttl()).ok())
+                    .filter(|s| *s > 0)
+                    .map(Duration::from_secs)),
+                // The lease expired or was revoked: not held, not a fault.
+                Err(e) if is_lease_not_found(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LockBackend for EtcdBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.inner.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
+        self.request(|mut client| async move {
+            client
+                .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
+                .await
+        })
+        .await?;
+        // Create the key only if it does not exist, attached to the lease.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                request.owner().to_hex(),
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        let reply = match self.request(|c| send_txn(c, &txn)).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.revoke_later(id);
+                return Err(e);
+            }
+        };
+        if !reply.succeeded() {
+            self.revoke_later(id);
+            return Ok(Grant::Held { remaining: None });
+        }
+        let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
+        Ok(Grant::Granted(FencingToken::new(
+            u64::try_from(revision).unwrap_or(0),
+        )))
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let _ = key;
+        // The lease is this acquisition's own (its ID comes from the owner token):
+        // revoking it deletes exactly the keys attached to it, atomically, in one raft
+        // write, and is answered "not found" once the lease expired or was revoked.
+        let id = lease_id(owner);
+        let revoked = self
+            .request(|mut c| async move {
+                match c.lease_revoke(id).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_lease_not_found(&e) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(if revoked {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
+        // Refresh the lease and check that the key is still ours, side by side: one
+        // round trip of latency. Neither can re-create the key.
+        let check = Txn::new().when([
+            Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
+            Compare::lease(key, CompareOp::Equal, id),
+        ]);
+        let (kept, checked) = tokio::join!(
+            self.keep_alive_once(id),
+            self.request(|c| send_txn(c, &check))
+        );
+        let checked = checked?;
+        let granted = match kept? {
+            Some(granted) => granted,
+            None => return Ok(Renewal::NotHeld),
+        };
+        if !checked.succeeded() {
+            self.revoke_later(id);
+            return Ok(Renewal::NotHeld);
+        }
+        // Core only asks for the granted TTL (capabilities.extend_any_ttl is false); a
+        // lease that came back shorter would make the validity a lie.
+        if granted < request.ttl() {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "etcd renewed the lease to {granted:?}, less than the {:?} asked for",
+                    request.ttl()
+                ),
+            )
+            .with_backend(NAME));
+        }
+        Ok(Renewal::Renewed)
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let key = self.key(key);
+        let reply = self
+            .request(|mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        let Some(kv) = reply.kvs().first() else {
+            return Ok(None);
+        };
+        let (revision, lease) = (kv.create_revision(), kv.lease());
+        let left = self
+            .request(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await
+            .ok()
+            .and_then(|r| u64::try_from(r.ttl()).ok())
+            .unwrap_or(0);
+        Ok(Some(LockInfo {
+            fence: FencingToken::new(u64::try_from(revision).unwrap_or(0)),
+            remaining: Duration::from_secs(left),
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let key = self.key(key);
+        // Deletions only: a release, a force release, or the lease running out.
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let stream = self
+            .request(|mut c| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { c.watch(key, Some(options)).await }
+            })
+            .await?;
+        let changes = futures_util::stream::unfold(stream, |mut stream| async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(reply)) if reply.canceled() => return None,
+                    Ok(Some(reply)) => {
+                        if reply
+                            .events()
+                            .iter()
+                            .any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return Some(((), stream));
+                        }
+                    }
+                    // The stream ended or broke: the waiter polls instead.
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        });
+        Ok(Some(Box::pin(changes)))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        // Revoke the holder's lease, not just its key: the holder's own release then
+        // finds no lease and rightly answers "not held".
+        let key = self.key(key);
+        let found = self
+            .request(|mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        let Some(lease) = found.kvs().first().map(|kv| kv.lease()).filter(|l| *l != 0) else {
+            return Ok(false);
+        };
+        self.request(|mut c| async move {
+            match c.lease_revoke(lease).await {
+                Ok(_) => Ok(true),
+                Err(e) if is_lease_not_found(&e) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+}

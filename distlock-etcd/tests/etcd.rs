@@ -1,0 +1,130 @@
+//! What the conformance suite does not cover: a three-member cluster losing its leader,
+//! an unreachable endpoint, and etcd's fixed lease TTL.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_conformance::servers::{EtcdCluster, ServerHandle, ServerKind};
+use distlock_conformance::ServerControl as _;
+use distlock_core::{
+    ErrorKind, ExtendOutcome, LockBackend, LockBackendExt, LockClient, LockKey, LockOptions,
+};
+use distlock_etcd::EtcdBackend;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
+    let cluster = EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = Arc::new(EtcdBackend::connect(&cluster.url()).await.expect("connect"));
+    let ttl = Duration::from_secs(5);
+    let client = LockClient::with_options(backend.clone(), LockOptions::new(ttl)).expect("options");
+    let guard = client
+        .lock("ledger", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let fence = guard.fence();
+
+    // Find the leader: the member whose own ID is the leader ID it reports.
+    let mut leader = None;
+    for (i, member) in cluster.members().iter().enumerate() {
+        let endpoint = format!("http://127.0.0.1:{}", member.host_port());
+        let mut one = etcd_client::Client::connect([endpoint], None)
+            .await
+            .expect("member");
+        let status = one.status().await.expect("status");
+        let own = status.header().map(|h| h.member_id()).unwrap_or_default();
+        if status.leader() == own {
+            leader = Some(i);
+        }
+    }
+    let leader = leader.expect("a leader");
+    cluster.members()[leader]
+        .kill()
+        .await
+        .expect("stop the leader");
+    let stopped = Instant::now();
+
+    // Two TTLs later the lock is still held, renewed through the new leader.
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        guard.is_held(),
+        "the lock was lost with the leader: {:?}",
+        guard.loss()
+    );
+    let key = LockKey::new("ledger").expect("key");
+    let info = backend.inspect(&key).await.expect("inspect").expect("held");
+    assert_eq!(info.fence, fence, "the fence changed across the failover");
+    assert!(stopped.elapsed() >= ttl * 2);
+    // With a member down, no request may fail for having been routed to it.
+    for i in 0..20 {
+        let info = backend
+            .inspect(&key)
+            .await
+            .unwrap_or_else(|e| panic!("inspect {i} with a member down: {e}"));
+        assert_eq!(info.map(|i| i.fence), Some(fence));
+    }
+
+    guard.release().await.expect("release");
+    let next = backend
+        .acquire_once("ledger", ttl)
+        .await
+        .expect("acquire after failover")
+        .expect("free after release");
+    assert!(next.fence() > fence, "{:?} after {:?}", next.fence(), fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_endpoint_is_a_typed_error_in_bounded_time() {
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let started = Instant::now();
+    let err = EtcdBackend::connect(&format!(
+        "etcd://127.0.0.1:{port}?connect_timeout_ms=1000&timeout_ms=1000"
+    ))
+    .await
+    .expect_err("nothing listens there");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_renews_to_the_granted_ttl_only() {
+    let server = ServerHandle::start(ServerKind::Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = EtcdBackend::connect(&server.url()).await.expect("connect");
+    assert!(!backend.capabilities().extend_any_ttl);
+    let lease = backend
+        .acquire_once("fixed", Duration::from_secs(3))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let err = backend
+        .extend(&lease, Duration::from_secs(10))
+        .await
+        .expect_err("another ttl");
+    assert_eq!(err.kind(), ErrorKind::InvalidTtl, "{err}");
+    let renewed = backend
+        .extend(&lease, Duration::from_secs(3))
+        .await
+        .expect("the granted ttl");
+    assert!(
+        matches!(renewed, ExtendOutcome::Extended(ref l) if l.fence() == lease.fence()),
+        "{renewed:?}"
+    );
+    let odd = backend
+        .acquire_once("odd", Duration::from_millis(2500))
+        .await
+        .expect_err("half seconds");
+    assert_eq!(odd.kind(), ErrorKind::InvalidTtl);
+}

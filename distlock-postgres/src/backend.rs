@@ -1,0 +1,336 @@
+//! [`PostgresBackend`]: the contract on a PostgreSQL lock table, one statement per
+//! operation.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Capabilities, ChangeStream, Error, ExtendRequest, FenceDurability,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
+    Result, WakeRegistry,
+};
+use sqlx::postgres::{PgListener, PgPool};
+use sqlx::Connection as _;
+use tracing::debug;
+
+use crate::config::PostgresConfig;
+use crate::error::{from_sqlx, is_contention, timed_out};
+use crate::pool::{Checkout, Pool};
+use crate::sql::Statements;
+
+const NAME: &str = "postgres";
+
+/// Checks out a connection, runs `$body` with it bound to `$conn`, and settles the
+/// connection by how the statement ended. Yields
+/// `Result<Result<T, sqlx::Error>, distlock_core::Error>`.
+macro_rules! on_conn {
+    ($backend:expr, $conn:ident => $body:expr) => {
+        async {
+            let mut checkout = $backend.checkout().await?;
+            let result = {
+                let $conn = checkout.conn();
+                $body.await
+            };
+            checkout.settle(&result);
+            Ok(result)
+        }
+    };
+}
+
+/// A lock backend on a PostgreSQL table.
+///
+/// Every operation is one statement in autocommit mode, so one round trip, and needs
+/// no session state: the backend stays correct behind PgBouncer in transaction pooling
+/// mode (where `notify=false` turns waiting into polling). Clones share the pool.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PostgresConfig,
+    capabilities: Capabilities,
+    pool: Pool,
+    sql: Statements,
+    watcher: tokio::sync::Mutex<Option<Listener>>,
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBackend {
+    /// Connects with the settings of a `postgres://` or `postgresql://` URL (see
+    /// [`PostgresConfig`]) and creates the lock table if it is missing. Wrong
+    /// credentials fail here, at once, with
+    /// [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::with_config(PostgresConfig::from_url(url)?).await
+    }
+
+    /// Connects with `config` and runs the migration.
+    pub async fn with_config(config: PostgresConfig) -> Result<Self> {
+        let pool = Pool::new(
+            config.connect.clone(),
+            config.pool_size,
+            config.acquire_timeout,
+        );
+        let mut capabilities = Capabilities::default();
+        capabilities.min_ttl = Duration::from_millis(10);
+        capabilities.fence_durability = if config.durable_commits() {
+            FenceDurability::Durable
+        } else {
+            FenceDurability::BestEffort
+        };
+        capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
+        capabilities.change_notification = config.notify;
+        capabilities.force_release = true;
+        let sql = Statements::new(&config.schema, &config.table, config.unlogged);
+        let backend = PostgresBackend {
+            inner: Arc::new(Inner {
+                config,
+                capabilities,
+                pool,
+                sql,
+                watcher: tokio::sync::Mutex::new(None),
+            }),
+        };
+        // Connects (so that wrong credentials fail here) and creates the table.
+        backend.migrate().await?;
+        Ok(backend)
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &PostgresConfig {
+        &self.inner.config
+    }
+
+    /// Creates the schema, the lock table and the fence sequence if they are missing.
+    /// Idempotent, and safe to run from many processes at once. [`connect`](Self::connect)
+    /// runs it.
+    pub async fn migrate(&self) -> Result<()> {
+        let result = self
+            .bounded(on_conn!(self, conn => async {
+                let mut tx = conn.begin().await?;
+                for statement in &self.inner.sql.migrate {
+                    sqlx::query(statement).execute(&mut *tx).await?;
+                }
+                tx.commit().await
+            }))
+            .await?;
+        result.map_err(|e| from_sqlx(&self.inner.config, e))
+    }
+
+    /// Deletes rows whose lease ended more than `older_than` ago; returns how many.
+    /// Rows are otherwise kept (a released lease is marked ended, not deleted).
+    ///
+    /// `older_than` must be at least twice the response timeout (the server-side
+    /// `statement_timeout`): a shorter one is an
+    /// [`ErrorKind::InvalidInput`](distlock_core::ErrorKind::InvalidInput) error, since it
+    /// could let a slow acquisition mint a fence below an earlier one.
+    pub async fn purge_expired(&self, older_than: Duration) -> Result<u64> {
+        let floor = self.inner.config.response_timeout * 2;
+        if older_than < floor {
+            return Err(Error::new(
+                distlock_core::ErrorKind::InvalidInput,
+                format!("purge_expired needs older_than of at least {floor:?} (twice the response timeout)"),
+            )
+            .with_backend(NAME));
+        }
+        let ms = older_than.as_secs_f64() * 1000.0;
+        let done = self
+            .bounded(
+                on_conn!(self, conn => sqlx::query(&self.inner.sql.purge).bind(ms).execute(conn)),
+            )
+            .await?
+            .map_err(|e| from_sqlx(&self.inner.config, e))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn checkout(&self) -> Result<Checkout<'_>> {
+        self.inner.pool.checkout().await.map_err(|e| match e {
+            Some(e) => from_sqlx(&self.inner.config, e),
+            None => timed_out(&self.inner.config),
+        })
+    }
+
+    /// Runs `op` within the response timeout: the statement's own result inside, a
+    /// timeout or a connection that could not be had outside.
+    async fn bounded<T>(
+        &self,
+        op: impl Future<Output = Result<Result<T, sqlx::Error>>>,
+    ) -> Result<Result<T, sqlx::Error>> {
+        tokio::time::timeout(self.inner.config.response_timeout, op)
+            .await
+            .map_err(|_| timed_out(&self.inner.config))?
+    }
+
+    /// One statement on a pooled connection, within the response timeout.
+    async fn run<T>(&self, op: impl Future<Output = Result<Result<T, sqlx::Error>>>) -> Result<T> {
+        self.bounded(op)
+            .await?
+            .map_err(|e| from_sqlx(&self.inner.config, e))
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> f64 {
+    ttl.as_secs_f64() * 1000.0
+}
+
+fn fence(raw: i64) -> FencingToken {
+    FencingToken::new(u64::try_from(raw).unwrap_or(0))
+}
+
+fn remaining(raw_ms: Option<i64>) -> Option<Duration> {
+    raw_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis)
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.inner.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let reply = self
+            .bounded(on_conn!(self, conn => sqlx::query_as::<_, (bool, i64, Option<i64>)>(&self.inner.sql.acquire)
+                .bind(request.key().as_str())
+                .bind(&request.owner().as_bytes()[..])
+                .bind(ttl_ms(request.ttl()))
+                .fetch_optional(conn)))
+            .await?;
+        let row = match reply {
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: not acquired");
+                return Ok(Grant::Held { remaining: None });
+            }
+            Err(e) => return Err(from_sqlx(&self.inner.config, e)),
+            Ok(row) => row,
+        };
+        Ok(match row {
+            Some((true, raw_fence, _)) => Grant::Granted(fence(raw_fence)),
+            Some((false, _, remaining_ms)) => Grant::Held {
+                remaining: remaining(remaining_ms),
+            },
+            // A concurrent grant the statement's snapshot could not see.
+            None => Grant::Held { remaining: None },
+        })
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let was_held: Option<bool> = self
+            .run(
+                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.release)
+                    .bind(key.as_str())
+                    .bind(&owner.as_bytes()[..])
+                    .fetch_optional(conn)),
+            )
+            .await?;
+        Ok(if was_held == Some(true) {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let raw_fence: Option<i64> = self
+            .run(
+                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.extend)
+                    .bind(request.key().as_str())
+                    .bind(&request.owner().as_bytes()[..])
+                    .bind(ttl_ms(request.ttl()))
+                    .fetch_optional(conn)),
+            )
+            .await?;
+        Ok(match raw_fence {
+            None => Renewal::NotHeld,
+            Some(_) => Renewal::Renewed,
+        })
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let row: Option<(i64, Option<i64>)> = self
+            .run(
+                on_conn!(self, conn => sqlx::query_as(&self.inner.sql.inspect)
+                    .bind(key.as_str())
+                    .fetch_optional(conn)),
+            )
+            .await?;
+        Ok(row.map(|(raw, ms)| LockInfo {
+            fence: fence(raw),
+            remaining: remaining(ms).unwrap_or_default(),
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        if !self.inner.config.notify {
+            return Ok(None);
+        }
+        let mut slot = self.inner.watcher.lock().await;
+        if slot.as_ref().is_none_or(|l| !l.waiters.is_open()) {
+            let cfg = &self.inner.config;
+            let listen = async {
+                let pool = PgPool::connect_lazy_with(cfg.connect.clone());
+                let mut listener = PgListener::connect_with(&pool).await?;
+                listener.listen(&self.inner.sql.channel).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            let listener = tokio::time::timeout(cfg.response_timeout, listen)
+                .await
+                .map_err(|_| timed_out(cfg))?
+                .map_err(|e| from_sqlx(cfg, e))?;
+            *slot = Some(Listener::start(listener));
+        }
+        let Some(listener) = slot.as_ref() else {
+            return Ok(None);
+        };
+        Ok(Some(listener.waiters.register(key.as_str()).changes))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let was_held: Option<bool> = self
+            .run(
+                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.force_release)
+                    .bind(key.as_str())
+                    .fetch_optional(conn)),
+            )
+            .await?;
+        Ok(was_held == Some(true))
+    }
+}
+
+/// The LISTEN connection; a notification's payload is the released key, whose waiters
+/// are kept in a [`WakeRegistry`].
+struct Listener {
+    waiters: Arc<WakeRegistry>,
+}
+
+impl Listener {
+    fn start(mut listener: PgListener) -> Self {
+        let waiters = Arc::new(WakeRegistry::new());
+        let dispatch = waiters.clone();
+        tokio::spawn(async move {
+            // `try_recv` reports a lost connection as `None` instead of reconnecting in
+            // silence: notifications sent meanwhile are lost, so waiters must poll.
+            while let Ok(Some(note)) = listener.try_recv().await {
+                dispatch.wake(note.payload());
+            }
+            dispatch.close_all();
+        });
+        Listener { waiters }
+    }
+}

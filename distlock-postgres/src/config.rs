@@ -1,0 +1,279 @@
+//! [`PostgresConfig`]: what a `postgres://` or `postgresql://` URL says.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use distlock_core::{redact_url, support, Error, Result};
+use sqlx::postgres::PgConnectOptions;
+
+/// The URL schemes this backend serves.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// How `COMMIT` waits for the write-ahead log, per lock statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynchronousCommit {
+    /// The server's setting (by default `on`: flushed to disk before the reply).
+    Server,
+    /// `on`: flushed before the reply; fences are durable.
+    On,
+    /// `off`: the reply may come before the flush; a crash may lose the last grants,
+    /// so fences are declared best effort.
+    Off,
+}
+
+/// Where and how to reach PostgreSQL, from a URL:
+///
+/// `postgres[ql]://user:password@host:port/db?schema=..&table=..&pool_size=..&synchronous_commit=on|off&unlogged=true|false&notify=true|false&response_timeout_ms=..&acquire_timeout_ms=..`
+///
+/// - `schema` (default `public`) and `table` (default `distlock_locks`) name the lock
+///   table: lowercase letters, digits and `_`, starting with a letter or `_`, at most
+///   63 bytes; anything else is refused, so no setting can inject SQL;
+/// - `pool_size` (default 10) bounds the connections;
+/// - `synchronous_commit` (default: the server's) sets commit durability per statement;
+/// - `unlogged=true` creates the table `UNLOGGED` (faster; leases are lost on a crash,
+///   fences stay durable since they come from a logged sequence);
+/// - `notify=false` turns off LISTEN (needed behind PgBouncer in transaction pooling
+///   mode); waiters then poll;
+/// - `response_timeout_ms` (default 5000) bounds each statement, `acquire_timeout_ms`
+///   (default 3000) each wait for a pooled connection.
+///
+/// Other parameters (`sslmode`, `sslrootcert`, `application_name`, ...) go to sqlx.
+/// `Debug` and errors show the URL with its password replaced by `***`.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    pub(crate) connect: PgConnectOptions,
+    pub(crate) shown_url: String,
+    pub(crate) password: Option<String>,
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    pub(crate) pool_size: u32,
+    pub(crate) synchronous_commit: SynchronousCommit,
+    pub(crate) unlogged: bool,
+    pub(crate) notify: bool,
+    pub(crate) response_timeout: Duration,
+    pub(crate) acquire_timeout: Duration,
+}
+
+fn config_error(message: impl Into<String>) -> Error {
+    support::config_error("postgres", message)
+}
+
+/// Checks an identifier: what it may be is narrow on purpose, so that it needs no
+/// escaping and cannot carry SQL.
+pub(crate) fn check_identifier(what: &str, name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(config_error(format!(
+            "the {what} name {name:?} is not allowed: use 1 to 63 lowercase letters, digits or _, not starting with a digit"
+        )))
+    }
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(config_error(format!(
+            "{name} must be true or false, not {value:?}"
+        ))),
+    }
+}
+
+impl PostgresConfig {
+    /// Parses a URL; a [`ErrorKind::Configuration`] error names what is wrong, never
+    /// echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut parsed =
+            url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
+        if !SCHEMES.contains(&parsed.scheme()) {
+            return Err(config_error(format!(
+                "the scheme {:?} is not served by the postgres backend (it serves {SCHEMES:?})",
+                parsed.scheme()
+            )));
+        }
+        let mut config = PostgresConfig {
+            connect: PgConnectOptions::new(),
+            shown_url: String::new(),
+            password: parsed.password().map(|p| p.to_owned()),
+            schema: "public".into(),
+            table: "distlock_locks".into(),
+            pool_size: 10,
+            synchronous_commit: SynchronousCommit::Server,
+            unlogged: false,
+            notify: true,
+            response_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(3),
+        };
+        let mut passed_on = Vec::new();
+        for (name, value) in parsed.query_pairs() {
+            let millis = |v: &str| support::positive_millis("postgres", &name, v);
+            match name.as_ref() {
+                "schema" => {
+                    check_identifier("schema", &value)?;
+                    config.schema = value.into_owned();
+                }
+                "table" => {
+                    check_identifier("table", &value)?;
+                    config.table = value.into_owned();
+                }
+                "pool_size" => {
+                    config.pool_size = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=1000).contains(n))
+                        .ok_or_else(|| {
+                            config_error(format!("pool_size must be 1 to 1000, not {value:?}"))
+                        })?;
+                }
+                "synchronous_commit" => {
+                    config.synchronous_commit = match value.as_ref() {
+                        "on" => SynchronousCommit::On,
+                        "off" => SynchronousCommit::Off,
+                        other => {
+                            return Err(config_error(format!(
+                                "synchronous_commit must be on or off, not {other:?}"
+                            )))
+                        }
+                    }
+                }
+                "unlogged" => config.unlogged = parse_bool("unlogged", &value)?,
+                "notify" => config.notify = parse_bool("notify", &value)?,
+                "response_timeout_ms" => config.response_timeout = millis(&value)?,
+                "acquire_timeout_ms" => config.acquire_timeout = millis(&value)?,
+                _ => passed_on.push((name.into_owned(), value.into_owned())),
+            }
+        }
+        if passed_on.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(passed_on);
+        }
+        let driver_url = parsed.to_string();
+        config.shown_url = redact_url(&driver_url);
+        let mut connect = PgConnectOptions::from_str(&driver_url).map_err(|e| {
+            config_error(format!(
+                "sqlx refused the URL: {}",
+                config.scrub(e.to_string())
+            ))
+        })?;
+        // The server ends any statement that outlives the response timeout, so none can
+        // run on after the backend gave up on it (see `purge_expired`).
+        let statement_timeout = config.response_timeout.as_millis().to_string();
+        connect = connect.options([("statement_timeout", statement_timeout.as_str())]);
+        if let SynchronousCommit::On | SynchronousCommit::Off = config.synchronous_commit {
+            let value = if config.synchronous_commit == SynchronousCommit::On {
+                "on"
+            } else {
+                "off"
+            };
+            connect = connect.options([("synchronous_commit", value)]);
+        }
+        config.connect = connect.application_name("distlock");
+        Ok(config)
+    }
+
+    /// The lock table's schema.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The lock table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Whether fences survive a crash: commits are flushed before the reply.
+    pub fn durable_commits(&self) -> bool {
+        self.synchronous_commit != SynchronousCommit::Off
+    }
+
+    /// Replaces the password, wherever it appears in `text`, by `***`.
+    pub(crate) fn scrub(&self, text: String) -> String {
+        support::scrub(text, self.password.as_deref())
+    }
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &self.shown_url)
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("synchronous_commit", &self.synchronous_commit)
+            .field("unlogged", &self.unlogged)
+            .field("notify", &self.notify)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock_core::ErrorKind;
+
+    #[test]
+    fn hostile_identifiers_are_configuration_errors() {
+        for bad in [
+            "locks;DROP TABLE users",
+            "\"quoted\"",
+            "Upper",
+            "1starts_with_digit",
+            "has space",
+            "dash-ed",
+            "",
+            &"x".repeat(64),
+            "é",
+        ] {
+            for param in ["table", "schema"] {
+                let url = format!("postgres://u:s3cret@h/db?{param}={}", url_escape(bad));
+                let err = PostgresConfig::from_url(&url).expect_err(bad);
+                assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
+                assert!(!err.to_string().contains("s3cret"));
+            }
+        }
+        let ok = PostgresConfig::from_url("postgres://u:s3cret@h/db?schema=locks_v2&table=_held")
+            .expect("valid");
+        assert_eq!((ok.schema(), ok.table()), ("locks_v2", "_held"));
+    }
+
+    fn url_escape(s: &str) -> String {
+        s.bytes().map(|b| format!("%{b:02X}")).collect()
+    }
+
+    #[test]
+    fn debug_hides_the_password_and_options_parse() {
+        let c = PostgresConfig::from_url(
+            "postgresql://app:s3cret@db:5433/locks?synchronous_commit=off&unlogged=true&notify=false&application_name=x",
+        )
+        .expect("valid");
+        assert!(!c.durable_commits());
+        assert!(c.unlogged && !c.notify);
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("app:***@db"),
+            "{shown}"
+        );
+        for bad in [
+            "redis://h",
+            "postgres://h/db?pool_size=0",
+            "postgres://h/db?notify=maybe",
+            "postgres://h/db?synchronous_commit=local",
+        ] {
+            assert_eq!(
+                PostgresConfig::from_url(bad)
+                    .map(|_| ())
+                    .map_err(|e| e.kind()),
+                Err(ErrorKind::Configuration),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Turning sqlx's errors into distlock's.
+
+use distlock_core::{support, Error, ErrorKind};
+
+use crate::config::PostgresConfig;
+
+/// SQLSTATEs of contention: under contention they mean "not acquired", not failure.
+pub(crate) fn is_contention(e: &sqlx::Error) -> bool {
+    matches!(
+        sqlstate(e).as_deref(),
+        Some("40001" | "40P01" | "23505" | "55P03")
+    )
+}
+
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+/// Maps a sqlx error to a distlock error of the right kind, with the (scrubbed) text
+/// of the driver's error as its source.
+pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
+    let state = sqlstate(&e);
+    let kind = match (&e, state.as_deref()) {
+        (_, Some("28P01" | "28000")) => ErrorKind::Authentication,
+        (_, Some("3D000" | "42501" | "42P01" | "3F000")) => ErrorKind::Configuration,
+        (_, Some(s))
+            if s.starts_with("08")
+                || s.starts_with("57P")
+                || s == "53300"
+                || s == "40001"
+                || s == "40P01" =>
+        {
+            ErrorKind::Unavailable
+        }
+        (sqlx::Error::Configuration(_) | sqlx::Error::Tls(_), _) => ErrorKind::Configuration,
+        (
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed,
+            _,
+        ) => ErrorKind::Unavailable,
+        _ => ErrorKind::Backend,
+    };
+    support::driver_error(kind, "postgres", config.scrub(e.to_string()))
+}
+
+/// The statement did not answer within the response timeout.
+pub(crate) fn timed_out(config: &PostgresConfig) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("no answer within {:?}", config.response_timeout),
+    )
+    .with_backend("postgres")
+}

@@ -1,0 +1,164 @@
+//! [`RedisConfig`]: what a `redis://` or `rediss://` URL says.
+
+use std::fmt;
+use std::time::Duration;
+
+use distlock_core::{redact_url, support, Error, Result};
+
+/// Where and how to reach Redis, from a URL:
+///
+/// `redis[s]://[user][:password]@host[:port][/db][?prefix=..&wait_replicas=..&wait_timeout_ms=..&response_timeout_ms=..&connect_timeout_ms=..]`
+///
+/// - `rediss://` is TLS (needs this crate's `tls` feature);
+/// - user and password are Redis ACL credentials (or `requirepass` with no user);
+/// - `db` is the database number;
+/// - `prefix` (default `distlock:`) is put before every key this backend writes;
+/// - `wait_replicas` (default 0) makes every acquire and extend also `WAIT` for that
+///   many replicas, in the same round trip (see the crate docs on replication);
+/// - `wait_timeout_ms` (default 100) bounds that wait;
+/// - `response_timeout_ms` (default 5000) and `connect_timeout_ms` (default 3000) bound
+///   each command and each connection attempt.
+///
+/// Other query parameters go to the redis driver unchanged. `Debug` and every error
+/// show the URL with its password replaced by `***`.
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) driver_url: String,
+    pub(crate) prefix: String,
+    pub(crate) wait_replicas: u32,
+    pub(crate) wait_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) password: Option<String>,
+}
+
+/// The URL schemes this backend serves.
+pub const SCHEMES: &[&str] = &["redis", "rediss"];
+
+fn config_error(message: impl Into<String>) -> Error {
+    support::config_error("redis", message)
+}
+
+impl RedisConfig {
+    /// Parses a URL; a [`ErrorKind::Configuration`] error names what is wrong, never
+    /// echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let mut parsed =
+            url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
+        if !SCHEMES.contains(&parsed.scheme()) {
+            return Err(config_error(format!(
+                "the scheme {:?} is not served by the redis backend (it serves {SCHEMES:?})",
+                parsed.scheme()
+            )));
+        }
+        if parsed.scheme() == "rediss" && !cfg!(feature = "tls") {
+            return Err(config_error(
+                "rediss:// needs the `tls` feature of distlock-redis",
+            ));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(config_error("the URL names no host"));
+        }
+        let mut config = RedisConfig {
+            driver_url: String::new(),
+            prefix: "distlock:".to_owned(),
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(3),
+            password: parsed.password().map(|p| p.to_owned()),
+        };
+        let mut passed_on = Vec::new();
+        for (name, value) in parsed.query_pairs() {
+            let millis = |v: &str| support::positive_millis("redis", &name, v);
+            match name.as_ref() {
+                "prefix" => config.prefix = support::key_prefix("redis", &value)?,
+                "wait_replicas" => {
+                    config.wait_replicas = value.parse().map_err(|_| {
+                        config_error(format!(
+                            "wait_replicas must be a whole number, not {value:?}"
+                        ))
+                    })?;
+                }
+                "wait_timeout_ms" => config.wait_timeout = millis(&value)?,
+                "response_timeout_ms" => config.response_timeout = millis(&value)?,
+                "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
+                _ => passed_on.push((name.into_owned(), value.into_owned())),
+            }
+        }
+        if passed_on.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(passed_on);
+        }
+        config.driver_url = parsed.to_string();
+        Ok(config)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How many replicas each acquire and extend waits for.
+    pub fn wait_replicas(&self) -> u32 {
+        self.wait_replicas
+    }
+
+    /// Replaces the password, wherever it appears in `text`, by `***`.
+    pub(crate) fn scrub(&self, text: String) -> String {
+        support::scrub(text, self.password.as_deref())
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.driver_url))
+            .field("prefix", &self.prefix)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock_core::ErrorKind;
+
+    #[test]
+    fn parses_options_and_passes_the_rest_on() {
+        let c = RedisConfig::from_url(
+            "redis://app:s3cret@cache:6380/2?prefix=svc:&wait_replicas=1&protocol=resp3",
+        )
+        .expect("valid");
+        assert_eq!(c.prefix(), "svc:");
+        assert_eq!(c.wait_replicas(), 1);
+        assert_eq!(
+            c.driver_url,
+            "redis://app:s3cret@cache:6380/2?protocol=resp3"
+        );
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("app:***@cache"), "{shown}");
+    }
+
+    #[test]
+    fn bad_urls_are_configuration_errors_without_the_password() {
+        for bad in [
+            "postgres://u:s3cret@h/db",
+            "redis://:s3cret@",
+            "redis://:s3cret@h?wait_timeout_ms=0",
+            "redis://:s3cret@h?wait_replicas=-1",
+            "redis://:s3cret@h?prefix=a%0Ab",
+            "::::",
+        ] {
+            let err = RedisConfig::from_url(bad).expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Turning the redis driver's errors into distlock's.
+
+use distlock_core::{support, Error, ErrorKind};
+use redis::{RedisError, RetryMethod, ServerErrorKind};
+
+use crate::config::RedisConfig;
+
+/// Maps a driver error to a distlock error of the right kind, keeping the driver's
+/// error as the source and scrubbing the password from the message.
+pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
+    let code = e.code().unwrap_or_default();
+    let kind = match e.kind() {
+        redis::ErrorKind::AuthenticationFailed => ErrorKind::Authentication,
+        _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Authentication,
+        redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
+        redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => ErrorKind::Unavailable,
+        _ if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal() =>
+        {
+            ErrorKind::Unavailable
+        }
+        _ if !matches!(e.retry_method(), RetryMethod::NoRetry) => ErrorKind::Unavailable,
+        _ => ErrorKind::Backend,
+    };
+    support::driver_error(kind, "redis", config.scrub(e.to_string()))
+}
+
+/// An answer the scripts never give.
+pub(crate) fn unexpected(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("unexpected reply from redis: {what}"),
+    )
+    .with_backend("redis")
+}
