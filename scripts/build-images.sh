@@ -3,15 +3,20 @@
 # images (redis, postgres, etcd) cannot be pulled: a Debian bookworm tree made by
 # debootstrap with redis-server, postgresql-15 and etcd-server, imported with
 # `docker import`. One image serves all three servers; the harness picks the
-# entrypoint (distlock-redis, distlock-postgres, distlock-etcd).
+# entrypoint (distlock-redis, distlock-postgres, distlock-etcd). Each server's own
+# client is in it too (redis-cli, pg_isready and psql, etcdctl): the harness checks
+# readiness and kills connections with them, inside the container.
 #
 # Usage: scripts/build-images.sh [--force]
 # Needs: root, docker, debootstrap (installed from Debian's packages when missing).
 set -euo pipefail
 
-# Bump the tag whenever this script changes what the image holds, so that machines
-# that kept an older image build the new one instead of reusing it.
-IMAGE="distlock/servers:bookworm-3"
+cd "$(dirname "$0")/.."
+# The tag is pinned in distlock-testservers/images.txt: bump it there whenever this
+# script changes what the image holds, so that machines that kept an older image build
+# the new one instead of reusing it.
+IMAGE=$(awk '$1 == "local" { print $2 }' distlock-testservers/images.txt)
+[[ -n "$IMAGE" ]] || { echo "build-images: no local image in distlock-testservers/images.txt" >&2; exit 1; }
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 
@@ -30,7 +35,7 @@ trap 'umount -l "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"
 
 echo "build-images: debootstrap $SUITE (minbase) into $root"
-debootstrap --variant=minbase --include=redis-server,postgresql-15,etcd-server,procps \
+debootstrap --variant=minbase --include=redis-server,postgresql-15,etcd-server,etcd-client,procps \
   "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log"; exit 1; }
 

@@ -10,7 +10,9 @@ if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
   exit 1
 fi
 
-official=(redis:7.2.5 postgres:16.4 quay.io/coreos/etcd:v3.5.15)
+# The pinned images, from the one place they are written.
+mapfile -t official < <(awk '!/^#/ && NF == 2 && $1 != "local" { print $2 }' distlock-testservers/images.txt)
+[[ ${#official[@]} -gt 0 ]] || { echo "prepare-servers: no images in distlock-testservers/images.txt" >&2; exit 1; }
 missing=0
 for image in "${official[@]}"; do
   if docker image inspect "$image" >/dev/null 2>&1; then

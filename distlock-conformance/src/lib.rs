@@ -2,25 +2,29 @@
 //! [`distlock_core::LockBackend`]'s docs) and per known bug of other lock libraries, run
 //! against any backend.
 //!
-//! - [`cases`] holds the cases, one `pub async fn` each, on their own random keys, so
-//!   they can run in parallel against one server.
+//! - [`cases`](mod@cases) holds the cases, one file per area of the contract, one
+//!   `pub async fn` each on its own random keys, so they can run in parallel against
+//!   one server; each names the [`ContractPoint`] it checks.
 //! - [`conformance_main!`] turns the suite into a test target for any backend; the
 //!   cases the backend cannot run (by its [`Capabilities`](distlock_core::Capabilities),
 //!   or for lack of server control) are reported as ignored, with the reason.
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.
-//! - [`servers`] starts real Redis, PostgreSQL and etcd servers in containers, with a
-//!   handle to pause, restart and kill them.
+//!
+//! This crate is the specification only: it depends on the core, tokio and the test
+//! harness. Real servers for it (Redis, PostgreSQL and etcd in containers, with their
+//! fault controls) are in the unpublished `distlock-testservers`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
 
+#[macro_use]
+mod case;
 pub mod cases;
-pub mod servers;
+mod gates;
 mod suite;
 mod target;
 
-pub use suite::{
-    case, run_as_tests, run_case, run_suite, Case, CaseReport, Outcome, SuiteReport, CASES,
-};
-pub use target::{MemoryControl, ServerControl, Target};
+pub use case::{Case, ContractPoint};
+pub use suite::{case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport};
+pub use target::{MemoryControl, RoundTripMeter, ServerControl, Target, WrongCredentials};

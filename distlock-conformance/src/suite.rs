@@ -7,126 +7,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use libtest_mimic::{Arguments, Failed, Trial};
 use tokio::time::Instant;
 
-use crate::cases::{self, CaseError, CaseResult};
+use crate::case::Case;
+use crate::cases::{CaseError, AREAS};
 use crate::target::Target;
 
 /// No case may run longer than this; a hang is a failure, never a stuck run.
 const CASE_TIMEOUT: Duration = Duration::from_secs(240);
 
-type CaseFn = for<'a> fn(&'a Target) -> BoxFuture<'a, CaseResult>;
-type Gate = fn(&Target) -> Option<String>;
-
-/// One case of the suite.
-pub struct Case {
-    /// The case's name, as its function is named.
-    pub name: &'static str,
-    /// One line on what it checks.
-    pub doc: &'static str,
-    /// Whether it faults the server, and so must have it alone.
-    pub fault: bool,
-    gate: Gate,
-    run: CaseFn,
-}
-
-impl fmt::Debug for Case {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Case")
-            .field("name", &self.name)
-            .field("fault", &self.fault)
-            .finish()
-    }
-}
-
-impl Case {
-    /// Why the case cannot run on `target`, or `None` when it can.
-    pub fn skip_reason(&self, target: &Target) -> Option<String> {
-        (self.gate)(target)
-    }
-}
-
-fn always(_: &Target) -> Option<String> {
-    None
-}
-
-fn needs_force_release(t: &Target) -> Option<String> {
-    (!t.capabilities().force_release)
-        .then(|| "the backend cannot force a release (capabilities.force_release)".into())
-}
-
-fn needs_notification(t: &Target) -> Option<String> {
-    (!t.capabilities().change_notification)
-        .then(|| "the backend has no change notification (capabilities.change_notification)".into())
-}
-
-fn needs_control(t: &Target) -> Option<String> {
-    t.control()
-        .is_none()
-        .then(|| "no server control was given (Target::with_control)".into())
-}
-
-fn needs_connection_kill(t: &Target) -> Option<String> {
-    match t.control() {
-        None => needs_control(t),
-        Some(c) if !c.can_kill_connections() => {
-            Some("the server control cannot kill connections".into())
-        }
-        Some(_) => None,
-    }
-}
-
-macro_rules! case_table {
-    ($( $name:ident : $gate:ident, $fault:expr, $doc:literal; )*) => {
-        /// Every case, in the order the runner runs them (fault cases last).
-        pub static CASES: &[Case] = &[
-            $( Case {
-                name: stringify!($name),
-                doc: $doc,
-                fault: $fault,
-                gate: $gate,
-                run: |t| Box::pin(cases::$name(t)),
-            }, )*
-        ];
-    };
-}
-
-case_table! {
-    acquire_release_cycle: always, false, "Acquire, inspect, release and acquire again: the plain cycle works.";
-    mutual_exclusion_under_contention: always, false, "Many tasks contend for one key: at no instant do two hold it, and fences increase.";
-    release_by_non_owner_is_not_held: always, false, "A release by a non-owner answers not held and leaves the holder untouched.";
-    release_after_expiry_is_not_held: always, false, "A holder whose lease expired cannot release the next holder's lease.";
-    release_twice_is_not_held: always, false, "Releasing twice answers released then not held; a late retry spares the next holder.";
-    release_racing_expiry_spares_the_next_holder: always, false, "A release racing the lease's expiry never deletes the holder that came next.";
-    extend_after_expiry_fails_and_does_not_reacquire: always, false, "Extending an expired lease fails and does not re-acquire the free key.";
-    extend_after_takeover_fails: always, false, "Extending after a takeover fails and leaves the new holder untouched.";
-    extend_keeps_the_fence: always, false, "Extend keeps the fencing token, prolongs the lease, and can be repeated.";
-    extend_racing_release_leaves_nothing: always, false, "Extend and release racing each other never leave the key behind.";
-    expiry_frees_the_key_after_the_ttl_not_before: always, false, "An abandoned lease frees its key after its TTL, not before and not much later.";
-    lease_validity_counted_from_before_the_request: always, false, "Validity is counted from before the request; a lease is never returned expired.";
-    fencing_increases_across_release_and_reacquire: always, false, "Fences strictly increase across release and re-acquire.";
-    fencing_increases_across_takeover: always, false, "A takeover after expiry gets a larger fence.";
-    fencing_increases_over_many_keys: always, false, "Over many interleaved keys, each key's fences strictly increase.";
-    bad_input_gives_typed_errors: always, false, "Bad keys and TTLs give typed errors; unknown keys are not held.";
-    client_renewal_keeps_the_lease: always, false, "Auto-renewal keeps a lease alive across several TTLs.";
-    client_lost_fires_when_the_lease_is_deleted: needs_force_release, false, "lost() fires when the lease is deleted behind the holder's back.";
-    client_waiter_is_woken_by_the_release: needs_notification, false, "A waiter is woken by the release, not by its next poll.";
-    client_validity_counts_from_the_successful_attempt: always, false, "A waited-for lease is valid from its successful attempt, not the first.";
-    client_dropped_guard_releases: always, false, "Dropping a guard releases the lock in the background.";
-    client_dropped_acquire_leaves_nothing: always, false, "A dropped waiting acquire leaves no lease behind.";
-    fault_pause_beyond_ttl_signals_loss: needs_control, true, "A server paused beyond the TTL makes the holder learn it lost the lock, in time.";
-    fault_short_pause_is_not_a_loss: needs_control, true, "A pause shorter than the validity is not a loss.";
-    fault_restart_keeps_fences_and_declared_leases: needs_control, true, "A restart never makes a durable fence go backwards; leases survive as declared.";
-    fault_killed_server_gives_typed_errors_then_recovers: needs_control, true, "A killed server gives typed errors in bounded time, and the backend recovers.";
-    fault_killed_connections_do_not_stop_renewal: needs_connection_kill, true, "Renewal survives the server closing every connection.";
+/// Every case, in the order the runner runs them (fault cases last).
+pub fn cases() -> impl Iterator<Item = &'static Case> {
+    AREAS.into_iter().flatten()
 }
 
 /// Finds a case by name.
 pub fn case(name: &str) -> Option<&'static Case> {
-    CASES.iter().find(|c| c.name == name)
+    cases().find(|c| c.name() == name)
 }
 
 /// How one case ended.
@@ -181,7 +80,7 @@ pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
         Some(reason) => Outcome::Skipped(reason),
         None => {
             let run = AssertUnwindSafe((case.run)(target)).catch_unwind();
-            let result = if case.fault {
+            let result = if case.fault() {
                 let _alone = target.server_use.write().await;
                 tokio::time::timeout(CASE_TIMEOUT, run).await
             } else {
@@ -202,7 +101,7 @@ pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
         }
     };
     CaseReport {
-        name: case.name,
+        name: case.name(),
         outcome,
         duration: started.elapsed(),
     }
@@ -218,10 +117,10 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs every case on `target`, one after another, and reports on each.
 pub async fn run_suite(target: &Target) -> SuiteReport {
-    let mut cases = Vec::with_capacity(CASES.len());
-    for case in CASES {
+    let mut cases = Vec::new();
+    for case in self::cases() {
         let report = run_case(target, case).await;
-        tracing::info!(case = case.name, outcome = ?report.outcome, duration = ?report.duration, "conformance case");
+        tracing::info!(case = case.name(), outcome = ?report.outcome, duration = ?report.duration, "conformance case");
         cases.push(report);
     }
     SuiteReport {
@@ -264,19 +163,18 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let trials = CASES
-        .iter()
+    let trials = cases()
         .map(|case| {
             let skip = case.skip_reason(&target);
             if let Some(reason) = &skip {
                 eprintln!(
                     "conformance: {} cannot run on {}: {reason}",
-                    case.name,
+                    case.name(),
                     target.backend().name()
                 );
             }
             let (target, runtime) = (target.clone(), runtime.clone());
-            Trial::test(case.name, move || {
+            Trial::test(case.name(), move || {
                 let report = runtime.block_on(run_case(&target, case));
                 match report.outcome {
                     Outcome::Passed => Ok(()),

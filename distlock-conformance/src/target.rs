@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{BoxError, Capabilities, DynLockBackend, Lease, LockKey, MemoryBackend};
+use futures_util::future::BoxFuture;
 use tokio::sync::RwLock;
 
 /// Control over the server behind a backend, for the fault cases.
@@ -35,11 +36,25 @@ pub trait ServerControl: Send + Sync + fmt::Debug {
     }
 }
 
+/// Counts the round trips between a backend and its server (a proxy in between, say):
+/// what the case on contract point 9 reads around each operation.
+pub trait RoundTripMeter: Send + Sync + fmt::Debug {
+    /// The round trips counted so far: a reply from the server that followed a request
+    /// from the client counts one.
+    fn round_trips(&self) -> u64;
+}
+
+/// Connects the backend under test with credentials the server refuses.
+pub type WrongCredentials =
+    Arc<dyn Fn() -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> + Send + Sync>;
+
 /// A backend under test: the backend, optional control over its server, and the
 /// timings the cases derive from its capabilities.
 pub struct Target {
     backend: Arc<DynLockBackend>,
     control: Option<Arc<dyn ServerControl>>,
+    metered: Option<(Arc<DynLockBackend>, Arc<dyn RoundTripMeter>)>,
+    wrong_credentials: Option<(String, WrongCredentials)>,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
 }
@@ -49,6 +64,8 @@ impl fmt::Debug for Target {
         f.debug_struct("Target")
             .field("backend", &self.backend)
             .field("control", &self.control)
+            .field("metered", &self.metered.as_ref().map(|(_, meter)| meter))
+            .field("wrong_credentials", &self.wrong_credentials.is_some())
             .finish()
     }
 }
@@ -59,8 +76,45 @@ impl Target {
         Target {
             backend,
             control: None,
+            metered: None,
+            wrong_credentials: None,
             server_use: RwLock::new(()),
         }
+    }
+
+    /// Adds a second instance of the backend whose traffic `meter` counts, which
+    /// enables the round-trip case (contract point 9).
+    pub fn with_round_trip_meter(
+        mut self,
+        backend: Arc<DynLockBackend>,
+        meter: Arc<dyn RoundTripMeter>,
+    ) -> Self {
+        self.metered = Some((backend, meter));
+        self
+    }
+
+    /// Adds a way to connect with credentials the server refuses, holding `secret`
+    /// (which no error may show), which enables the wrong-credentials case.
+    pub fn with_wrong_credentials(
+        mut self,
+        secret: impl Into<String>,
+        connect: impl Fn() -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.wrong_credentials = Some((secret.into(), Arc::new(connect)));
+        self
+    }
+
+    /// The metered backend and its meter, when there are.
+    pub fn round_trip_meter(&self) -> Option<&(Arc<DynLockBackend>, Arc<dyn RoundTripMeter>)> {
+        self.metered.as_ref()
+    }
+
+    /// The secret of the wrong credentials and the way to connect with them, when given.
+    pub fn wrong_credentials(&self) -> Option<&(String, WrongCredentials)> {
+        self.wrong_credentials.as_ref()
     }
 
     /// Adds control over the server, which enables the fault cases.

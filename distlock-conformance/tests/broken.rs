@@ -8,16 +8,18 @@
 //! case `lease_validity_counted_from_before_the_request` still checks the outcome.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{case, run_case, Outcome, ServerControl, Target};
+use distlock_conformance::{case, run_case, Outcome, RoundTripMeter, ServerControl, Target};
 use distlock_core::{
-    AcquireRequest, BoxError, Capabilities, ChangeStream, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result, WakeRegistry,
+    AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, Error, ErrorKind,
+    ExtendRequest, FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey,
+    OwnerToken, ReleaseOutcome, Renewal, Result, WakeRegistry,
 };
+use futures_util::future::BoxFuture;
 use tokio::time::{sleep, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +45,8 @@ enum Bug {
     ClientClockExpiry,
     /// Declares change notification but never sends one (Redisson #1763).
     SilentNotifications,
+    /// Puts the password it was given into its authentication error.
+    SecretInErrors,
 }
 
 #[derive(Debug)]
@@ -51,6 +55,7 @@ struct Naive {
     caps: Capabilities,
     state: Mutex<State>,
     waiters: WakeRegistry,
+    trips: Arc<Trips>,
 }
 
 #[derive(Debug, Default)]
@@ -59,9 +64,14 @@ struct State {
     counter: u64,
 }
 
-/// A network round trip, so that check-then-act bugs have a gap to fall into.
-async fn round_trip() {
-    sleep(Duration::from_millis(1)).await;
+/// The round trips every Naive backend has made, for the round-trip case's meter.
+#[derive(Debug, Default)]
+struct Trips(AtomicU64);
+
+impl RoundTripMeter for Trips {
+    fn round_trips(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl Naive {
@@ -75,7 +85,19 @@ impl Naive {
             caps,
             state: Mutex::new(State::default()),
             waiters: WakeRegistry::new(),
+            trips: Arc::default(),
         })
+    }
+
+    /// A network round trip of `length`, so that check-then-act bugs have a gap to
+    /// fall into; counted by the target's meter.
+    async fn trip_of(&self, length: Duration) {
+        self.trips.0.fetch_add(1, Ordering::SeqCst);
+        sleep(length).await;
+    }
+
+    async fn round_trip(&self) {
+        self.trip_of(Duration::from_millis(1)).await;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -125,12 +147,12 @@ impl LockBackend for Naive {
     }
 
     async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
-        round_trip().await;
+        self.round_trip().await;
         if self.holder(r.key()).is_some() {
             return Ok(Grant::Held { remaining: None });
         }
         if self.bug == Bug::NonAtomicAcquire {
-            round_trip().await;
+            self.round_trip().await;
         }
         let mut state = self.state();
         let fence = self.next_fence(&mut state);
@@ -142,10 +164,11 @@ impl LockBackend for Naive {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        round_trip().await;
+        self.round_trip().await;
         let held = self.holder(key).is_some_and(|(o, _)| o == *owner);
         if self.bug == Bug::NonAtomicRelease && held {
-            sleep(Duration::from_millis(20)).await;
+            // The DEL, a second (slow) round trip after the GET.
+            self.trip_of(Duration::from_millis(20)).await;
         }
         let delete = held || self.bug == Bug::ReleaseWithoutOwnerCheck;
         if delete && self.state().locks.remove(key).is_some() {
@@ -159,7 +182,7 @@ impl LockBackend for Naive {
     }
 
     async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
-        round_trip().await;
+        self.round_trip().await;
         let holder = self.holder(r.key());
         let mut state = self.state();
         let fence = match holder {
@@ -181,7 +204,7 @@ impl LockBackend for Naive {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        round_trip().await;
+        self.round_trip().await;
         let now = Instant::now();
         let state = self.state();
         Ok(state
@@ -235,8 +258,21 @@ impl ServerControl for NaiveControl {
 
 fn target(bug: Bug) -> Target {
     let naive = Naive::new(bug);
-    Target::new(naive.clone()).with_control(Arc::new(NaiveControl(naive)))
+    let refuse = move || -> BoxFuture<'static, Result<Arc<DynLockBackend>>> {
+        let message = if bug == Bug::SecretInErrors {
+            format!("password {SECRET} refused")
+        } else {
+            "password refused".to_owned()
+        };
+        Box::pin(async move { Err(Error::new(ErrorKind::Authentication, message)) })
+    };
+    Target::new(naive.clone())
+        .with_control(Arc::new(NaiveControl(naive.clone())))
+        .with_round_trip_meter(naive.clone(), naive.trips.clone())
+        .with_wrong_credentials(SECRET, refuse)
 }
+
+const SECRET: &str = "not-the-password";
 
 /// Runs `case_name` on the buggy backend (it must fail) and on the bug-free one (it
 /// must pass).
@@ -275,4 +311,7 @@ caught! {
     fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases;
     client_clock_expiry: ClientClockExpiry by expiry_frees_the_key_after_the_ttl_not_before;
     silent_notifications: SilentNotifications by client_waiter_is_woken_by_the_release;
+    two_round_trip_acquire: NonAtomicAcquire by operations_take_their_declared_round_trips;
+    two_round_trip_release: NonAtomicRelease by operations_take_their_declared_round_trips;
+    secret_in_errors: SecretInErrors by wrong_credentials_fail_fast_without_showing_them;
 }

@@ -52,7 +52,7 @@ pub type DynLockBackend = dyn LockBackend;
 ///    A lease frees its key once its TTL has passed on the server, and not before.
 /// 3. **Owner tokens.** Every acquisition carries a fresh random owner token of 128
 ///    bits ([`AcquireRequest::owner`]). Release and extend compare it atomically on the
-///    server, in one round trip.
+///    server, in one step.
 /// 4. **Release.** Releasing a lease that is no longer held (expired, taken over,
 ///    already released) answers [`ReleaseOutcome::NotHeld`] — distinct from
 ///    [`ReleaseOutcome::Released`] and from an error — and never touches the current
@@ -70,9 +70,15 @@ pub type DynLockBackend = dyn LockBackend;
 ///    validity; no lease is returned already expired. (Core keeps this point for every
 ///    backend; [`LockClient`](crate::LockClient) also refuses leases below a minimum
 ///    validity.)
-///
-/// Input is checked before anything is sent: keys by [`LockKey`], TTLs against
-/// [`Capabilities`]; bad input is a typed error, never a panic.
+/// 8. **Errors.** Bad input (a key, by [`LockKey`]; a TTL the capabilities refuse) is a
+///    typed error before anything is sent, never a panic. A server that cannot be
+///    reached gives a retryable [`ErrorKind::Unavailable`] or [`ErrorKind::Timeout`]
+///    error within the backend's timeouts, never a hang. Wrong credentials give a
+///    non-retryable [`ErrorKind::Authentication`] error at once. No error and no
+///    `Debug` output shows a secret.
+/// 9. **Round trips.** Once warmed up, acquire, release and extend each take at most
+///    the round trips declared in [`Capabilities::round_trips`]: one each, unless the
+///    backend declares more.
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug {
     /// A short name for logs, errors and reports ("memory", "redis", ...).
@@ -83,18 +89,17 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
 
     /// The acquisition step: takes `request.key()` for `request.ttl()` as
     /// `request.owner()` if it is free or its lease has expired, minting the next fence
-    /// in the same atomic step; otherwise answers [`Grant::Held`]. If the same owner
-    /// already holds the key (a retry whose first reply was lost), the grant is that
-    /// lease, re-armed to the TTL. One round trip. Callers use
+    /// in the same atomic step; otherwise answers [`Grant::Held`]. See contract point 9
+    /// for its round trips. Callers use
     /// [`LockBackendExt::try_acquire`].
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant>;
 
-    /// Releases `key` if `owner` holds it. One round trip; see contract point 4.
+    /// Releases `key` if `owner` holds it; see contract points 4 and 9.
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome>;
 
     /// The renewal step: sets the lease's expiry to `request.ttl()` from now if
     /// `request.owner()` still holds `request.key()`, keeping its fence; never creates
-    /// the key. One round trip; see contract point 5. Callers use
+    /// the key; see contract points 5 and 9. Callers use
     /// [`LockBackendExt::extend`].
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal>;
 

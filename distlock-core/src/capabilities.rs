@@ -21,6 +21,29 @@ pub enum FenceDurability {
     BestEffort,
 }
 
+/// How many round trips to the server each operation takes at most, once the backend
+/// is warmed up (connections open, scripts or statements prepared): contract point 9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoundTrips {
+    /// [`LockBackend::try_grant`](crate::LockBackend::try_grant), granted or not.
+    pub acquire: u32,
+    /// [`LockBackend::release`](crate::LockBackend::release).
+    pub release: u32,
+    /// [`LockBackend::renew`](crate::LockBackend::renew).
+    pub extend: u32,
+}
+
+impl Default for RoundTrips {
+    /// One round trip per operation.
+    fn default() -> Self {
+        RoundTrips {
+            acquire: 1,
+            release: 1,
+            extend: 1,
+        }
+    }
+}
+
 /// What a backend can do and the limits it imposes.
 ///
 /// Build one from [`Capabilities::default`] and set the fields that differ.
@@ -48,11 +71,13 @@ pub struct Capabilities {
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
     /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
     pub extend_any_ttl: bool,
+    /// The round trips each operation takes at most (contract point 9).
+    pub round_trips: RoundTrips,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
-    /// nothing optional.
+    /// one round trip per operation, nothing optional.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -63,6 +88,7 @@ impl Default for Capabilities {
             change_notification: false,
             force_release: false,
             extend_any_ttl: true,
+            round_trips: RoundTrips::default(),
         }
     }
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
     FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result,
+    Result, RoundTrips,
 };
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, LeaseGrantOptions, PutOptions, Txn,
@@ -105,6 +105,13 @@ impl EtcdBackend {
         capabilities.change_notification = true;
         capabilities.force_release = true;
         capabilities.extend_any_ttl = false;
+        // A lease grant, then the transaction that creates the key; a keep-alive stream
+        // opened, then its message (the owner check runs alongside).
+        capabilities.round_trips = RoundTrips {
+            acquire: 2,
+            release: 1,
+            extend: 2,
+        };
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 config,

@@ -49,6 +49,11 @@
 //!   [`ErrorKind::InvalidTtl`](distlock_core::ErrorKind::InvalidTtl) error
 //!   (`capabilities.extend_any_ttl` is false). The client's auto-renewal always uses
 //!   the granted TTL.
+//! - **Round trips** ([`RoundTrips`](distlock_core::RoundTrips), contract point 9): an
+//!   acquire takes two (a lease grant, then the transaction that creates the key), an
+//!   extend two (a keep-alive stream opened, then its message, with the owner check
+//!   sent alongside), a release one (the lease's revocation). The conformance suite
+//!   counts them on a real server.
 //! - **A retried acquire** whose reply was lost is not recognised as the same grant; it
 //!   is refused, and the lease it left runs out at its TTL.
 //! - **Inspect** reports the remaining TTL in whole seconds, as etcd does.

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_conformance::servers::{EtcdCluster, ServerHandle, ServerKind};
 use distlock_conformance::ServerControl as _;
 use distlock_core::{
     ErrorKind, ExtendOutcome, LockBackend, LockBackendExt, LockClient, LockKey, LockOptions,
 };
 use distlock_etcd::EtcdBackend;
+use distlock_testservers::{Etcd, EtcdCluster, ServerHandle};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
@@ -99,7 +99,7 @@ async fn an_unreachable_endpoint_is_a_typed_error_in_bounded_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_renews_to_the_granted_ttl_only() {
-    let server = ServerHandle::start(ServerKind::Etcd)
+    let server = ServerHandle::start(&Etcd)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let backend = EtcdBackend::connect(&server.url()).await.expect("connect");

@@ -1,20 +1,10 @@
-//! The whole conformance suite against a real PostgreSQL: a container started here,
-//! with pause, restart and kill, or the server `DISTLOCK_POSTGRES_URL` names (no fault
-//! cases).
+//! The whole conformance suite against a real PostgreSQL: a container started here, with its
+//! fault controls, round-trip meter and wrong credentials, or the server
+//! `DISTLOCK_POSTGRES_URL` names (no fault cases).
 
-use std::sync::Arc;
-
-use distlock_conformance::servers::{external_url, ServerHandle, ServerKind};
-use distlock_conformance::Target;
-use distlock_core::BoxError;
 use distlock_postgres::PostgresBackend;
 
-distlock_conformance::conformance_main!(async {
-    if let Some(url) = external_url(ServerKind::Postgres) {
-        let backend = PostgresBackend::connect(&url).await?;
-        return Ok::<_, BoxError>(Target::new(Arc::new(backend)));
-    }
-    let server = ServerHandle::start(ServerKind::Postgres).await?;
-    let backend = PostgresBackend::connect(&server.url()).await?;
-    Ok(Target::new(Arc::new(backend)).with_control(Arc::new(server)))
-});
+distlock_conformance::conformance_main!(distlock_testservers::target(
+    &distlock_testservers::Postgres,
+    |url| async move { PostgresBackend::connect(&url).await }
+));

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use distlock::{connect, BackendConfig, ErrorKind, LockClient, LockOptions};
-use distlock_conformance::servers::{ServerHandle, ServerKind};
+use distlock_testservers::ServerHandle;
 
 #[tokio::test]
 async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
@@ -27,11 +27,11 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_code_path_runs_on_every_backend_chosen_by_url() {
     let mut urls = vec![("memory".to_owned(), "memory://".to_owned(), None)];
-    for kind in ServerKind::ALL {
-        let server = ServerHandle::start(kind)
+    for server in distlock_testservers::ALL {
+        let handle = ServerHandle::start(server)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        urls.push((kind.name().to_owned(), server.url(), Some(server)));
+        urls.push((server.name().to_owned(), handle.url(), Some(handle)));
     }
     for (name, url, _server) in &urls {
         let backend = connect(url).await.unwrap_or_else(|e| panic!("{name}: {e}"));

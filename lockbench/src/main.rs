@@ -10,6 +10,8 @@
 //! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]
 //! ```
 //!
+//! `lockbench --help` says the same on standard output.
+//!
 //! Without Docker it still runs the memory backend and says which backends it could
 //! not start, and why; `--require-all` makes that an error (for CI).
 
@@ -21,12 +23,15 @@ mod scenarios;
 mod stats;
 
 use std::process::ExitCode;
+
+use clap::builder::PossibleValuesParser;
+use clap::Parser;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{DynLockBackend, MemoryBackend};
-use distlock_conformance::servers::{external_url, ServerHandle, ServerKind};
 use distlock_conformance::{run_suite, Outcome, ServerControl, Target};
+use distlock_testservers::{external_url, Server, ServerHandle};
 
 use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report};
 use crate::scenarios::{Primitives, S1Entry, Sizes};
@@ -34,43 +39,39 @@ use crate::scenarios::{Primitives, S1Entry, Sizes};
 /// Any error of a measurement: the report shows its text.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// distlock's comparison run: conformance and speed of every backend, against raw
+/// floors and peer libraries, in one report (report.md, results.json, latency.svg,
+/// handoff.svg).
+#[derive(Debug, Parser)]
+#[command(version)]
 struct Args {
+    /// The short run (a few minutes), as CI runs it.
+    #[arg(long, conflicts_with = "full")]
     quick: bool,
+    /// The full run (the default).
+    #[arg(long)]
+    full: bool,
+    /// The folder the results are written into.
+    #[arg(long, default_value = "results")]
     out: String,
+    /// The backends to run, in order: memory, and every server of distlock-testservers.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "memory,redis,postgres,etcd",
+        value_parser = PossibleValuesParser::new(backend_names()),
+    )]
     backends: Vec<String>,
+    /// Fail when a backend's server cannot be started (for CI).
+    #[arg(long)]
     require_all: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        quick: false,
-        out: "results".into(),
-        backends: ["memory", "redis", "postgres", "etcd"]
-            .map(String::from)
-            .to_vec(),
-        require_all: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--quick" => args.quick = true,
-            "--full" => args.quick = false,
-            "--require-all" => args.require_all = true,
-            "--out" => args.out = it.next().ok_or("--out needs a folder")?,
-            "--backends" => {
-                let list = it.next().ok_or("--backends needs a list")?;
-                args.backends = list.split(',').map(|s| s.trim().to_owned()).collect();
-                if let Some(bad) = args.backends.iter().find(|b| !["memory", "redis", "postgres", "etcd"].contains(&b.as_str())) {
-                    return Err(format!("unknown backend {bad:?}: use memory, redis, postgres, etcd"));
-                }
-            }
-            "-h" | "--help" => {
-                return Err("usage: lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]".into())
-            }
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
-        }
-    }
-    Ok(args)
+/// The backends lockbench can run: memory, and every server the test servers know.
+fn backend_names() -> Vec<&'static str> {
+    let mut names = vec!["memory"];
+    names.extend(distlock_testservers::ALL.map(|server| server.name()));
+    names
 }
 
 fn progress(backend: &str, what: &str) {
@@ -218,12 +219,12 @@ async fn measure(
     run.conformance = Some(conformance);
 }
 
-/// The raw floors of the server of `kind` at `url`.
-async fn floors(kind: ServerKind, url: &str) -> Result<Vec<S1Entry>, BoxError> {
-    match kind {
-        ServerKind::Redis => floors::redis(url).await,
-        ServerKind::Postgres => floors::postgres(url).await,
-        ServerKind::Etcd => {
+/// The raw floors of `server` at `url`.
+async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError> {
+    match server.name() {
+        "redis" => floors::redis(url).await,
+        "postgres" => floors::postgres(url).await,
+        _ => {
             let first = url
                 .trim_start_matches("etcd://")
                 .split(',')
@@ -234,7 +235,7 @@ async fn floors(kind: ServerKind, url: &str) -> Result<Vec<S1Entry>, BoxError> {
     }
 }
 
-async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
+async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendRun {
     let mut run = BackendRun {
         backend: kind.name().into(),
         ..Default::default()
@@ -266,8 +267,8 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
     run.started = true;
     // Redis reports its process's CPU time (`INFO cpu`): read around each scenario,
     // the report can then tell a gap in the server's work from a gap in the client's.
-    let meter = match kind {
-        ServerKind::Redis => match meter::RedisMeter::connect(&url).await {
+    let meter = match kind.name() {
+        "redis" => match meter::RedisMeter::connect(&url).await {
             Ok(meter) => Some(meter),
             Err(e) => {
                 run.errors.push(format!("server CPU (INFO cpu): {e}"));
@@ -281,11 +282,11 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
         Ok(entries) => {
             beside.floors = entries;
             // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
-            run.floor_cycle_ops = if kind == ServerKind::Etcd { 3.0 } else { 2.0 };
+            run.floor_cycle_ops = if kind.name() == "etcd" { 3.0 } else { 2.0 };
         }
         Err(e) => run.errors.push(format!("floors: {e}")),
     }
-    if kind == ServerKind::Redis {
+    if kind.name() == "redis" {
         beside.rslock = Some(peers::Rslock::new(&url));
     }
     let mut target = Target::new(backend.clone());
@@ -298,13 +299,7 @@ async fn run_server_backend(kind: ServerKind, sizes: Sizes) -> BackendRun {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(msg) => {
-            eprintln!("{msg}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     let sizes = if args.quick {
         Sizes::quick()
     } else {
@@ -312,8 +307,8 @@ async fn main() -> ExitCode {
     };
     let mut runs = Vec::new();
     for name in &args.backends {
-        let run = match name.as_str() {
-            "memory" => {
+        let run = match distlock_testservers::by_name(name) {
+            None => {
                 let memory = MemoryBackend::new();
                 let mut run = BackendRun {
                     backend: "memory".into(),
@@ -326,9 +321,7 @@ async fn main() -> ExitCode {
                 measure(&mut run, Arc::new(memory), target, sizes, None, beside).await;
                 run
             }
-            "redis" => run_server_backend(ServerKind::Redis, sizes).await,
-            "postgres" => run_server_backend(ServerKind::Postgres, sizes).await,
-            _ => run_server_backend(ServerKind::Etcd, sizes).await,
+            Some(server) => run_server_backend(server, sizes).await,
         };
         runs.push(run);
     }

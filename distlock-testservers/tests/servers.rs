@@ -1,14 +1,15 @@
-//! The container harness on real servers: each server starts, answers its protocol,
-//! and is paused, restarted and killed through its handle. Without Docker these tests
+//! The container harness on real servers: each server starts, its own client finds it
+//! ready, and it is paused, restarted and killed through its handle. Without Docker these tests
 //! fail and say what is missing; they are never skipped.
 
 use std::time::Duration;
 
-use distlock_conformance::servers::{ServerHandle, ServerKind};
 use distlock_conformance::ServerControl;
+use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle};
 
-async fn exercise(kind: ServerKind) {
-    let server = ServerHandle::start(kind)
+async fn exercise(server: &'static dyn Server) {
+    let kind = server.name();
+    let server = ServerHandle::start(server)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let port = server.host_port();
@@ -72,15 +73,15 @@ async fn exercise(kind: ServerKind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_starts_pauses_restarts_and_is_killed() {
-    exercise(ServerKind::Redis).await;
+    exercise(&Redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_starts_pauses_restarts_and_is_killed() {
-    exercise(ServerKind::Postgres).await;
+    exercise(&Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_starts_pauses_restarts_and_is_killed() {
-    exercise(ServerKind::Etcd).await;
+    exercise(&Etcd).await;
 }

@@ -1,0 +1,179 @@
+//! [`Case`]: one case of the suite, with its doc, the contract point it checks, and
+//! the gate that says whether a target can run it, all written once, at the case.
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+
+use crate::cases::CaseResult;
+use crate::target::Target;
+
+/// The point of the contract (written in `distlock_core::LockBackend`'s docs, and for
+/// the client in `LockClient`'s) that a case checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ContractPoint {
+    /// 1. At most one unexpired lease per key.
+    MutualExclusion,
+    /// 2. Expiry by the server's clock only.
+    ServerTime,
+    /// 3. A fresh owner token per acquisition, compared atomically on the server.
+    OwnerTokens,
+    /// 4. Releasing what is not held answers not held and touches nobody.
+    Release,
+    /// 5. Extend never re-acquires a free key and keeps the fence.
+    Extend,
+    /// 6. Fences strictly increase per key.
+    Fencing,
+    /// 7. Validity counted from before the request.
+    Validity,
+    /// 8. Typed errors: bad input, unreachable servers and wrong credentials.
+    Errors,
+    /// 9. Each operation takes the round trips the capabilities declare.
+    RoundTrips,
+    /// What `LockClient` promises on top: waiting, renewal, the loss signal, guards.
+    Client,
+}
+
+impl ContractPoint {
+    /// The point's number in `LockBackend`'s contract; `None` for the client's.
+    pub fn number(self) -> Option<u8> {
+        Some(match self {
+            ContractPoint::MutualExclusion => 1,
+            ContractPoint::ServerTime => 2,
+            ContractPoint::OwnerTokens => 3,
+            ContractPoint::Release => 4,
+            ContractPoint::Extend => 5,
+            ContractPoint::Fencing => 6,
+            ContractPoint::Validity => 7,
+            ContractPoint::Errors => 8,
+            ContractPoint::RoundTrips => 9,
+            ContractPoint::Client => return None,
+        })
+    }
+
+    /// The point's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            ContractPoint::MutualExclusion => "mutual exclusion",
+            ContractPoint::ServerTime => "server time",
+            ContractPoint::OwnerTokens => "owner tokens",
+            ContractPoint::Release => "release",
+            ContractPoint::Extend => "extend",
+            ContractPoint::Fencing => "fencing",
+            ContractPoint::Validity => "validity",
+            ContractPoint::Errors => "errors",
+            ContractPoint::RoundTrips => "round trips",
+            ContractPoint::Client => "the client",
+        }
+    }
+}
+
+impl fmt::Display for ContractPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.number() {
+            Some(n) => write!(f, "point {n}, {}", self.title()),
+            None => f.write_str(self.title()),
+        }
+    }
+}
+
+pub(crate) type CaseFn = for<'a> fn(&'a Target) -> BoxFuture<'a, CaseResult>;
+pub(crate) type Gate = fn(&Target) -> Option<String>;
+
+/// One case of the suite.
+pub struct Case {
+    name: &'static str,
+    doc: &'static str,
+    point: ContractPoint,
+    fault: bool,
+    gate: Gate,
+    pub(crate) run: CaseFn,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Case")
+            .field("name", &self.name)
+            .field("point", &self.point)
+            .field("fault", &self.fault)
+            .finish()
+    }
+}
+
+impl Case {
+    pub(crate) const fn new(
+        name: &'static str,
+        doc: &'static str,
+        point: ContractPoint,
+        fault: bool,
+        gate: Gate,
+        run: CaseFn,
+    ) -> Self {
+        Case {
+            name,
+            doc,
+            point,
+            fault,
+            gate,
+            run,
+        }
+    }
+
+    /// The case's name, as its function is named.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// One line on what it checks: the function's doc.
+    pub fn doc(&self) -> &'static str {
+        self.doc.trim()
+    }
+
+    /// The contract point it checks.
+    pub fn point(&self) -> ContractPoint {
+        self.point
+    }
+
+    /// Whether it faults the server, and so must have it alone.
+    pub fn fault(&self) -> bool {
+        self.fault
+    }
+
+    /// Why the case cannot run on `target`, or `None` when it can.
+    pub fn skip_reason(&self, target: &Target) -> Option<String> {
+        (self.gate)(target)
+    }
+}
+
+/// Defines an area's cases and its table, `CASES`, from one list. Each case is a
+/// `pub async fn` with a one-line doc (a longer doc does not match) and a
+/// `#[case(POINT, gate)]` or `#[case(POINT, gate, fault)]` line: the contract point it
+/// checks, the gate in [`gates`](crate::gates) that says whether a target can run it,
+/// and whether it faults the server.
+macro_rules! cases {
+    ($(
+        #[doc = $doc:literal]
+        #[case($point:ident, $gate:ident $(, $fault:ident)?)]
+        pub async fn $name:ident($t:ident: &Target) -> CaseResult $body:block
+    )*) => {
+        $(
+            #[doc = $doc]
+            pub async fn $name($t: &Target) -> CaseResult $body
+        )*
+
+        /// This area's cases, in the order they run.
+        pub(crate) static CASES: &[$crate::case::Case] = &[$(
+            $crate::case::Case::new(
+                stringify!($name),
+                $doc,
+                $crate::case::ContractPoint::$point,
+                cases!(@fault $($fault)?),
+                $crate::gates::$gate,
+                |t| Box::pin($name(t)),
+            ),
+        )*];
+    };
+    (@fault) => { false };
+    (@fault fault) => { true };
+}

@@ -1,0 +1,167 @@
+//! What `LockClient` adds: renewal, the loss signal, waiting, guards.
+
+use super::*;
+
+cases! {
+    /// Auto-renewal keeps a lease alive across several TTLs, with the same fence.
+    #[case(Client, always)]
+    pub async fn client_renewal_keeps_the_lease(t: &Target) -> CaseResult {
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(1));
+        let client = client(t, LockOptions::new(ttl))?;
+        let key = t.key("renewal");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        for i in 0..3 {
+            sleep(ttl).await;
+            ensure!(
+                guard.is_held(),
+                "lost after {} ttls: {:?}",
+                i + 1,
+                guard.loss()
+            );
+            ensure!(
+                holder_fence(t, &key).await? == Some(guard.fence().get()),
+                "the server lost the renewed lease"
+            );
+            ensure!(
+                try_acquire(t, &key, ttl).await?.is_none(),
+                "another holder got in during renewal"
+            );
+        }
+        guard.release().await?;
+        Ok(())
+    }
+
+    /// `lost()` fires when the lease is deleted behind the holder's back.
+    #[case(Client, needs_force_release)]
+    pub async fn client_lost_fires_when_the_lease_is_deleted(t: &Target) -> CaseResult {
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(3));
+        let client = client(t, LockOptions::new(ttl))?;
+        let key = t.key("deleted");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        let lost = guard.lost();
+        sleep(Duration::from_millis(50)).await;
+        let deleted_at = Instant::now();
+        ensure!(
+            t.backend().force_release(&key).await?,
+            "force_release found no lease"
+        );
+        let bound = client.options().renew_interval() + Duration::from_secs(1);
+        match timeout(bound, lost).await {
+            Ok(LossReason::NotHeld) => {}
+            Ok(other) => return fail(format!("lost() gave {other:?}, not NotHeld")),
+            Err(_) => {
+                return fail(format!(
+                    "lost() did not fire within {bound:?} of the deletion"
+                ))
+            }
+        }
+        ensure!(!guard.is_held(), "is_held() after the loss");
+        tracing::debug!(after = ?deleted_at.elapsed(), "loss noticed");
+        let r = guard.release().await.map_err(|e| e.kind());
+        ensure!(
+            r == Err(ErrorKind::NotHeld),
+            "releasing a lost guard answered {r:?}"
+        );
+        Ok(())
+    }
+
+    /// A waiter is woken by the release, not by its next poll.
+    #[case(Client, needs_notification)]
+    pub async fn client_waiter_is_woken_by_the_release(t: &Target) -> CaseResult {
+        let key = t.key("wake");
+        let holder = acquire(t, &key, t.long_ttl()).await?;
+        // A polling waiter with this backoff would sleep 5 s; a notified one wakes at once.
+        let options =
+            LockOptions::new(t.long_ttl()).with_backoff(Duration::from_secs(5), Duration::from_secs(5));
+        let client = client(t, options)?;
+        let waiter = async {
+            let guard = client.lock(key.as_str(), Duration::from_secs(20)).await?;
+            let at = Instant::now();
+            guard.release().await?;
+            Ok::<_, Error>(at)
+        };
+        let releaser = async {
+            sleep(Duration::from_millis(300)).await;
+            let at = Instant::now();
+            t.backend().release(&key, holder.owner()).await.map(|_| at)
+        };
+        let (acquired_at, released_at) = tokio::join!(waiter, releaser);
+        let (acquired_at, released_at) = (acquired_at?, released_at?);
+        let handoff = acquired_at.saturating_duration_since(released_at);
+        ensure!(
+            handoff < Duration::from_millis(500),
+            "the waiter took {handoff:?} to notice the release"
+        );
+        Ok(())
+    }
+
+    /// A lease from `lock()` is valid from its successful attempt, not the first one.
+    #[case(Client, always)]
+    pub async fn client_validity_counts_from_the_successful_attempt(t: &Target) -> CaseResult {
+        let key = t.key("late-validity");
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(1));
+        let holder = acquire(t, &key, ttl).await?;
+        let client = client(t, LockOptions::new(ttl).with_auto_renew(false))?;
+        let guard = client
+            .lock(key.as_str(), ttl * 4 + t.expiry_slack() * 4)
+            .await?;
+        let returned = Instant::now();
+        ensure!(
+            returned >= holder.valid_until(),
+            "acquired before the holder expired"
+        );
+        let floor = returned + ttl - ttl / 5;
+        ensure!(
+            guard.valid_until() >= floor,
+            "validity ends {:?} too early: counted from the first attempt?",
+            floor - guard.valid_until()
+        );
+        guard.release().await?;
+        Ok(())
+    }
+
+    /// Dropping a guard releases the lock in the background.
+    #[case(Client, always)]
+    pub async fn client_dropped_guard_releases(t: &Target) -> CaseResult {
+        let client = client(t, LockOptions::new(t.long_ttl()))?;
+        let key = t.key("drop-guard");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        drop(guard);
+        let give_up = Instant::now() + Duration::from_secs(2);
+        while holder_fence(t, &key).await?.is_some() {
+            ensure!(
+                Instant::now() < give_up,
+                "the dropped guard's lease was not released within 2 s"
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    /// A dropped waiting acquire leaves no lease and no renewal behind.
+    #[case(Client, always)]
+    pub async fn client_dropped_acquire_leaves_nothing(t: &Target) -> CaseResult {
+        let key = t.key("drop-acquire");
+        let holder = acquire(t, &key, t.long_ttl()).await?;
+        let client = client(t, LockOptions::new(t.long_ttl()))?;
+        let waited = timeout(
+            Duration::from_millis(300),
+            client.lock(key.as_str(), Duration::from_secs(30)),
+        )
+        .await;
+        ensure!(waited.is_err(), "the waiter acquired a held key");
+        t.backend().release(&key, holder.owner()).await?;
+        sleep(Duration::from_millis(300)).await;
+        ensure!(
+            holder_fence(t, &key).await?.is_none(),
+            "the dropped waiter left a lease behind"
+        );
+        Ok(())
+    }
+}

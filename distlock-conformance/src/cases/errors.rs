@@ -1,0 +1,116 @@
+//! Typed errors (contract point 8). A killed server's errors are a fault case.
+
+use super::*;
+
+cases! {
+    /// Bad keys and TTLs give typed errors, never a panic; unknown keys are "not held".
+    #[case(Errors, always)]
+    pub async fn bad_input_gives_typed_errors(t: &Target) -> CaseResult {
+        let caps = t.capabilities().clone();
+        let key = t.key("bad-input");
+        let kind =
+            |r: &distlock_core::Result<AcquireOutcome>| r.as_ref().map(|_| ()).map_err(|e| e.kind());
+        let zero = t.backend().try_acquire(&key, Duration::ZERO).await;
+        ensure!(
+            kind(&zero) == Err(ErrorKind::InvalidTtl),
+            "a zero ttl answered {zero:?}"
+        );
+        if let Some(too_long) = caps.max_ttl.checked_add(caps.ttl_granularity) {
+            let r = t.backend().try_acquire(&key, too_long).await;
+            ensure!(
+                kind(&r) == Err(ErrorKind::InvalidTtl),
+                "a ttl above the maximum answered {r:?}"
+            );
+        }
+        if caps.ttl_granularity > Duration::from_nanos(1) {
+            let odd = caps.min_ttl + caps.ttl_granularity / 2;
+            let r = t.backend().try_acquire(&key, odd).await;
+            ensure!(
+                kind(&r) == Err(ErrorKind::InvalidTtl),
+                "a ttl off the granularity answered {r:?}"
+            );
+        }
+        ensure!(
+            holder_fence(t, &key).await?.is_none(),
+            "a refused request took the key"
+        );
+        let lease = acquire(t, &key, t.long_ttl()).await?;
+        let r = t.backend().extend(&lease, Duration::ZERO).await;
+        ensure!(
+            r.as_ref().map_err(|e| e.kind()).err() == Some(ErrorKind::InvalidTtl),
+            "extend with a zero ttl answered {r:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(lease.fence().get()),
+            "a refused extend changed the lease"
+        );
+        t.backend().release(&key, lease.owner()).await?;
+
+        let unknown = t.key("never-used");
+        let r = t.backend().release(&unknown, &OwnerToken::random()).await?;
+        ensure!(
+            r == ReleaseOutcome::NotHeld,
+            "releasing a never-used key answered {r:?}"
+        );
+        ensure!(
+            t.backend().inspect(&unknown).await?.is_none(),
+            "a never-used key shows a holder"
+        );
+
+        let client = LockClient::new(t.backend().clone());
+        for bad in [
+            "",
+            "line\nbreak",
+            "nul\0",
+            &"k".repeat(LockKey::MAX_LEN + 1),
+        ] {
+            let r = client.try_lock(bad).await.map(|_| ()).map_err(|e| e.kind());
+            ensure!(
+                r == Err(ErrorKind::InvalidKey),
+                "the key {bad:?} answered {r:?}"
+            );
+        }
+        // The shortest TTL the backend accepts must not panic or hang (rslock's underflow).
+        let r = timeout(
+            Duration::from_secs(10),
+            t.backend().try_acquire(&t.key("min-ttl"), caps.min_ttl),
+        )
+        .await;
+        ensure!(r.is_ok(), "acquiring with the minimum ttl hung");
+        Ok(())
+    }
+
+    /// Wrong credentials fail at once, as a non-retryable authentication error that never shows them.
+    #[case(Errors, needs_wrong_credentials)]
+    pub async fn wrong_credentials_fail_fast_without_showing_them(t: &Target) -> CaseResult {
+        let Some((secret, connect)) = t.wrong_credentials() else {
+            return Err(CaseError::Skipped("no wrong credentials".into()));
+        };
+        let started = Instant::now();
+        let outcome = timeout(Duration::from_secs(10), connect()).await;
+        let took = started.elapsed();
+        let err = match outcome {
+            Err(_) => return fail("connecting with wrong credentials hung for 10 s"),
+            Ok(Ok(_)) => return fail("the server accepted the wrong credentials"),
+            Ok(Err(err)) => err,
+        };
+        ensure!(
+            err.kind() == ErrorKind::Authentication && !err.is_retryable(),
+            "wrong credentials gave a {:?} error (retryable: {}): {err}",
+            err.kind(),
+            err.is_retryable()
+        );
+        ensure!(took < Duration::from_secs(3), "the refusal took {took:?}");
+        let mut shown = format!("{err} {err:?}");
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            shown.push_str(&format!(" {cause} {cause:?}"));
+            source = cause.source();
+        }
+        ensure!(
+            !shown.contains(secret.as_str()),
+            "the error shows the secret: {shown}"
+        );
+        Ok(())
+    }
+}

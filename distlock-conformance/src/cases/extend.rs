@@ -1,0 +1,128 @@
+//! Extend (contract point 5).
+
+use super::*;
+
+cases! {
+    /// Extending an expired lease fails and does not re-acquire the free key.
+    #[case(Extend, always)]
+    pub async fn extend_after_expiry_fails_and_does_not_reacquire(t: &Target) -> CaseResult {
+        let key = t.key("extend-expired");
+        let lease = acquire(t, &key, t.short_ttl()).await?;
+        sleep_until(lease.valid_until() + t.expiry_slack()).await;
+        ensure!(
+            holder_fence(t, &key).await?.is_none(),
+            "the lease did not expire"
+        );
+        let outcome = t.backend().extend(&lease, t.renewal_ttl(&lease)).await?;
+        ensure!(
+            outcome == ExtendOutcome::NotHeld,
+            "extending an expired lease answered {outcome:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await?.is_none(),
+            "extending an expired lease re-acquired the key"
+        );
+        Ok(())
+    }
+
+    /// Extending after another holder took over fails and leaves that holder untouched.
+    #[case(Extend, always)]
+    pub async fn extend_after_takeover_fails(t: &Target) -> CaseResult {
+        let key = t.key("extend-taken");
+        let old = acquire(t, &key, t.short_ttl()).await?;
+        let give_up = Instant::now() + t.short_ttl() * 4 + t.expiry_slack() * 4;
+        let (new, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let outcome = t.backend().extend(&old, t.renewal_ttl(&old)).await?;
+        ensure!(
+            outcome == ExtendOutcome::NotHeld,
+            "extending a taken-over lease answered {outcome:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(new.fence().get()),
+            "the old holder's extend disturbed the new holder"
+        );
+        t.backend().release(&key, new.owner()).await?;
+        Ok(())
+    }
+
+    /// Extend keeps the fencing token, prolongs the lease, and can be repeated.
+    #[case(Extend, always)]
+    pub async fn extend_keeps_the_fence(t: &Target) -> CaseResult {
+        let key = t.key("extend-fence");
+        let granted = t.short_ttl();
+        let lease = acquire(t, &key, granted).await?;
+        // Where extend takes any TTL, a short lease is extended to a long one; otherwise
+        // (capabilities.extend_any_ttl) it is renewed to the TTL it was granted.
+        let any_ttl = t.capabilities().extend_any_ttl;
+        let ttl = if any_ttl { t.long_ttl() } else { granted };
+        let mut earliest_start = f64::INFINITY;
+        for _ in 0..4 {
+            let sent = Instant::now();
+            let ExtendOutcome::Extended(extended) = t.backend().extend(&lease, ttl).await? else {
+                return fail("extending a held lease answered not held");
+            };
+            let call = (Instant::now() - sent).as_secs_f64().max(1e-9);
+            ensure!(
+                extended.fence() == lease.fence(),
+                "extend changed the fence from {} to {}",
+                lease.fence(),
+                extended.fence()
+            );
+            ensure!(
+                extended.valid_until() > lease.valid_until(),
+                "extend did not prolong the lease"
+            );
+            let start = extended.valid_until().checked_sub(ttl).unwrap_or(sent);
+            let position = if start <= sent {
+                0.0
+            } else {
+                (start - sent).as_secs_f64() / call
+            };
+            earliest_start = earliest_start.min(position);
+        }
+        ensure!(
+            earliest_start <= 0.5,
+            "the extended validity starts {:.0}% into the call at the earliest: counted from the reply",
+            earliest_start * 100.0
+        );
+        if !any_ttl {
+            // Renew once more near the end of the first TTL, as a renewal loop would.
+            sleep_until(lease.valid_until() - granted / 4).await;
+            let again = t.backend().extend(&lease, ttl).await?;
+            ensure!(
+                matches!(again, ExtendOutcome::Extended(_)),
+                "a late renewal answered {again:?}"
+            );
+        }
+        sleep_until(lease.valid_until() + t.expiry_slack().min(granted / 2)).await;
+        ensure!(
+            holder_fence(t, &key).await? == Some(lease.fence().get()),
+            "the extended lease expired at its first ttl"
+        );
+        t.backend().release(&key, lease.owner()).await?;
+        Ok(())
+    }
+
+    /// Extend and release racing each other never leave the key behind (RedLock.net #64).
+    #[case(Extend, always)]
+    pub async fn extend_racing_release_leaves_nothing(t: &Target) -> CaseResult {
+        for round in 0..10 {
+            let key = t.key("extend-release-race");
+            let lease = acquire(t, &key, t.long_ttl()).await?;
+            let (extended, released) = tokio::join!(
+                t.backend().extend(&lease, t.long_ttl()),
+                t.backend().release(&key, lease.owner())
+            );
+            extended?;
+            ensure!(
+                released? == ReleaseOutcome::Released,
+                "round {round}: release of a held lease failed"
+            );
+            ensure!(
+                holder_fence(t, &key).await?.is_none(),
+                "round {round}: an extend racing the release left the key held"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! Faults of the server: pause, restart, kill, killed connections. Each takes the server alone.
+
+use super::*;
+
+cases! {
+    /// A server paused beyond the TTL makes the holder learn it lost the lock, in time.
+    #[case(Client, needs_control, fault)]
+    pub async fn fault_pause_beyond_ttl_signals_loss(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let ttl = fault_ttl(t);
+        let client = client(t, LockOptions::new(ttl))?;
+        let key = t.key("pause-loss");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        control.pause().await.map_err(control_err("pause"))?;
+        let outcome = timeout(ttl + Duration::from_secs(1), guard.lost()).await;
+        let valid_until = guard.valid_until();
+        let noticed = Instant::now();
+        control.unpause().await.map_err(control_err("unpause"))?;
+        match outcome {
+            Ok(LossReason::RenewalFailed | LossReason::NotHeld) => {}
+            Ok(other) => return fail(format!("lost() gave {other:?}")),
+            Err(_) => {
+                return fail(format!(
+                    "lost() did not fire within the ttl ({ttl:?}) plus 1 s of a pause"
+                ))
+            }
+        }
+        ensure!(
+            noticed < valid_until,
+            "the holder was told only {:?} after its validity ran out",
+            noticed - valid_until
+        );
+        let _ = guard.release().await;
+        Ok(())
+    }
+
+    /// A pause shorter than the validity is a transient fault, not a loss.
+    #[case(Client, needs_control, fault)]
+    pub async fn fault_short_pause_is_not_a_loss(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let ttl = fault_ttl(t);
+        let client = client(t, LockOptions::new(ttl))?;
+        let key = t.key("short-pause");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        sleep(ttl / 3 + Duration::from_millis(50)).await; // just after the first renewal
+        control.pause().await.map_err(control_err("pause"))?;
+        sleep(ttl / 5).await;
+        control.unpause().await.map_err(control_err("unpause"))?;
+        sleep(ttl * 2).await;
+        ensure!(
+            guard.is_held(),
+            "a short pause lost the lock: {:?}",
+            guard.loss()
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(guard.fence().get()),
+            "the server lost the lease"
+        );
+        guard.release().await?;
+        Ok(())
+    }
+
+    /// A restart never makes a durable fence go backwards; leases survive it as declared.
+    #[case(Fencing, needs_control, fault)]
+    pub async fn fault_restart_keeps_fences_and_declared_leases(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let key = t.key("restart");
+        let mut max = 0;
+        for _ in 0..3 {
+            let lease = acquire(t, &key, t.long_ttl()).await?;
+            max = max.max(lease.fence().get());
+            t.backend().release(&key, lease.owner()).await?;
+        }
+        let held_key = t.key("restart-held");
+        let held = acquire(t, &held_key, t.long_ttl()).await?;
+        control.restart().await.map_err(control_err("restart"))?;
+
+        let survived = retry_until_up("inspect", || t.backend().inspect(&held_key)).await?;
+        if t.capabilities().leases_survive_restart {
+            ensure!(
+                survived.map(|i| i.fence) == Some(held.fence()),
+                "the lease did not survive the restart as declared"
+            );
+        } else if let Some(info) = survived {
+            // Not promised, but a lease that survived must still be the same lease.
+            ensure!(
+                info.fence == held.fence(),
+                "after the restart the key shows fence {}, not {}",
+                info.fence,
+                held.fence()
+            );
+        }
+        let outcome = retry_until_up("acquire", || async {
+            t.backend().try_acquire(&key, t.long_ttl()).await
+        })
+        .await?;
+        let AcquireOutcome::Acquired(after) = outcome else {
+            return fail("a released key was held after the restart");
+        };
+        match t.capabilities().fence_durability {
+            FenceDurability::BestEffort => {}
+            _ => ensure!(
+                after.fence().get() > max,
+                "the fence went back from {max} to {} across a restart",
+                after.fence()
+            ),
+        }
+        t.backend().release(&key, after.owner()).await?;
+        let _ = t.backend().release(&held_key, held.owner()).await;
+        Ok(())
+    }
+
+    /// A killed server gives typed errors in bounded time, and the backend recovers.
+    #[case(Errors, needs_control, fault)]
+    pub async fn fault_killed_server_gives_typed_errors_then_recovers(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let key = t.key("killed");
+        control.kill().await.map_err(control_err("kill"))?;
+        let attempt = timeout(
+            Duration::from_secs(20),
+            t.backend().try_acquire(&key, t.long_ttl()),
+        )
+        .await;
+        let started = control.start().await.map_err(control_err("start"));
+        match attempt {
+            Err(_) => return fail("an acquire against a killed server hung for 20 s"),
+            Ok(Ok(outcome)) => {
+                return fail(format!(
+                    "an acquire against a killed server answered {outcome:?}"
+                ))
+            }
+            Ok(Err(e)) => ensure!(
+                matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) && e.is_retryable(),
+                "a killed server gave a {:?} error (retryable: {}): {e}",
+                e.kind(),
+                e.is_retryable()
+            ),
+        }
+        started?;
+        let outcome = retry_until_up("acquire", || async {
+            t.backend().try_acquire(&key, t.long_ttl()).await
+        })
+        .await?;
+        let AcquireOutcome::Acquired(lease) = outcome else {
+            return fail("a fresh key was held after the server came back");
+        };
+        t.backend().release(&key, lease.owner()).await?;
+        Ok(())
+    }
+
+    /// Renewal survives the server closing every connection (Redisson #2515, #3194).
+    #[case(Client, needs_connection_kill, fault)]
+    pub async fn fault_killed_connections_do_not_stop_renewal(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        if !control.can_kill_connections() {
+            return Err(CaseError::Skipped(
+                "the server control cannot kill connections".into(),
+            ));
+        }
+        let ttl = fault_ttl(t);
+        let client = client(t, LockOptions::new(ttl))?;
+        let key = t.key("killed-connections");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        for _ in 0..2 {
+            control
+                .kill_connections()
+                .await
+                .map_err(control_err("kill connections"))?;
+            sleep(ttl).await;
+        }
+        ensure!(
+            guard.is_held(),
+            "renewal stopped after the connections were killed: {:?}",
+            guard.loss()
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(guard.fence().get()),
+            "the lease expired on the server"
+        );
+        guard.release().await?;
+        Ok(())
+    }
+}
+
+fn fault_ttl(t: &Target) -> Duration {
+    t.capabilities().ttl_at_least(Duration::from_secs(2))
+}
+
+async fn retry_until_up<T, F, Fut>(what: &str, mut op: F) -> Result<T, CaseError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<T>>,
+{
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        match timeout(Duration::from_secs(10), op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if Instant::now() < give_up && e.is_retryable() => {}
+            Ok(Err(e)) => return fail(format!("{what} after the server came back: {e}")),
+            Err(_) if Instant::now() < give_up => {}
+            Err(_) => return fail(format!("{what} hung after the server came back")),
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+}

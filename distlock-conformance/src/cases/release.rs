@@ -1,0 +1,111 @@
+//! Release and owner tokens (contract points 3 and 4).
+
+use super::*;
+
+cases! {
+    /// A release by a non-owner answers "not held" and leaves the holder untouched.
+    #[case(OwnerTokens, always)]
+    pub async fn release_by_non_owner_is_not_held(t: &Target) -> CaseResult {
+        let key = t.key("non-owner");
+        let lease = acquire(t, &key, t.long_ttl()).await?;
+        let outcome = t.backend().release(&key, &OwnerToken::random()).await?;
+        ensure!(
+            outcome == ReleaseOutcome::NotHeld,
+            "a stranger's release answered {outcome:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(lease.fence().get()),
+            "a stranger's release removed the holder"
+        );
+        ensure!(
+            matches!(
+                t.backend().extend(&lease, t.long_ttl()).await?,
+                ExtendOutcome::Extended(_)
+            ),
+            "the holder lost its lease to a stranger's release"
+        );
+        t.backend().release(&key, lease.owner()).await?;
+        Ok(())
+    }
+
+    /// A holder whose lease expired cannot release the next holder's lease.
+    #[case(Release, always)]
+    pub async fn release_after_expiry_is_not_held(t: &Target) -> CaseResult {
+        let key = t.key("release-expired");
+        let old = acquire(t, &key, t.short_ttl()).await?;
+        let give_up = Instant::now() + t.short_ttl() * 4 + t.expiry_slack() * 4;
+        let (new, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let outcome = t.backend().release(&key, old.owner()).await?;
+        ensure!(
+            outcome == ReleaseOutcome::NotHeld,
+            "the expired holder's release answered {outcome:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(new.fence().get()),
+            "the expired holder deleted the new holder's lease"
+        );
+        t.backend().release(&key, new.owner()).await?;
+        Ok(())
+    }
+
+    /// Releasing twice answers "released" then "not held" (a retried release is harmless).
+    #[case(Release, always)]
+    pub async fn release_twice_is_not_held(t: &Target) -> CaseResult {
+        let key = t.key("release-twice");
+        let lease = acquire(t, &key, t.long_ttl()).await?;
+        let first = t.backend().release(&key, lease.owner()).await?;
+        ensure!(
+            first == ReleaseOutcome::Released,
+            "the first release answered {first:?}"
+        );
+        let second = t.backend().release(&key, lease.owner()).await?;
+        ensure!(
+            second == ReleaseOutcome::NotHeld,
+            "the second release answered {second:?}"
+        );
+        // A retry arriving after someone else took the key must not touch them (etcd #22082).
+        let next = acquire(t, &key, t.long_ttl()).await?;
+        let retry = t.backend().release(&key, lease.owner()).await?;
+        ensure!(
+            retry == ReleaseOutcome::NotHeld,
+            "a late retried release answered {retry:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(next.fence().get()),
+            "a late retried release removed the next holder"
+        );
+        t.backend().release(&key, next.owner()).await?;
+        Ok(())
+    }
+
+    /// A release that races the lease's expiry never deletes the holder that came next.
+    #[case(Release, always)]
+    pub async fn release_racing_expiry_spares_the_next_holder(t: &Target) -> CaseResult {
+        let ttl = t.short_ttl();
+        for round in 0..3 {
+            let key = t.key("release-race");
+            let old = acquire(t, &key, ttl).await?;
+            let race_at = old
+                .valid_until()
+                .checked_sub(Duration::from_millis(5))
+                .unwrap_or(old.valid_until());
+            sleep_until(race_at).await;
+            let give_up = Instant::now() + ttl * 4 + t.expiry_slack() * 4;
+            let releaser = async {
+                sleep(Duration::from_millis(2)).await;
+                t.backend().release(&key, old.owner()).await
+            };
+            let taker = acquire_when_free(t, &key, t.long_ttl(), give_up);
+            let (released, taken) = tokio::join!(releaser, taker);
+            released?;
+            let (new, _) = taken?;
+            sleep(Duration::from_millis(30)).await;
+            ensure!(
+                holder_fence(t, &key).await? == Some(new.fence().get()),
+                "round {round}: the old holder's release deleted the next holder's lease"
+            );
+            t.backend().release(&key, new.owner()).await?;
+        }
+        Ok(())
+    }
+}

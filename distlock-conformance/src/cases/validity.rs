@@ -1,0 +1,78 @@
+//! Expiry by the server's clock and validity (contract points 2 and 7).
+
+use super::*;
+
+cases! {
+    /// An abandoned lease frees its key after its TTL, not before and not much later.
+    #[case(ServerTime, always)]
+    pub async fn expiry_frees_the_key_after_the_ttl_not_before(t: &Target) -> CaseResult {
+        let key = t.key("expiry");
+        let ttl = t.short_ttl();
+        let sent = Instant::now();
+        let _abandoned = acquire(t, &key, ttl).await?;
+        let granted = Instant::now();
+        let give_up = granted + ttl * 4 + t.expiry_slack() * 4;
+        let (next, next_sent) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let freed_by = Instant::now();
+        // The server set the expiry no earlier than we sent the request; allow 1% + 2 ms
+        // for the clocks' rates and millisecond rounding.
+        let earliest = sent + ttl - ttl / 100 - Duration::from_millis(2);
+        ensure!(
+            freed_by >= earliest,
+            "the key was free {:?} before the ttl ran out",
+            earliest - freed_by
+        );
+        let latest = granted + ttl + t.expiry_slack();
+        ensure!(
+            next_sent <= latest,
+            "the key stayed held {:?} past the ttl and slack",
+            next_sent - latest
+        );
+        t.backend().release(&key, next.owner()).await?;
+        Ok(())
+    }
+
+    /// A lease's validity is counted from before the request, and it is never returned expired.
+    #[case(Validity, always)]
+    pub async fn lease_validity_counted_from_before_the_request(t: &Target) -> CaseResult {
+        // Where in the call the validity starts, as a fraction of the call's duration: a
+        // backend counting from before sending starts near 0, one counting from the reply
+        // near 1. The earliest of several trials is taken, so that a scheduling hiccup in
+        // one trial does not decide.
+        let mut earliest_start = f64::INFINITY;
+        for (i, ttl) in [t.short_ttl(), t.long_ttl()]
+            .into_iter()
+            .cycle()
+            .take(8)
+            .enumerate()
+        {
+            let key = t.key("validity");
+            let sent = Instant::now();
+            let lease = acquire(t, &key, ttl).await?;
+            let received = Instant::now();
+            ensure!(
+                lease.valid_until() > received,
+                "trial {i}: the lease was returned already expired"
+            );
+            ensure!(
+                lease.valid_until() >= sent + ttl / 2,
+                "trial {i}: the lease came with less than half its ttl"
+            );
+            let call = (received - sent).as_secs_f64().max(1e-9);
+            let start = lease.valid_until().checked_sub(ttl).unwrap_or(sent);
+            let position = if start <= sent {
+                0.0
+            } else {
+                (start - sent).as_secs_f64() / call
+            };
+            earliest_start = earliest_start.min(position);
+            t.backend().release(&key, lease.owner()).await?;
+        }
+        ensure!(
+            earliest_start <= 0.5,
+            "validity starts {:.0}% into the call at the earliest: counted from the reply, not from before the request",
+            earliest_start * 100.0
+        );
+        Ok(())
+    }
+}

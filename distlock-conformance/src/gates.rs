@@ -1,0 +1,46 @@
+//! The gates: whether a target can run a case, and if not, why. A case names its gate
+//! in its `#[case(...)]` line.
+
+use crate::target::Target;
+
+pub(crate) fn always(_: &Target) -> Option<String> {
+    None
+}
+
+pub(crate) fn needs_force_release(t: &Target) -> Option<String> {
+    (!t.capabilities().force_release)
+        .then(|| "the backend cannot force a release (capabilities.force_release)".into())
+}
+
+pub(crate) fn needs_notification(t: &Target) -> Option<String> {
+    (!t.capabilities().change_notification)
+        .then(|| "the backend has no change notification (capabilities.change_notification)".into())
+}
+
+pub(crate) fn needs_control(t: &Target) -> Option<String> {
+    t.control()
+        .is_none()
+        .then(|| "no server control was given (Target::with_control)".into())
+}
+
+pub(crate) fn needs_connection_kill(t: &Target) -> Option<String> {
+    match t.control() {
+        None => needs_control(t),
+        Some(c) if !c.can_kill_connections() => {
+            Some("the server control cannot kill connections".into())
+        }
+        Some(_) => None,
+    }
+}
+
+pub(crate) fn needs_round_trip_meter(t: &Target) -> Option<String> {
+    t.round_trip_meter()
+        .is_none()
+        .then(|| "no round-trip meter was given (Target::with_round_trip_meter)".into())
+}
+
+pub(crate) fn needs_wrong_credentials(t: &Target) -> Option<String> {
+    t.wrong_credentials().is_none().then(|| {
+        "no way to connect with wrong credentials was given (Target::with_wrong_credentials)".into()
+    })
+}

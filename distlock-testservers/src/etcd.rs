@@ -1,0 +1,184 @@
+//! etcd, one member or a cluster; data survives a restart.
+
+use testcontainers::core::{ExecCommand, WaitFor};
+use testcontainers::{ContainerRequest, GenericImage, ImageExt};
+
+use crate::handle::{HarnessError, ServerHandle};
+use crate::{ConnectionKill, ImageSource, Server};
+
+/// etcd serving clients on 2379, without authentication.
+#[derive(Debug, Clone, Copy)]
+pub struct Etcd;
+
+const CLIENT_URL: &str = "http://0.0.0.0:2379";
+
+impl Server for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn port(&self) -> u16 {
+        2379
+    }
+
+    fn started_line(&self) -> WaitFor {
+        WaitFor::message_on_stderr("ready to serve client requests")
+    }
+
+    fn configure(
+        &self,
+        request: ContainerRequest<GenericImage>,
+        source: ImageSource,
+        _: &str,
+    ) -> ContainerRequest<GenericImage> {
+        match source {
+            ImageSource::Official => request.with_cmd(official_command(None)),
+            // The local image's entrypoint sets the same flags.
+            ImageSource::Local => request,
+        }
+    }
+
+    fn url(&self, host_port: u16, _: &str) -> String {
+        format!("etcd://127.0.0.1:{host_port}")
+    }
+
+    fn has_password(&self) -> bool {
+        // The test server runs without authentication.
+        false
+    }
+
+    fn ready_check(&self, _: &str) -> ExecCommand {
+        // The official image has no shell: etcdctl's exit code says it.
+        ExecCommand::new([
+            "etcdctl",
+            "--endpoints=http://127.0.0.1:2379",
+            "--command-timeout=2s",
+            "endpoint",
+            "health",
+        ])
+    }
+
+    fn connection_kill(&self, _: &str) -> ConnectionKill {
+        // etcd has no command to close its clients' connections.
+        ConnectionKill::LocalSockets
+    }
+}
+
+/// The official image's command line, as a member of `cluster` when given.
+fn official_command(cluster: Option<&Membership>) -> Vec<String> {
+    let advertise = cluster.map_or("http://127.0.0.1:2379".to_owned(), |m| {
+        format!("http://{}:2379", m.name)
+    });
+    let mut cmd: Vec<String> = [
+        "etcd",
+        "--data-dir",
+        "/etcd-data",
+        "--listen-client-urls",
+        CLIENT_URL,
+        "--advertise-client-urls",
+    ]
+    .map(String::from)
+    .to_vec();
+    cmd.push(advertise);
+    if let Some(m) = cluster {
+        cmd.extend(["--name".to_owned(), m.name.clone()]);
+        cmd.extend(m.peer_args());
+    }
+    cmd
+}
+
+/// One member's place in an etcd cluster on a Docker network of its own.
+struct Membership {
+    network: String,
+    name: String,
+    all: Vec<String>,
+}
+
+impl Membership {
+    fn peer_args(&self) -> Vec<String> {
+        let initial = self
+            .all
+            .iter()
+            .map(|n| format!("{n}=http://{n}:2380"))
+            .collect::<Vec<_>>()
+            .join(",");
+        vec![
+            "--initial-advertise-peer-urls".into(),
+            format!("http://{}:2380", self.name),
+            "--listen-peer-urls".into(),
+            "http://0.0.0.0:2380".into(),
+            "--initial-cluster".into(),
+            initial,
+            "--initial-cluster-state".into(),
+            "new".into(),
+            "--initial-cluster-token".into(),
+            self.network.clone(),
+        ]
+    }
+
+    fn configure(
+        &self,
+        request: ContainerRequest<GenericImage>,
+        source: ImageSource,
+    ) -> ContainerRequest<GenericImage> {
+        let request = match source {
+            ImageSource::Official => request.with_cmd(official_command(Some(self))),
+            ImageSource::Local => request
+                .with_env_var("DISTLOCK_ETCD_NAME", &self.name)
+                .with_env_var(
+                    "DISTLOCK_ETCD_ADVERTISE",
+                    format!("http://{}:2379", self.name),
+                )
+                .with_cmd(self.peer_args()),
+        };
+        request
+            .with_network(&self.network)
+            .with_container_name(&self.name)
+    }
+}
+
+/// An etcd cluster of several members in containers, on a Docker network the harness
+/// creates for it (the members reach each other by name; clients reach each member on
+/// its own 127.0.0.1 port). Each member is a [`ServerHandle`], so one can be stopped,
+/// paused or killed on its own.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<ServerHandle>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members at once (a lone member never becomes ready: it waits
+    /// for a quorum) and waits until each answers.
+    pub async fn start(size: usize) -> Result<Self, HarnessError> {
+        let network = format!("distlock-etcd-{:08x}", rand::random::<u32>());
+        let all: Vec<String> = (1..=size).map(|i| format!("{network}-m{i}")).collect();
+        let started = futures_util::future::join_all(all.iter().map(|name| {
+            let membership = Membership {
+                network: network.clone(),
+                name: name.clone(),
+                all: all.clone(),
+            };
+            ServerHandle::start_with(&Etcd, move |request, source| {
+                membership.configure(request, source)
+            })
+        }))
+        .await;
+        let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(EtcdCluster { members })
+    }
+
+    /// The members, in order.
+    pub fn members(&self) -> &[ServerHandle] {
+        &self.members
+    }
+
+    /// `etcd://127.0.0.1:P1,127.0.0.1:P2,...`: every member.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.host_port()))
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+}

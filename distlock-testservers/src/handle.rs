@@ -1,0 +1,262 @@
+//! [`ServerHandle`]: one server in a container, and the control over it.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_conformance::ServerControl;
+use distlock_core::BoxError;
+use testcontainers::bollard::models::PortBinding;
+use testcontainers::core::{CmdWaitFor, ContainerPort, ExecCommand};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::image::{image_source, pinned, ImageSource};
+use crate::{sockets, ConnectionKill, Server};
+
+/// How long a server may take to become ready after a start or restart.
+const READY_WITHIN: Duration = Duration::from_secs(90);
+
+/// How long one readiness check may take.
+const CHECK_WITHIN: Duration = Duration::from_secs(5);
+
+/// Why a server could not be started or controlled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// `DISTLOCK_IMAGES` holds something other than official, local or auto.
+    #[error("DISTLOCK_IMAGES must be official, local or auto, not {0:?}")]
+    BadImageChoice(String),
+    /// `images.txt` has no line for this server.
+    #[error("images.txt pins no image for {0}")]
+    NoPin(&'static str),
+    /// The Docker engine could not be reached.
+    #[error("the Docker engine cannot be reached: {0}")]
+    Docker(#[source] BoxError),
+    /// The container did not start.
+    #[error(
+        "cannot start a {server} container from {image}: {source}. Is the Docker engine running? \
+         Without a registry, build the local image first: scripts/build-images.sh"
+    )]
+    Start {
+        /// The server.
+        server: &'static str,
+        /// The image tried.
+        image: String,
+        /// What Docker said.
+        #[source]
+        source: BoxError,
+    },
+    /// The server started but its own client never found it ready.
+    #[error("the {server} server did not become ready within {within:?}: {last}")]
+    NotReady {
+        /// The server.
+        server: &'static str,
+        /// How long the harness waited.
+        within: Duration,
+        /// The last check's error.
+        last: String,
+    },
+    /// No free port could be found for the mapping.
+    #[error("no free local port: {0}")]
+    NoPort(#[source] std::io::Error),
+}
+
+/// A server running in a container, with control over it. Dropping it removes the
+/// container.
+pub struct ServerHandle {
+    server: &'static dyn Server,
+    source: ImageSource,
+    container: ContainerAsync<GenericImage>,
+    host_port: u16,
+    password: String,
+}
+
+impl fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("server", &self.server.name())
+            .field("source", &self.source)
+            .field("container", &self.container.id())
+            .field("host_port", &self.host_port)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+fn free_port() -> Result<u16, HarnessError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(HarnessError::NoPort)?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(HarnessError::NoPort)
+}
+
+impl ServerHandle {
+    /// Starts `server` and waits until its own client finds it ready.
+    pub async fn start(server: &'static dyn Server) -> Result<Self, HarnessError> {
+        Self::start_with(server, |request, _| request).await
+    }
+
+    /// Starts `server` with `adjust` applied to its container request last (a network
+    /// and name for a cluster member, say).
+    pub(crate) async fn start_with(
+        server: &'static dyn Server,
+        adjust: impl FnOnce(
+            ContainerRequest<GenericImage>,
+            ImageSource,
+        ) -> ContainerRequest<GenericImage>,
+    ) -> Result<Self, HarnessError> {
+        let source = image_source(server).await?;
+        let password = format!("pw{:016x}", rand::random::<u64>());
+        let host_port = free_port()?;
+        let port = ContainerPort::Tcp(server.port());
+        let entry = match source {
+            ImageSource::Official => server.name(),
+            ImageSource::Local => "local",
+        };
+        let (name, tag) = pinned(entry).ok_or(HarnessError::NoPin(server.name()))?;
+        let mut image = GenericImage::new(name, tag);
+        if source == ImageSource::Local {
+            image = image.with_entrypoint(&format!("/usr/local/bin/distlock-{}", server.name()));
+        }
+        let request = image
+            .with_exposed_port(port)
+            .with_wait_for(server.started_line())
+            .with_mapped_port(host_port, port)
+            .with_host_config_modifier(move |config| {
+                // Reachable from this machine only.
+                if let Some(bindings) = config.port_bindings.as_mut() {
+                    for binding in bindings.values_mut().flatten().flatten() {
+                        *binding = PortBinding {
+                            host_ip: Some("127.0.0.1".into()),
+                            host_port: binding.host_port.clone(),
+                        };
+                    }
+                }
+            })
+            .with_startup_timeout(READY_WITHIN);
+        let request = adjust(server.configure(request, source, &password), source);
+        let container = request.start().await.map_err(|e| HarnessError::Start {
+            server: server.name(),
+            image: format!("{name}:{tag}"),
+            source: Box::new(e),
+        })?;
+        let handle = ServerHandle {
+            server,
+            source,
+            container,
+            host_port,
+            password,
+        };
+        handle.wait_ready(READY_WITHIN).await?;
+        Ok(handle)
+    }
+
+    /// The server.
+    pub fn server(&self) -> &'static dyn Server {
+        self.server
+    }
+
+    /// Which image it runs.
+    pub fn image_source(&self) -> ImageSource {
+        self.source
+    }
+
+    /// The port on 127.0.0.1 that reaches it; the same across restarts.
+    pub fn host_port(&self) -> u16 {
+        self.host_port
+    }
+
+    /// The server's password.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// A URL for distlock's backend, credentials included.
+    pub fn url(&self) -> String {
+        self.server.url(self.host_port, &self.password)
+    }
+
+    /// Runs `command` inside the container and waits for it to exit: `Ok` when it
+    /// exited 0, otherwise an error with its exit code.
+    async fn exec(&self, command: ExecCommand) -> Result<(), BoxError> {
+        self.container
+            .exec(command.with_cmd_ready_condition(CmdWaitFor::exit_code(0)))
+            .await?;
+        Ok(())
+    }
+
+    /// Asks the server's own client, inside the container, whether the server serves
+    /// requests. `Ok` when it does.
+    pub async fn probe(&self) -> Result<(), BoxError> {
+        let name = self.server.name();
+        timeout(
+            CHECK_WITHIN,
+            self.exec(self.server.ready_check(&self.password)),
+        )
+        .await
+        .map_err(|_| -> BoxError {
+            format!("the {name} readiness check did not finish within {CHECK_WITHIN:?}").into()
+        })?
+    }
+
+    /// Probes until the server is ready, for at most `within`.
+    pub async fn wait_ready(&self, within: Duration) -> Result<(), HarnessError> {
+        let give_up = Instant::now() + within;
+        loop {
+            match self.probe().await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= give_up => {
+                    return Err(HarnessError::NotReady {
+                        server: self.server.name(),
+                        within,
+                        last: e.to_string(),
+                    })
+                }
+                Err(_) => sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ServerControl for ServerHandle {
+    async fn pause(&self) -> Result<(), BoxError> {
+        Ok(self.container.pause().await?)
+    }
+
+    async fn unpause(&self) -> Result<(), BoxError> {
+        Ok(self.container.unpause().await?)
+    }
+
+    async fn restart(&self) -> Result<(), BoxError> {
+        self.container.stop_with_timeout(Some(10)).await?;
+        self.container.start().await?;
+        Ok(self.wait_ready(READY_WITHIN).await?)
+    }
+
+    async fn kill(&self) -> Result<(), BoxError> {
+        Ok(self.container.stop_with_timeout(Some(0)).await?)
+    }
+
+    async fn start(&self) -> Result<(), BoxError> {
+        self.container.start().await?;
+        Ok(self.wait_ready(READY_WITHIN).await?)
+    }
+
+    fn can_kill_connections(&self) -> bool {
+        match self.server.connection_kill(&self.password) {
+            ConnectionKill::Exec(_) => true,
+            ConnectionKill::LocalSockets => sockets::can_be_killed(),
+        }
+    }
+
+    async fn kill_connections(&self) -> Result<(), BoxError> {
+        match self.server.connection_kill(&self.password) {
+            ConnectionKill::Exec(command) => self.exec(command).await,
+            ConnectionKill::LocalSockets => sockets::kill_local_connections(self.host_port).await,
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Real servers for distlock's tests and benchmarks: Redis, PostgreSQL and etcd in
+//! containers started by testcontainers, at pinned versions, with the fault controls
+//! of [`ServerControl`](distlock_conformance::ServerControl) (pause, restart, kill,
+//! kill connections).
+//!
+//! Each server is one module behind one small trait, [`Server`]: its port, how its
+//! container is configured, its URL, and the commands of its own client that check its
+//! readiness and close its clients' connections *inside* the container. A new server
+//! is one module here and one entry in `images.txt`.
+//!
+//! # Images
+//!
+//! The image tags are written once, in `images.txt` beside this crate, which the
+//! scripts read too. The official images are used where they are present or can be
+//! pulled. Where no registry can be reached, `scripts/build-images.sh` builds one local
+//! image from Debian's packages that serves all three servers. `DISTLOCK_IMAGES`
+//! picks: `official`, `local`, or `auto` (the default: the official image if present,
+//! else the local image if present, else the official image, pulled).
+//!
+//! # Servers already running
+//!
+//! `DISTLOCK_REDIS_URL`, `DISTLOCK_POSTGRES_URL` and `DISTLOCK_ETCD_URL` point the
+//! tests at servers that are already running instead (see [`external_url`]); the
+//! fault cases then have no control over them and are reported as not run.
+//!
+//! # Leftovers
+//!
+//! Containers are removed when their handle is dropped, and testcontainers' watchdog
+//! removes them when the run is interrupted (SIGINT, SIGTERM, SIGQUIT). Clients reach
+//! a container through a port mapped on 127.0.0.1 only, the same across restarts.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![warn(unreachable_pub, rust_2018_idioms)]
+
+pub mod etcd;
+mod handle;
+mod image;
+pub mod postgres;
+mod proxy;
+pub mod redis;
+mod sockets;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use distlock_conformance::{ServerControl, Target};
+use distlock_core::{BoxError, DynLockBackend, LockBackend};
+use testcontainers::core::{ExecCommand, WaitFor};
+use testcontainers::{ContainerRequest, GenericImage};
+
+pub use etcd::{Etcd, EtcdCluster};
+pub use handle::{HarnessError, ServerHandle};
+pub use image::{image_source, ImageSource};
+pub use postgres::Postgres;
+pub use proxy::RoundTripProxy;
+pub use redis::Redis;
+
+/// One kind of server the harness can start: everything that differs between them.
+pub trait Server: Send + Sync + fmt::Debug + 'static {
+    /// A short lowercase name; also the server's line in `images.txt`.
+    fn name(&self) -> &'static str;
+
+    /// The port the server listens on inside its container.
+    fn port(&self) -> u16;
+
+    /// The log line that says the server has started.
+    fn started_line(&self) -> WaitFor;
+
+    /// Adds the server's command line or environment to a container request, for the
+    /// image `source`, with `password` as the server's password.
+    fn configure(
+        &self,
+        request: ContainerRequest<GenericImage>,
+        source: ImageSource,
+        password: &str,
+    ) -> ContainerRequest<GenericImage>;
+
+    /// A URL for distlock's backend, credentials included.
+    fn url(&self, host_port: u16, password: &str) -> String;
+
+    /// Whether the server checks a password (so that a wrong one can be tried).
+    fn has_password(&self) -> bool {
+        true
+    }
+
+    /// The URL for the instance whose round trips are counted: [`url`](Self::url),
+    /// with whatever makes a warmed-up backend reuse its warm connection.
+    fn metered_url(&self, host_port: u16, password: &str) -> String {
+        self.url(host_port, password)
+    }
+
+    /// A command of the server's own client, run inside the container, that exits 0
+    /// once the server serves requests. Secrets go in its environment, never its
+    /// arguments.
+    fn ready_check(&self, password: &str) -> ExecCommand;
+
+    /// How to close every client connection while the server stays up.
+    fn connection_kill(&self, password: &str) -> ConnectionKill;
+
+    /// The environment variable that points the tests at a running server instead.
+    fn url_variable(&self) -> String {
+        format!("DISTLOCK_{}_URL", self.name().to_uppercase())
+    }
+}
+
+/// How a server's client connections are closed.
+#[derive(Debug)]
+pub enum ConnectionKill {
+    /// A command of the server's own, run inside the container.
+    Exec(ExecCommand),
+    /// The server has none: this machine aborts its connections to the server's port
+    /// (`ss -K`), where the kernel and the process's rights allow it.
+    LocalSockets,
+}
+
+/// Every server, in a fixed order.
+pub const ALL: [&dyn Server; 3] = [&Redis, &Postgres, &Etcd];
+
+/// The server named `name`.
+pub fn by_name(name: &str) -> Option<&'static dyn Server> {
+    ALL.into_iter().find(|s| s.name() == name)
+}
+
+/// The URL of an already running `server`, from its environment variable.
+pub fn external_url(server: &dyn Server) -> Option<String> {
+    std::env::var(server.url_variable())
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// The conformance target for a backend on `server`: what a backend's
+/// `tests/conformance.rs` hands to `conformance_main!`. `connect` makes the backend from
+/// a URL.
+///
+/// With the server's URL in its environment variable, the target is that server,
+/// without control (the fault cases are then reported as not run). Otherwise a
+/// container is started, and the target gets its control, a second backend behind a
+/// [`RoundTripProxy`] for the round-trip case, and (where the server checks a
+/// password) a way to connect with a wrong one.
+pub async fn target<B, F, Fut>(server: &'static dyn Server, connect: F) -> Result<Target, BoxError>
+where
+    B: LockBackend + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+{
+    if let Some(url) = external_url(server) {
+        return Ok(Target::new(Arc::new(connect(url).await?)));
+    }
+    let handle = ServerHandle::start(server).await?;
+    let backend = connect(handle.url()).await?;
+    let proxy = RoundTripProxy::start(handle.host_port()).await?;
+    let metered = connect(server.metered_url(proxy.port(), handle.password())).await?;
+    let mut target =
+        Target::new(Arc::new(backend)).with_round_trip_meter(Arc::new(metered), Arc::new(proxy));
+    if server.has_password() {
+        let secret = format!("wrong{:016x}", rand::random::<u64>());
+        let url = server.url(handle.host_port(), &secret);
+        let connect = Arc::new(connect);
+        target = target.with_wrong_credentials(secret, move || {
+            let (url, connect) = (url.clone(), connect.clone());
+            Box::pin(async move {
+                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
+                Ok(backend)
+            })
+        });
+    }
+    let control: Arc<dyn ServerControl> = Arc::new(handle);
+    Ok(target.with_control(control))
+}

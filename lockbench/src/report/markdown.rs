@@ -1,0 +1,186 @@
+//! The report in Markdown, for people.
+
+use std::fmt::Write as _;
+
+use super::{ms, opt, Report, S1, S2, S3};
+use crate::stats::Summary;
+
+impl Report {
+    pub(crate) fn markdown(&self) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# lockbench report\n");
+        let _ = writeln!(
+            md,
+            "Mode: {}. Machine: {} CPUs. Servers in containers on this machine, clients over loopback.\n",
+            self.mode, self.cpus
+        );
+        let _ = writeln!(md, "## Summary\n");
+        let _ = writeln!(
+            md,
+            "| backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL |"
+        );
+        let _ = writeln!(
+            md,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for b in &self.backends {
+            if !b.started {
+                let _ = writeln!(
+                    md,
+                    "| {} | not started: {} | | | | | | | |",
+                    b.backend, b.server
+                );
+                continue;
+            }
+            let conf = opt(&b.conformance, |c| {
+                format!("{} / {} / {}", c.passed, c.failed.len(), c.skipped.len())
+            });
+            let s1 = opt(&b.s1_client, |s| {
+                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
+            });
+            let floor = b.cycle_floor().map_or("—".into(), |f| ms(f.p50_us));
+            let ratio = match (&b.s1_client, b.cycle_floor()) {
+                (Some(s), Some(f)) => format!("{:.2}×", s.p50_us / f.p50_us),
+                _ => "—".into(),
+            };
+            let s2 = opt(&b.s2_throughput, |s| format!("{:.0}", s.per_sec));
+            let s3 = opt(&b.s3_handoff, |s| {
+                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
+            });
+            let s3r = opt(&b.s3_handoff, |s| format!("{:.0}", s.per_sec));
+            let s4 = opt(&b.s4_takeover, |t| {
+                format!("{:.0} ms (TTL {:.0} ms)", t.worst_over_ttl_ms, t.ttl_ms)
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {conf} | {s1} | {floor} | {ratio} | {s2} | {s3} | {s3r} | {s4} |",
+                b.backend
+            );
+        }
+        let _ = writeln!(md, "\n## Targets\n");
+        let _ = writeln!(md, "| backend | target | met | measured |");
+        let _ = writeln!(md, "| --- | --- | --- | --- |");
+        for b in &self.backends {
+            for (target, met, figures) in b.targets() {
+                let met = match met {
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
+                    None => "—",
+                };
+                let _ = writeln!(md, "| {} | {target} | {met} | {figures} |", b.backend);
+            }
+        }
+        let _ = writeln!(md, "\n## Per backend\n");
+        for b in &self.backends {
+            let _ = writeln!(md, "### {}\n\nServer: {}\n", b.backend, b.server);
+            if !b.started {
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "| measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | releaser took it again |"
+            );
+            let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+            let mut row = |name: &str, s: &Summary, ours: Option<&Summary>| {
+                let ratio =
+                    ours.map_or("—".to_owned(), |o| format!("{:.2}×", o.p50_us / s.p50_us));
+                let server = s
+                    .server_cpu_us
+                    .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
+                let again = s
+                    .same_holder_share
+                    .map_or("—".to_owned(), |share| format!("{:.0}%", share * 100.0));
+                let _ = writeln!(
+                    md,
+                    "| {name} | {} | {} | {} | {:.0} | {ratio} | {server} | {again} |",
+                    ms(s.p50_us),
+                    ms(s.p90_us),
+                    ms(s.p99_us),
+                    s.per_sec
+                );
+            };
+            let ours = [
+                (S1, "S1 cycle, client (try_lock + release)", &b.s1_client),
+                (
+                    "",
+                    "S1 cycle, backend primitives (try_acquire + release)",
+                    &b.s1_primitives,
+                ),
+                (S2, S2, &b.s2_throughput),
+                (S3, S3, &b.s3_handoff),
+            ];
+            for (_, name, summary) in &ours {
+                if let Some(s) = summary {
+                    row(name, s, None);
+                }
+            }
+            for f in &b.floors {
+                row(
+                    &format!("floor: {}", f.name),
+                    &f.summary,
+                    b.s1_client.as_ref(),
+                );
+            }
+            for p in &b.peers {
+                let mine = ours
+                    .iter()
+                    .find(|(scenario, _, _)| *scenario == p.scenario)
+                    .and_then(|(_, _, s)| s.as_ref());
+                row(
+                    &format!("peer {}: {}", p.peer, p.scenario),
+                    &p.summary,
+                    mine,
+                );
+            }
+            // rslock's uncontended cycle and the Redis floor send the same two commands:
+            // how far apart they land is this run's noise, in the same units.
+            let floor = b.cycle_floor();
+            let twin = b
+                .peers
+                .iter()
+                .find(|p| p.scenario == S1 && p.peer.starts_with("rslock"));
+            if let (Some(floor), Some(twin)) = (floor, twin) {
+                let _ = writeln!(
+                    md,
+                    "\nNoise in this run: {} and the raw floor send the same two commands per cycle; the gap between their S1 p50s, {:.0}%, gives a sense of it.",
+                    twin.peer,
+                    (twin.summary.p50_us / floor.p50_us - 1.0).abs() * 100.0
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`), network handling included. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
+            );
+            if let Some(t) = &b.s4_takeover {
+                let rounds: Vec<String> =
+                    t.takeover_ms.iter().map(|v| format!("{v:.0} ms")).collect();
+                let _ = writeln!(
+                    md,
+                    "\nS4: takeovers after a {:.0} ms TTL: {}.",
+                    t.ttl_ms,
+                    rounds.join(", ")
+                );
+            }
+            if let Some(c) = &b.conformance {
+                let _ = writeln!(
+                    md,
+                    "\nConformance: {} passed, {} failed, {} not run.",
+                    c.passed,
+                    c.failed.len(),
+                    c.skipped.len()
+                );
+                for (case, why) in &c.failed {
+                    let _ = writeln!(md, "- failed `{case}`: {why}");
+                }
+                for (case, why) in &c.skipped {
+                    let _ = writeln!(md, "- not run `{case}`: {why}");
+                }
+            }
+            for e in &b.errors {
+                let _ = writeln!(md, "\nError: {e}");
+            }
+            let _ = writeln!(md);
+        }
+        md
+    }
+}

@@ -1,0 +1,36 @@
+//! The report: its data (`model`), the targets each backend is held to (`targets`),
+//! Markdown for people (`markdown`) and SVG charts (`charts`).
+
+mod charts;
+mod markdown;
+mod model;
+mod targets;
+
+pub(crate) use model::{BackendRun, Conformance, FloorRow, PeerRow, Report, S1, S2, S3};
+
+use crate::stats::Summary;
+
+pub(crate) fn ms(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+/// Where both summaries carry the server's own CPU time per operation: the two
+/// figures, and how much of one core they used at the rate measured.
+pub(crate) fn server_work(ours: &Summary, theirs: &Summary, them: &str) -> String {
+    match (ours.server_cpu_us, theirs.server_cpu_us) {
+        (Some(a), Some(b)) => format!(
+            "; server CPU per cycle {a:.0} µs vs {b:.0} µs for {them} ({:.0}% vs {:.0}% of a core)",
+            a * ours.per_sec / 1e4,
+            b * theirs.per_sec / 1e4
+        ),
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
+    v.as_ref().map_or_else(|| "—".to_owned(), f)
+}

@@ -1,0 +1,81 @@
+//! The report's data: every figure of a run, as the JSON has it.
+
+use serde::Serialize;
+
+use crate::scenarios::Takeover;
+use crate::stats::Summary;
+
+/// A floor, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FloorRow {
+    pub(crate) name: String,
+    pub(crate) summary: Summary,
+}
+
+/// The scenario names peers are measured in, as the report shows them.
+pub(crate) const S1: &str = "S1 cycle";
+/// S2, as the report names it.
+pub(crate) const S2: &str = "S2 cycle under 32 clients";
+/// S3, as the report names it.
+pub(crate) const S3: &str = "S3 handoff, 16 waiters";
+
+/// A peer library measured in one scenario on the same server.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PeerRow {
+    pub(crate) peer: String,
+    pub(crate) scenario: String,
+    pub(crate) summary: Summary,
+}
+
+/// The conformance result of one backend.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Conformance {
+    pub(crate) passed: usize,
+    pub(crate) failed: Vec<(String, String)>,
+    pub(crate) skipped: Vec<(String, String)>,
+}
+
+/// Everything measured on one backend.
+#[derive(Debug, Clone, Serialize, Default)]
+pub(crate) struct BackendRun {
+    pub(crate) backend: String,
+    /// Where the server came from, or why it could not be started.
+    pub(crate) server: String,
+    pub(crate) started: bool,
+    pub(crate) conformance: Option<Conformance>,
+    pub(crate) s1_client: Option<Summary>,
+    pub(crate) s1_primitives: Option<Summary>,
+    pub(crate) s2_throughput: Option<Summary>,
+    pub(crate) s3_handoff: Option<Summary>,
+    pub(crate) s4_takeover: Option<Takeover>,
+    /// The first floor is one round trip; the second, the raw lock cycle.
+    pub(crate) floors: Vec<FloorRow>,
+    /// Peer libraries on the same server, in the same scenarios.
+    pub(crate) peers: Vec<PeerRow>,
+    /// How many lock operations (each a write on the server) the raw cycle floor does.
+    pub(crate) floor_cycle_ops: f64,
+    /// What the S4 target allows past the TTL, in milliseconds.
+    pub(crate) takeover_allowance_ms: f64,
+    pub(crate) errors: Vec<String>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    pub(crate) mode: String,
+    pub(crate) unix_time: u64,
+    pub(crate) cpus: usize,
+    pub(crate) backends: Vec<BackendRun>,
+}
+
+impl BackendRun {
+    /// The first floor: one round trip.
+    pub(crate) fn round_trip(&self) -> Option<&Summary> {
+        self.floors.first().map(|f| &f.summary)
+    }
+
+    /// The second floor: the raw lock cycle.
+    pub(crate) fn cycle_floor(&self) -> Option<&Summary> {
+        self.floors.get(1).map(|f| &f.summary)
+    }
+}
