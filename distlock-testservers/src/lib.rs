@@ -135,9 +135,7 @@ pub fn external_url(server: &dyn Server) -> Option<String> {
 ///
 /// With the server's URL in its environment variable, the target is that server,
 /// without control (the fault cases are then reported as not run). Otherwise a
-/// container is started, and the target gets its control, a second backend behind a
-/// [`RoundTripProxy`] for the round-trip case, and (where the server checks a
-/// password) a way to connect with a wrong one.
+/// container is started and the target is built by [`target_on`].
 pub async fn target<B, F, Fut>(server: &'static dyn Server, connect: F) -> Result<Target, BoxError>
 where
     B: LockBackend + 'static,
@@ -147,7 +145,20 @@ where
     if let Some(url) = external_url(server) {
         return Ok(Target::new(Arc::new(connect(url).await?)));
     }
-    let handle = ServerHandle::start(server).await?;
+    target_on(ServerHandle::start(server).await?, connect).await
+}
+
+/// The conformance target for a backend on the running server `handle`: the backend
+/// `connect` makes from its URL, with the server's control, a second backend behind a
+/// [`RoundTripProxy`] for the round-trip case, and (where the server checks a
+/// password) a way to connect with a wrong one. The target owns the server.
+pub async fn target_on<B, F, Fut>(handle: ServerHandle, connect: F) -> Result<Target, BoxError>
+where
+    B: LockBackend + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+{
+    let server = handle.server();
     let backend = connect(handle.url()).await?;
     let proxy = RoundTripProxy::start(handle.host_port()).await?;
     let metered = connect(server.metered_url(proxy.port(), handle.password())).await?;

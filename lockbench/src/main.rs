@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{DynLockBackend, MemoryBackend};
-use distlock_conformance::{run_suite, Outcome, ServerControl, Target};
+use distlock_conformance::{run_suite, Outcome, Target};
 use distlock_testservers::{external_url, Server, ServerHandle};
 
 use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report};
@@ -241,15 +241,31 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
         ..Default::default()
     };
     progress(kind.name(), "starting the server");
-    let (url, control): (String, Option<Arc<dyn ServerControl>>) = match external_url(kind) {
+    // The target the backends' own tests run the suite on: control, round-trip meter
+    // and wrong credentials included.
+    let connect = |url: String| async move { distlock::connect(&url).await };
+    let (url, target) = match external_url(kind) {
         Some(url) => {
             run.server = format!("external ({})", kind.url_variable());
-            (url, None)
+            match distlock::connect(&url).await {
+                Ok(backend) => (url, Target::new(backend)),
+                Err(e) => {
+                    run.server = format!("external, but connecting failed: {e}");
+                    return run;
+                }
+            }
         }
         None => match ServerHandle::start(kind).await {
             Ok(server) => {
                 run.server = format!("container, {:?} image", server.image_source());
-                (server.url(), Some(Arc::new(server)))
+                let url = server.url();
+                match distlock_testservers::target_on(server, connect).await {
+                    Ok(target) => (url, target),
+                    Err(e) => {
+                        run.server = format!("started, but connecting failed: {e}");
+                        return run;
+                    }
+                }
             }
             Err(e) => {
                 run.server = e.to_string();
@@ -257,6 +273,8 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
             }
         },
     };
+    // The scenarios get a backend of their own, connected directly: the target's sits
+    // behind one more pointer (it is generic over the backend's type).
     let backend = match distlock::connect(&url).await {
         Ok(backend) => backend,
         Err(e) => {
@@ -288,10 +306,6 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     }
     if kind.name() == "redis" {
         beside.rslock = Some(peers::Rslock::new(&url));
-    }
-    let mut target = Target::new(backend.clone());
-    if let Some(control) = control {
-        target = target.with_control(control);
     }
     measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
     run

@@ -16,7 +16,7 @@ use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::lease::{ExtendOutcome, Lease, ReleaseOutcome};
-use crate::token::{FencingToken, OwnerToken};
+use crate::token::FencingToken;
 
 /// Why a guard stopped holding its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,11 +52,9 @@ struct Status {
 
 struct Shared {
     backend: Arc<DynLockBackend>,
-    key: LockKey,
-    owner: OwnerToken,
-    fence: FencingToken,
-    /// The lease as last granted or renewed; `status` has its current validity.
-    lease: std::sync::Mutex<Lease>,
+    /// The lease as granted: key, owner, fence and TTL. Its validity as renewed is in
+    /// `status`.
+    lease: Lease,
     options: LockOptions,
     status: watch::Sender<Status>,
     /// This guard's turn at the key among its client's own tasks: passed on when the
@@ -65,8 +63,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn lease(&self) -> Lease {
-        self.lease.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn key(&self) -> &LockKey {
+        self.lease.key()
+    }
+
+    fn fence(&self) -> FencingToken {
+        self.lease.fence()
     }
 
     /// Records the loss once; the first reason wins. A real loss (not a release)
@@ -101,15 +103,14 @@ impl Shared {
 
     /// One extend round trip, applied to the status.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        match self.backend.extend(&self.lease(), ttl).await? {
+        match self.backend.extend(&self.lease, ttl).await? {
             ExtendOutcome::Extended(lease) => {
                 self.set_valid_until(lease.valid_until());
-                *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = lease;
                 Ok(())
             }
             ExtendOutcome::NotHeld => {
                 self.mark_lost(LossReason::NotHeld);
-                Err(not_held(&self.key))
+                Err(not_held(self.key()))
             }
         }
     }
@@ -152,28 +153,25 @@ impl LockGuard {
         starts: &Starts,
     ) -> Self {
         let granted = Instant::now();
+        // Never later than the point where the loss must be signalled.
+        let valid_until = lease.valid_until();
         let shared = Arc::new(Shared {
             backend,
-            key: lease.key().clone(),
-            owner: *lease.owner(),
-            fence: lease.fence(),
             options,
             status: watch::Sender::new(Status {
                 valid_until: lease.valid_until(),
                 lost: None,
             }),
             turn: std::sync::Mutex::new(turn),
-            lease: std::sync::Mutex::new(lease.clone()),
+            lease,
         });
-        // Never later than the point where the loss must be signalled.
-        let valid_until = lease.valid_until();
         let loss_at = valid_until
             .checked_sub(shared.options.loss_margin())
             .unwrap_or(valid_until);
         let due = (granted + supervise_after(&shared.options)).min(loss_at);
         let supervised = shared.clone();
         let supervisor = starts.defer(due, move || {
-            let span = tracing::debug_span!("lock_renewal", key = %supervised.key, fence = %supervised.fence);
+            let span = tracing::debug_span!("lock_renewal", key = %supervised.key(), fence = %supervised.fence());
             tokio::spawn(supervise(supervised, granted).instrument(span))
         });
         LockGuard {
@@ -186,12 +184,12 @@ impl LockGuard {
 
     /// The lock's key.
     pub fn key(&self) -> &LockKey {
-        &self.shared.key
+        self.shared.key()
     }
 
     /// The fencing token of this acquisition: larger than that of every earlier holder.
     pub fn fence(&self) -> FencingToken {
-        self.shared.fence
+        self.shared.fence()
     }
 
     /// Until when the lease is known to be valid (local monotonic clock).
@@ -235,11 +233,10 @@ impl LockGuard {
         if let Some(reason) = self.loss() {
             return Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("the lock {:?} was lost: {reason}", self.shared.key),
+                format!("the lock {:?} was lost: {reason}", self.shared.key()),
             ));
         }
-        let span =
-            tracing::debug_span!("lock_extend", key = %self.shared.key, fence = %self.shared.fence);
+        let span = tracing::debug_span!("lock_extend", key = %self.shared.key(), fence = %self.shared.fence());
         self.shared.extend(ttl).instrument(span).await
     }
 
@@ -252,10 +249,11 @@ impl LockGuard {
         let shared = self.shared.clone();
         let was_lost = shared.status.borrow().lost;
         shared.mark_lost(LossReason::Released);
-        let span = tracing::debug_span!("lock_release", key = %shared.key, fence = %shared.fence);
+        let span =
+            tracing::debug_span!("lock_release", key = %shared.key(), fence = %shared.fence());
         let outcome = shared
             .backend
-            .release(&shared.key, &shared.owner)
+            .release(shared.key(), shared.lease.owner())
             .instrument(span)
             .await;
         // The next local waiter goes once the release has been applied (or failed).
@@ -267,10 +265,10 @@ impl LockGuard {
                 ErrorKind::NotHeld,
                 format!(
                     "the lock {:?} had been lost before release: {reason}",
-                    shared.key
+                    shared.key()
                 ),
             )),
-            (ReleaseOutcome::NotHeld, None) => Err(not_held(&shared.key)),
+            (ReleaseOutcome::NotHeld, None) => Err(not_held(shared.key())),
         }
     }
 }
@@ -283,15 +281,18 @@ impl Drop for LockGuard {
         self.supervisor.cancel();
         self.shared.mark_lost(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            debug!(key = %self.shared.key, "guard dropped outside a runtime; the lease will run out at its ttl");
+            debug!(key = %self.shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
             return;
         };
         let shared = self.shared.clone();
-        let span =
-            tracing::debug_span!("lock_release_on_drop", key = %shared.key, fence = %shared.fence);
+        let span = tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
         runtime.spawn(
             async move {
-                match shared.backend.release(&shared.key, &shared.owner).await {
+                match shared
+                    .backend
+                    .release(shared.key(), shared.lease.owner())
+                    .await
+                {
                     Ok(outcome) => debug!(?outcome, "released on drop"),
                     Err(error) => {
                         warn!(%error, "release on drop failed; the lease will run out at its ttl")
@@ -308,8 +309,8 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = *self.shared.status.borrow();
         f.debug_struct("LockGuard")
-            .field("key", &self.shared.key)
-            .field("fence", &self.shared.fence)
+            .field("key", self.shared.key())
+            .field("fence", &self.shared.fence())
             .field("valid_until", &s.valid_until)
             .field("lost", &s.lost)
             .finish()
@@ -338,7 +339,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     // froze right after the grant must not keep the supervisor from noticing the loss.
     let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
     let mut changes = if watching && status_rx.borrow().lost.is_none() {
-        match timeout_at(next_renewal, shared.backend.watch(&shared.key)).await {
+        match timeout_at(next_renewal, shared.backend.watch(shared.key())).await {
             Ok(Ok(changes)) => changes,
             Ok(Err(error)) => {
                 debug!(%error, "cannot watch the key; losses are found at the next renewal");
