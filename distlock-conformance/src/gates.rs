@@ -44,3 +44,12 @@ pub(crate) fn needs_wrong_credentials(t: &Target) -> Option<String> {
         "no way to connect with wrong credentials was given (Target::with_wrong_credentials)".into()
     })
 }
+
+pub(crate) fn needs_clients(t: &Target) -> Option<String> {
+    (!t.has_clients())
+        .then(|| "no way to make more clients was given (Target::with_clients)".into())
+}
+
+pub(crate) fn needs_clients_and_notification(t: &Target) -> Option<String> {
+    needs_clients(t).or_else(|| needs_notification(t))
+}

@@ -27,4 +27,4 @@ mod target;
 
 pub use case::{Case, ContractPoint};
 pub use suite::{case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport};
-pub use target::{MemoryControl, RoundTripMeter, ServerControl, Target, WrongCredentials};
+pub use target::{Connector, MemoryControl, RoundTripMeter, ServerControl, Target};

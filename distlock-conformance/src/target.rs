@@ -44,8 +44,10 @@ pub trait RoundTripMeter: Send + Sync + fmt::Debug {
     fn round_trips(&self) -> u64;
 }
 
-/// Connects the backend under test with credentials the server refuses.
-pub type WrongCredentials =
+/// Makes a new instance of the backend under test, with connections of its own: a
+/// second client of the same server, or (for the wrong-credentials case) one that
+/// presents credentials the server refuses.
+pub type Connector =
     Arc<dyn Fn() -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> + Send + Sync>;
 
 /// A backend under test: the backend, optional control over its server, and the
@@ -54,7 +56,8 @@ pub struct Target {
     backend: Arc<DynLockBackend>,
     control: Option<Arc<dyn ServerControl>>,
     metered: Option<(Arc<DynLockBackend>, Arc<dyn RoundTripMeter>)>,
-    wrong_credentials: Option<(String, WrongCredentials)>,
+    wrong_credentials: Option<(String, Connector)>,
+    clients: Option<Connector>,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
 }
@@ -66,6 +69,7 @@ impl fmt::Debug for Target {
             .field("control", &self.control)
             .field("metered", &self.metered.as_ref().map(|(_, meter)| meter))
             .field("wrong_credentials", &self.wrong_credentials.is_some())
+            .field("clients", &self.clients.is_some())
             .finish()
     }
 }
@@ -78,6 +82,7 @@ impl Target {
             control: None,
             metered: None,
             wrong_credentials: None,
+            clients: None,
             server_use: RwLock::new(()),
         }
     }
@@ -107,13 +112,39 @@ impl Target {
         self
     }
 
+    /// Adds a way to make more clients of the same server, each with connections of
+    /// its own, which enables the cases across independent clients.
+    pub fn with_clients(
+        mut self,
+        connect: impl Fn() -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.clients = Some(Arc::new(connect));
+        self
+    }
+
+    /// A new client of the same server, when the target can make one.
+    pub async fn another_client(&self) -> Option<distlock_core::Result<Arc<DynLockBackend>>> {
+        match &self.clients {
+            Some(connect) => Some(connect().await),
+            None => None,
+        }
+    }
+
+    /// Whether the target can make more clients of its server.
+    pub fn has_clients(&self) -> bool {
+        self.clients.is_some()
+    }
+
     /// The metered backend and its meter, when there are.
     pub fn round_trip_meter(&self) -> Option<&(Arc<DynLockBackend>, Arc<dyn RoundTripMeter>)> {
         self.metered.as_ref()
     }
 
     /// The secret of the wrong credentials and the way to connect with them, when given.
-    pub fn wrong_credentials(&self) -> Option<&(String, WrongCredentials)> {
+    pub fn wrong_credentials(&self) -> Option<&(String, Connector)> {
         self.wrong_credentials.as_ref()
     }
 
@@ -124,9 +155,16 @@ impl Target {
     }
 
     /// The memory backend with its simulated faults: what the crate's own tests run.
+    /// Its other clients are handles on the same in-process store.
     pub fn memory() -> Self {
         let memory = MemoryBackend::new();
-        Target::new(Arc::new(memory.clone())).with_control(Arc::new(MemoryControl(memory)))
+        let store = memory.clone();
+        Target::new(Arc::new(memory.clone()))
+            .with_control(Arc::new(MemoryControl(memory)))
+            .with_clients(move || {
+                let client: Arc<DynLockBackend> = Arc::new(store.clone());
+                Box::pin(async move { Ok(client) })
+            })
     }
 
     /// The backend under test.

@@ -47,14 +47,23 @@ enum Bug {
     SilentNotifications,
     /// Puts the password it was given into its authentication error.
     SecretInErrors,
+    /// Keeps the locks in the client, as a cache it trusts (each client its own store).
+    StatePerClient,
+    /// Mints fences from a counter in the client (gears-rust #4863's per-client tokens).
+    FencePerClient,
+    /// Wakes only the waiters of the client that released.
+    NotifyPerClient,
 }
 
 #[derive(Debug)]
 struct Naive {
     bug: Bug,
     caps: Capabilities,
-    state: Mutex<State>,
-    waiters: WakeRegistry,
+    /// The "server": the locks and the fence counter, shared by every client.
+    state: Arc<Mutex<State>>,
+    /// The fence counter of this client alone, for `FencePerClient`.
+    own_counter: Mutex<u64>,
+    waiters: Arc<WakeRegistry>,
     trips: Arc<Trips>,
 }
 
@@ -83,9 +92,30 @@ impl Naive {
         Arc::new(Naive {
             bug,
             caps,
-            state: Mutex::new(State::default()),
-            waiters: WakeRegistry::new(),
+            state: Arc::default(),
+            own_counter: Mutex::new(0),
+            waiters: Arc::default(),
             trips: Arc::default(),
+        })
+    }
+
+    /// Another client of the same server; what it shares depends on the bug.
+    fn another_client(&self) -> Arc<Self> {
+        Arc::new(Naive {
+            bug: self.bug,
+            caps: self.caps.clone(),
+            state: if self.bug == Bug::StatePerClient {
+                Arc::default()
+            } else {
+                self.state.clone()
+            },
+            own_counter: Mutex::new(0),
+            waiters: if self.bug == Bug::NotifyPerClient {
+                Arc::default()
+            } else {
+                self.waiters.clone()
+            },
+            trips: self.trips.clone(),
         })
     }
 
@@ -121,6 +151,11 @@ impl Naive {
     }
 
     fn next_fence(&self, state: &mut State) -> u64 {
+        if self.bug == Bug::FencePerClient {
+            let mut own = self.own_counter.lock().unwrap_or_else(|p| p.into_inner());
+            *own += 1;
+            return *own;
+        }
         state.counter += 1;
         if self.bug == Bug::RandomFence {
             rand::random::<u64>() % 1000
@@ -266,8 +301,13 @@ fn target(bug: Bug) -> Target {
         };
         Box::pin(async move { Err(Error::new(ErrorKind::Authentication, message)) })
     };
+    let server = naive.clone();
     Target::new(naive.clone())
         .with_control(Arc::new(NaiveControl(naive.clone())))
+        .with_clients(move || -> BoxFuture<'static, Result<Arc<DynLockBackend>>> {
+            let client: Arc<DynLockBackend> = server.another_client();
+            Box::pin(async move { Ok(client) })
+        })
         .with_round_trip_meter(naive.clone(), naive.trips.clone())
         .with_wrong_credentials(SECRET, refuse)
 }
@@ -314,4 +354,8 @@ caught! {
     two_round_trip_acquire: NonAtomicAcquire by operations_take_their_declared_round_trips;
     two_round_trip_release: NonAtomicRelease by operations_take_their_declared_round_trips;
     secret_in_errors: SecretInErrors by wrong_credentials_fail_fast_without_showing_them;
+    state_per_client: StatePerClient by exclusion_holds_across_clients;
+    state_per_client_untouched: StatePerClient by a_lease_is_untouched_by_other_clients;
+    fence_per_client: FencePerClient by fences_increase_across_clients;
+    notify_per_client: NotifyPerClient by a_release_wakes_a_waiter_on_another_client;
 }

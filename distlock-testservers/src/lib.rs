@@ -46,6 +46,7 @@ use std::sync::Arc;
 
 use distlock_conformance::{ServerControl, Target};
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
+use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage};
 
@@ -150,8 +151,9 @@ where
 
 /// The conformance target for a backend on the running server `handle`: the backend
 /// `connect` makes from its URL, with the server's control, a second backend behind a
-/// [`RoundTripProxy`] for the round-trip case, and (where the server checks a
-/// password) a way to connect with a wrong one. The target owns the server.
+/// [`RoundTripProxy`] for the round-trip case, more clients with connections of their
+/// own, and (where the server checks a password) a way to connect with a wrong one.
+/// The target owns the server.
 pub async fn target_on<B, F, Fut>(handle: ServerHandle, connect: F) -> Result<Target, BoxError>
 where
     B: LockBackend + 'static,
@@ -162,19 +164,25 @@ where
     let backend = connect(handle.url()).await?;
     let proxy = RoundTripProxy::start(handle.host_port()).await?;
     let metered = connect(server.metered_url(proxy.port(), handle.password())).await?;
-    let mut target =
-        Target::new(Arc::new(backend)).with_round_trip_meter(Arc::new(metered), Arc::new(proxy));
-    if server.has_password() {
-        let secret = format!("wrong{:016x}", rand::random::<u64>());
-        let url = server.url(handle.host_port(), &secret);
-        let connect = Arc::new(connect);
-        target = target.with_wrong_credentials(secret, move || {
+    let connect = Arc::new(connect);
+    // A new backend from `url` for each call: another client, or wrong credentials.
+    let connector = |url: String| {
+        let connect = connect.clone();
+        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
             let (url, connect) = (url.clone(), connect.clone());
             Box::pin(async move {
                 let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
                 Ok(backend)
             })
-        });
+        }
+    };
+    let mut target = Target::new(Arc::new(backend))
+        .with_round_trip_meter(Arc::new(metered), Arc::new(proxy))
+        .with_clients(connector(handle.url()));
+    if server.has_password() {
+        let secret = format!("wrong{:016x}", rand::random::<u64>());
+        let url = server.url(handle.host_port(), &secret);
+        target = target.with_wrong_credentials(secret, connector(url));
     }
     let control: Arc<dyn ServerControl> = Arc::new(handle);
     Ok(target.with_control(control))

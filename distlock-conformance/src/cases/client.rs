@@ -72,31 +72,7 @@ cases! {
     /// A waiter is woken by the release, not by its next poll.
     #[case(Client, needs_notification)]
     pub async fn client_waiter_is_woken_by_the_release(t: &Target) -> CaseResult {
-        let key = t.key("wake");
-        let holder = acquire(t, &key, t.long_ttl()).await?;
-        // A polling waiter with this backoff would sleep 5 s; a notified one wakes at once.
-        let options =
-            LockOptions::new(t.long_ttl()).with_backoff(Duration::from_secs(5), Duration::from_secs(5));
-        let client = client(t, options)?;
-        let waiter = async {
-            let guard = client.lock(key.as_str(), Duration::from_secs(20)).await?;
-            let at = Instant::now();
-            guard.release().await?;
-            Ok::<_, Error>(at)
-        };
-        let releaser = async {
-            sleep(Duration::from_millis(300)).await;
-            let at = Instant::now();
-            t.backend().release(&key, holder.owner()).await.map(|_| at)
-        };
-        let (acquired_at, released_at) = tokio::join!(waiter, releaser);
-        let (acquired_at, released_at) = (acquired_at?, released_at?);
-        let handoff = acquired_at.saturating_duration_since(released_at);
-        ensure!(
-            handoff < Duration::from_millis(500),
-            "the waiter took {handoff:?} to notice the release"
-        );
-        Ok(())
+        waiter_woken(t, t.backend(), t.backend()).await
     }
 
     /// A lease from `lock()` is valid from its successful attempt, not the first one.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    AcquireOutcome, Error, ErrorKind, ExtendOutcome, FenceDurability, Lease, LockBackendExt,
-    LockClient, LockKey, LockOptions, LossReason, OwnerToken, ReleaseOutcome,
+    AcquireOutcome, DynLockBackend, Error, ErrorKind, ExtendOutcome, FenceDurability, Lease,
+    LockBackendExt, LockClient, LockKey, LockOptions, LossReason, OwnerToken, ReleaseOutcome,
 };
 use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
@@ -48,7 +48,128 @@ macro_rules! ensure {
     };
 }
 
+/// `tasks_each` tasks per client in `clients` contend for one key, `per_task` grants
+/// each: at no instant may two hold it, and each grant's fence must be above every
+/// earlier one.
+async fn contend(
+    t: &Target,
+    clients: &[Arc<DynLockBackend>],
+    tasks_each: usize,
+    per_task: usize,
+) -> CaseResult {
+    let key = t.key("contention");
+    let ttl = t.long_ttl();
+    let inside = Arc::new(AtomicU32::new(0));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let last_fence = Arc::new(Mutex::new(0u64));
+    let fence_errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let give_up = Instant::now() + Duration::from_secs(90);
+    let work = (0..tasks_each * clients.len()).map(|n| {
+        let backend = clients[n % clients.len()].clone();
+        let (key, inside, overlaps, last_fence, fence_errors) = (
+            key.clone(),
+            inside.clone(),
+            overlaps.clone(),
+            last_fence.clone(),
+            fence_errors.clone(),
+        );
+        async move {
+            let mut done = 0;
+            while done < per_task {
+                if Instant::now() > give_up {
+                    return fail("contention did not finish in time");
+                }
+                let Some(lease) = grant(&backend, &key, ttl).await? else {
+                    sleep(Duration::from_millis(1 + rand::random::<u64>() % 3)).await;
+                    continue;
+                };
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                {
+                    let mut last = last_fence.lock().unwrap_or_else(|p| p.into_inner());
+                    if lease.fence().get() <= *last {
+                        fence_errors
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(format!("fence {} after {}", lease.fence(), *last));
+                    }
+                    *last = (*last).max(lease.fence().get());
+                }
+                sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                backend.release(lease.key(), lease.owner()).await?;
+                done += 1;
+            }
+            Ok(())
+        }
+    });
+    for r in join_all(work).await {
+        r?;
+    }
+    let overlaps = overlaps.load(Ordering::SeqCst);
+    ensure!(overlaps == 0, "two holders overlapped {overlaps} times");
+    let fence_errors = fence_errors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    ensure!(
+        fence_errors.is_empty(),
+        "fences did not increase with each holder: {fence_errors:?}"
+    );
+    Ok(())
+}
+
+/// One attempt on `backend`: the lease, or `None` when the key is held.
+async fn grant(
+    backend: &Arc<DynLockBackend>,
+    key: &LockKey,
+    ttl: Duration,
+) -> Result<Option<Lease>, CaseError> {
+    match backend.try_acquire(key, ttl).await? {
+        AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
+        AcquireOutcome::Held { .. } => Ok(None),
+    }
+}
+
+/// A waiter on a client of `waiting` is woken by a release on `holding`, not by its
+/// next poll.
+async fn waiter_woken(
+    t: &Target,
+    holding: &Arc<DynLockBackend>,
+    waiting: &Arc<DynLockBackend>,
+) -> CaseResult {
+    let key = t.key("wake");
+    let holder = grant(holding, &key, t.long_ttl())
+        .await?
+        .ok_or_else(|| CaseError::Failed("a fresh key was held".into()))?;
+    // A polling waiter with this backoff would sleep 5 s; a notified one wakes at once.
+    let options =
+        LockOptions::new(t.long_ttl()).with_backoff(Duration::from_secs(5), Duration::from_secs(5));
+    let client = LockClient::with_options(waiting.clone(), options)?;
+    let waiter = async {
+        let guard = client.lock(key.as_str(), Duration::from_secs(20)).await?;
+        let at = Instant::now();
+        guard.release().await?;
+        Ok::<_, Error>(at)
+    };
+    let releaser = async {
+        sleep(Duration::from_millis(300)).await;
+        let at = Instant::now();
+        holding.release(&key, holder.owner()).await.map(|_| at)
+    };
+    let (acquired_at, released_at) = tokio::join!(waiter, releaser);
+    let (acquired_at, released_at) = (acquired_at?, released_at?);
+    let handoff = acquired_at.saturating_duration_since(released_at);
+    ensure!(
+        handoff < Duration::from_millis(500),
+        "the waiter took {handoff:?} to notice the release"
+    );
+    Ok(())
+}
+
 pub mod client;
+pub mod clients;
 pub mod errors;
 pub mod exclusion;
 pub mod extend;
@@ -67,10 +188,7 @@ fn control_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError 
 }
 
 async fn try_acquire(t: &Target, key: &LockKey, ttl: Duration) -> Result<Option<Lease>, CaseError> {
-    match t.backend().try_acquire(key, ttl).await? {
-        AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
-        AcquireOutcome::Held { .. } => Ok(None),
-    }
+    grant(t.backend(), key, ttl).await
 }
 
 async fn acquire(t: &Target, key: &LockKey, ttl: Duration) -> Result<Lease, CaseError> {
@@ -108,7 +226,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 9] = [
+pub(crate) const AREAS: [&[Case]; 10] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -117,5 +235,6 @@ pub(crate) const AREAS: [&[Case]; 9] = [
     errors::CASES,
     round_trips::CASES,
     client::CASES,
+    clients::CASES,
     faults::CASES,
 ];

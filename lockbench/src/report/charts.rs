@@ -35,7 +35,7 @@ impl Report {
                 "<line x1=\"{at:.1}\" y1=\"30\" x2=\"{at:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{at:.1}\" y=\"{:.1}\" fill=\"#666\" text-anchor=\"middle\">{}</text>",
                 height - 40.0,
                 height - 26.0,
-                ms(10f64.powf(decade))
+                decade_label(decade)
             );
             decade += 1.0;
         }
@@ -101,6 +101,18 @@ impl Report {
             "S3: release-to-acquire handoff, 16 waiters on one key",
             &rows,
         )
+    }
+}
+
+/// 10^`decade` microseconds, as a grid line's label: "1 µs", "100 µs", "10 ms", "1 s".
+fn decade_label(decade: f64) -> String {
+    let us = 10f64.powf(decade);
+    if us >= 1e6 {
+        format!("{} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{} ms", us / 1e3)
+    } else {
+        format!("{us} µs")
     }
 }
 
