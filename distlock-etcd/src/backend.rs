@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::EtcdConfig;
-use crate::error::{from_etcd, is_lease_not_found, is_not_sent, timed_out};
+use crate::error::{from_etcd, is_lease_not_found, is_lease_taken, is_not_sent, timed_out};
 
 const NAME: &str = "etcd";
 
@@ -106,7 +106,7 @@ impl EtcdBackend {
         capabilities.force_release = true;
         capabilities.extend_any_ttl = false;
         // A lease grant, then the transaction that creates the key; a keep-alive stream
-        // opened, then its message (the owner check runs alongside).
+        // opened, then its message (the owner check runs alongside); one transaction.
         capabilities.round_trips = RoundTrips {
             acquire: 2,
             release: 1,
@@ -208,12 +208,23 @@ impl LockBackend for EtcdBackend {
         let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
         let id = lease_id(request.owner());
         let key = self.key(request.key());
-        self.request(|mut client| async move {
-            client
-                .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
-                .await
-        })
-        .await?;
+        let granted = self
+            .request(|mut client| async move {
+                match client
+                    .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_lease_taken(&e) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        if !granted {
+            // Another live acquisition's token shares the 63 bits the lease ID is made
+            // of: this token cannot acquire through that lease.
+            return Ok(Grant::Held { remaining: None });
+        }
         // Create the key only if it does not exist, attached to the lease.
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -240,25 +251,23 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let _ = key;
-        // The lease is this acquisition's own (its ID comes from the owner token):
-        // revoking it deletes exactly the keys attached to it, atomically, in one raft
-        // write, and is answered "not found" once the lease expired or was revoked.
+        // The key is deleted only if it holds this whole owner token and is attached to
+        // this acquisition's lease: the lease ID is made of 63 of the token's bits, so
+        // it cannot stand for the token alone. The lease is revoked afterwards.
         let id = lease_id(owner);
-        let revoked = self
-            .request(|mut c| async move {
-                match c.lease_revoke(id).await {
-                    Ok(_) => Ok(true),
-                    Err(e) if is_lease_not_found(&e) => Ok(false),
-                    Err(e) => Err(e),
-                }
-            })
-            .await?;
-        Ok(if revoked {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::NotHeld
-        })
+        let key = self.key(key);
+        let txn = Txn::new()
+            .when([
+                Compare::value(key.clone(), CompareOp::Equal, owner.to_hex()),
+                Compare::lease(key.clone(), CompareOp::Equal, id),
+            ])
+            .and_then([TxnOp::delete(key, None)]);
+        let reply = self.request(|c| send_txn(c, &txn)).await?;
+        if !reply.succeeded() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        self.revoke_later(id);
+        Ok(ReleaseOutcome::Released)
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {

@@ -17,6 +17,11 @@ pub(crate) fn is_lease_not_found(e: &EtcdError) -> bool {
     }
 }
 
+/// Whether the server said a lease with that ID already exists.
+pub(crate) fn is_lease_taken(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::GRpcStatus(s) if s.message().contains("lease already exists"))
+}
+
 /// Whether the request never left this process: the connection to the member it was
 /// routed to was refused or could not be made.
 pub(crate) fn is_not_sent(e: &EtcdError) -> bool {

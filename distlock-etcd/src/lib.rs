@@ -17,12 +17,12 @@
 //!   then in one transaction creates the key only if it does not exist, attached to
 //!   that lease. The fence is the key's creation revision. A failed attempt revokes its
 //!   lease, so nothing is left behind. Two round trips.
-//! - **release** revokes the owner's lease, which deletes exactly the keys attached to
-//!   it, atomically, in one round trip; a lease that expired or was already revoked is
-//!   answered "not found", so the release reports "not held". A force release revokes
-//!   the holder's lease too, so the holder's later release reports "not held".
-//! - **extend** refreshes the lease (a keepalive) and, side by side, checks in a
-//!   transaction that the key is still the owner's; it never re-creates the key.
+//! - **release** is one transaction: the key is deleted only if it holds the whole
+//!   owner token and is attached to this acquisition's lease (the lease ID is made of
+//!   63 of the token's 128 bits, so it cannot stand for the token alone); the lease is
+//!   then revoked in the background. A key that expired, was taken over or was already
+//!   released fails the comparison, so the release reports "not held". A force release
+//!   revokes the holder's lease, so the holder's later release reports "not held".
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
 //!
@@ -52,7 +52,7 @@
 //! - **Round trips** ([`RoundTrips`](distlock_core::RoundTrips), contract point 9): an
 //!   acquire takes two (a lease grant, then the transaction that creates the key), an
 //!   extend two (a keep-alive stream opened, then its message, with the owner check
-//!   sent alongside), a release one (the lease's revocation). The conformance suite
+//!   sent alongside), a release one (the transaction). The conformance suite
 //!   counts them on a real server.
 //! - **A retried acquire** whose reply was lost is not recognised as the same grant; it
 //!   is refused, and the lease it left runs out at its TTL.
