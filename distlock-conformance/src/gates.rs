@@ -53,3 +53,9 @@ pub(crate) fn needs_clients(t: &Target) -> Option<String> {
 pub(crate) fn needs_clients_and_notification(t: &Target) -> Option<String> {
     needs_clients(t).or_else(|| needs_notification(t))
 }
+
+pub(crate) fn needs_links(t: &Target) -> Option<String> {
+    (!t.has_links()).then(|| {
+        "no way to make clients whose link can be cut was given (Target::with_links)".into()
+    })
+}

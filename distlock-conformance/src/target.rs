@@ -5,9 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{BoxError, Capabilities, DynLockBackend, Lease, LockKey, MemoryBackend};
+use distlock_core::{
+    AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, ExtendRequest, Grant,
+    Lease, LockBackend, LockInfo, LockKey, MemoryBackend, OwnerToken, ReleaseOutcome, Renewal,
+};
 use futures_util::future::BoxFuture;
-use tokio::sync::RwLock;
+use tokio::sync::{watch, RwLock};
 
 /// Control over the server behind a backend, for the fault cases.
 ///
@@ -36,6 +39,27 @@ pub trait ServerControl: Send + Sync + fmt::Debug {
     }
 }
 
+/// Control over the network between one client and its server, for the partition
+/// cases: the other clients keep reaching the server meanwhile.
+#[async_trait]
+pub trait LinkControl: Send + Sync + fmt::Debug {
+    /// Cuts the client off in both directions: nothing passes, and connections stay
+    /// open (as when packets are dropped) until [`heal`](Self::heal).
+    async fn cut(&self) -> Result<(), BoxError>;
+    /// Ends a cut; what was held goes through.
+    async fn heal(&self) -> Result<(), BoxError>;
+    /// Delays everything by `one_way` in each direction (zero for none).
+    async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError>;
+}
+
+/// A client of the server under test, and control over its network link.
+pub type LinkedClient = (Arc<DynLockBackend>, Arc<dyn LinkControl>);
+
+/// Makes a new client of the server under test whose network link can be cut and
+/// slowed.
+pub type LinkedConnector =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<LinkedClient, BoxError>> + Send + Sync>;
+
 /// Counts the round trips between a backend and its server (a proxy in between, say):
 /// what the case on contract point 9 reads around each operation.
 pub trait RoundTripMeter: Send + Sync + fmt::Debug {
@@ -58,6 +82,7 @@ pub struct Target {
     metered: Option<(Arc<DynLockBackend>, Arc<dyn RoundTripMeter>)>,
     wrong_credentials: Option<(String, Connector)>,
     clients: Option<Connector>,
+    links: Option<LinkedConnector>,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
 }
@@ -70,6 +95,7 @@ impl fmt::Debug for Target {
             .field("metered", &self.metered.as_ref().map(|(_, meter)| meter))
             .field("wrong_credentials", &self.wrong_credentials.is_some())
             .field("clients", &self.clients.is_some())
+            .field("links", &self.links.is_some())
             .finish()
     }
 }
@@ -83,6 +109,7 @@ impl Target {
             metered: None,
             wrong_credentials: None,
             clients: None,
+            links: None,
             server_use: RwLock::new(()),
         }
     }
@@ -133,6 +160,33 @@ impl Target {
         }
     }
 
+    /// Adds a way to make clients whose link to the server can be cut and slowed,
+    /// which enables the partition and latency cases.
+    pub fn with_links(
+        mut self,
+        connect: impl Fn()
+                -> BoxFuture<'static, Result<(Arc<DynLockBackend>, Arc<dyn LinkControl>), BoxError>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.links = Some(Arc::new(connect));
+        self
+    }
+
+    /// A new client whose link can be cut and slowed, when the target can make one.
+    pub async fn linked_client(&self) -> Option<Result<LinkedClient, BoxError>> {
+        match &self.links {
+            Some(connect) => Some(connect().await),
+            None => None,
+        }
+    }
+
+    /// Whether the target can make clients whose link can be cut.
+    pub fn has_links(&self) -> bool {
+        self.links.is_some()
+    }
+
     /// Whether the target can make more clients of its server.
     pub fn has_clients(&self) -> bool {
         self.clients.is_some()
@@ -161,9 +215,18 @@ impl Target {
         let store = memory.clone();
         Target::new(Arc::new(memory.clone()))
             .with_control(Arc::new(MemoryControl(memory)))
-            .with_clients(move || {
-                let client: Arc<DynLockBackend> = Arc::new(store.clone());
-                Box::pin(async move { Ok(client) })
+            .with_clients({
+                let store = store.clone();
+                move || {
+                    let client: Arc<DynLockBackend> = Arc::new(store.clone());
+                    Box::pin(async move { Ok(client) })
+                }
+            })
+            .with_links(move || {
+                let linked = Arc::new(MemoryLink::new(store.clone()));
+                let client: Arc<DynLockBackend> = linked.clone();
+                let link: Arc<dyn LinkControl> = linked;
+                Box::pin(async move { Ok((client, link)) })
             })
     }
 
@@ -242,5 +305,98 @@ impl ServerControl for MemoryControl {
     async fn start(&self) -> Result<(), BoxError> {
         self.0.start();
         Ok(())
+    }
+}
+
+/// A client of the memory backend behind a simulated network link: each request and
+/// each reply waits while the link is cut, and then for the latency.
+#[derive(Debug)]
+pub struct MemoryLink {
+    store: MemoryBackend,
+    link: watch::Sender<(bool, Duration)>,
+}
+
+impl MemoryLink {
+    /// A client of `store` on a healthy link.
+    pub fn new(store: MemoryBackend) -> Self {
+        MemoryLink {
+            store,
+            link: watch::Sender::new((false, Duration::ZERO)),
+        }
+    }
+
+    /// One crossing of the link: held while cut, then delayed.
+    async fn cross(&self) {
+        let mut link = self.link.subscribe();
+        let _ = link.wait_for(|(cut, _)| !cut).await;
+        let latency = link.borrow().1;
+        tokio::time::sleep(latency).await;
+    }
+}
+
+#[async_trait]
+impl LinkControl for MemoryLink {
+    async fn cut(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.0 = true);
+        Ok(())
+    }
+
+    async fn heal(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.0 = false);
+        Ok(())
+    }
+
+    async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.1 = one_way);
+        Ok(())
+    }
+}
+
+/// Runs one request of `self.store` across the link, both ways.
+macro_rules! across {
+    ($self:ident, $call:expr) => {{
+        $self.cross().await;
+        let reply = $call.await;
+        $self.cross().await;
+        reply
+    }};
+}
+
+#[async_trait]
+impl LockBackend for MemoryLink {
+    fn name(&self) -> &str {
+        self.store.name()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        self.store.capabilities()
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> distlock_core::Result<Grant> {
+        across!(self, self.store.try_grant(request))
+    }
+
+    async fn release(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        across!(self, self.store.release(key, owner))
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> distlock_core::Result<Renewal> {
+        across!(self, self.store.renew(request))
+    }
+
+    async fn inspect(&self, key: &LockKey) -> distlock_core::Result<Option<LockInfo>> {
+        across!(self, self.store.inspect(key))
+    }
+
+    async fn watch(&self, key: &LockKey) -> distlock_core::Result<Option<ChangeStream>> {
+        across!(self, self.store.watch(key))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> distlock_core::Result<bool> {
+        across!(self, self.store.force_release(key))
     }
 }

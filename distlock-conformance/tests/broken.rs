@@ -53,6 +53,14 @@ enum Bug {
     FencePerClient,
     /// Wakes only the waiters of the client that released.
     NotifyPerClient,
+    /// Compares only the first 8 bytes of owner tokens (a 64-bit ID made of the token).
+    OwnerPrefixCompare,
+    /// Normalises keys (trimmed, lower case), so that distinct keys share one lock.
+    KeysNormalised,
+    /// Mints fences from a clock with 100 ms ticks, so grants within a tick share one.
+    FenceFromCoarseClock,
+    /// Applies TTLs in whole seconds, rounded down.
+    TtlInWholeSeconds,
 }
 
 #[derive(Debug)]
@@ -145,12 +153,45 @@ impl Naive {
         let state = self.state();
         state
             .locks
-            .get(key)
+            .get(&self.stored(key))
             .filter(|(_, _, exp)| *exp > now)
             .map(|(o, f, _)| (*o, *f))
     }
 
+    /// The key as this backend stores it.
+    fn stored(&self, key: &LockKey) -> LockKey {
+        if self.bug == Bug::KeysNormalised {
+            LockKey::new(key.as_str().trim().to_lowercase()).unwrap_or_else(|_| key.clone())
+        } else {
+            key.clone()
+        }
+    }
+
+    /// Whether two owner tokens are the same, by this backend's comparison.
+    fn same_owner(&self, a: &OwnerToken, b: &OwnerToken) -> bool {
+        if self.bug == Bug::OwnerPrefixCompare {
+            a.as_bytes()[..8] == b.as_bytes()[..8]
+        } else {
+            a == b
+        }
+    }
+
+    /// The expiry of a lease granted or renewed now for `ttl`.
+    fn expiry(&self, ttl: Duration) -> Instant {
+        if self.bug == Bug::TtlInWholeSeconds {
+            Instant::now() + Duration::from_secs(ttl.as_secs())
+        } else {
+            Instant::now() + ttl
+        }
+    }
+
     fn next_fence(&self, state: &mut State) -> u64 {
+        if self.bug == Bug::FenceFromCoarseClock {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            return u64::try_from(since_epoch.as_millis() / 100).unwrap_or(u64::MAX);
+        }
         if self.bug == Bug::FencePerClient {
             let mut own = self.own_counter.lock().unwrap_or_else(|p| p.into_inner());
             *own += 1;
@@ -192,21 +233,23 @@ impl LockBackend for Naive {
         let mut state = self.state();
         let fence = self.next_fence(&mut state);
         state.locks.insert(
-            r.key().clone(),
-            (*r.owner(), fence, Instant::now() + r.ttl()),
+            self.stored(r.key()),
+            (*r.owner(), fence, self.expiry(r.ttl())),
         );
         Ok(Grant::Granted(FencingToken::new(fence)))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.round_trip().await;
-        let held = self.holder(key).is_some_and(|(o, _)| o == *owner);
+        let held = self
+            .holder(key)
+            .is_some_and(|(o, _)| self.same_owner(&o, owner));
         if self.bug == Bug::NonAtomicRelease && held {
             // The DEL, a second (slow) round trip after the GET.
             self.trip_of(Duration::from_millis(20)).await;
         }
         let delete = held || self.bug == Bug::ReleaseWithoutOwnerCheck;
-        if delete && self.state().locks.remove(key).is_some() {
+        if delete && self.state().locks.remove(&self.stored(key)).is_some() {
             self.notify(key);
         }
         if held || self.bug == Bug::ReleaseIgnoresNotHeld {
@@ -221,7 +264,7 @@ impl LockBackend for Naive {
         let holder = self.holder(r.key());
         let mut state = self.state();
         let fence = match holder {
-            Some((o, f)) if o == *r.owner() => {
+            Some((o, f)) if self.same_owner(&o, r.owner()) => {
                 if self.bug == Bug::ExtendChangesFence {
                     self.next_fence(&mut state)
                 } else {
@@ -232,8 +275,8 @@ impl LockBackend for Naive {
             _ => return Ok(Renewal::NotHeld),
         };
         state.locks.insert(
-            r.key().clone(),
-            (*r.owner(), fence, Instant::now() + r.ttl()),
+            self.stored(r.key()),
+            (*r.owner(), fence, self.expiry(r.ttl())),
         );
         Ok(Renewal::Renewed)
     }
@@ -244,7 +287,7 @@ impl LockBackend for Naive {
         let state = self.state();
         Ok(state
             .locks
-            .get(key)
+            .get(&self.stored(key))
             .filter(|(_, _, exp)| *exp > now)
             .map(|(_, f, exp)| LockInfo {
                 fence: FencingToken::new(*f),
@@ -257,7 +300,7 @@ impl LockBackend for Naive {
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
-        let removed = self.state().locks.remove(key).is_some();
+        let removed = self.state().locks.remove(&self.stored(key)).is_some();
         self.notify(key);
         Ok(removed)
     }
@@ -358,4 +401,8 @@ caught! {
     state_per_client_untouched: StatePerClient by a_lease_is_untouched_by_other_clients;
     fence_per_client: FencePerClient by fences_increase_across_clients;
     notify_per_client: NotifyPerClient by a_release_wakes_a_waiter_on_another_client;
+    owner_prefix_compare: OwnerPrefixCompare by owner_tokens_one_bit_apart_are_strangers;
+    keys_normalised: KeysNormalised by keys_that_look_alike_are_distinct_locks;
+    fence_from_coarse_clock: FenceFromCoarseClock by fencing_increases_across_release_and_reacquire;
+    ttl_in_whole_seconds: TtlInWholeSeconds by expiry_frees_the_key_after_the_ttl_not_before;
 }

@@ -1,7 +1,8 @@
 //! Real servers for distlock's tests and benchmarks: Redis, PostgreSQL and etcd in
 //! containers started by testcontainers, at pinned versions, with the fault controls
 //! of [`ServerControl`](distlock_conformance::ServerControl) (pause, restart, kill,
-//! kill connections).
+//! kill connections), and a proxy per client that counts round trips and can cut the
+//! client off or slow it.
 //!
 //! Each server is one module behind one small trait, [`Server`]: its port, how its
 //! container is configured, its URL, and the commands of its own client that check its
@@ -44,7 +45,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use distlock_conformance::{ServerControl, Target};
+use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
 use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
@@ -54,7 +55,7 @@ pub use etcd::{Etcd, EtcdCluster};
 pub use handle::{HarnessError, ServerHandle};
 pub use image::{image_source, ImageSource};
 pub use postgres::Postgres;
-pub use proxy::RoundTripProxy;
+pub use proxy::Proxy;
 pub use redis::Redis;
 
 /// One kind of server the harness can start: everything that differs between them.
@@ -151,8 +152,8 @@ where
 
 /// The conformance target for a backend on the running server `handle`: the backend
 /// `connect` makes from its URL, with the server's control, a second backend behind a
-/// [`RoundTripProxy`] for the round-trip case, more clients with connections of their
-/// own, and (where the server checks a password) a way to connect with a wrong one.
+/// [`Proxy`] for the round-trip case, more clients with connections of their own,
+/// clients behind a [`Proxy`] of their own whose link can be cut and slowed, and (where the server checks a password) a way to connect with a wrong one.
 /// The target owns the server.
 pub async fn target_on<B, F, Fut>(handle: ServerHandle, connect: F) -> Result<Target, BoxError>
 where
@@ -162,7 +163,7 @@ where
 {
     let server = handle.server();
     let backend = connect(handle.url()).await?;
-    let proxy = RoundTripProxy::start(handle.host_port()).await?;
+    let proxy = Proxy::start(handle.host_port()).await?;
     let metered = connect(server.metered_url(proxy.port(), handle.password())).await?;
     let connect = Arc::new(connect);
     // A new backend from `url` for each call: another client, or wrong credentials.
@@ -176,9 +177,28 @@ where
             })
         }
     };
+    // A new backend behind a proxy of its own, whose link can be cut and slowed.
+    let linked = {
+        let (connect, port, password) = (
+            connect.clone(),
+            handle.host_port(),
+            handle.password().to_owned(),
+        );
+        move || -> BoxFuture<'static, Result<LinkedClient, BoxError>> {
+            let (connect, password) = (connect.clone(), password.clone());
+            Box::pin(async move {
+                let proxy = Proxy::start(port).await?;
+                let backend: Arc<DynLockBackend> =
+                    Arc::new(connect(server.url(proxy.port(), &password)).await?);
+                let link: Arc<dyn LinkControl> = Arc::new(proxy);
+                Ok((backend, link))
+            })
+        }
+    };
     let mut target = Target::new(Arc::new(backend))
         .with_round_trip_meter(Arc::new(metered), Arc::new(proxy))
-        .with_clients(connector(handle.url()));
+        .with_clients(connector(handle.url()))
+        .with_links(linked);
     if server.has_password() {
         let secret = format!("wrong{:016x}", rand::random::<u64>());
         let url = server.url(handle.host_port(), &secret);

@@ -1,67 +1,117 @@
-//! [`RoundTripProxy`]: a TCP proxy on 127.0.0.1 in front of a server that counts round
-//! trips: on each connection, a reply from the server that follows a request from the
-//! client counts one. A client that sends a request and waits for its reply is counted
-//! one per request; requests sent together before any reply (a pipeline, or
-//! concurrent streams) count one.
+//! [`Proxy`]: a TCP proxy on 127.0.0.1 in front of a server, for one client. It
+//! counts round trips, and it can cut the client off, heal, and add latency.
 //!
-//! For plain request-reply protocols (Redis, PostgreSQL) any bytes are a request or a
-//! reply. On HTTP/2 (gRPC: etcd) only HEADERS and DATA frames are: the transport's own
-//! frames (SETTINGS, PING, WINDOW_UPDATE and their acknowledgements) are sent without
-//! anyone waiting for them, and are not counted.
+//! # Round trips
+//!
+//! On each connection, a reply from the server that follows a request from the client
+//! counts one. A client that sends a request and waits for its reply is counted one per
+//! request; requests sent together before any reply (a pipeline, or concurrent
+//! streams) count one. For plain request-reply protocols (Redis, PostgreSQL) any bytes
+//! are a request or a reply. On HTTP/2 (gRPC: etcd) only HEADERS and DATA frames are:
+//! the transport's own frames (SETTINGS, PING, WINDOW_UPDATE and their
+//! acknowledgements) are sent without anyone waiting for them, and are not counted.
+//!
+//! # Faults
+//!
+//! A cut holds every byte in both directions, and every new connection, until the
+//! link is healed, as a network that drops packets would: connections stay open, and
+//! only the client's and the server's own timeouts end them. Latency delays every
+//! byte by the same time in each direction, keeping their order.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use distlock_conformance::RoundTripMeter;
+use async_trait::async_trait;
+use distlock_conformance::{LinkControl, RoundTripMeter};
+use distlock_core::BoxError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
 
-/// A counting proxy; dropping it stops accepting connections.
+/// The state of the link between the client and the server.
+#[derive(Debug, Clone, Copy, Default)]
+struct Link {
+    cut: bool,
+    latency: Duration,
+}
+
+/// A proxy for one client; dropping it stops accepting connections.
 #[derive(Debug)]
-pub struct RoundTripProxy {
+pub struct Proxy {
     port: u16,
     count: Arc<AtomicU64>,
+    link: Arc<watch::Sender<Link>>,
     accept: JoinHandle<()>,
 }
 
-impl RoundTripProxy {
+impl Proxy {
     /// Starts a proxy to 127.0.0.1:`server_port`.
     pub async fn start(server_port: u16) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let count = Arc::new(AtomicU64::new(0));
-        let counter = count.clone();
+        let link = Arc::new(watch::Sender::new(Link::default()));
+        let (counter, links) = (count.clone(), link.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await else {
-                    continue;
-                };
-                tokio::spawn(pump_pair(client, server, counter.clone()));
+                let (count, mut link) = (counter.clone(), links.subscribe());
+                tokio::spawn(async move {
+                    // A connection made during a cut waits for the heal, as a dropped
+                    // SYN would be retried.
+                    if link.wait_for(|l| !l.cut).await.is_err() {
+                        return;
+                    }
+                    if let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await {
+                        pump_pair(client, server, count, link).await;
+                    }
+                });
             }
         });
-        Ok(RoundTripProxy {
+        Ok(Proxy {
             port,
             count,
+            link,
             accept,
         })
     }
 
-    /// The port on 127.0.0.1 that clients connect to.
+    /// The port on 127.0.0.1 that the client connects to.
     pub fn port(&self) -> u16 {
         self.port
     }
 }
 
-impl Drop for RoundTripProxy {
+impl Drop for Proxy {
     fn drop(&mut self) {
         self.accept.abort();
     }
 }
 
-impl RoundTripMeter for RoundTripProxy {
+impl RoundTripMeter for Proxy {
     fn round_trips(&self) -> u64 {
         self.count.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl LinkControl for Proxy {
+    async fn cut(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.cut = true);
+        Ok(())
+    }
+
+    async fn heal(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.cut = false);
+        Ok(())
+    }
+
+    async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.latency = one_way);
+        Ok(())
     }
 }
 
@@ -115,62 +165,112 @@ impl Frames {
     }
 }
 
-async fn pump_pair(client: TcpStream, server: TcpStream, count: Arc<AtomicU64>) {
+/// Bytes read from one side, due on the other side at `due`; `None` is the end.
+struct Chunk {
+    due: Instant,
+    bytes: Option<Vec<u8>>,
+    message: bool,
+}
+
+/// Reads one side into `chunks`, stamping each with its due time and whether it
+/// carries a message (a request upstream, a reply downstream).
+async fn read_side(
+    mut from: OwnedReadHalf,
+    chunks: mpsc::UnboundedSender<Chunk>,
+    link: watch::Receiver<Link>,
+    protocol: Arc<AtomicU8>,
+    upstream: bool,
+) {
+    let mut frames = Frames {
+        preface: if upstream { HTTP2_PREFACE.len() } else { 0 },
+        ..Frames::default()
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await.unwrap_or(0);
+        let due = Instant::now() + link.borrow().latency;
+        if n == 0 {
+            let _ = chunks.send(Chunk {
+                due,
+                bytes: None,
+                message: false,
+            });
+            return;
+        }
+        let bytes = buf[..n].to_vec();
+        if upstream && protocol.load(Ordering::SeqCst) == UNKNOWN {
+            let http2 = bytes.starts_with(HTTP2_PREFACE);
+            protocol.store(if http2 { HTTP2 } else { PLAIN }, Ordering::SeqCst);
+        }
+        let message = protocol.load(Ordering::SeqCst) != HTTP2 || frames.carry_a_message(&bytes);
+        if chunks
+            .send(Chunk {
+                due,
+                bytes: Some(bytes),
+                message,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Writes `chunks` to one side when they are due and the link is not cut. Upstream, a
+/// request marks `asked`; downstream, a reply to an asked request counts a round trip,
+/// before the client can see it.
+async fn write_side(
+    mut to: OwnedWriteHalf,
+    mut chunks: mpsc::UnboundedReceiver<Chunk>,
+    mut link: watch::Receiver<Link>,
+    asked: Arc<AtomicBool>,
+    count: Option<Arc<AtomicU64>>,
+) {
+    while let Some(chunk) = chunks.recv().await {
+        sleep_until(chunk.due).await;
+        if link.wait_for(|l| !l.cut).await.is_err() {
+            return;
+        }
+        let Some(bytes) = chunk.bytes else {
+            let _ = to.shutdown().await;
+            return;
+        };
+        if chunk.message {
+            match &count {
+                None => asked.store(true, Ordering::SeqCst),
+                Some(count) => {
+                    if asked.swap(false, Ordering::SeqCst) {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        if to.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn pump_pair(
+    client: TcpStream,
+    server: TcpStream,
+    count: Arc<AtomicU64>,
+    link: watch::Receiver<Link>,
+) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    // Whether the client sent a request since the server last replied.
-    let asked = Arc::new(AtomicBool::new(false));
-    let asking = asked.clone();
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
     let protocol = Arc::new(AtomicU8::new(UNKNOWN));
-    let spoken = protocol.clone();
-    let upstream = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut frames = Frames {
-            preface: HTTP2_PREFACE.len(),
-            ..Frames::default()
-        };
-        while let Ok(n) = client_read.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            let bytes = &buf[..n];
-            if spoken.load(Ordering::SeqCst) == UNKNOWN {
-                let http2 = bytes.starts_with(HTTP2_PREFACE);
-                spoken.store(if http2 { HTTP2 } else { PLAIN }, Ordering::SeqCst);
-            }
-            let request = spoken.load(Ordering::SeqCst) == PLAIN || frames.carry_a_message(bytes);
-            // Marked before the bytes go on, so the reply cannot arrive first.
-            if request {
-                asking.store(true, Ordering::SeqCst);
-            }
-            if server_write.write_all(bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = server_write.shutdown().await;
-    };
-    let downstream = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut frames = Frames::default();
-        while let Ok(n) = server_read.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            let reply =
-                protocol.load(Ordering::SeqCst) != HTTP2 || frames.carry_a_message(&buf[..n]);
-            // Counted before the client can see the reply.
-            if reply && asked.swap(false, Ordering::SeqCst) {
-                count.fetch_add(1, Ordering::SeqCst);
-            }
-            if client_write.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        let _ = client_write.shutdown().await;
-    };
-    tokio::join!(upstream, downstream);
+    let asked = Arc::new(AtomicBool::new(false));
+    let (up_tx, up_rx) = mpsc::unbounded_channel();
+    let (down_tx, down_rx) = mpsc::unbounded_channel();
+    tokio::join!(
+        read_side(client_read, up_tx, link.clone(), protocol.clone(), true),
+        write_side(server_write, up_rx, link.clone(), asked.clone(), None),
+        read_side(server_read, down_tx, link.clone(), protocol, false),
+        write_side(client_write, down_rx, link, asked, Some(count)),
+    );
 }
 
 #[cfg(test)]
@@ -211,5 +311,60 @@ mod tests {
         bytes.extend(frame(4, 0));
         assert!(!frames.carry_a_message(&bytes));
         assert!(frames.carry_a_message(&frame(1, 3)));
+    }
+
+    /// An echo server on loopback, for the proxy to stand in front of.
+    async fn echo() -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    async fn exchange(conn: &mut TcpStream) -> Duration {
+        let sent = Instant::now();
+        conn.write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        conn.read_exact(&mut buf).await.expect("read");
+        sent.elapsed()
+    }
+
+    #[tokio::test]
+    async fn it_counts_exchanges_holds_a_cut_and_adds_latency() {
+        let proxy = Proxy::start(echo().await).await.expect("proxy");
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        exchange(&mut conn).await;
+        exchange(&mut conn).await;
+        assert_eq!(proxy.round_trips(), 2);
+
+        proxy.cut().await.expect("cut");
+        conn.write_all(b"ping").await.expect("write");
+        let mut buf = [0u8; 4];
+        let held =
+            tokio::time::timeout(Duration::from_millis(200), conn.read_exact(&mut buf)).await;
+        assert!(held.is_err(), "a reply crossed a cut link");
+        proxy.heal().await.expect("heal");
+        conn.read_exact(&mut buf).await.expect("the held reply");
+        assert_eq!(&buf, b"ping");
+
+        proxy
+            .set_latency(Duration::from_millis(50))
+            .await
+            .expect("latency");
+        let took = exchange(&mut conn).await;
+        assert!(took >= Duration::from_millis(100), "took only {took:?}");
     }
 }

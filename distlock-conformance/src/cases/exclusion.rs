@@ -35,4 +35,54 @@ cases! {
     pub async fn mutual_exclusion_under_contention(t: &Target) -> CaseResult {
         contend(t, &[t.backend().clone()], 8, 8).await
     }
+
+    /// Keys that look alike (a suffix, a case, a space, wildcard and hash-tag characters) are distinct locks.
+    #[case(MutualExclusion, always)]
+    pub async fn keys_that_look_alike_are_distinct_locks(t: &Target) -> CaseResult {
+        let base = t.key("alike");
+        let base = base.as_str();
+        let alike: Vec<String> = [
+            String::new(),
+            "/".into(),
+            "/x".into(),
+            " ".into(),
+            "%".into(),
+            "_".into(),
+            "*".into(),
+            "{x}".into(),
+            "\u{e9}".into(),
+        ]
+        .into_iter()
+        .map(|suffix| format!("{base}{suffix}"))
+        .chain([base.to_uppercase()])
+        .collect();
+        let mut held = Vec::new();
+        for name in &alike {
+            let key = LockKey::new(name)?;
+            let Some(lease) = try_acquire(t, &key, t.long_ttl()).await? else {
+                return fail(format!(
+                    "{name:?} was held: it was taken for one of {:?}",
+                    &alike[..held.len()]
+                ));
+            };
+            held.push(lease);
+        }
+        // Each release frees its own key and no other.
+        for (i, lease) in held.iter().enumerate() {
+            ensure!(
+                t.backend().release_lease(lease).await? == ReleaseOutcome::Released,
+                "releasing {:?} answered not held",
+                alike[i]
+            );
+            for (j, other) in held.iter().enumerate().skip(i + 1) {
+                ensure!(
+                    holder_fence(t, other.key()).await? == Some(other.fence().get()),
+                    "releasing {:?} freed {:?}",
+                    alike[i],
+                    alike[j]
+                );
+            }
+        }
+        Ok(())
+    }
 }

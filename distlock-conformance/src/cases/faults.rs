@@ -197,25 +197,3 @@ cases! {
         Ok(())
     }
 }
-
-fn fault_ttl(t: &Target) -> Duration {
-    t.capabilities().ttl_at_least(Duration::from_secs(2))
-}
-
-async fn retry_until_up<T, F, Fut>(what: &str, mut op: F) -> Result<T, CaseError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = distlock_core::Result<T>>,
-{
-    let give_up = Instant::now() + Duration::from_secs(60);
-    loop {
-        match timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) if Instant::now() < give_up && e.is_retryable() => {}
-            Ok(Err(e)) => return fail(format!("{what} after the server came back: {e}")),
-            Err(_) if Instant::now() < give_up => {}
-            Err(_) => return fail(format!("{what} hung after the server came back")),
-        }
-        sleep(Duration::from_millis(200)).await;
-    }
-}

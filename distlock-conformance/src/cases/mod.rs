@@ -15,7 +15,7 @@ use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::case::Case;
-use crate::target::{RoundTripMeter, Target};
+use crate::target::{LinkedClient, RoundTripMeter, Target};
 
 /// Why a case did not pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -168,6 +168,32 @@ async fn waiter_woken(
     Ok(())
 }
 
+/// A TTL for the cases that fault the server or the network: long enough to renew
+/// through a short fault, short enough to wait out.
+fn fault_ttl(t: &Target) -> Duration {
+    t.capabilities().ttl_at_least(Duration::from_secs(2))
+}
+
+/// Retries `op` for up to a minute while it fails retryably or hangs: for a backend
+/// whose server or link just came back.
+async fn retry_until_up<T, F, Fut>(what: &str, mut op: F) -> Result<T, CaseError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<T>>,
+{
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        match timeout(Duration::from_secs(10), op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if Instant::now() < give_up && e.is_retryable() => {}
+            Ok(Err(e)) => return fail(format!("{what} after the server came back: {e}")),
+            Err(_) if Instant::now() < give_up => {}
+            Err(_) => return fail(format!("{what} hung after the server came back")),
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+}
+
 pub mod client;
 pub mod clients;
 pub mod errors;
@@ -175,6 +201,7 @@ pub mod exclusion;
 pub mod extend;
 pub mod faults;
 pub mod fencing;
+pub mod partitions;
 pub mod release;
 pub mod round_trips;
 pub mod validity;
@@ -226,7 +253,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 10] = [
+pub(crate) const AREAS: [&[Case]; 11] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -236,5 +263,6 @@ pub(crate) const AREAS: [&[Case]; 10] = [
     round_trips::CASES,
     client::CASES,
     clients::CASES,
+    partitions::CASES,
     faults::CASES,
 ];

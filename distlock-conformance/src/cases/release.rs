@@ -108,4 +108,38 @@ cases! {
         }
         Ok(())
     }
+
+    /// Owner tokens one bit away from the holder's, at either end, can neither release nor take its lease.
+    #[case(OwnerTokens, always)]
+    pub async fn owner_tokens_one_bit_apart_are_strangers(t: &Target) -> CaseResult {
+        let key = t.key("near-owner");
+        let lease = acquire(t, &key, t.long_ttl()).await?;
+        let holder = *lease.owner().as_bytes();
+        // The first and last bit of each half: a backend that compares a prefix, a
+        // suffix, or a 64-bit part of the token lets one of these through.
+        for (byte, bit) in [(0, 0x80), (7, 0x01), (8, 0x80), (15, 0x01)] {
+            let mut near = holder;
+            near[byte] ^= bit;
+            let near = OwnerToken::from_bytes(near);
+            let released = t.backend().release(&key, &near).await?;
+            ensure!(
+                released == ReleaseOutcome::NotHeld,
+                "a token differing in byte {byte} released the lease ({released:?})"
+            );
+            let taken = t.backend().try_acquire_as(&key, t.long_ttl(), near).await?;
+            ensure!(
+                matches!(taken, AcquireOutcome::Held { .. }),
+                "a token differing in byte {byte} was granted the held key"
+            );
+            ensure!(
+                holder_fence(t, &key).await? == Some(lease.fence().get()),
+                "a token differing in byte {byte} disturbed the holder"
+            );
+        }
+        ensure!(
+            t.backend().release_lease(&lease).await? == ReleaseOutcome::Released,
+            "the holder could not release after the near tokens"
+        );
+        Ok(())
+    }
 }

@@ -1,0 +1,176 @@
+//! One client cut off from its server, or slowed, while the others still reach it:
+//! the scenario fencing tokens exist for.
+
+use super::*;
+
+/// A client whose link can be cut, warmed up (its connections open).
+async fn linked(t: &Target) -> Result<LinkedClient, CaseError> {
+    let (backend, link) = t
+        .linked_client()
+        .await
+        .ok_or_else(|| CaseError::Skipped("the target makes no linked clients".into()))?
+        .map_err(|e| CaseError::Failed(format!("a linked client could not be made: {e}")))?;
+    backend.inspect(&t.key("warm-up")).await?;
+    Ok((backend, link))
+}
+
+fn link_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '_ {
+    move |e| CaseError::Failed(format!("the link could not {what}: {e}"))
+}
+
+cases! {
+    /// A holder cut off past its TTL is told it lost the lock before its validity ends and before another client gets in.
+    #[case(Client, needs_links)]
+    pub async fn a_cut_off_holder_is_told_before_another_client_gets_in(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let ttl = fault_ttl(t);
+        let client = LockClient::with_options(linked.clone(), LockOptions::new(ttl))?;
+        let key = t.key("partition");
+        let Some(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        let lost = guard.lost();
+        link.cut().await.map_err(link_err("cut"))?;
+        let give_up = Instant::now() + ttl * 4 + t.expiry_slack() * 4;
+        // Another client, which still reaches the server, waits for the key.
+        let taker = async {
+            loop {
+                if let Some(lease) = try_acquire(t, &key, t.long_ttl()).await? {
+                    return Ok::<_, CaseError>((lease, Instant::now()));
+                }
+                if Instant::now() > give_up {
+                    return fail("the other client never got the key");
+                }
+                sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let told = async {
+            let reason = timeout(ttl + Duration::from_secs(2), lost).await;
+            (reason, Instant::now())
+        };
+        let (taken, (reason, told_at)) = tokio::join!(taker, told);
+        let (taken, taken_at) = taken?;
+        match reason {
+            Ok(LossReason::RenewalFailed | LossReason::NotHeld) => {}
+            Ok(other) => return fail(format!("lost() gave {other:?}")),
+            Err(_) => return fail("lost() did not fire within the ttl plus 2 s of the cut"),
+        }
+        ensure!(
+            told_at < guard.valid_until(),
+            "the holder was told {:?} after its validity ran out",
+            told_at - guard.valid_until()
+        );
+        ensure!(
+            told_at <= taken_at,
+            "another client got the lock {:?} before the holder was told",
+            told_at - taken_at
+        );
+        ensure!(
+            taken.fence() > guard.fence(),
+            "the other client got fence {} after the cut-off holder's {}",
+            taken.fence(),
+            guard.fence()
+        );
+        ensure!(!guard.is_held(), "the cut-off holder still believes it holds");
+
+        link.heal().await.map_err(link_err("heal"))?;
+        retry_until_up("inspect through the healed link", || linked.inspect(&key)).await?;
+        let released = guard.release().await.map_err(|e| e.kind());
+        ensure!(
+            released == Err(ErrorKind::NotHeld),
+            "after the heal, the lost guard's release answered {released:?}, not \"not held\""
+        );
+        t.backend().release_lease(&taken).await?;
+        let Some(again) = client.try_lock(key.as_str()).await? else {
+            return fail("the healed client could not lock the free key again");
+        };
+        ensure!(
+            again.fence() > taken.fence(),
+            "the healed client got fence {} after {}",
+            again.fence(),
+            taken.fence()
+        );
+        again.release().await?;
+        Ok(())
+    }
+
+    /// With latency on the link, a lease's validity still starts before the request, not after the round trip.
+    #[case(Validity, needs_links)]
+    pub async fn latency_is_never_counted_as_validity(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let one_way = Duration::from_millis(100);
+        link.set_latency(one_way)
+            .await
+            .map_err(link_err("add latency"))?;
+        let ttl = t.long_ttl();
+        for trial in 0..3 {
+            let key = t.key("latency");
+            let sent = Instant::now();
+            let outcome = linked.try_acquire(&key, ttl).await?;
+            let received = Instant::now();
+            let AcquireOutcome::Acquired(lease) = outcome else {
+                return fail(format!("trial {trial}: a fresh key was held"));
+            };
+            // The fault must be real, or the case proves nothing.
+            ensure!(
+                received - sent >= one_way * 2,
+                "trial {trial}: the call took {:?}, less than the latency added",
+                received - sent
+            );
+            let counted = lease.valid_until().saturating_duration_since(sent + ttl);
+            ensure!(
+                counted < Duration::from_millis(5),
+                "trial {trial}: the validity counts {counted:?} of a {:?} call",
+                received - sent
+            );
+            linked.release_lease(&lease).await?;
+        }
+        link.set_latency(Duration::ZERO)
+            .await
+            .map_err(link_err("remove latency"))?;
+        Ok(())
+    }
+
+    /// A grant whose reply arrives after its TTL ran out is not returned as a lease, and leaves the key free.
+    #[case(Validity, needs_links)]
+    pub async fn a_grant_arriving_after_its_ttl_is_not_returned(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let caps = linked.capabilities().clone();
+        let ttl = caps.ttl_at_least(Duration::from_millis(200));
+        // The acquire's round trips take 1.2 TTLs in all: past the TTL, within the
+        // backend's own timeouts.
+        let trips = caps.round_trips.acquire.max(1);
+        let one_way = ttl * 3 / (5 * trips);
+        link.set_latency(one_way)
+            .await
+            .map_err(link_err("add latency"))?;
+        let key = t.key("late-grant");
+        let sent = Instant::now();
+        let outcome = linked.try_acquire(&key, ttl).await;
+        let took = sent.elapsed();
+        link.set_latency(Duration::ZERO)
+            .await
+            .map_err(link_err("remove latency"))?;
+        ensure!(took >= ttl, "the call took {took:?}, less than the ttl {ttl:?}");
+        match outcome {
+            Err(e) => ensure!(
+                e.kind() == ErrorKind::Timeout && e.is_retryable(),
+                "a late grant gave a {:?} error (retryable: {}): {e}",
+                e.kind(),
+                e.is_retryable()
+            ),
+            Ok(AcquireOutcome::Acquired(lease)) => {
+                return fail(format!(
+                    "a grant that came {took:?} after the request was returned as a lease of {ttl:?} (expired: {})",
+                    lease.is_expired()
+                ))
+            }
+            Ok(AcquireOutcome::Held { .. }) => return fail("a fresh key was held"),
+        }
+        ensure!(
+            holder_fence(t, &key).await?.is_none(),
+            "the late grant was left behind on the server"
+        );
+        Ok(())
+    }
+}
