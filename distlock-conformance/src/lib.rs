@@ -11,9 +11,10 @@
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.
 //!
-//! This crate is the specification only: it depends on the core, tokio and the test
-//! harness. Real servers for it (Redis, PostgreSQL and etcd in containers, with their
-//! fault controls) are in the unpublished `distlock-testservers`.
+//! This crate is the specification only: besides the core and the test harness, it
+//! uses only crates the core already depends on. Real servers for it (Redis,
+//! PostgreSQL and etcd in containers, with their fault controls) are in the
+//! unpublished `distlock-testservers`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
