@@ -137,21 +137,24 @@ impl EtcdBackend {
     /// Runs one request within the request timeout. `op` gets a handle on the client
     /// and is called again when the request could not even be sent (a refused
     /// connection to a member that is down): nothing reached a server, so trying
-    /// another member is always safe.
+    /// again is always safe. The channel's balancer may pick the dead member several
+    /// times in a row, so refusals are retried until the deadline, with a short
+    /// growing pause; a request refused until then fails with the refusal.
     async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = Instant::now() + self.inner.config.timeout;
-        let mut refused = 0;
+        let mut pause = Duration::from_millis(10);
         loop {
             match tokio::time::timeout_at(deadline, op(self.client())).await {
                 Err(_) => return Err(timed_out(&self.inner.config)),
                 Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if refused < 4 && is_not_sent(&e) => {
-                    refused += 1;
+                Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < deadline => {
                     debug!(error = %e, "a member refused the connection; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
                 }
                 Ok(Err(e)) => return Err(from_etcd(&self.inner.config, e)),
             }
