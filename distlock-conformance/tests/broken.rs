@@ -61,6 +61,18 @@ enum Bug {
     FenceFromCoarseClock,
     /// Applies TTLs in whole seconds, rounded down.
     TtlInWholeSeconds,
+    /// Releases by owner token alone, whatever the key (`DELETE ... WHERE owner = $1`).
+    ReleaseByOwnerOnly,
+    /// Checks the owner, then sets the key's expiry in a second round trip (GET, then
+    /// PEXPIRE): an expiry in the gap lets it prolong the next holder's lease.
+    NonAtomicExtend,
+    /// Keeps a key's fence counter in its lock record, which a forced release deletes.
+    ForceReleaseResetsFences,
+    /// Raises every TTL to one second it does not declare (as etcd raises a lease's TTL
+    /// to its minimum).
+    TtlFloorUndeclared,
+    /// Stores keys cut to 200 bytes (a column too narrow, truncated without an error).
+    KeysTruncated,
 }
 
 #[derive(Debug)]
@@ -162,6 +174,12 @@ impl Naive {
     fn stored(&self, key: &LockKey) -> LockKey {
         if self.bug == Bug::KeysNormalised {
             LockKey::new(key.as_str().trim().to_lowercase()).unwrap_or_else(|_| key.clone())
+        } else if self.bug == Bug::KeysTruncated && key.as_str().len() > 200 {
+            let mut end = 200;
+            while !key.as_str().is_char_boundary(end) {
+                end -= 1;
+            }
+            LockKey::new(&key.as_str()[..end]).unwrap_or_else(|_| key.clone())
         } else {
             key.clone()
         }
@@ -180,6 +198,8 @@ impl Naive {
     fn expiry(&self, ttl: Duration) -> Instant {
         if self.bug == Bug::TtlInWholeSeconds {
             Instant::now() + Duration::from_secs(ttl.as_secs())
+        } else if self.bug == Bug::TtlFloorUndeclared {
+            Instant::now() + ttl.max(Duration::from_secs(1))
         } else {
             Instant::now() + ttl
         }
@@ -241,6 +261,22 @@ impl LockBackend for Naive {
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.round_trip().await;
+        if self.bug == Bug::ReleaseByOwnerOnly {
+            let now = Instant::now();
+            let mut state = self.state();
+            let before = state.locks.len();
+            state
+                .locks
+                .retain(|_, (o, _, exp)| !(o == owner && *exp > now));
+            let released = state.locks.len() < before;
+            drop(state);
+            self.notify(key);
+            return Ok(if released {
+                ReleaseOutcome::Released
+            } else {
+                ReleaseOutcome::NotHeld
+            });
+        }
         let held = self
             .holder(key)
             .is_some_and(|(o, _)| self.same_owner(&o, owner));
@@ -262,9 +298,20 @@ impl LockBackend for Naive {
     async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
         self.round_trip().await;
         let holder = self.holder(r.key());
+        let held = holder.is_some_and(|(o, _)| self.same_owner(&o, r.owner()));
+        if self.bug == Bug::NonAtomicExtend && held {
+            // The PEXPIRE, a second (slow) round trip after the GET: it sets the expiry
+            // of whoever holds the key by then.
+            self.trip_of(Duration::from_millis(20)).await;
+            let expiry = self.expiry(r.ttl());
+            if let Some(entry) = self.state().locks.get_mut(&self.stored(r.key())) {
+                entry.2 = expiry;
+            }
+            return Ok(Renewal::Renewed);
+        }
         let mut state = self.state();
         let fence = match holder {
-            Some((o, f)) if self.same_owner(&o, r.owner()) => {
+            Some((_, f)) if held => {
                 if self.bug == Bug::ExtendChangesFence {
                     self.next_fence(&mut state)
                 } else {
@@ -300,7 +347,13 @@ impl LockBackend for Naive {
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
-        let removed = self.state().locks.remove(&self.stored(key)).is_some();
+        let removed = {
+            let mut state = self.state();
+            if self.bug == Bug::ForceReleaseResetsFences {
+                state.counter = 0;
+            }
+            state.locks.remove(&self.stored(key)).is_some()
+        };
         self.notify(key);
         Ok(removed)
     }
@@ -405,4 +458,9 @@ caught! {
     keys_normalised: KeysNormalised by keys_that_look_alike_are_distinct_locks;
     fence_from_coarse_clock: FenceFromCoarseClock by fencing_increases_across_release_and_reacquire;
     ttl_in_whole_seconds: TtlInWholeSeconds by expiry_frees_the_key_after_the_ttl_not_before;
+    release_by_owner_only: ReleaseByOwnerOnly by an_owner_token_releases_only_its_own_key;
+    non_atomic_extend: NonAtomicExtend by extend_racing_expiry_never_prolongs_the_next_holder;
+    force_release_resets_fences: ForceReleaseResetsFences by fences_increase_across_a_forced_release;
+    ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept;
+    keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks;
 }

@@ -80,6 +80,49 @@ cases! {
         Ok(())
     }
 
+    /// Keys of the maximum length are accepted whole: two that differ only in their last character are two locks.
+    #[case(Errors, always)]
+    pub async fn the_longest_keys_are_distinct_locks(t: &Target) -> CaseResult {
+        let base = t.key("longest");
+        let pad = |end: &str| {
+            let fill = LockKey::MAX_LEN - base.as_str().len() - end.len();
+            format!("{base}{}{end}", "k".repeat(fill))
+        };
+        // Differing in the last byte, and in a two-byte character that ends the key.
+        let names = [pad("a"), pad("b"), pad("\u{e9}")];
+        let mut held = Vec::new();
+        for name in &names {
+            let key = LockKey::new(name)?;
+            let lease = match t.backend().try_acquire(&key, t.long_ttl()).await {
+                Ok(AcquireOutcome::Acquired(lease)) => lease,
+                Ok(AcquireOutcome::Held { .. }) => {
+                    return fail(format!(
+                        "a key of {} bytes was held: keys are cut short, so it shared a lock with an earlier one",
+                        name.len()
+                    ))
+                }
+                Err(e) => {
+                    return fail(format!(
+                        "a key of the maximum length ({} bytes) was refused: {e}",
+                        name.len()
+                    ))
+                }
+            };
+            ensure!(
+                holder_fence(t, &key).await? == Some(lease.fence().get()),
+                "inspecting a key of the maximum length does not show its holder"
+            );
+            held.push(lease);
+        }
+        for lease in &held {
+            ensure!(
+                t.backend().release_lease(lease).await? == ReleaseOutcome::Released,
+                "releasing a key of the maximum length answered not held"
+            );
+        }
+        Ok(())
+    }
+
     /// Wrong credentials fail at once, as a non-retryable authentication error that never shows them.
     #[case(Errors, needs_wrong_credentials)]
     pub async fn wrong_credentials_fail_fast_without_showing_them(t: &Target) -> CaseResult {

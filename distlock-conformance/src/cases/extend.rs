@@ -125,4 +125,51 @@ cases! {
         }
         Ok(())
     }
+
+    /// An extend racing its lease's expiry either keeps the lease or leaves the next holder's TTL as it was.
+    #[case(Extend, always)]
+    pub async fn extend_racing_expiry_never_prolongs_the_next_holder(t: &Target) -> CaseResult {
+        let ttl = t.short_ttl();
+        for round in 0..3 {
+            let key = t.key("extend-race");
+            let old = acquire(t, &key, ttl).await?;
+            sleep_until(
+                old.valid_until()
+                    .checked_sub(Duration::from_millis(3))
+                    .unwrap_or(old.valid_until()),
+            )
+            .await;
+            let give_up = Instant::now() + ttl * 4 + t.expiry_slack() * 4;
+            // Either the extend lands while the lease is held (then the old holder keeps
+            // it and lets go), or the next holder takes the key: its lease must then keep
+            // the TTL it asked for, whatever the late extend does.
+            let extender = async {
+                let outcome = t.backend().extend(&old, t.renewal_ttl(&old)).await;
+                if matches!(outcome, Ok(ExtendOutcome::Extended(_))) {
+                    t.backend().release_lease(&old).await?;
+                }
+                outcome
+            };
+            let taker = async {
+                loop {
+                    if let Some(lease) = try_acquire(t, &key, ttl).await? {
+                        return Ok::<_, CaseError>(lease);
+                    }
+                    if Instant::now() > give_up {
+                        return fail(format!("round {round}: {key} never became free"));
+                    }
+                    sleep(Duration::from_millis(1)).await;
+                }
+            };
+            let (extended, taken) = tokio::join!(extender, taker);
+            extended?;
+            let new = taken?;
+            sleep_until(new.valid_until() + t.expiry_slack()).await;
+            ensure!(
+                holder_fence(t, &key).await? != Some(new.fence().get()),
+                "round {round}: the next holder's lease outlived its ttl: the old holder's extend prolonged it"
+            );
+        }
+        Ok(())
+    }
 }

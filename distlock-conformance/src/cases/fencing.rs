@@ -61,4 +61,27 @@ cases! {
         }
         Ok(())
     }
+
+    /// A forced release keeps the key's fence history: the next grant's fence is larger.
+    #[case(Fencing, needs_force_release)]
+    pub async fn fences_increase_across_a_forced_release(t: &Target) -> CaseResult {
+        let key = t.key("fence-forced");
+        let mut last = None;
+        for round in 0..3 {
+            let lease = acquire(t, &key, t.long_ttl()).await?;
+            if let Some(prev) = last {
+                ensure!(
+                    lease.fence() > prev,
+                    "round {round}: fence {} after a forced release of fence {prev}",
+                    lease.fence()
+                );
+            }
+            last = Some(lease.fence());
+            ensure!(
+                t.backend().force_release(&key).await?,
+                "round {round}: forcing the release of a held key answered that nobody held it"
+            );
+        }
+        Ok(())
+    }
 }

@@ -142,4 +142,26 @@ cases! {
         );
         Ok(())
     }
+
+    /// A holder's owner token, sent with another key, releases neither that key nor its own.
+    #[case(Release, always)]
+    pub async fn an_owner_token_releases_only_its_own_key(t: &Target) -> CaseResult {
+        let (first, second) = (t.key("own-key"), t.key("own-key"));
+        let a = acquire(t, &first, t.long_ttl()).await?;
+        let b = acquire(t, &second, t.long_ttl()).await?;
+        let stranger = t.backend().release(&second, a.owner()).await?;
+        ensure!(
+            stranger == ReleaseOutcome::NotHeld,
+            "a token released a key it does not hold ({stranger:?})"
+        );
+        ensure!(
+            holder_fence(t, &first).await? == Some(a.fence().get())
+                && holder_fence(t, &second).await? == Some(b.fence().get()),
+            "a release with one key's token on another key disturbed a holder"
+        );
+        for lease in [&a, &b] {
+            t.backend().release_lease(lease).await?;
+        }
+        Ok(())
+    }
 }

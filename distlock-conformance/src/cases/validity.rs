@@ -75,4 +75,41 @@ cases! {
         );
         Ok(())
     }
+
+    /// A lease with the shortest TTL the backend accepts expires after that TTL, not after a floor of the server's.
+    #[case(ServerTime, always)]
+    pub async fn the_shortest_ttl_is_kept(t: &Target) -> CaseResult {
+        let key = t.key("shortest-ttl");
+        let caps = t.capabilities().clone();
+        // The minimum first; doubled while its grant cannot outrun the round trip (a
+        // late grant is given back by core as a timeout).
+        let mut ttl = caps.ttl_at_least(caps.min_ttl);
+        let (lease, sent) = loop {
+            let sent = Instant::now();
+            match t.backend().try_acquire(&key, ttl).await {
+                Ok(AcquireOutcome::Acquired(lease)) => break (lease, sent),
+                Ok(AcquireOutcome::Held { .. }) => return fail("a fresh key was held"),
+                Err(e) if e.kind() == ErrorKind::Timeout && ttl < Duration::from_millis(100) => {
+                    ttl = caps.ttl_at_least(ttl * 2);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let give_up = Instant::now() + ttl * 4 + Duration::from_secs(10);
+        let (next, next_sent) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let latest = sent + ttl + t.expiry_slack();
+        ensure!(
+            next_sent <= latest,
+            "a lease of {ttl:?} held its key {:?} past its ttl and slack",
+            next_sent - latest
+        );
+        ensure!(
+            next.fence() > lease.fence(),
+            "the next holder's fence {} is not above {}",
+            next.fence(),
+            lease.fence()
+        );
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
 }
