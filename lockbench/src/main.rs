@@ -8,7 +8,11 @@
 //!
 //! ```text
 //! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]
+//! lockbench torture [--quick | --full] [--out DIR] [--backends ...] [--require-all]
 //! ```
+//!
+//! `lockbench torture` is the safety run (see the `torture` module): many clients,
+//! faults on a schedule, and a fenced register that must refuse every stale write.
 //!
 //! `lockbench --help` says the same on standard output.
 //!
@@ -21,6 +25,7 @@ mod peers;
 mod report;
 mod scenarios;
 mod stats;
+mod torture;
 
 use std::process::ExitCode;
 
@@ -43,8 +48,11 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// floors and peer libraries, in one report (report.md, results.json, latency.svg,
 /// handoff.svg).
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// Another run than the comparison.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The short run (a few minutes), as CI runs it.
     #[arg(long, conflicts_with = "full")]
     quick: bool,
@@ -65,6 +73,14 @@ struct Args {
     /// Fail when a backend's server cannot be started (for CI).
     #[arg(long)]
     require_all: bool,
+}
+
+/// The runs besides the comparison.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Many clients, faults on a schedule, and a fenced register that must refuse
+    /// every stale write (torture.md, torture.json).
+    Torture(torture::TortureArgs),
 }
 
 /// The backends lockbench can run: memory, and every server the test servers know.
@@ -314,6 +330,9 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Torture(torture)) = args.command {
+        return torture::main(torture).await;
+    }
     let sizes = if args.quick {
         Sizes::quick()
     } else {

@@ -1,0 +1,206 @@
+//! The holders: each client contends for a few keys, reads both registers under the
+//! lock, works, and writes them back with its fence.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{
+    AcquireOutcome, DynLockBackend, LockBackendExt, LockClient, LockKey, LockOptions, LossReason,
+};
+use tokio::time::{sleep, Instant};
+
+use super::history::{Hold, HoldKind};
+use super::register::Registers;
+use crate::BoxError;
+
+/// What every holder of one run shares.
+pub(crate) struct Workload {
+    pub(crate) keys: Vec<LockKey>,
+    pub(crate) ttl: Duration,
+    pub(crate) registers: Registers,
+    /// The share of holds that pause past their TTL without renewing.
+    pub(crate) pause_share: f64,
+    /// The longest a guarded holder works.
+    pub(crate) work_max: Duration,
+    pub(crate) start: Instant,
+    pub(crate) stop: AtomicBool,
+    pub(crate) holds: Mutex<Vec<Hold>>,
+    /// Lock operations that failed (a server away, a wait that timed out): expected
+    /// under faults, reported, not a violation.
+    pub(crate) errors: AtomicUsize,
+    /// The first error of the registers' server, which ends the run: the register is
+    /// the judge and must not be in doubt.
+    pub(crate) register_error: Mutex<Option<String>>,
+}
+
+impl Workload {
+    fn at(&self, instant: Instant) -> f64 {
+        instant.saturating_duration_since(self.start).as_secs_f64()
+    }
+
+    fn record(&self, hold: Hold) {
+        self.holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hold);
+    }
+
+    /// The lock operations so far (an acquisition and a release per hold).
+    pub(crate) fn lock_ops(&self) -> usize {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).len() * 2
+    }
+
+    fn register_failed(&self, e: BoxError) {
+        let mut first = self
+            .register_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        first.get_or_insert_with(|| e.to_string());
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One client's holder loop, until the run stops.
+pub(crate) async fn holder(work: Arc<Workload>, client: usize, backend: Arc<DynLockBackend>) {
+    let options = LockOptions::new(work.ttl);
+    let locks = match LockClient::with_options(backend.clone(), options) {
+        Ok(locks) => locks,
+        Err(e) => {
+            work.register_failed(format!("client {client}: {e}").into());
+            return;
+        }
+    };
+    while !work.stop.load(Ordering::SeqCst) {
+        let key = rand::random_range(0..work.keys.len());
+        let result = if rand::random_bool(work.pause_share) {
+            paused(&work, client, key, &backend).await
+        } else {
+            guarded(&work, client, key, &locks).await
+        };
+        match result {
+            Ok(true) => {}
+            Ok(false) => {
+                work.errors.fetch_add(1, Ordering::Relaxed);
+                sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => work.register_failed(e),
+        }
+    }
+}
+
+/// The registers as read under `fence`: the fenced value (`None` when it refused the
+/// fence) and the unfenced one.
+async fn read(work: &Workload, key: usize, fence: u64) -> Result<(Option<i64>, i64), BoxError> {
+    let fenced = work.registers.fenced_read(key, fence).await?;
+    let unfenced = work.registers.unfenced_read(key).await?;
+    Ok((fenced, unfenced))
+}
+
+/// Writes back one more than what was read. A holder the fenced register refused on
+/// reading knows it is stale and skips that register; the unfenced control has no way
+/// to know.
+async fn write(
+    work: &Workload,
+    key: usize,
+    fence: u64,
+    (fenced, unfenced): (Option<i64>, i64),
+) -> Result<(), BoxError> {
+    if let Some(value) = fenced {
+        work.registers.fenced_write(key, fence, value + 1).await?;
+    }
+    work.registers.unfenced_write(key, unfenced + 1).await
+}
+
+/// A holder through a guard: waits for the lock, works (stopping at the loss signal),
+/// and writes unless it was told it lost the lock. `Ok(false)` when no lock was had.
+async fn guarded(
+    work: &Workload,
+    client: usize,
+    key: usize,
+    locks: &LockClient,
+) -> Result<bool, BoxError> {
+    let sent = Instant::now();
+    let Ok(guard) = locks.lock(work.keys[key].as_str(), work.ttl * 4).await else {
+        return Ok(false);
+    };
+    let granted = Instant::now();
+    let fence = guard.fence().get();
+    // When the loss was signalled, watched from the grant on.
+    let lost = guard.lost();
+    let watcher = tokio::spawn(async move {
+        let reason = lost.await;
+        (Instant::now(), reason)
+    });
+    let values = read(work, key, fence).await?;
+    let pause = work.work_max.mul_f64(rand::random::<f64>());
+    let told = tokio::select! {
+        () = sleep(pause) => false,
+        _ = guard.lost() => true,
+    };
+    let mut unsignalled = None;
+    if !told {
+        // Going on: the holder must either still be valid or have been told.
+        let (loss, valid_until) = (guard.loss(), guard.valid_until());
+        let now = Instant::now();
+        if loss.is_none() && now >= valid_until {
+            unsignalled = Some((now - valid_until).as_secs_f64());
+        }
+        if loss.is_none() {
+            write(work, key, fence, values).await?;
+        }
+    }
+    let release_sent = Instant::now();
+    let _ = guard.release().await;
+    let ended = match watcher.await {
+        Ok((at, reason)) if reason != LossReason::Released => at.min(release_sent),
+        _ => release_sent,
+    };
+    work.record(Hold {
+        client,
+        key,
+        kind: HoldKind::Guarded,
+        fence,
+        sent: work.at(sent),
+        granted: work.at(granted),
+        ended: work.at(ended),
+        unsignalled,
+    });
+    Ok(true)
+}
+
+/// A holder that stops, as a paused process would: it takes a bare lease, reads, is
+/// frozen past its TTL without renewing, then writes as if nothing had happened.
+async fn paused(
+    work: &Workload,
+    client: usize,
+    key: usize,
+    backend: &Arc<DynLockBackend>,
+) -> Result<bool, BoxError> {
+    let sent = Instant::now();
+    let lease = match backend.try_acquire(&work.keys[key], work.ttl).await {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        Ok(AcquireOutcome::Held { .. }) => {
+            sleep(Duration::from_millis(2)).await;
+            return Ok(true);
+        }
+        Err(_) => return Ok(false),
+    };
+    let granted = Instant::now();
+    let fence = lease.fence().get();
+    let values = read(work, key, fence).await?;
+    sleep(work.ttl.mul_f64(1.2 + rand::random::<f64>() * 0.5)).await;
+    write(work, key, fence, values).await?;
+    let _ = backend.release_lease(&lease).await;
+    work.record(Hold {
+        client,
+        key,
+        kind: HoldKind::Paused,
+        fence,
+        sent: work.at(sent),
+        granted: work.at(granted),
+        ended: work.at(lease.valid_until()),
+        unsignalled: None,
+    });
+    Ok(true)
+}
