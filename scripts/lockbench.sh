@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The comparison run, distlock's main job: prepares the servers, then runs lockbench
-# in release mode. Results go to results/ (report.md, results.json, latency.svg,
-# handoff.svg). Pass --quick for the short run, --backends to choose.
+# in release mode, then its torture run. Results go to results/ (report.md,
+# results.json, latency.svg, handoff.svg; torture.md, torture.json). Pass --quick for
+# the short runs, --backends to choose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,4 +13,8 @@ fi
 if ! bash scripts/prepare-servers.sh; then
   echo "lockbench: no servers could be prepared; running what can run without them" >&2
 fi
-exec cargo run --release --locked -p lockbench -- "$@"
+cargo build --release --locked -p lockbench
+status=0
+"${CARGO_TARGET_DIR:-target}/release/lockbench" "$@" || status=1
+"${CARGO_TARGET_DIR:-target}/release/lockbench" torture "$@" || status=1
+exit $status

@@ -19,3 +19,5 @@ cargo test --workspace --locked
 # The comparison run's quick mode, as a check that it runs on every backend (in the
 # test build: its figures are not the point here; scripts/lockbench.sh measures).
 cargo run --locked -p lockbench -- --quick --require-all --out target/lockbench-quick
+# The torture run's quick mode: every fault once per backend, and the safety checks.
+cargo run --locked -p lockbench -- torture --quick --require-all --out target/lockbench-quick

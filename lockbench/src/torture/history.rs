@@ -29,8 +29,8 @@ pub(crate) struct Hold {
     pub(crate) sent: f64,
     /// When the grant's reply arrived.
     pub(crate) granted: f64,
-    /// When the holder stopped believing it held the lock: its release was sent, its
-    /// loss was signalled, or (a paused holder) its validity ran out.
+    /// When the holder stopped believing it held the lock: the first of its release
+    /// being sent, its loss being signalled, and its validity running out.
     pub(crate) ended: f64,
     /// How far past its validity a guarded holder went on without the loss signal,
     /// in seconds; `None` when it never did.

@@ -115,14 +115,14 @@ impl Plan {
 
     fn full() -> Self {
         Plan {
-            clients: 8,
-            keys: 4,
+            clients: 16,
+            keys: 8,
             rounds: 2,
             min_lock_ops: FULL_LOCK_OPS,
             gap: Duration::from_secs(3),
             limit: Duration::from_secs(8 * 60),
-            pause_share: 0.005,
-            work_max: Duration::from_millis(5),
+            pause_share: 0.002,
+            work_max: Duration::from_millis(2),
         }
     }
 }
@@ -142,6 +142,9 @@ struct TortureRun {
     lock_errors: usize,
     /// Faults the schedule could not inject on this target, and why.
     unavailable: Vec<String>,
+    /// Faults the backend's capabilities say it cannot keep the contract through, and
+    /// what they say.
+    declared: Vec<String>,
     findings: Findings,
     /// Every check that failed, with the part of the history that broke it; and what
     /// kept the run from completing.
@@ -415,6 +418,14 @@ async fn torture(
             ));
         }
     }
+    for fault in &faults {
+        if let Some(said) = &fault.declared {
+            let line = format!("{}: {said}", fault.kind.label());
+            if !run.declared.contains(&line) {
+                run.declared.push(line);
+            }
+        }
+    }
     let holds = std::mem::take(&mut *work.holds.lock().unwrap_or_else(|p| p.into_inner()));
     let (fenced, unfenced) = registers.totals().await?;
     let history = History {
@@ -538,6 +549,9 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
                 format!(" Not injected: {}.", run.unavailable.join("; "))
             }
         );
+        for declared in &run.declared {
+            let _ = writeln!(md, "  - declared by its capabilities: {declared}");
+        }
         for failure in &run.failures {
             let _ = writeln!(md, "  - FAILED: {failure}");
         }

@@ -11,7 +11,7 @@
 //! Each accepted write stores one more than the value its holder read and counts itself
 //! in `writes`, so `writes - value` is the number of updates lost.
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use super::history::{Logged, Totals};
 use crate::BoxError;
@@ -34,9 +34,14 @@ const SETUP: [&str; 6] = [
 impl Registers {
     /// Connects to `url` and sets up fresh registers for `keys` keys.
     pub(crate) async fn new(url: &str, keys: usize, connections: u32) -> Result<Self, BoxError> {
+        // The registers are never restarted: their commits need not wait for the disk,
+        // which would otherwise bound the whole run's pace.
+        let options = url
+            .parse::<PgConnectOptions>()?
+            .options([("synchronous_commit", "off")]);
         let pool = PgPoolOptions::new()
             .max_connections(connections)
-            .connect(url)
+            .connect_with(options)
             .await?;
         let registers = Registers { pool };
         registers.reset(keys).await?;

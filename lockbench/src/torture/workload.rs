@@ -150,12 +150,16 @@ async fn guarded(
             write(work, key, fence, values).await?;
         }
     }
+    // A guard knows itself held until its validity runs out at the latest, whenever
+    // the task watching the signal gets to run.
+    let valid_until = guard.valid_until();
     let release_sent = Instant::now();
     let _ = guard.release().await;
     let ended = match watcher.await {
         Ok((at, reason)) if reason != LossReason::Released => at.min(release_sent),
         _ => release_sent,
-    };
+    }
+    .min(valid_until);
     work.record(Hold {
         client,
         key,
