@@ -14,8 +14,11 @@ bash scripts/prepare-servers.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+bash scripts/check-packages.sh
 # Container tests start their own servers; the harness bounds how many run at once.
 cargo test --workspace --locked
+# A user's crate with distlock's redis feature alone builds without protoc.
+bash scripts/check-outside.sh
 # The comparison run's quick mode, as a check that it runs on every backend (in the
 # test build: its figures are not the point here; scripts/lockbench.sh measures).
 cargo run --locked -p lockbench -- --quick --require-all --out target/lockbench-quick

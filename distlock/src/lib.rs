@@ -2,8 +2,10 @@
 //!
 //! This facade re-exports [`distlock_core`]: the [`LockBackend`] trait and its contract,
 //! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
-//! network backend sits behind a cargo feature, on by default: `redis` (module
-//! [`redis`]), `postgres` (module [`postgres`]) and `etcd` (module [`etcd`]).
+//! network backend is an opt-in cargo feature, as in sqlx: `redis` (module
+//! [`redis`]), `postgres` (module [`postgres`]) and `etcd` (module [`etcd`]), each
+//! with a `-tls` variant. Add only what you use (`cargo add distlock --features
+//! redis`): the etcd backend needs `protoc` at build time, and the others do not.
 //!
 //! ```
 //! use std::sync::Arc;

@@ -26,6 +26,9 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_code_path_runs_on_every_backend_chosen_by_url() {
+    // Fails, never skips, without the backends: `cargo test --workspace` enables them
+    // (lockbench depends on all three); alone, run it with
+    // `--features redis,postgres,etcd`.
     let mut urls = vec![("memory".to_owned(), "memory://".to_owned(), None)];
     for server in distlock_testservers::ALL {
         let handle = ServerHandle::start(server)

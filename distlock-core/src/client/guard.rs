@@ -135,6 +135,31 @@ fn not_held(key: &LockKey) -> Error {
 /// still held. Dropping the guard stops renewal and releases in the background: that
 /// is not immediate, needs a tokio runtime, and its result is only logged; without a
 /// runtime the lease simply runs out at its TTL.
+///
+/// Bind the guard for as long as the work needs the lock. A guard left unbound is
+/// dropped at once, which releases the lock, so the compiler warns (`#[must_use]`):
+///
+/// ```compile_fail
+/// # #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// # async fn work(client: distlock_core::LockClient) -> distlock_core::Result<()> {
+/// client.lock("reports", Duration::from_secs(5)).await?; // released here, at once
+/// # Ok(())
+/// # }
+/// ```
+///
+/// while the same code with the guard bound compiles:
+///
+/// ```
+/// # #![deny(unused_must_use)]
+/// # use std::time::Duration;
+/// # async fn work(client: distlock_core::LockClient) -> distlock_core::Result<()> {
+/// let _guard = client.lock("reports", Duration::from_secs(5)).await?;
+/// // ... the work, under the lock ...
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a guard that is not bound is dropped at once, and dropping it releases the lock"]
 pub struct LockGuard {
     shared: Arc<Shared>,
     supervisor: Arc<Deferred>,
