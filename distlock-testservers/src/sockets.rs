@@ -21,11 +21,11 @@ fn to_port(port: u16) -> [String; 6] {
     ]
 }
 
-/// The local ends (`address:port`) of this machine's established TCP connections to
-/// 127.0.0.1:`port`.
+/// The local ends (`address:port`, with the socket's inode) of this machine's
+/// established TCP connections to 127.0.0.1:`port`.
 async fn local_connections(port: u16) -> Result<std::collections::BTreeSet<String>, BoxError> {
     let listed = tokio::process::Command::new("ss")
-        .args(["-H", "state", "established"])
+        .args(["-H", "-e", "state", "established"])
         .args(to_port(port))
         .output()
         .await?;
@@ -39,7 +39,14 @@ async fn local_connections(port: u16) -> Result<std::collections::BTreeSet<Strin
     // With a state filter the columns are: Recv-Q, Send-Q, local end, peer end.
     Ok(String::from_utf8_lossy(&listed.stdout)
         .lines()
-        .filter_map(|line| line.split_whitespace().nth(2).map(str::to_owned))
+        // The socket's inode with its address: a reconnect that reuses the local port
+        // at once is a new socket, not one the kill left open.
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let local = fields.nth(2)?;
+            let inode = fields.find(|f| f.starts_with("ino:"))?;
+            Some(format!("{local} {inode}"))
+        })
         .collect())
 }
 
