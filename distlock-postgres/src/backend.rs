@@ -104,6 +104,9 @@ impl PostgresBackend {
         };
         // Connects (so that wrong credentials fail here) and creates the table.
         backend.migrate().await?;
+        if let Some(every) = backend.inner.config.purge_every {
+            tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
+        }
         Ok(backend)
     }
 
@@ -129,14 +132,17 @@ impl PostgresBackend {
     }
 
     /// Deletes rows whose lease ended more than `older_than` ago; returns how many.
-    /// Rows are otherwise kept (a released lease is marked ended, not deleted).
+    /// A released lease is marked ended, not deleted; the backend runs this on its own
+    /// every `purge_every_ms` (30 s unless set; `purge=false` turns it off), with
+    /// `older_than` at its floor, so a row stays at most about that long after its
+    /// lease ended.
     ///
     /// `older_than` must be at least twice the response timeout (the server-side
     /// `statement_timeout`): a shorter one is an
     /// [`ErrorKind::InvalidInput`](distlock_core::ErrorKind::InvalidInput) error, since it
     /// could let a slow acquisition mint a fence below an earlier one.
     pub async fn purge_expired(&self, older_than: Duration) -> Result<u64> {
-        let floor = self.inner.config.response_timeout * 2;
+        let floor = self.purge_floor();
         if older_than < floor {
             return Err(Error::new(
                 distlock_core::ErrorKind::InvalidInput,
@@ -152,6 +158,11 @@ impl PostgresBackend {
             .await?
             .map_err(|e| from_sqlx(&self.inner.config, e))?;
         Ok(done.rows_affected())
+    }
+
+    /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
+    fn purge_floor(&self) -> Duration {
+        self.inner.config.response_timeout * 2
     }
 
     async fn checkout(&self) -> Result<Checkout<'_>> {
@@ -192,6 +203,25 @@ fn remaining(raw_ms: Option<i64>) -> Option<Duration> {
     raw_ms
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis)
+}
+
+/// Deletes ended rows every `every`, for as long as the backend lives: the purge that
+/// keeps the table bounded. A failure is logged and tried again next time.
+async fn purge_on_its_own(backend: std::sync::Weak<Inner>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(inner) = backend.upgrade() else {
+            return;
+        };
+        let backend = PostgresBackend { inner };
+        match backend.purge_expired(backend.purge_floor()).await {
+            Ok(deleted) => tracing::debug!(deleted, "purged the rows of ended leases"),
+            Err(e) => tracing::debug!(error = %e, "purging the rows of ended leases failed"),
+        }
+    }
 }
 
 #[async_trait]

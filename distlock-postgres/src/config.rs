@@ -53,6 +53,7 @@ pub struct PostgresConfig {
     pub(crate) notify: bool,
     pub(crate) response_timeout: Duration,
     pub(crate) acquire_timeout: Duration,
+    pub(crate) purge_every: Option<Duration>,
 }
 
 fn config_error(message: impl Into<String>) -> Error {
@@ -110,6 +111,7 @@ impl PostgresConfig {
             notify: true,
             response_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(3),
+            purge_every: Some(Duration::from_secs(30)),
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
@@ -147,6 +149,12 @@ impl PostgresConfig {
                 "notify" => config.notify = parse_bool("notify", &value)?,
                 "response_timeout_ms" => config.response_timeout = millis(&value)?,
                 "acquire_timeout_ms" => config.acquire_timeout = millis(&value)?,
+                "purge_every_ms" => config.purge_every = Some(millis(&value)?),
+                "purge" => {
+                    if !parse_bool("purge", &value)? {
+                        config.purge_every = None;
+                    }
+                }
                 _ => passed_on.push((name.into_owned(), value.into_owned())),
             }
         }
@@ -189,6 +197,13 @@ impl PostgresConfig {
         &self.table
     }
 
+    /// How often the backend deletes the rows of leases that ended (`purge_every_ms`,
+    /// 30 s unless set; `None` with `purge=false`). See
+    /// [`PostgresBackend::purge_expired`](crate::PostgresBackend::purge_expired).
+    pub fn purge_every(&self) -> Option<Duration> {
+        self.purge_every
+    }
+
     /// Whether fences survive a crash: commits are flushed before the reply.
     pub fn durable_commits(&self) -> bool {
         self.synchronous_commit != SynchronousCommit::Off
@@ -210,6 +225,7 @@ impl fmt::Debug for PostgresConfig {
             .field("synchronous_commit", &self.synchronous_commit)
             .field("unlogged", &self.unlogged)
             .field("notify", &self.notify)
+            .field("purge_every", &self.purge_every)
             .finish_non_exhaustive()
     }
 }
@@ -218,6 +234,24 @@ impl fmt::Debug for PostgresConfig {
 mod tests {
     use super::*;
     use distlock_core::ErrorKind;
+
+    #[test]
+    fn the_purge_runs_every_30_s_unless_set_or_turned_off() {
+        let parse = |q: &str| PostgresConfig::from_url(&format!("postgres://u@h/db{q}"));
+        assert_eq!(
+            parse("").expect("default").purge_every(),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse("?purge_every_ms=5000").expect("set").purge_every(),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(parse("?purge=false").expect("off").purge_every(), None);
+        for bad in ["?purge_every_ms=0", "?purge=maybe"] {
+            let err = parse(bad).expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn hostile_identifiers_are_configuration_errors() {

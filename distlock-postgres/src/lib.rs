@@ -41,6 +41,11 @@
 //!   fences are then declared best effort.
 //! - **Leases survive a restart** (a clean one or a crash) with the default settings;
 //!   with `unlogged=true` a crash empties the table (fences stay durable).
+//! - **Bounded storage.** A released lease's row is marked ended, not deleted (see
+//!   `sql.rs` for why); the backend deletes rows that ended more than twice the
+//!   response timeout ago every `purge_every_ms` (30 s unless set), on its own. A lock
+//!   name's row stays about that long after its last lease, not for good.
+//!   `purge=false` turns it off where another process purges.
 //! - **PgBouncer in transaction pooling mode**: no operation needs session state.
 //!   LISTEN does, so set `notify=false` there; waiters then poll with backoff.
 //!
@@ -50,8 +55,6 @@
 //!   grant that was not yet replicated. Use synchronous replication for that.
 //! - Notifications are lost while the LISTEN connection is down; waiters notice the
 //!   dropped stream and poll until it is back.
-//! - One row per lock name stays until a takeover or [`PostgresBackend::purge_expired`]
-//!   removes it.
 //!
 //! # Configuration
 //!

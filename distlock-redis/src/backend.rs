@@ -213,7 +213,11 @@ impl LockBackend for RedisBackend {
             .run(
                 &self.inner.scripts.acquire,
                 &[&lock, &fence_key],
-                &[&owner, &millis(request.ttl())],
+                &[
+                    &owner,
+                    &millis(request.ttl()),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                ],
                 true,
             )
             .await;
@@ -258,11 +262,16 @@ impl LockBackend for RedisBackend {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let lock = self.lock_key(request.key());
         let fence: Option<String> = self
             .run(
                 &self.inner.scripts.extend,
-                &[&self.lock_key(request.key())],
-                &[&request.owner().to_hex(), &millis(request.ttl())],
+                &[&lock, &format!("{lock}:fence")],
+                &[
+                    &request.owner().to_hex(),
+                    &millis(request.ttl()),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                ],
                 true,
             )
             .await?;

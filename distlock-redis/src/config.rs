@@ -29,8 +29,12 @@ pub struct RedisConfig {
     pub(crate) wait_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) fence_grace: Duration,
     pub(crate) password: Option<String>,
 }
+
+/// How long a fence counter outlives its key's last lease, unless the URL says.
+pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["redis", "rediss"];
@@ -66,6 +70,7 @@ impl RedisConfig {
             wait_timeout: Duration::from_millis(100),
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
+            fence_grace: DEFAULT_FENCE_GRACE,
             password: parsed.password().map(|p| p.to_owned()),
         };
         let mut passed_on = Vec::new();
@@ -83,6 +88,7 @@ impl RedisConfig {
                 "wait_timeout_ms" => config.wait_timeout = millis(&value)?,
                 "response_timeout_ms" => config.response_timeout = millis(&value)?,
                 "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
+                "fence_grace_ms" => config.fence_grace = millis(&value)?,
                 _ => passed_on.push((name.into_owned(), value.into_owned())),
             }
         }
@@ -98,6 +104,12 @@ impl RedisConfig {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// How long a key's fence counter outlives the key's last lease
+    /// (`fence_grace_ms`; one minute unless set).
+    pub fn fence_grace(&self) -> Duration {
+        self.fence_grace
     }
 
     /// How many replicas each acquire and extend waits for.
@@ -120,6 +132,7 @@ impl fmt::Debug for RedisConfig {
             .field("wait_timeout", &self.wait_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("fence_grace", &self.fence_grace)
             .finish()
     }
 }
@@ -128,6 +141,20 @@ impl fmt::Debug for RedisConfig {
 mod tests {
     use super::*;
     use distlock_core::ErrorKind;
+
+    #[test]
+    fn the_fence_counter_grace_is_a_minute_unless_set() {
+        let default = RedisConfig::from_url("redis://h").expect("default");
+        assert_eq!(default.fence_grace(), Duration::from_secs(60));
+        let set = RedisConfig::from_url("redis://h?fence_grace_ms=1500").expect("set");
+        assert_eq!(set.fence_grace(), Duration::from_millis(1500));
+        for bad in ["0", "-1", "soon"] {
+            let err = RedisConfig::from_url(&format!("redis://:s3cret@h?fence_grace_ms={bad}"))
+                .expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration);
+            assert!(err.to_string().contains("fence_grace_ms"), "{err}");
+        }
+    }
 
     #[test]
     fn parses_options_and_passes_the_rest_on() {

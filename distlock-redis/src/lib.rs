@@ -38,9 +38,14 @@
 //! each key has a fence counter, `<prefix>{<key>}:fence`, and each new fence is the
 //! larger of the counter plus one and the server's clock (`TIME`) in microseconds. A
 //! Redis without persistence restarts empty, counter included; the next fence then
-//! comes from the clock, which is past every fence handed out before. This holds as
-//! long as the server's wall clock does not step back across the restart. Each lock
-//! name leaves its small counter key behind for good.
+//! comes from the clock, which is past every fence handed out before.
+//!
+//! **Bounded storage.** A counter expires `fence_grace_ms` (one minute unless set)
+//! after its key's last lease would have, so nothing of a lock name stays on the
+//! server longer than its last lease plus that grace: a service that locks per order
+//! or per user does not grow the server without limit. The next fence of a name whose
+//! counter expired also comes from the clock. Both hold as long as the server's wall
+//! clock never steps back by more than the grace (or across a restart).
 //!
 //! # What it does not guarantee
 //!

@@ -25,6 +25,7 @@ mod peers;
 mod report;
 mod scenarios;
 mod stats;
+mod storage;
 mod torture;
 
 use std::process::ExitCode;
@@ -322,6 +323,47 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     }
     if kind.name() == "redis" {
         beside.rslock = Some(peers::Rslock::new(&url));
+    }
+    // S5 first: the target owns the server, and `measure` ends with it.
+    let (options, wait) = storage::bound(kind.name(), sizes.quick);
+    progress(
+        kind.name(),
+        &format!(
+            "S5 storage: {} distinct names, counted again after {wait:?}",
+            sizes.storage_names
+        ),
+    );
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage_url = if options.is_empty() {
+        url.clone()
+    } else {
+        format!("{url}{separator}{options}")
+    };
+    let measured = match distlock::connect(&storage_url).await {
+        Ok(backend) => {
+            storage::measure(
+                kind.name(),
+                &url,
+                backend,
+                sizes.storage_names,
+                wait,
+                options,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
+    match measured {
+        Ok(found) => {
+            if found.left_after > 0 {
+                run.errors.push(format!(
+                    "S5 storage: {} keys or rows of {} released names were still on the server {:.0} s later",
+                    found.left_after, found.names, found.after_s
+                ));
+            }
+            run.storage = Some(found);
+        }
+        Err(e) => run.errors.push(format!("S5 storage: {e}")),
     }
     measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
     run

@@ -28,6 +28,10 @@ pub(crate) struct Sizes {
     pub(crate) throughput_for: Duration,
     pub(crate) handoffs: usize,
     pub(crate) takeovers: usize,
+    /// S5: distinct lock names locked and released once each.
+    pub(crate) storage_names: usize,
+    /// Whether this is the quick run (S5 then shortens the backends' bounds).
+    pub(crate) quick: bool,
 }
 
 impl Sizes {
@@ -37,6 +41,8 @@ impl Sizes {
             throughput_for: Duration::from_secs(2),
             handoffs: 100,
             takeovers: 2,
+            storage_names: 2_000,
+            quick: true,
         }
     }
 
@@ -46,6 +52,8 @@ impl Sizes {
             throughput_for: Duration::from_secs(10),
             handoffs: 1000,
             takeovers: 5,
+            storage_names: 100_000,
+            quick: false,
         }
     }
 }

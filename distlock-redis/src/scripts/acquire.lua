@@ -1,5 +1,6 @@
 -- Acquire in one step. KEYS[1]: the lock; KEYS[2]: the key's fence counter.
--- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds.
+-- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds;
+-- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace).
 -- The lock's value is "<owner>:<fence>".
 -- Returns {1, fence} when granted, {0, pttl} when another owner holds the key.
 local current = redis.call('GET', KEYS[1])
@@ -7,16 +8,18 @@ if current then
   if string.sub(current, 1, 33) == ARGV[1] .. ':' then
     -- A retry of this very request whose reply was lost: the grant is ours already.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
     return {1, string.sub(current, 34)}
   end
   return {0, tostring(redis.call('PTTL', KEYS[1]))}
 end
 -- One more than the last fence of this key, and never below the server's clock in
--- microseconds: after a restart that lost the counter, fences still go up.
+-- microseconds: after a restart that lost the counter, or once an idle key's counter
+-- has expired, fences still go up.
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 local fence = string.format('%.0f', math.max(last + 1, now_us))
-redis.call('SET', KEYS[2], fence)
+redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2])
 return {1, fence}

@@ -161,6 +161,21 @@ impl Report {
                     rounds.join(", ")
                 );
             }
+            if let Some(st) = &b.storage {
+                let _ = writeln!(
+                    md,
+                    "\nS5 storage: {} distinct names locked and released; {} keys or rows of them left on the server at once (what a backend without a bound keeps for good), {} left {:.0} s later{}.",
+                    st.names,
+                    st.left_at_once,
+                    st.left_after,
+                    st.after_s,
+                    if st.options.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (with `{}`)", st.options)
+                    }
+                );
+            }
             if let Some(c) = &b.conformance {
                 let _ = writeln!(
                     md,

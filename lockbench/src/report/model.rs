@@ -56,6 +56,8 @@ pub(crate) struct BackendRun {
     pub(crate) floor_cycle_ops: f64,
     /// What the S4 target allows past the TTL, in milliseconds.
     pub(crate) takeover_allowance_ms: f64,
+    /// S5: what the server keeps of many distinct lock names.
+    pub(crate) storage: Option<crate::storage::Storage>,
     pub(crate) errors: Vec<String>,
 }
 

@@ -119,8 +119,8 @@ impl Plan {
             keys: 8,
             rounds: 2,
             min_lock_ops: FULL_LOCK_OPS,
-            gap: Duration::from_secs(3),
-            limit: Duration::from_secs(8 * 60),
+            gap: Duration::from_secs(5),
+            limit: Duration::from_secs(15 * 60),
             pause_share: 0.002,
             work_max: Duration::from_millis(2),
         }
@@ -482,8 +482,8 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         md,
         "{} independent clients per backend on {} keys, each behind a link of its own. \
          Registers: rows in a PostgreSQL server of their own; the fenced one checks the \
-         fence in the statement's `WHERE`. {:.0}% of holds pause past their TTL without \
-         renewing. Faults cycle every {:?}.\n",
+         fence in the statement's `WHERE`. {:.1}% of holds pause past their TTL without \
+         renewing. A fault every {:?}.\n",
         plan.clients,
         plan.keys,
         plan.pause_share * 100.0,

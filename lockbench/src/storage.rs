@@ -1,0 +1,169 @@
+//! S5, bounded storage: lock and release many distinct names, then count what the
+//! server still keeps of them, at once and once each backend's own bound has passed
+//! (Redis: the lease plus the fence counter's grace; PostgreSQL: its purge; etcd:
+//! the lease).
+//!
+//! Counted on the server, by each server's own means: keys matching the names on
+//! Redis, rows on PostgreSQL, keys under the names' prefix on etcd.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{DynLockBackend, LockBackendExt, LockKey};
+use futures_util::future::try_join_all;
+use serde::Serialize;
+use tokio::time::{sleep, Instant};
+
+use crate::BoxError;
+
+/// What S5 found on one backend.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Storage {
+    /// Distinct lock names locked and released once each.
+    pub(crate) names: usize,
+    /// Keys or rows of those names on the server right after the last release: what
+    /// a backend without a bound keeps for good.
+    pub(crate) left_at_once: u64,
+    /// Keys or rows left once the backend's bound had passed.
+    pub(crate) left_after: u64,
+    /// How long after the last release that was counted, in seconds.
+    pub(crate) after_s: f64,
+    /// The URL options the step ran with, if any (shorter bounds in quick mode).
+    pub(crate) options: String,
+}
+
+/// The URL options S5 connects with, and how long after the last release it counts
+/// again: each backend's bound, with a margin.
+pub(crate) fn bound(server: &str, quick: bool) -> (&'static str, Duration) {
+    match (server, quick) {
+        // The fence counter outlives the lease by the grace (one minute by default).
+        ("redis", false) => ("", Duration::from_secs(65)),
+        ("redis", true) => ("fence_grace_ms=1000", Duration::from_secs(5)),
+        // Rows that ended twice the response timeout ago go at the next purge.
+        ("postgres", false) => ("", Duration::from_secs(45)),
+        ("postgres", true) => (
+            "purge_every_ms=1000&response_timeout_ms=1000",
+            Duration::from_secs(6),
+        ),
+        // A key goes with its lease: on release, or at the TTL.
+        _ => ("", Duration::from_secs(4)),
+    }
+}
+
+/// Locks and releases `names` distinct names on `backend`, 32 at a time, then counts
+/// at once and after `wait`.
+pub(crate) async fn measure(
+    server: &str,
+    url: &str,
+    backend: Arc<DynLockBackend>,
+    names: usize,
+    wait: Duration,
+    options: &str,
+) -> Result<Storage, BoxError> {
+    let run: u32 = rand::random();
+    let prefix = format!("lockbench-storage/{run:08x}/");
+    let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(1));
+    let tasks = (0..32).map(|task| {
+        let (backend, prefix) = (backend.clone(), prefix.clone());
+        async move {
+            for i in (task..names).step_by(32) {
+                let key = LockKey::new(format!("{prefix}{i}"))?;
+                if let Some(lease) = backend.acquire_once(key.as_str(), ttl).await? {
+                    backend.release_lease(&lease).await?;
+                }
+            }
+            Ok::<_, BoxError>(())
+        }
+    });
+    try_join_all(tasks).await?;
+    let released = Instant::now();
+    let counter = Counter::connect(server, url).await?;
+    let left_at_once = counter.count(&prefix).await?;
+    sleep(wait.saturating_sub(released.elapsed())).await;
+    let left_after = counter.count(&prefix).await?;
+    Ok(Storage {
+        names,
+        left_at_once,
+        left_after,
+        after_s: released.elapsed().as_secs_f64(),
+        options: options.to_owned(),
+    })
+}
+
+/// Counts, on the server, what is kept of the names under a prefix.
+enum Counter {
+    Redis(redis::aio::MultiplexedConnection),
+    Postgres(sqlx::PgPool),
+    Etcd(Box<etcd_client::Client>),
+}
+
+impl Counter {
+    async fn connect(server: &str, url: &str) -> Result<Self, BoxError> {
+        Ok(match server {
+            "redis" => Counter::Redis(
+                redis::Client::open(url.split('?').next().unwrap_or(url))?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            ),
+            "postgres" => Counter::Postgres(sqlx::PgPool::connect(url).await?),
+            _ => {
+                let endpoints: Vec<String> = url
+                    .trim_start_matches("etcd://")
+                    .split('?')
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|e| format!("http://{e}"))
+                    .collect();
+                Counter::Etcd(Box::new(
+                    etcd_client::Client::connect(endpoints, None).await?,
+                ))
+            }
+        })
+    }
+
+    async fn count(&self, prefix: &str) -> Result<u64, BoxError> {
+        match self {
+            // The backend's own key layout: `distlock:{<name>}`, and `...:fence`.
+            Counter::Redis(conn) => {
+                let mut conn = conn.clone();
+                let pattern = format!("distlock:{{{prefix}*");
+                let mut cursor: u64 = 0;
+                let mut found = 0;
+                loop {
+                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(10_000)
+                        .query_async(&mut conn)
+                        .await?;
+                    found += keys.len() as u64;
+                    if next == 0 {
+                        return Ok(found);
+                    }
+                    cursor = next;
+                }
+            }
+            Counter::Postgres(pool) => {
+                let n: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM distlock_locks WHERE key LIKE $1")
+                        .bind(format!("{prefix}%"))
+                        .fetch_one(pool)
+                        .await?;
+                Ok(u64::try_from(n)?)
+            }
+            Counter::Etcd(client) => {
+                let mut client = (**client).clone();
+                let options = etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only();
+                let reply = client
+                    .get(format!("distlock/{prefix}"), Some(options))
+                    .await?;
+                Ok(u64::try_from(reply.count())?)
+            }
+        }
+    }
+}
