@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the local server image that the conformance harness uses when the official
 # images (redis, postgres, etcd) cannot be pulled: a Debian bookworm tree made by
-# debootstrap with redis-server, postgresql-15 and etcd-server, imported with
-# `docker import`. One image serves all three servers; the harness picks the
-# entrypoint (distlock-redis, distlock-postgres, distlock-etcd). Each server's own
+# debootstrap with redis-server, postgresql-15, pgbouncer and etcd-server, imported
+# with `docker import`. One image serves them all; the harness picks the entrypoint
+# (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-etcd). PgBouncer has
+# no official image: the harness always runs it from this one. Each server's own
 # client is in it too (redis-cli, pg_isready and psql, etcdctl): the harness checks
 # readiness and kills connections with them, inside the container.
 #
@@ -35,7 +36,7 @@ trap 'umount -l "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"
 
 echo "build-images: debootstrap $SUITE (minbase) into $root"
-debootstrap --variant=minbase --include=redis-server,postgresql-15,etcd-server,etcd-client,procps \
+debootstrap --variant=minbase --include=redis-server,postgresql-15,pgbouncer,etcd-server,etcd-client,procps \
   "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log"; exit 1; }
 
@@ -75,6 +76,38 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   echo "host all all ::/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
 fi
 exec runuser -u postgres -- "$BIN/postgres" -D "$PGDATA" -c listen_addresses='*' "$@"
+SH
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-pgbouncer" <<'SH'
+#!/bin/sh
+# PostgreSQL (as distlock-postgres starts it) on 5432, behind PgBouncer in transaction
+# pooling mode on 6432, with Debian's PgBouncer defaults otherwise. The password file
+# holds the server's password, so PgBouncer authenticates clients and the server alike.
+# This shell stays in front and passes a stop on to both.
+set -e
+/usr/local/bin/distlock-postgres &
+pg=$!
+mkdir -p /etc/pgbouncer
+printf '"%s" "%s"\n' "${POSTGRES_USER:-postgres}" "${POSTGRES_PASSWORD:-postgres}" > /etc/pgbouncer/userlist.txt
+cat > /etc/pgbouncer/pgbouncer.ini <<INI
+[databases]
+* = host=127.0.0.1 port=5432
+[pgbouncer]
+listen_addr = 0.0.0.0
+listen_port = 6432
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = /etc/pgbouncer/userlist.txt
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 20
+INI
+chown -R postgres:postgres /etc/pgbouncer
+until /usr/lib/postgresql/15/bin/pg_isready -q -h 127.0.0.1; do sleep 0.2; done
+runuser -u postgres -- /usr/sbin/pgbouncer /etc/pgbouncer/pgbouncer.ini &
+bouncer=$!
+trap 'kill -TERM $bouncer $pg 2>/dev/null; wait $pg' TERM INT
+wait $bouncer
 SH
 
 install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'

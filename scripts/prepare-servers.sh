@@ -11,8 +11,10 @@ if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
 fi
 
 # The pinned images, from the one place they are written.
-mapfile -t official < <(awk '!/^#/ && NF == 2 && $1 != "local" { print $2 }' distlock-testservers/images.txt)
+mapfile -t official < <(awk '!/^#/ && NF == 2 && $1 != "local" && $2 != "local" { print $2 }' distlock-testservers/images.txt)
 [[ ${#official[@]} -gt 0 ]] || { echo "prepare-servers: no images in distlock-testservers/images.txt" >&2; exit 1; }
+# A server with no official image (PgBouncer) always needs the local image.
+local_only=$(awk '!/^#/ && NF == 2 && $1 != "local" && $2 == "local" { print $1 }' distlock-testservers/images.txt)
 missing=0
 for image in "${official[@]}"; do
   if docker image inspect "$image" >/dev/null 2>&1; then
@@ -27,5 +29,8 @@ done
 
 if [[ $missing == 1 ]]; then
   echo "prepare-servers: official images cannot be pulled here; using the local image"
+  bash scripts/build-images.sh
+elif [[ -n $local_only ]]; then
+  echo "prepare-servers: the local image serves" $local_only
   bash scripts/build-images.sh
 fi

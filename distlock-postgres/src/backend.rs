@@ -12,14 +12,14 @@ use distlock_core::{
     FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
     Result, WakeRegistry,
 };
-use sqlx::postgres::{PgListener, PgPool};
-use sqlx::Connection as _;
+use sqlx::postgres::{PgListener, PgPool, PgRow};
+use sqlx::{Connection as _, Row as _};
 use tracing::debug;
 
 use crate::config::PostgresConfig;
 use crate::error::{from_sqlx, is_contention, timed_out};
 use crate::pool::{Checkout, Pool};
-use crate::sql::Statements;
+use crate::sql::{inline, Arg, Statements};
 
 const NAME: &str = "postgres";
 
@@ -55,6 +55,9 @@ struct Inner {
     capabilities: Capabilities,
     pool: Pool,
     sql: Statements,
+    /// In PgBouncer mode, what goes before each statement in its batch: the session
+    /// settings, for this transaction only.
+    batch_prefix: Option<String>,
     watcher: tokio::sync::Mutex<Option<Listener>>,
 }
 
@@ -93,12 +96,20 @@ impl PostgresBackend {
         capabilities.change_notification = config.notify;
         capabilities.force_release = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
+        let batch_prefix = config.pgbouncer.then(|| {
+            config
+                .session_settings()
+                .into_iter()
+                .map(|(name, value)| format!("SET LOCAL {name} = '{value}'; "))
+                .collect::<String>()
+        });
         let backend = PostgresBackend {
             inner: Arc::new(Inner {
                 config,
                 capabilities,
                 pool,
                 sql,
+                batch_prefix,
                 watcher: tokio::sync::Mutex::new(None),
             }),
         };
@@ -121,6 +132,14 @@ impl PostgresBackend {
     pub async fn migrate(&self) -> Result<()> {
         let result = self
             .bounded(on_conn!(self, conn => async {
+                if let Some(prefix) = &self.inner.batch_prefix {
+                    // One simple-protocol batch: an implicit transaction, so an error
+                    // rolls it back and leaves the pooled server connection idle.
+                    let batch = format!("{prefix}{}", self.inner.sql.migrate.join("; "));
+                    return sqlx::Executor::execute(&mut *conn, sqlx::raw_sql(&batch))
+                        .await
+                        .map(|_| ());
+                }
                 let mut tx = conn.begin().await?;
                 for statement in &self.inner.sql.migrate {
                     sqlx::query(statement).execute(&mut *tx).await?;
@@ -151,13 +170,16 @@ impl PostgresBackend {
             .with_backend(NAME));
         }
         let ms = older_than.as_secs_f64() * 1000.0;
-        let done = self
-            .bounded(
-                on_conn!(self, conn => sqlx::query(&self.inner.sql.purge).bind(ms).execute(conn)),
-            )
-            .await?
-            .map_err(|e| from_sqlx(&self.inner.config, e))?;
-        Ok(done.rows_affected())
+        let rows = self
+            .run(self.rows(&self.inner.sql.purge, &[Arg::Float(ms)]))
+            .await?;
+        let deleted: i64 = rows
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(|e| from_sqlx(&self.inner.config, e))?
+            .unwrap_or(0);
+        Ok(u64::try_from(deleted).unwrap_or(0))
     }
 
     /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
@@ -170,6 +192,37 @@ impl PostgresBackend {
             Some(e) => from_sqlx(&self.inner.config, e),
             None => timed_out(&self.inner.config),
         })
+    }
+
+    /// Runs one statement with `args` on a pooled connection and returns its rows:
+    /// bound to a prepared statement, or in PgBouncer mode written into one
+    /// simple-protocol batch after the session settings (one round trip either way).
+    async fn rows(
+        &self,
+        statement: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Result<Vec<PgRow>, sqlx::Error>> {
+        let mut checkout = self.checkout().await?;
+        let conn = checkout.conn();
+        let result = match &self.inner.batch_prefix {
+            Some(prefix) => {
+                let batch = format!("{prefix}{}", inline(statement, args));
+                sqlx::Executor::fetch_all(conn, sqlx::raw_sql(&batch)).await
+            }
+            None => {
+                let mut query = sqlx::query(statement);
+                for arg in args {
+                    query = match *arg {
+                        Arg::Text(text) => query.bind(text),
+                        Arg::Bytes(bytes) => query.bind(bytes),
+                        Arg::Float(value) => query.bind(value),
+                    };
+                }
+                sqlx::Executor::fetch_all(conn, query).await
+            }
+        };
+        checkout.settle(&result);
+        Ok(result)
     }
 
     /// Runs `op` within the response timeout: the statement's own result inside, a
@@ -235,13 +288,25 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let args = [
+            Arg::Text(request.key().as_str()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+            Arg::Float(ttl_ms(request.ttl())),
+        ];
         let reply = self
-            .bounded(on_conn!(self, conn => sqlx::query_as::<_, (bool, i64, Option<i64>)>(&self.inner.sql.acquire)
-                .bind(request.key().as_str())
-                .bind(&request.owner().as_bytes()[..])
-                .bind(ttl_ms(request.ttl()))
-                .fetch_optional(conn)))
-            .await?;
+            .bounded(self.rows(&self.inner.sql.acquire, &args))
+            .await?
+            .and_then(|rows| {
+                rows.first()
+                    .map(|row| {
+                        Ok::<_, sqlx::Error>((
+                            row.try_get::<bool, _>(0)?,
+                            row.try_get::<i64, _>(1)?,
+                            row.try_get::<Option<i64>, _>(2)?,
+                        ))
+                    })
+                    .transpose()
+            });
         let row = match reply {
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired");
@@ -261,46 +326,38 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let was_held: Option<bool> = self
-            .run(
-                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.release)
-                    .bind(key.as_str())
-                    .bind(&owner.as_bytes()[..])
-                    .fetch_optional(conn)),
-            )
-            .await?;
-        Ok(if was_held == Some(true) {
-            ReleaseOutcome::Released
-        } else {
+        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
+        let rows = self.run(self.rows(&self.inner.sql.release, &args)).await?;
+        Ok(if rows.is_empty() {
             ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
         })
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let raw_fence: Option<i64> = self
-            .run(
-                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.extend)
-                    .bind(request.key().as_str())
-                    .bind(&request.owner().as_bytes()[..])
-                    .bind(ttl_ms(request.ttl()))
-                    .fetch_optional(conn)),
-            )
-            .await?;
-        Ok(match raw_fence {
-            None => Renewal::NotHeld,
-            Some(_) => Renewal::Renewed,
+        let args = [
+            Arg::Text(request.key().as_str()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+            Arg::Float(ttl_ms(request.ttl())),
+        ];
+        let rows = self.run(self.rows(&self.inner.sql.extend, &args)).await?;
+        Ok(if rows.is_empty() {
+            Renewal::NotHeld
+        } else {
+            Renewal::Renewed
         })
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let row: Option<(i64, Option<i64>)> = self
-            .run(
-                on_conn!(self, conn => sqlx::query_as(&self.inner.sql.inspect)
-                    .bind(key.as_str())
-                    .fetch_optional(conn)),
-            )
-            .await?;
-        Ok(row.map(|(raw, ms)| LockInfo {
+        let args = [Arg::Text(key.as_str())];
+        let rows = self.run(self.rows(&self.inner.sql.inspect, &args)).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
+        let (raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
+        Ok(Some(LockInfo {
             fence: fence(raw),
             remaining: remaining(ms).unwrap_or_default(),
         }))
@@ -332,14 +389,11 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
-        let was_held: Option<bool> = self
-            .run(
-                on_conn!(self, conn => sqlx::query_scalar(&self.inner.sql.force_release)
-                    .bind(key.as_str())
-                    .fetch_optional(conn)),
-            )
+        let args = [Arg::Text(key.as_str())];
+        let rows = self
+            .run(self.rows(&self.inner.sql.force_release, &args))
             .await?;
-        Ok(was_held == Some(true))
+        Ok(!rows.is_empty())
     }
 }
 

@@ -54,6 +54,7 @@ pub struct PostgresConfig {
     pub(crate) response_timeout: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) purge_every: Option<Duration>,
+    pub(crate) pgbouncer: bool,
 }
 
 fn config_error(message: impl Into<String>) -> Error {
@@ -112,7 +113,9 @@ impl PostgresConfig {
             response_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(3),
             purge_every: Some(Duration::from_secs(30)),
+            pgbouncer: false,
         };
+        let mut notify_asked = None;
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
             let millis = |v: &str| support::positive_millis("postgres", &name, v);
@@ -146,7 +149,8 @@ impl PostgresConfig {
                     }
                 }
                 "unlogged" => config.unlogged = parse_bool("unlogged", &value)?,
-                "notify" => config.notify = parse_bool("notify", &value)?,
+                "notify" => notify_asked = Some(parse_bool("notify", &value)?),
+                "pgbouncer" => config.pgbouncer = parse_bool("pgbouncer", &value)?,
                 "response_timeout_ms" => config.response_timeout = millis(&value)?,
                 "acquire_timeout_ms" => config.acquire_timeout = millis(&value)?,
                 "purge_every_ms" => config.purge_every = Some(millis(&value)?),
@@ -158,6 +162,14 @@ impl PostgresConfig {
                 _ => passed_on.push((name.into_owned(), value.into_owned())),
             }
         }
+        config.notify = match (config.pgbouncer, notify_asked) {
+            (true, Some(true)) => return Err(config_error(
+                "notify=true cannot work with pgbouncer=true: LISTEN needs a session of its own, \
+                     which transaction pooling does not keep (waiters poll instead)",
+            )),
+            (true, _) => false,
+            (false, asked) => asked.unwrap_or(true),
+        };
         if passed_on.is_empty() {
             parsed.set_query(None);
         } else {
@@ -172,19 +184,41 @@ impl PostgresConfig {
             ))
         })?;
         // The server ends any statement that outlives the response timeout, so none can
-        // run on after the backend gave up on it (see `purge_expired`).
-        let statement_timeout = config.response_timeout.as_millis().to_string();
-        connect = connect.options([("statement_timeout", statement_timeout.as_str())]);
-        if let SynchronousCommit::On | SynchronousCommit::Off = config.synchronous_commit {
-            let value = if config.synchronous_commit == SynchronousCommit::On {
-                "on"
-            } else {
-                "off"
-            };
-            connect = connect.options([("synchronous_commit", value)]);
+        // run on after the backend gave up on it (see `purge_expired`). Behind PgBouncer
+        // these settings go with each statement instead (`session_settings`): a pooler
+        // refuses or drops start-up options, and a session's settings do not follow a
+        // client from one server connection to the next.
+        if config.pgbouncer {
+            connect = connect.extra_float_digits(None);
+        } else {
+            for (name, value) in config.session_settings() {
+                connect = connect.options([(name, value)]);
+            }
         }
         config.connect = connect.application_name("distlock");
         Ok(config)
+    }
+
+    /// The settings every statement runs under: the server-side statement timeout, and
+    /// the commit durability where the URL set one.
+    pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
+        let mut settings = vec![(
+            "statement_timeout",
+            self.response_timeout.as_millis().to_string(),
+        )];
+        match self.synchronous_commit {
+            SynchronousCommit::On => settings.push(("synchronous_commit", "on".into())),
+            SynchronousCommit::Off => settings.push(("synchronous_commit", "off".into())),
+            SynchronousCommit::Server => {}
+        }
+        settings
+    }
+
+    /// Whether the backend runs in its PgBouncer mode (`pgbouncer=true`): each
+    /// operation one simple-protocol batch that sets its own timeout, no prepared
+    /// statements, no start-up options, no LISTEN.
+    pub fn pgbouncer(&self) -> bool {
+        self.pgbouncer
     }
 
     /// The lock table's schema.
@@ -226,6 +260,7 @@ impl fmt::Debug for PostgresConfig {
             .field("unlogged", &self.unlogged)
             .field("notify", &self.notify)
             .field("purge_every", &self.purge_every)
+            .field("pgbouncer", &self.pgbouncer)
             .finish_non_exhaustive()
     }
 }
@@ -234,6 +269,23 @@ impl fmt::Debug for PostgresConfig {
 mod tests {
     use super::*;
     use distlock_core::ErrorKind;
+
+    #[test]
+    fn pgbouncer_mode_turns_notifications_off_and_refuses_them() {
+        let parse = |q: &str| PostgresConfig::from_url(&format!("postgres://u:s3cret@h/db{q}"));
+        let bouncer = parse("?pgbouncer=true").expect("pgbouncer");
+        assert!(bouncer.pgbouncer());
+        assert!(!bouncer.notify);
+        assert!(parse("?pgbouncer=true&notify=false").is_ok());
+        let err = parse("?pgbouncer=true&notify=true").expect_err("notify");
+        assert_eq!(err.kind(), ErrorKind::Configuration);
+        assert!(err.to_string().contains("notify=true"), "{err}");
+        assert!(!err.to_string().contains("s3cret"));
+        // Without it, nothing changes.
+        let direct = parse("").expect("direct");
+        assert!(!direct.pgbouncer() && direct.notify);
+        assert_eq!(direct.session_settings()[0].0, "statement_timeout");
+    }
 
     #[test]
     fn the_purge_runs_every_30_s_unless_set_or_turned_off() {

@@ -25,6 +25,13 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
     let state = sqlstate(&e);
     let kind = match (&e, state.as_deref()) {
         (_, Some("28P01" | "28000")) => ErrorKind::Authentication,
+        // PgBouncer refuses a password with a protocol-violation code (08P01) and a
+        // fixed message, not PostgreSQL's 28P01.
+        (sqlx::Error::Database(db), Some("08P01"))
+            if db.message().ends_with("authentication failed") =>
+        {
+            ErrorKind::Authentication
+        }
         (_, Some("3D000" | "42501" | "42P01" | "3F000")) => ErrorKind::Configuration,
         (_, Some(s))
             if s.starts_with("08")

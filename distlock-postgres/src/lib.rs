@@ -46,8 +46,20 @@
 //!   response timeout ago every `purge_every_ms` (30 s unless set), on its own. A lock
 //!   name's row stays about that long after its last lease, not for good.
 //!   `purge=false` turns it off where another process purges.
-//! - **PgBouncer in transaction pooling mode**: no operation needs session state.
-//!   LISTEN does, so set `notify=false` there; waiters then poll with backoff.
+//! - **PgBouncer in transaction pooling mode**, with `pgbouncer=true` in the URL (the
+//!   whole conformance suite passes through Debian's PgBouncer 1.18 in CI). In that
+//!   mode each operation is one simple-protocol batch, still one round trip:
+//!   `SET LOCAL statement_timeout` (and `synchronous_commit`, where set) followed by
+//!   the statement with its arguments written as literals, so that no prepared
+//!   statement, no start-up option and no session setting has to survive from one
+//!   server connection to the next, and the server still ends a statement at the
+//!   response timeout. PgBouncer needs nothing but `pool_mode = transaction`; the
+//!   backend sends no `extra_float_digits` or `options` at start-up. LISTEN needs a
+//!   session of its own, so notifications are off (waiters poll with backoff), and
+//!   `notify=true` with `pgbouncer=true` is a configuration error. Without
+//!   `pgbouncer=true` the backend prepares its statements, which transaction pooling
+//!   breaks (`prepared statement "sqlx_s_1" already exists`), and PgBouncer's defaults
+//!   refuse its start-up options.
 //!
 //! # What it does not guarantee
 //!

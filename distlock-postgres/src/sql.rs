@@ -100,8 +100,87 @@ impl Statements {
             // was drawn before any wait; only rows that ended longer ago than any
             // statement may run (statement_timeout) are deleted, so no such draw can
             // predate the fence of the row it replaces.
-            purge: format!("DELETE FROM {t} WHERE expires_at < clock_timestamp() - ($1::float8 * interval '1 millisecond')"),
+            purge: format!(
+                "WITH deleted AS (DELETE FROM {t} \
+                   WHERE expires_at < clock_timestamp() - ($1::float8 * interval '1 millisecond') \
+                   RETURNING 1) \
+                 SELECT count(*) FROM deleted"
+            ),
             channel,
         }
+    }
+}
+
+/// A statement's argument: bound, or (in PgBouncer mode) written into the statement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+    Float(f64),
+}
+
+impl Arg<'_> {
+    /// The argument as an SQL literal. Text is an escape string (`E'...'`) with its
+    /// backslashes and quotes escaped, so it reads the same whatever
+    /// `standard_conforming_strings` says; bytes are hex digits only.
+    fn literal(self) -> String {
+        match self {
+            Arg::Text(text) => format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'")),
+            Arg::Bytes(bytes) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                format!("decode('{hex}', 'hex')")
+            }
+            Arg::Float(value) => format!("{value:?}::float8"),
+        }
+    }
+}
+
+/// `statement` with each `$n` written as the literal of `args[n - 1]`, in one pass over
+/// the statement, so that a literal that holds `$2` is never read as a placeholder.
+pub(crate) fn inline(statement: &str, args: &[Arg<'_>]) -> String {
+    let mut out = String::with_capacity(statement.len() + 64);
+    let mut rest = statement;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        match after[..digits]
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| args.get(n.checked_sub(1)?))
+        {
+            Some(arg) => out.push_str(&arg.literal()),
+            None => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlined_arguments_are_literals_that_cannot_end_early() {
+        let sql = inline(
+            "SELECT $1, $2, $3::float8 WHERE k = $1",
+            &[
+                Arg::Text("it's $2 \\' ok"),
+                Arg::Bytes(&[0, 0xab, 0xff]),
+                Arg::Float(1500.0),
+            ],
+        );
+        assert_eq!(
+            sql,
+            "SELECT E'it\\'s $2 \\\\\\' ok', decode('00abff', 'hex'), 1500.0::float8::float8 \
+             WHERE k = E'it\\'s $2 \\\\\\' ok'"
+        );
+    }
+
+    #[test]
+    fn a_placeholder_without_an_argument_is_left_as_it_is() {
+        assert_eq!(inline("SELECT $4, $", &[Arg::Float(1.0)]), "SELECT $4, $");
     }
 }

@@ -1,5 +1,6 @@
-//! What the conformance suite does not cover: purging old rows, the durability options
-//! and hostile names. Each test has a PostgreSQL of its own.
+//! What the conformance suite does not cover: purging old rows, the durability options,
+//! hostile names, and the statement timeout behind PgBouncer. Each test has a server
+//! of its own.
 
 use std::time::Duration;
 
@@ -108,3 +109,87 @@ async fn hostile_names_are_refused_before_reaching_the_server() {
 }
 
 use sqlx::Connection as _;
+
+/// Behind PgBouncer in transaction mode, start-up options are refused or dropped, yet
+/// the server must still end a statement the backend gave up on (what makes the purge
+/// safe). Each of the backend's statements carries its timeout (seen in
+/// `pg_stat_activity` while it waits on a row lock), and a statement sent that way is
+/// ended by the server, on a connection that stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_the_server_still_ends_a_statement_at_the_response_timeout() {
+    use sqlx::postgres::PgConnectOptions;
+    use sqlx::{ConnectOptions as _, Executor as _};
+
+    let server = ServerHandle::start(&distlock_testservers::PgBouncer)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let backend = PostgresBackend::connect(&format!("{url}&response_timeout_ms=800"))
+        .await
+        .expect("connect through PgBouncer");
+    assert!(backend.config().pgbouncer());
+    let held = backend
+        .acquire_once("stuck", Duration::from_secs(60))
+        .await
+        .expect("acquire")
+        .expect("free");
+    // Plain connections through PgBouncer: the row lock, a probe, the control.
+    let plain: PgConnectOptions = url
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .parse::<PgConnectOptions>()
+        .expect("url")
+        .extra_float_digits(None);
+    let mut blocker = plain.connect().await.expect("blocker");
+    blocker
+        .execute(sqlx::raw_sql(
+            "BEGIN; SELECT 1 FROM distlock_locks WHERE key = 'stuck' FOR UPDATE",
+        ))
+        .await
+        .expect("row lock");
+    let waiting = "SELECT query FROM pg_stat_activity WHERE state = 'active' \
+                   AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+
+    // The backend's acquire waits on the row with its timeout in the same batch.
+    let (reply, seen) = tokio::join!(
+        backend.try_acquire(held.key(), Duration::from_secs(5)),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            sqlx::query_scalar::<_, String>(waiting)
+                .persistent(false)
+                .fetch_all(&mut blocker)
+                .await
+                .expect("pg_stat_activity")
+        }
+    );
+    let err = reply.expect_err("the row is locked");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        seen.iter()
+            .any(|q| q.starts_with("SET LOCAL statement_timeout = '800'; ")),
+        "the waiting statement does not carry its timeout: {seen:?}"
+    );
+
+    // A statement sent that way is ended by the server, on a connection still open.
+    let mut probe = plain.connect().await.expect("probe");
+    let ended = tokio::time::timeout(
+        Duration::from_secs(5),
+        probe.execute(sqlx::raw_sql(
+            "SET LOCAL statement_timeout = '300'; \
+             SELECT 1 FROM distlock_locks WHERE key = 'stuck' FOR UPDATE",
+        )),
+    )
+    .await
+    .expect("the server did not end the statement");
+    let code = match ended {
+        Err(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+        other => panic!("the statement was not cancelled: {other:?}"),
+    };
+    assert_eq!(code.as_deref(), Some("57014"));
+
+    blocker
+        .execute(sqlx::raw_sql("ROLLBACK"))
+        .await
+        .expect("rollback");
+}

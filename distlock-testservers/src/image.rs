@@ -37,6 +37,9 @@ async fn present(docker: &Docker, (name, tag): (&str, &str)) -> bool {
 /// The image source that `DISTLOCK_IMAGES` asks for, resolved against the images
 /// present on this machine.
 pub async fn image_source(server: &dyn Server) -> Result<ImageSource, HarnessError> {
+    if server.local_only() {
+        return Ok(ImageSource::Local);
+    }
     let choice = std::env::var("DISTLOCK_IMAGES").unwrap_or_else(|_| "auto".into());
     match choice.as_str() {
         "official" => Ok(ImageSource::Official),
@@ -69,6 +72,11 @@ mod tests {
             assert_ne!(tag, "latest", "{} is not pinned", server.name());
         }
         assert!(pinned("local").is_some());
+        // A server with no official image says so instead of naming one.
+        assert_eq!(pinned("pgbouncer"), None);
+        assert!(IMAGES
+            .lines()
+            .any(|l| l.split_whitespace().eq(["pgbouncer", "local"])));
         assert_eq!(pinned("nothing"), None);
     }
 }

@@ -14,9 +14,11 @@
 //! The image tags are written once, in `images.txt` beside this crate, which the
 //! scripts read too. The official images are used where they are present or can be
 //! pulled. Where no registry can be reached, `scripts/build-images.sh` builds one local
-//! image from Debian's packages that serves all three servers. `DISTLOCK_IMAGES`
-//! picks: `official`, `local`, or `auto` (the default: the official image if present,
-//! else the local image if present, else the official image, pulled).
+//! image from Debian's packages that serves all three servers, and PostgreSQL behind
+//! PgBouncer ([`PgBouncer`], which has no official image and always runs from it).
+//! `DISTLOCK_IMAGES` picks: `official`, `local`, or `auto` (the default: the official
+//! image if present, else the local image if present, else the official image,
+//! pulled).
 //!
 //! # Servers already running
 //!
@@ -36,6 +38,7 @@
 pub mod etcd;
 mod handle;
 mod image;
+pub mod pgbouncer;
 pub mod postgres;
 mod proxy;
 pub mod redis;
@@ -54,6 +57,7 @@ use testcontainers::{ContainerRequest, GenericImage};
 pub use etcd::{Etcd, EtcdCluster};
 pub use handle::{HarnessError, ServerHandle};
 pub use image::{image_source, ImageSource};
+pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
 pub use redis::Redis;
@@ -80,6 +84,12 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
 
     /// A URL for distlock's backend, credentials included.
     fn url(&self, host_port: u16, password: &str) -> String;
+
+    /// Whether the server runs from the local image only (it has no official image;
+    /// `images.txt` then says `local` for it).
+    fn local_only(&self) -> bool {
+        false
+    }
 
     /// Whether the server checks a password (so that a wrong one can be tried).
     fn has_password(&self) -> bool {
@@ -116,7 +126,8 @@ pub enum ConnectionKill {
     LocalSockets,
 }
 
-/// Every server, in a fixed order.
+/// Every server a backend is compared on, in a fixed order. ([`PgBouncer`] is a way
+/// to reach PostgreSQL, tested by the PostgreSQL backend's own tests, not listed here.)
 pub const ALL: [&dyn Server; 3] = [&Redis, &Postgres, &Etcd];
 
 /// The server named `name`.
