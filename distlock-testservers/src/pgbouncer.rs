@@ -3,7 +3,7 @@
 //! container.
 
 use testcontainers::core::{ExecCommand, WaitFor};
-use testcontainers::{ContainerRequest, GenericImage, ImageExt};
+use testcontainers::{ContainerRequest, GenericImage};
 
 use crate::{ConnectionKill, ImageSource, Postgres, Server};
 
@@ -29,10 +29,11 @@ impl Server for PgBouncer {
     fn configure(
         &self,
         request: ContainerRequest<GenericImage>,
-        _: ImageSource,
+        source: ImageSource,
         password: &str,
     ) -> ContainerRequest<GenericImage> {
-        request.with_env_var("POSTGRES_PASSWORD", password)
+        // The same container set-up as PostgreSQL's: its entrypoint starts both.
+        Postgres.configure(request, source, password)
     }
 
     fn local_only(&self) -> bool {

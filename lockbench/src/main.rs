@@ -54,15 +54,23 @@ struct Args {
     /// Another run than the comparison.
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+/// What every run of lockbench takes: its mode, where its results go, and on which
+/// backends.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunOptions {
     /// The short run (a few minutes), as CI runs it.
     #[arg(long, conflicts_with = "full")]
-    quick: bool,
+    pub(crate) quick: bool,
     /// The full run (the default).
     #[arg(long)]
     full: bool,
     /// The folder the results are written into.
     #[arg(long, default_value = "results")]
-    out: String,
+    pub(crate) out: String,
     /// The backends to run, in order: memory, and every server of distlock-testservers.
     #[arg(
         long,
@@ -70,10 +78,10 @@ struct Args {
         default_value = "memory,redis,postgres,etcd",
         value_parser = PossibleValuesParser::new(backend_names()),
     )]
-    backends: Vec<String>,
+    pub(crate) backends: Vec<String>,
     /// Fail when a backend's server cannot be started (for CI).
     #[arg(long)]
-    require_all: bool,
+    pub(crate) require_all: bool,
 }
 
 /// The runs besides the comparison.
@@ -371,9 +379,9 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    if let Some(Command::Torture(torture)) = args.command {
-        return torture::main(torture).await;
+    let Args { command, run: args } = Args::parse();
+    if let Some(Command::Torture(torture)) = command {
+        return torture::main(torture.run).await;
     }
     let sizes = if args.quick {
         Sizes::quick()

@@ -21,8 +21,8 @@ use crate::BoxError;
 pub(crate) struct Storage {
     /// Distinct lock names locked and released once each.
     pub(crate) names: usize,
-    /// Keys or rows of those names on the server right after the last release: what
-    /// a backend without a bound keeps for good.
+    /// Keys or rows of those names on the server right after the last release (a
+    /// purge may already have run while the names were being locked).
     pub(crate) left_at_once: u64,
     /// Keys or rows left once the backend's bound had passed.
     pub(crate) left_after: u64,

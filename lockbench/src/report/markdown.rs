@@ -164,7 +164,7 @@ impl Report {
             if let Some(st) = &b.storage {
                 let _ = writeln!(
                     md,
-                    "\nS5 storage: {} distinct names locked and released; {} keys or rows of them left on the server at once (what a backend without a bound keeps for good), {} left {:.0} s later{}.",
+                    "\nS5 storage: {} distinct names locked and released; {} keys or rows of them on the server right after the last release, {} left {:.0} s later{}.",
                     st.names,
                     st.left_at_once,
                     st.left_after,

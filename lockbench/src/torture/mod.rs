@@ -35,7 +35,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::builder::PossibleValuesParser;
 use distlock::{DynLockBackend, LockKey};
 use distlock_conformance::{LinkControl, Target};
 use distlock_testservers::{external_url, Postgres, ServerHandle};
@@ -46,33 +45,16 @@ use self::faults::Injector;
 use self::history::{Findings, History};
 use self::register::Registers;
 use self::workload::Workload;
-use crate::{backend_names, progress, BoxError};
+use crate::{progress, BoxError, RunOptions};
 
 /// Many clients, faults on a schedule, and a fenced register that must refuse every
-/// stale write (torture.md, torture.json).
+/// stale write (torture.md, torture.json). `--quick` injects each fault once per
+/// backend (CI); the full run goes on until 100,000 lock operations per backend and
+/// every fault twice.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TortureArgs {
-    /// The short run: each fault once per backend (CI).
-    #[arg(long, conflicts_with = "full")]
-    quick: bool,
-    /// The full run (the default): at least 100,000 lock operations per backend,
-    /// every fault at least twice.
-    #[arg(long)]
-    full: bool,
-    /// The folder the results are written into.
-    #[arg(long, default_value = "results")]
-    out: String,
-    /// The backends to run, in order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "memory,redis,postgres,etcd",
-        value_parser = PossibleValuesParser::new(backend_names()),
-    )]
-    backends: Vec<String>,
-    /// Fail when a backend's server cannot be started (for CI).
-    #[arg(long)]
-    require_all: bool,
+    #[command(flatten)]
+    pub(crate) run: RunOptions,
 }
 
 /// How long and how hard a run goes.
@@ -152,7 +134,7 @@ struct TortureRun {
 }
 
 /// Runs the torture run on every backend asked for and writes its report.
-pub(crate) async fn main(args: TortureArgs) -> ExitCode {
+pub(crate) async fn main(args: RunOptions) -> ExitCode {
     let plan = if args.quick {
         Plan::quick()
     } else {
