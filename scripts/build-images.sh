@@ -6,7 +6,8 @@
 # (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-etcd). PgBouncer has
 # no official image: the harness always runs it from this one. Each server's own
 # client is in it too (redis-cli, pg_isready and psql, etcdctl): the harness checks
-# readiness and kills connections with them, inside the container.
+# readiness and kills connections with them, inside the container. Where the harness
+# puts certificates under /tls, Redis, PostgreSQL and etcd serve TLS only.
 #
 # Usage: scripts/build-images.sh [--force]
 # Needs: root, docker, debootstrap (installed from Debian's packages when missing).
@@ -53,6 +54,11 @@ install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-redis" <<'SH'
 set -e
 set -- --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no \
   --maxmemory-policy noeviction "$@"
+# With certificates under /tls (the harness's TLS servers): TLS only, on the same port.
+if [ -f /tls/server.pem ]; then
+  set -- "$@" --port 0 --tls-port 6379 --tls-cert-file /tls/server.pem \
+    --tls-key-file /tls/server.key --tls-ca-cert-file /tls/ca.pem --tls-auth-clients no
+fi
 if [ -n "${REDIS_PASSWORD:-}" ]; then set -- "$@" --requirepass "$REDIS_PASSWORD"; fi
 exec /usr/bin/redis-server "$@"
 SH
@@ -74,6 +80,13 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   rm -f /tmp/pwfile
   echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
   echo "host all all ::/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
+fi
+# With certificates under /tls (the harness's TLS servers): SSL on. PostgreSQL takes a
+# key file only if no one else can read it.
+if [ -f /tls/server.pem ]; then
+  install -o postgres -m 600 /tls/server.key /var/lib/postgresql/server.key
+  set -- -c ssl=on -c ssl_cert_file=/tls/server.pem \
+    -c ssl_key_file=/var/lib/postgresql/server.key "$@"
 fi
 exec runuser -u postgres -- "$BIN/postgres" -D "$PGDATA" -c listen_addresses='*' "$@"
 SH
@@ -114,6 +127,14 @@ install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'
 #!/bin/sh
 # etcd (Debian's etcd-server) serving clients on 2379; data survives a restart.
 set -e
+# With certificates under /tls (the harness's TLS servers): TLS only, and clients must
+# present a certificate the CA signed.
+if [ -f /tls/server.pem ]; then
+  exec /usr/bin/etcd --name "${DISTLOCK_ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
+    --listen-client-urls https://0.0.0.0:2379 --advertise-client-urls https://127.0.0.1:2379 \
+    --cert-file /tls/server.pem --key-file /tls/server.key \
+    --client-cert-auth --trusted-ca-file /tls/ca.pem "$@"
+fi
 exec /usr/bin/etcd --name "${DISTLOCK_ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
   --listen-client-urls http://0.0.0.0:2379 \
   --advertise-client-urls "${DISTLOCK_ETCD_ADVERTISE:-http://127.0.0.1:2379}" "$@"

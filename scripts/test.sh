@@ -13,14 +13,18 @@ fi
 bash scripts/prepare-servers.sh
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 bash scripts/check-packages.sh
 # Container tests start their own servers; the harness bounds how many run at once.
-cargo test --workspace --locked
+# Every feature, so that the TLS builds and their tests run too.
+cargo test --workspace --all-features --locked
 # A user's crate with distlock's redis feature alone builds without protoc.
 bash scripts/check-outside.sh
 # The comparison run's quick mode, as a check that it runs on every backend (in the
-# test build: its figures are not the point here; scripts/lockbench.sh measures).
-cargo run --locked -p lockbench -- --quick --require-all --out target/lockbench-quick
+# test build, with the features the tests were built with: its figures are not the
+# point here; scripts/lockbench.sh measures).
+cargo build --workspace --all-features --locked --bins
+lockbench="${CARGO_TARGET_DIR:-target}/debug/lockbench"
+"$lockbench" --quick --require-all --out target/lockbench-quick
 # The torture run's quick mode: every fault once per backend, and the safety checks.
-cargo run --locked -p lockbench -- torture --quick --require-all --out target/lockbench-quick
+"$lockbench" torture --quick --require-all --out target/lockbench-quick

@@ -44,9 +44,31 @@ pub fn scrub(text: String, secret: Option<&str>) -> String {
     }
 }
 
+/// Whether a driver's error text says the server's certificate was refused (an
+/// unknown issuer, a wrong name, an expired or malformed certificate): a setting to
+/// fix, not a server to wait for.
+pub fn is_certificate_refusal(detail: &str) -> bool {
+    const SIGNS: [&str; 6] = [
+        "invalid peer certificate",
+        "UnknownIssuer",
+        "certificate verify failed",
+        "InvalidCertificate",
+        "NotValidForName",
+        "BadCertificate",
+    ];
+    SIGNS.iter().any(|sign| detail.contains(sign))
+}
+
 /// An error of `kind` from `backend`'s driver: a one-line summary of the kind, the
-/// driver's text (scrub it first), and that text kept as the source.
+/// driver's text (scrub it first), and that text kept as the source. One whose text
+/// says the server's certificate was refused is an [`ErrorKind::Configuration`] error
+/// whatever `kind` the driver's error had.
 pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> Error {
+    let kind = if is_certificate_refusal(&detail) {
+        ErrorKind::Configuration
+    } else {
+        kind
+    };
     let summary = match kind {
         ErrorKind::Authentication => "the server refused the credentials",
         ErrorKind::Configuration => "the settings do not fit the server",

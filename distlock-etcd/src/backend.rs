@@ -64,6 +64,32 @@ fn lease_id(owner: &OwnerToken) -> i64 {
     raw.max(1)
 }
 
+/// The TLS settings an `etcds://` URL names, with the files read.
+#[cfg(feature = "tls")]
+fn tls_options(config: &EtcdConfig) -> Result<etcd_client::TlsOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            distlock_core::support::config_error(
+                "etcd",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })
+    };
+    let files = &config.tls_files;
+    let mut options = TlsOptions::new();
+    if let Some(ca) = &files.ca {
+        options = options.ca_certificate(Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&files.cert, &files.key) {
+        options = options.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &files.server_name {
+        options = options.domain_name(name.clone());
+    }
+    Ok(options)
+}
+
 impl EtcdBackend {
     /// Connects with the settings of an `etcd://` URL (see [`EtcdConfig`]). An
     /// unreachable cluster fails within the connect timeout with
@@ -84,7 +110,7 @@ impl EtcdBackend {
         }
         #[cfg(feature = "tls")]
         if config.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new());
+            options = options.with_tls(tls_options(&config)?);
         }
         let connect = Client::connect(config.endpoints.clone(), Some(options));
         let mut client = tokio::time::timeout(config.connect_timeout + config.timeout, connect)

@@ -17,7 +17,11 @@ pub const SCHEMES: &[&str] = &["etcd", "etcds"];
 /// - user and password are etcd auth credentials;
 /// - `prefix` (default `distlock/`) is put before every key this backend writes;
 /// - `timeout_ms` (default 5000) bounds each request, `connect_timeout_ms` (default
-///   3000) each connection attempt.
+///   3000) each connection attempt;
+/// - with `etcds://`: `ca_file` (required: the CA that signed the servers'
+///   certificates; no system roots are trusted), `cert_file` and `key_file` (a client
+///   certificate, for a cluster run with `--client-cert-auth`), and `server_name` (the
+///   name the certificates are checked against, where it is not the endpoint's host).
 ///
 /// `Debug` and errors never show the password.
 #[derive(Clone)]
@@ -28,6 +32,19 @@ pub struct EtcdConfig {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) tls_files: TlsFiles,
+}
+
+/// What an `etcds://` URL names: the CA that signed the servers' certificates
+/// (`ca_file`), a client certificate and key (`cert_file`, `key_file`) for a cluster
+/// that asks for one, and the name to check the certificates against where it is not
+/// the endpoint's host (`server_name`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<std::path::PathBuf>,
+    pub(crate) cert: Option<std::path::PathBuf>,
+    pub(crate) key: Option<std::path::PathBuf>,
+    pub(crate) server_name: Option<String>,
 }
 
 fn config_error(message: impl Into<String>) -> Error {
@@ -97,6 +114,7 @@ impl EtcdConfig {
             prefix: "distlock/".into(),
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
+            tls_files: TlsFiles::default(),
         };
         for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             let millis = |v: &str| support::positive_millis("etcd", &name, v);
@@ -104,8 +122,30 @@ impl EtcdConfig {
                 "prefix" => config.prefix = support::key_prefix("etcd", &value)?,
                 "timeout_ms" => config.timeout = millis(&value)?,
                 "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
+                "ca_file" => config.tls_files.ca = Some(value.as_ref().into()),
+                "cert_file" => config.tls_files.cert = Some(value.as_ref().into()),
+                "key_file" => config.tls_files.key = Some(value.as_ref().into()),
+                "server_name" => config.tls_files.server_name = Some(value.into_owned()),
                 other => return Err(config_error(format!("unknown parameter {other:?}"))),
             }
+        }
+        let files = &config.tls_files;
+        let named = files.ca.is_some()
+            || files.cert.is_some()
+            || files.key.is_some()
+            || files.server_name.is_some();
+        if named && !tls {
+            return Err(config_error(
+                "ca_file, cert_file, key_file and server_name need an etcds:// URL",
+            ));
+        }
+        if tls && files.ca.is_none() {
+            return Err(config_error(
+                "etcds:// needs ca_file, the CA that signed the servers' certificates",
+            ));
+        }
+        if files.cert.is_some() != files.key.is_some() {
+            return Err(config_error("cert_file and key_file go together"));
         }
         Ok(config)
     }
@@ -136,6 +176,7 @@ impl fmt::Debug for EtcdConfig {
             )
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("tls_files", &self.tls_files)
             .finish_non_exhaustive()
     }
 }
@@ -144,6 +185,28 @@ impl fmt::Debug for EtcdConfig {
 mod tests {
     use super::*;
     use distlock_core::ErrorKind;
+
+    #[test]
+    fn tls_settings_need_etcds_and_a_ca() {
+        let err = EtcdConfig::from_url("etcd://h:2379?ca_file=/ca.pem").expect_err("etcd://");
+        assert!(err.to_string().contains("etcds://"), "{err}");
+        if cfg!(feature = "tls") {
+            for (url, says) in [
+                ("etcds://h:2379", "ca_file"),
+                (
+                    "etcds://h:2379?ca_file=/ca.pem&cert_file=/c.pem",
+                    "go together",
+                ),
+            ] {
+                let err = EtcdConfig::from_url(url).expect_err(url);
+                assert!(err.to_string().contains(says), "{url}: {err}");
+            }
+            let ok =
+                EtcdConfig::from_url("etcds://h:2379?ca_file=/ca.pem&server_name=etcd.internal")
+                    .expect("etcds");
+            assert_eq!(ok.endpoints(), ["https://h:2379"]);
+        }
+    }
 
     #[test]
     fn parses_several_endpoints_credentials_and_options() {

@@ -33,12 +33,18 @@ pub enum SynchronousCommit {
 /// - `synchronous_commit` (default: the server's) sets commit durability per statement;
 /// - `unlogged=true` creates the table `UNLOGGED` (faster; leases are lost on a crash,
 ///   fences stay durable since they come from a logged sequence);
-/// - `notify=false` turns off LISTEN (needed behind PgBouncer in transaction pooling
-///   mode); waiters then poll;
+/// - `notify=false` turns off LISTEN; waiters then poll;
+/// - `pgbouncer=true` is the mode for PgBouncer in transaction pooling (see the crate
+///   docs); it turns LISTEN off;
+/// - `purge_every_ms` (default 30000) is how often the rows of ended leases are
+///   deleted; `purge=false` turns that off;
 /// - `response_timeout_ms` (default 5000) bounds each statement, `acquire_timeout_ms`
 ///   (default 3000) each wait for a pooled connection.
 ///
-/// Other parameters (`sslmode`, `sslrootcert`, `application_name`, ...) go to sqlx.
+/// Other parameters go to sqlx, TLS among them (this crate's `tls` feature):
+/// `sslmode=verify-full` with `sslrootcert` (the CA, a PEM file) checks the server's
+/// certificate against the URL's host; `sslcert` and `sslkey` present a client
+/// certificate. A certificate the CA did not sign is a configuration error at connect.
 /// `Debug` and errors show the URL with its password replaced by `***`.
 #[derive(Clone)]
 pub struct PostgresConfig {

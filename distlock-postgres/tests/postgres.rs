@@ -193,3 +193,25 @@ async fn behind_pgbouncer_the_server_still_ends_a_statement_at_the_response_time
         .await
         .expect("rollback");
 }
+
+/// A server whose certificate another CA signed is refused at connect, as a
+/// configuration error (not retryable); trusting the right CA, the same server is
+/// reached.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
+    let tls = distlock_testservers::TlsMaterial::generate().expect("certificates");
+    let server = ServerHandle::start_tls(&distlock_testservers::Postgres, &tls)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let wrong = server.tls_url(&tls, &tls.wrong_ca_file()).expect("url");
+    let err = PostgresBackend::connect(&wrong)
+        .await
+        .expect_err("another CA");
+    assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    let right = server.tls_url(&tls, &tls.ca_file()).expect("url");
+    PostgresBackend::connect(&right)
+        .await
+        .expect("the right CA");
+}

@@ -78,8 +78,7 @@ impl RedisBackend {
 
     /// Connects with `config`.
     pub async fn with_config(config: RedisConfig) -> Result<Self> {
-        let client =
-            redis::Client::open(config.driver_url.as_str()).map_err(|e| from_redis(&config, e))?;
+        let client = client(&config)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.response_timeout))
@@ -193,6 +192,53 @@ fn millis(ttl: Duration) -> String {
 
 fn parse_u64(text: &str, what: &str) -> Result<u64> {
     text.parse().map_err(|_| unexpected(what))
+}
+
+/// The driver's client: with the URL's own CA and client certificate where it names
+/// them (`rediss://` with this crate's `tls` feature).
+fn client(config: &RedisConfig) -> Result<redis::Client> {
+    // rustls needs a process-wide crypto provider; where the application chose none,
+    // this crate's (ring) is installed. One already installed is kept.
+    #[cfg(feature = "tls")]
+    if config.driver_url.starts_with("rediss:")
+        && rustls::crypto::CryptoProvider::get_default().is_none()
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let files = &config.tls_files;
+    if files.ca.is_none() && files.cert.is_none() {
+        return redis::Client::open(config.driver_url.as_str()).map_err(|e| from_redis(config, e));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                distlock_core::support::config_error(
+                    "redis",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })
+        };
+        let root_cert = files.ca.as_deref().map(read).transpose()?;
+        let client_tls = match (&files.cert, &files.key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        let certificates = redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        };
+        redis::Client::build_with_tls(config.driver_url.as_str(), certificates)
+            .map_err(|e| from_redis(config, e))
+    }
+    #[cfg(not(feature = "tls"))]
+    Err(distlock_core::support::config_error(
+        "redis",
+        "ca_file and cert_file need the `tls` feature of distlock-redis",
+    ))
 }
 
 #[async_trait]

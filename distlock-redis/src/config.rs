@@ -9,7 +9,11 @@ use distlock_core::{redact_url, support, Error, Result};
 ///
 /// `redis[s]://[user][:password]@host[:port][/db][?prefix=..&wait_replicas=..&wait_timeout_ms=..&response_timeout_ms=..&connect_timeout_ms=..]`
 ///
-/// - `rediss://` is TLS (needs this crate's `tls` feature);
+/// - `rediss://` is TLS (needs this crate's `tls` feature): the server's certificate
+///   is checked against the URL's host, trusting the system's roots, or only the CA in
+///   `ca_file` (a PEM file) where given; `cert_file` and `key_file` (PEM) present a
+///   client certificate. A certificate the trusted CAs did not sign is a
+///   configuration error at connect;
 /// - user and password are Redis ACL credentials (or `requirepass` with no user);
 /// - `db` is the database number;
 /// - `prefix` (default `distlock:`) is put before every key this backend writes;
@@ -17,7 +21,9 @@ use distlock_core::{redact_url, support, Error, Result};
 ///   many replicas, in the same round trip (see the crate docs on replication);
 /// - `wait_timeout_ms` (default 100) bounds that wait;
 /// - `response_timeout_ms` (default 5000) and `connect_timeout_ms` (default 3000) bound
-///   each command and each connection attempt.
+///   each command and each connection attempt;
+/// - `fence_grace_ms` (default 60000) is how long a key's fence counter outlives its
+///   last lease (see the crate docs on bounded storage).
 ///
 /// Other query parameters go to the redis driver unchanged. `Debug` and every error
 /// show the URL with its password replaced by `***`.
@@ -31,6 +37,16 @@ pub struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) fence_grace: Duration,
     pub(crate) password: Option<String>,
+    pub(crate) tls_files: TlsFiles,
+}
+
+/// The PEM files a `rediss://` URL names: the CA to trust instead of the system's
+/// roots (`ca_file`), and a client certificate and key (`cert_file`, `key_file`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<std::path::PathBuf>,
+    pub(crate) cert: Option<std::path::PathBuf>,
+    pub(crate) key: Option<std::path::PathBuf>,
 }
 
 /// How long a fence counter outlives its key's last lease, unless the URL says.
@@ -72,6 +88,7 @@ impl RedisConfig {
             connect_timeout: Duration::from_secs(3),
             fence_grace: DEFAULT_FENCE_GRACE,
             password: parsed.password().map(|p| p.to_owned()),
+            tls_files: TlsFiles::default(),
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
@@ -89,8 +106,18 @@ impl RedisConfig {
                 "response_timeout_ms" => config.response_timeout = millis(&value)?,
                 "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
                 "fence_grace_ms" => config.fence_grace = millis(&value)?,
+                "ca_file" => config.tls_files.ca = Some(value.as_ref().into()),
+                "cert_file" => config.tls_files.cert = Some(value.as_ref().into()),
+                "key_file" => config.tls_files.key = Some(value.as_ref().into()),
                 _ => passed_on.push((name.into_owned(), value.into_owned())),
             }
+        }
+        let files = &config.tls_files;
+        if (files.ca.is_some() || files.cert.is_some()) && parsed.scheme() != "rediss" {
+            return Err(config_error("ca_file and cert_file need a rediss:// URL"));
+        }
+        if files.cert.is_some() != files.key.is_some() {
+            return Err(config_error("cert_file and key_file go together"));
         }
         if passed_on.is_empty() {
             parsed.set_query(None);
@@ -133,6 +160,7 @@ impl fmt::Debug for RedisConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("fence_grace", &self.fence_grace)
+            .field("tls_files", &self.tls_files)
             .finish()
     }
 }
@@ -141,6 +169,22 @@ impl fmt::Debug for RedisConfig {
 mod tests {
     use super::*;
     use distlock_core::ErrorKind;
+
+    #[test]
+    fn tls_files_need_rediss_and_come_in_pairs() {
+        for (url, says) in [
+            ("redis://h?ca_file=/ca.pem", "rediss://"),
+            ("redis://h?cert_file=/c.pem&key_file=/k.pem", "rediss://"),
+            ("rediss://h?cert_file=/c.pem", "go together"),
+        ] {
+            if !cfg!(feature = "tls") && url.starts_with("rediss") {
+                continue;
+            }
+            let err = RedisConfig::from_url(url).expect_err(url);
+            assert_eq!(err.kind(), ErrorKind::Configuration);
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+    }
 
     #[test]
     fn the_fence_counter_grace_is_a_minute_unless_set() {

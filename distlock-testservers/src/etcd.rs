@@ -4,7 +4,7 @@ use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
 use crate::handle::{HarnessError, ServerHandle};
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 
 /// etcd serving clients on 2379, without authentication.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +56,43 @@ impl Server for Etcd {
             "endpoint",
             "health",
         ])
+    }
+
+    fn configure_tls(
+        &self,
+        request: ContainerRequest<GenericImage>,
+    ) -> Option<ContainerRequest<GenericImage>> {
+        // The local image's entrypoint serves TLS, with client certificates, where it
+        // finds /tls.
+        Some(request)
+    }
+
+    fn tls_url(
+        &self,
+        host_port: u16,
+        _: &str,
+        tls: &TlsMaterial,
+        ca_file: &std::path::Path,
+    ) -> Option<String> {
+        Some(format!(
+            "etcds://127.0.0.1:{host_port}?ca_file={}&cert_file={}&key_file={}",
+            ca_file.display(),
+            tls.client_cert_file().display(),
+            tls.client_key_file().display()
+        ))
+    }
+
+    fn tls_ready_check(&self, _: &str) -> Option<ExecCommand> {
+        Some(ExecCommand::new([
+            "etcdctl",
+            "--endpoints=https://127.0.0.1:2379",
+            "--cacert=/tls/ca.pem",
+            "--cert=/tls/client.pem",
+            "--key=/tls/client.key",
+            "--command-timeout=2s",
+            "endpoint",
+            "health",
+        ]))
     }
 
     fn connection_kill(&self, _: &str) -> ConnectionKill {

@@ -9,10 +9,11 @@ use distlock_core::BoxError;
 use testcontainers::bollard::models::PortBinding;
 use testcontainers::core::{CmdWaitFor, ContainerPort, ExecCommand};
 use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, ContainerRequest, GenericImage, ImageExt};
+use testcontainers::{ContainerAsync, ContainerRequest, CopyTargetOptions, GenericImage, ImageExt};
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::image::{image_source, pinned, ImageSource};
+use crate::tls::{TlsMaterial, IN_CONTAINER};
 use crate::{sockets, ConnectionKill, Server};
 
 /// How long a server may take to become ready after a start or restart.
@@ -58,6 +59,9 @@ pub enum HarnessError {
         /// The last check's error.
         last: String,
     },
+    /// The harness has no TLS set-up for this server.
+    #[error("the harness cannot start {0} with TLS")]
+    NoTls(&'static str),
     /// No free port could be found for the mapping.
     #[error("no free local port: {0}")]
     NoPort(#[source] std::io::Error),
@@ -71,6 +75,8 @@ pub struct ServerHandle {
     container: ContainerAsync<GenericImage>,
     host_port: u16,
     password: String,
+    /// Whether the server serves TLS only (started by [`ServerHandle::start_tls`]).
+    tls: bool,
 }
 
 impl fmt::Debug for ServerHandle {
@@ -81,6 +87,7 @@ impl fmt::Debug for ServerHandle {
             .field("container", &self.container.id())
             .field("host_port", &self.host_port)
             .field("password", &"<redacted>")
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -99,6 +106,24 @@ impl ServerHandle {
         Self::start_with(server, |request, _| request).await
     }
 
+    /// Starts `server` serving TLS only, with `tls`'s server certificate, from the
+    /// local image (the TLS set-up is written for it); an error where the harness has
+    /// no TLS set-up for the server. Its URLs come from [`tls_url`](Self::tls_url).
+    pub async fn start_tls(
+        server: &'static dyn Server,
+        tls: &TlsMaterial,
+    ) -> Result<Self, HarnessError> {
+        Self::start_inner(server, Some(tls), |request, _| request).await
+    }
+
+    /// The URL of a server started by [`start_tls`](Self::start_tls), trusting the CA
+    /// in `ca_file` (and presenting `tls`'s client certificate where the server asks
+    /// for one).
+    pub fn tls_url(&self, tls: &TlsMaterial, ca_file: &std::path::Path) -> Option<String> {
+        self.server
+            .tls_url(self.host_port, &self.password, tls, ca_file)
+    }
+
     /// Starts `server` with `adjust` applied to its container request last (a network
     /// and name for a cluster member, say).
     pub(crate) async fn start_with(
@@ -108,7 +133,21 @@ impl ServerHandle {
             ImageSource,
         ) -> ContainerRequest<GenericImage>,
     ) -> Result<Self, HarnessError> {
-        let source = image_source(server).await?;
+        Self::start_inner(server, None, adjust).await
+    }
+
+    async fn start_inner(
+        server: &'static dyn Server,
+        tls: Option<&TlsMaterial>,
+        adjust: impl FnOnce(
+            ContainerRequest<GenericImage>,
+            ImageSource,
+        ) -> ContainerRequest<GenericImage>,
+    ) -> Result<Self, HarnessError> {
+        let source = match tls {
+            Some(_) => ImageSource::Local,
+            None => image_source(server).await?,
+        };
         let password = format!("pw{:016x}", rand::random::<u64>());
         let host_port = free_port()?;
         let port = ContainerPort::Tcp(server.port());
@@ -137,7 +176,19 @@ impl ServerHandle {
                 }
             })
             .with_startup_timeout(READY_WITHIN);
-        let request = adjust(server.configure(request, source, &password), source);
+        let mut request = server.configure(request, source, &password);
+        if let Some(tls) = tls {
+            for (name, contents) in &tls.container_files {
+                request = request.with_copy_to(
+                    CopyTargetOptions::new(format!("{IN_CONTAINER}/{name}")).with_mode(0o644),
+                    contents.clone().into_bytes(),
+                );
+            }
+            request = server
+                .configure_tls(request)
+                .ok_or(HarnessError::NoTls(server.name()))?;
+        }
+        let request = adjust(request, source);
         let container = request.start().await.map_err(|e| HarnessError::Start {
             server: server.name(),
             image: format!("{name}:{tag}"),
@@ -149,6 +200,7 @@ impl ServerHandle {
             container,
             host_port,
             password,
+            tls: tls.is_some(),
         };
         handle.wait_ready(READY_WITHIN).await?;
         Ok(handle)
@@ -192,14 +244,18 @@ impl ServerHandle {
     /// requests. `Ok` when it does.
     pub async fn probe(&self) -> Result<(), BoxError> {
         let name = self.server.name();
-        timeout(
-            CHECK_WITHIN,
-            self.exec(self.server.ready_check(&self.password)),
-        )
-        .await
-        .map_err(|_| -> BoxError {
-            format!("the {name} readiness check did not finish within {CHECK_WITHIN:?}").into()
-        })?
+        let check = match self.tls {
+            true => self
+                .server
+                .tls_ready_check(&self.password)
+                .ok_or("no TLS readiness check")?,
+            false => self.server.ready_check(&self.password),
+        };
+        timeout(CHECK_WITHIN, self.exec(check))
+            .await
+            .map_err(|_| -> BoxError {
+                format!("the {name} readiness check did not finish within {CHECK_WITHIN:?}").into()
+            })?
     }
 
     /// Probes until the server is ready, for at most `within`.

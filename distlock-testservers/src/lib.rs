@@ -43,6 +43,7 @@ pub mod postgres;
 mod proxy;
 pub mod redis;
 mod sockets;
+mod tls;
 
 use std::fmt;
 use std::future::Future;
@@ -61,6 +62,7 @@ pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
 pub use redis::Redis;
+pub use tls::TlsMaterial;
 
 /// One kind of server the harness can start: everything that differs between them.
 pub trait Server: Send + Sync + fmt::Debug + 'static {
@@ -109,6 +111,33 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
 
     /// How to close every client connection while the server stays up.
     fn connection_kill(&self, password: &str) -> ConnectionKill;
+
+    /// Adds what makes the server serve TLS only to a request for the local image,
+    /// which finds `ca.pem`, `server.pem`, `server.key`, `client.pem` and
+    /// `client.key` under `/tls`; `None` where the harness has no TLS set-up for it.
+    fn configure_tls(
+        &self,
+        _request: ContainerRequest<GenericImage>,
+    ) -> Option<ContainerRequest<GenericImage>> {
+        None
+    }
+
+    /// The URL of the TLS server, trusting the CA in `ca_file` (with `tls`'s client
+    /// certificate where the server asks for one).
+    fn tls_url(
+        &self,
+        _host_port: u16,
+        _password: &str,
+        _tls: &TlsMaterial,
+        _ca_file: &std::path::Path,
+    ) -> Option<String> {
+        None
+    }
+
+    /// [`ready_check`](Self::ready_check) over TLS.
+    fn tls_ready_check(&self, _password: &str) -> Option<ExecCommand> {
+        None
+    }
 
     /// The environment variable that points the tests at a running server instead.
     fn url_variable(&self) -> String {
@@ -159,6 +188,39 @@ where
         return Ok(Target::new(Arc::new(connect(url).await?)));
     }
     target_on(ServerHandle::start(server).await?, connect).await
+}
+
+/// A conformance target for a backend on `server` serving TLS only (from the local
+/// image, with certificates of a fresh test CA): the backend `connect` makes from the
+/// TLS URL, which trusts that CA, and more clients of the same URL. No control and no
+/// links: the cases that need neither (what the suite checks of every backend) run
+/// over TLS. The target owns the server.
+pub async fn tls_target<B, F, Fut>(
+    server: &'static dyn Server,
+    connect: F,
+) -> Result<Target, BoxError>
+where
+    B: LockBackend + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+{
+    let tls = TlsMaterial::generate()?;
+    let handle = Arc::new(ServerHandle::start_tls(server, &tls).await?);
+    let url = handle
+        .tls_url(&tls, &tls.ca_file())
+        .ok_or_else(|| format!("the harness has no TLS URL for {}", server.name()))?;
+    let backend = connect(url.clone()).await?;
+    let connect = Arc::new(connect);
+    let keep = Arc::new((handle, tls));
+    Ok(Target::new(Arc::new(backend)).with_clients(
+        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
+            let (url, connect, _keep) = (url.clone(), connect.clone(), keep.clone());
+            Box::pin(async move {
+                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
+                Ok(backend)
+            })
+        },
+    ))
 }
 
 /// The conformance target for a backend on the running server `handle`: the backend

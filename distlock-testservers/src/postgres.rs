@@ -3,7 +3,7 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 
 /// PostgreSQL, user `postgres`, database `postgres`.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +45,33 @@ impl Server for Postgres {
         // Over TCP, so that the official image's initialisation server (on its Unix
         // socket only) does not count as ready.
         ExecCommand::new(["pg_isready", "-q", "-h", "127.0.0.1", "-U", "postgres"])
+    }
+
+    fn configure_tls(
+        &self,
+        request: ContainerRequest<GenericImage>,
+    ) -> Option<ContainerRequest<GenericImage>> {
+        // The local image's entrypoint turns SSL on where it finds /tls.
+        Some(request)
+    }
+
+    fn tls_url(
+        &self,
+        host_port: u16,
+        password: &str,
+        _: &TlsMaterial,
+        ca_file: &std::path::Path,
+    ) -> Option<String> {
+        Some(format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            self.url(host_port, password),
+            ca_file.display()
+        ))
+    }
+
+    fn tls_ready_check(&self, password: &str) -> Option<ExecCommand> {
+        // pg_isready asks for no encryption of its own; it checks the server answers.
+        Some(self.ready_check(password))
     }
 
     fn connection_kill(&self, password: &str) -> ConnectionKill {

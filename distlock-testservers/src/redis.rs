@@ -4,7 +4,7 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 
 /// Redis (`redis-server`), password-protected, `maxmemory-policy noeviction`.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +65,38 @@ impl Server for Redis {
             "test \"$(redis-cli --no-auth-warning ping)\" = PONG",
         ])
         .with_env_vars([("REDISCLI_AUTH", password)])
+    }
+
+    fn configure_tls(
+        &self,
+        request: ContainerRequest<GenericImage>,
+    ) -> Option<ContainerRequest<GenericImage>> {
+        // The local image's entrypoint serves TLS only where it finds /tls.
+        Some(request)
+    }
+
+    fn tls_url(
+        &self,
+        host_port: u16,
+        password: &str,
+        _: &TlsMaterial,
+        ca_file: &std::path::Path,
+    ) -> Option<String> {
+        Some(format!(
+            "rediss://:{password}@127.0.0.1:{host_port}?ca_file={}",
+            ca_file.display()
+        ))
+    }
+
+    fn tls_ready_check(&self, password: &str) -> Option<ExecCommand> {
+        Some(
+            ExecCommand::new([
+                "sh",
+                "-c",
+                "test \"$(redis-cli --tls --cacert /tls/ca.pem --no-auth-warning ping)\" = PONG",
+            ])
+            .with_env_vars([("REDISCLI_AUTH", password)]),
+        )
     }
 
     fn connection_kill(&self, password: &str) -> ConnectionKill {
