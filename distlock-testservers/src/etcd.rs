@@ -58,15 +58,6 @@ impl Server for Etcd {
         ])
     }
 
-    fn configure_tls(
-        &self,
-        request: ContainerRequest<GenericImage>,
-    ) -> Option<ContainerRequest<GenericImage>> {
-        // The local image's entrypoint serves TLS, with client certificates, where it
-        // finds /tls.
-        Some(request)
-    }
-
     fn tls_url(
         &self,
         host_port: u16,

@@ -178,15 +178,15 @@ impl ServerHandle {
             .with_startup_timeout(READY_WITHIN);
         let mut request = server.configure(request, source, &password);
         if let Some(tls) = tls {
+            server
+                .tls_ready_check(&password)
+                .ok_or(HarnessError::NoTls(server.name()))?;
             for (name, contents) in &tls.container_files {
                 request = request.with_copy_to(
                     CopyTargetOptions::new(format!("{IN_CONTAINER}/{name}")).with_mode(0o644),
                     contents.clone().into_bytes(),
                 );
             }
-            request = server
-                .configure_tls(request)
-                .ok_or(HarnessError::NoTls(server.name()))?;
         }
         let request = adjust(request, source);
         let container = request.start().await.map_err(|e| HarnessError::Start {

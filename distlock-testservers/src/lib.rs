@@ -112,16 +112,6 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
     /// How to close every client connection while the server stays up.
     fn connection_kill(&self, password: &str) -> ConnectionKill;
 
-    /// Adds what makes the server serve TLS only to a request for the local image,
-    /// which finds `ca.pem`, `server.pem`, `server.key`, `client.pem` and
-    /// `client.key` under `/tls`; `None` where the harness has no TLS set-up for it.
-    fn configure_tls(
-        &self,
-        _request: ContainerRequest<GenericImage>,
-    ) -> Option<ContainerRequest<GenericImage>> {
-        None
-    }
-
     /// The URL of the TLS server, trusting the CA in `ca_file` (with `tls`'s client
     /// certificate where the server asks for one).
     fn tls_url(
@@ -134,7 +124,10 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
         None
     }
 
-    /// [`ready_check`](Self::ready_check) over TLS.
+    /// [`ready_check`](Self::ready_check) over TLS; `None` where the harness has no TLS
+    /// set-up for the server. (The local image serves TLS only wherever it finds
+    /// `ca.pem`, `server.pem`, `server.key`, `client.pem` and `client.key` under
+    /// `/tls`, which [`ServerHandle::start_tls`] puts there.)
     fn tls_ready_check(&self, _password: &str) -> Option<ExecCommand> {
         None
     }

@@ -47,14 +47,6 @@ impl Server for Postgres {
         ExecCommand::new(["pg_isready", "-q", "-h", "127.0.0.1", "-U", "postgres"])
     }
 
-    fn configure_tls(
-        &self,
-        request: ContainerRequest<GenericImage>,
-    ) -> Option<ContainerRequest<GenericImage>> {
-        // The local image's entrypoint turns SSL on where it finds /tls.
-        Some(request)
-    }
-
     fn tls_url(
         &self,
         host_port: u16,

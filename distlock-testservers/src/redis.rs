@@ -67,14 +67,6 @@ impl Server for Redis {
         .with_env_vars([("REDISCLI_AUTH", password)])
     }
 
-    fn configure_tls(
-        &self,
-        request: ContainerRequest<GenericImage>,
-    ) -> Option<ContainerRequest<GenericImage>> {
-        // The local image's entrypoint serves TLS only where it finds /tls.
-        Some(request)
-    }
-
     fn tls_url(
         &self,
         host_port: u16,
