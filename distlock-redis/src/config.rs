@@ -12,8 +12,9 @@ use distlock_core::{redact_url, support, Error, Result};
 /// - `rediss://` is TLS (needs this crate's `tls` feature): the server's certificate
 ///   is checked against the URL's host, trusting the system's roots, or only the CA in
 ///   `ca_file` (a PEM file) where given; `cert_file` and `key_file` (PEM) present a
-///   client certificate. A certificate the trusted CAs did not sign is a
-///   configuration error at connect;
+///   client certificate (tested with `ca_file`; the default roots and client
+///   certificates are not exercised by this crate's tests). A certificate the trusted
+///   CAs did not sign is a configuration error at connect;
 /// - user and password are Redis ACL credentials (or `requirepass` with no user);
 /// - `db` is the database number;
 /// - `prefix` (default `distlock:`) is put before every key this backend writes;
