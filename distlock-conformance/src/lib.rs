@@ -11,6 +11,9 @@
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.
 //!
+//! - [`fenced`] is the suite for fenced stores ([`distlock_core::FencedStore`]), run
+//!   the same way with [`fenced_conformance_main!`].
+//!
 //! This crate is the specification only: besides the core and the test harness, it
 //! uses only crates the core already depends on. Real servers for it (Redis,
 //! PostgreSQL and etcd in containers, with their fault controls) are in the
@@ -22,6 +25,7 @@
 #[macro_use]
 mod case;
 pub mod cases;
+pub mod fenced;
 mod gates;
 mod suite;
 mod target;

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use libtest_mimic::{Arguments, Failed, Trial};
 use tokio::time::Instant;
 
 use crate::case::Case;
-use crate::cases::{CaseError, AREAS};
+use crate::cases::{CaseError, CaseResult, AREAS};
 use crate::target::Target;
 
 /// No case may run longer than this; a hang is a failure, never a stuck run.
@@ -75,36 +76,37 @@ impl SuiteReport {
 /// Runs one case on `target`, honouring its gate, its need for the server alone, and
 /// the case time limit. A panic inside the case is a failure.
 pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
-    let started = Instant::now();
-    let outcome = match case.skip_reason(target) {
-        Some(reason) => Outcome::Skipped(reason),
+    let (outcome, duration) = match case.skip_reason(target) {
+        Some(reason) => (Outcome::Skipped(reason), Duration::ZERO),
+        None if case.fault() => {
+            let _alone = target.server_use.write().await;
+            timed((case.run)(target)).await
+        }
         None => {
-            let run = AssertUnwindSafe((case.run)(target)).catch_unwind();
-            let result = if case.fault() {
-                let _alone = target.server_use.write().await;
-                tokio::time::timeout(CASE_TIMEOUT, run).await
-            } else {
-                let _shared = target.server_use.read().await;
-                tokio::time::timeout(CASE_TIMEOUT, run).await
-            };
-            match result {
-                Err(_) => {
-                    Outcome::Failed(format!("the case did not finish within {CASE_TIMEOUT:?}"))
-                }
-                Ok(Err(panic)) => {
-                    Outcome::Failed(format!("the case panicked: {}", panic_message(&panic)))
-                }
-                Ok(Ok(Ok(()))) => Outcome::Passed,
-                Ok(Ok(Err(CaseError::Failed(msg)))) => Outcome::Failed(msg),
-                Ok(Ok(Err(CaseError::Skipped(reason)))) => Outcome::Skipped(reason),
-            }
+            let _shared = target.server_use.read().await;
+            timed((case.run)(target)).await
         }
     };
     CaseReport {
         name: case.name(),
         outcome,
-        duration: started.elapsed(),
+        duration,
     }
+}
+
+/// Runs one case's future within the time limit, a panic counting as a failure.
+pub(crate) async fn timed(run: impl Future<Output = CaseResult>) -> (Outcome, Duration) {
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(CASE_TIMEOUT, AssertUnwindSafe(run).catch_unwind())
+        .await
+    {
+        Err(_) => Outcome::Failed(format!("the case did not finish within {CASE_TIMEOUT:?}")),
+        Ok(Err(panic)) => Outcome::Failed(format!("the case panicked: {}", panic_message(&panic))),
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(CaseError::Failed(msg)))) => Outcome::Failed(msg),
+        Ok(Ok(Err(CaseError::Skipped(reason)))) => Outcome::Skipped(reason),
+    };
+    (outcome, started.elapsed())
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -141,6 +143,42 @@ where
     Fut: Future<Output = Result<Target, E>>,
     E: fmt::Display,
 {
+    libtest_main(make, |target| {
+        cases()
+            .map(|case| {
+                let skip = case.skip_reason(target);
+                if let Some(reason) = &skip {
+                    eprintln!(
+                        "conformance: {} cannot run on {}: {reason}",
+                        case.name(),
+                        target.backend().name()
+                    );
+                }
+                let target = target.clone();
+                let run: TrialRun =
+                    Box::new(move || Box::pin(async move { run_case(&target, case).await.outcome }));
+                (case.name(), skip, run)
+            })
+            .collect()
+    })
+}
+
+/// Runs one trial to its outcome.
+pub(crate) type TrialRun = Box<dyn FnOnce() -> BoxFuture<'static, Outcome> + Send>;
+
+/// The shared main of the suites' test targets: builds the target once, then runs the
+/// trials `trials` lists (a name, a skip reason, the run) with libtest's command line;
+/// four at once unless `--test-threads` says otherwise.
+pub(crate) fn libtest_main<T, F, Fut, E>(
+    make: F,
+    trials: impl FnOnce(&Arc<T>) -> Vec<(&'static str, Option<String>, TrialRun)>,
+) -> ExitCode
+where
+    T: Send + Sync + 'static,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: fmt::Display,
+{
     let mut args = Arguments::from_args();
     if args.test_threads.is_none() {
         args.test_threads = Some(4);
@@ -159,30 +197,18 @@ where
     let target = match runtime.block_on(make()) {
         Ok(target) => Arc::new(target),
         Err(e) => {
-            eprintln!("conformance: cannot set up the backend under test: {e}");
+            eprintln!("conformance: cannot set up the target under test: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let trials = cases()
-        .map(|case| {
-            let skip = case.skip_reason(&target);
-            if let Some(reason) = &skip {
-                eprintln!(
-                    "conformance: {} cannot run on {}: {reason}",
-                    case.name(),
-                    target.backend().name()
-                );
-            }
-            let (target, runtime) = (target.clone(), runtime.clone());
-            Trial::test(case.name(), move || {
-                let report = runtime.block_on(run_case(&target, case));
-                match report.outcome {
-                    Outcome::Passed => Ok(()),
-                    Outcome::Failed(msg) => Err(Failed::from(msg)),
-                    Outcome::Skipped(reason) => {
-                        Err(Failed::from(format!("cannot run here: {reason}")))
-                    }
-                }
+    let trials = trials(&target)
+        .into_iter()
+        .map(|(name, skip, run)| {
+            let runtime = runtime.clone();
+            Trial::test(name, move || match runtime.block_on(run()) {
+                Outcome::Passed => Ok(()),
+                Outcome::Failed(msg) => Err(Failed::from(msg)),
+                Outcome::Skipped(reason) => Err(Failed::from(format!("cannot run here: {reason}"))),
             })
             .with_ignored_flag(skip.is_some())
         })

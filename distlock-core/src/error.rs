@@ -28,6 +28,10 @@ pub enum ErrorKind {
     NotHeld,
     /// The lock was lost while work ran under it (see [`crate::LockClient::with_lock`]).
     LockLost,
+    /// A fenced resource has seen a higher fence than the one a write carried: a
+    /// newer holder has written, so this one's lock is gone (see
+    /// [`crate::FencedStore`]). Not retryable: the same fence stays stale.
+    StaleFence,
     /// The wait deadline passed before the lock could be acquired.
     Timeout,
     /// The server could not be reached or did not answer in time. A retry may help.
@@ -51,6 +55,7 @@ impl ErrorKind {
             ErrorKind::InvalidInput => "invalid input",
             ErrorKind::NotHeld => "not held",
             ErrorKind::LockLost => "lock lost",
+            ErrorKind::StaleFence => "stale fence",
             ErrorKind::Timeout => "timed out",
             ErrorKind::Unavailable => "backend unavailable",
             ErrorKind::Authentication => "authentication failed",

@@ -12,6 +12,10 @@
 //!   TTLs checked, validity counted from before the request, leases built, late grants
 //!   given back. [`WakeRegistry`] is the one registry of waiters per key.
 //! - [`MemoryBackend`] is the in-process reference implementation.
+//! - [`FencedStore`] is a resource that refuses writes under a stale fence, atomically
+//!   on its own server; [`LockClient::with_fenced_lock`] hands the work a
+//!   [`FencedHandle`] that writes through one. [`MemoryStore`] and [`FileStore`] are
+//!   here; the backends' crates have adapters for Redis, PostgreSQL and etcd.
 //!
 //! # Why fencing tokens
 //!
@@ -20,7 +24,7 @@
 //! lock, while another holder already does. No lock service can prevent that alone.
 //! Every grant therefore carries a [`FencingToken`] that strictly increases per key;
 //! give it to the protected resource, and have the resource refuse writes with a token
-//! smaller than one it has already seen.
+//! smaller than one it has already seen: a [`FencedStore`] is such a resource.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
@@ -29,6 +33,7 @@ mod backend;
 mod capabilities;
 mod client;
 mod error;
+mod fenced;
 mod key;
 mod lease;
 mod memory;
@@ -41,6 +46,10 @@ pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
 pub use capabilities::{Capabilities, FenceDurability, RoundTrips};
 pub use client::{LockClient, LockGuard, LockOptions, LossReason};
 pub use error::{BoxError, Error, ErrorKind, Result};
+pub use fenced::{
+    DynFencedStore, FenceCheck, FencedHandle, FencedStore, FencedStoreExt, FencedValue, FileStore,
+    MemoryStore, MAX_FENCE,
+};
 pub use key::LockKey;
 pub use lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,

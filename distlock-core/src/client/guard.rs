@@ -14,6 +14,7 @@ use crate::client::deferred::{Deferred, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
 use crate::lease::{ExtendOutcome, Lease, ReleaseOutcome};
 use crate::token::FencingToken;
@@ -215,6 +216,11 @@ impl LockGuard {
     /// The fencing token of this acquisition: larger than that of every earlier holder.
     pub fn fence(&self) -> FencingToken {
         self.shared.fence()
+    }
+
+    /// A handle that writes through `store` under this guard's fence.
+    pub fn fenced<S: FencedStore>(&self, store: S) -> FencedHandle<S> {
+        FencedHandle::new(store, self.fence())
     }
 
     /// Until when the lease is known to be valid (local monotonic clock).

@@ -16,6 +16,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, ChangeStream, DynLockBackend, LockBackendExt};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
 use crate::lease::AcquireOutcome;
 use crate::token::{FencingToken, OwnerToken};
@@ -230,6 +231,27 @@ impl LockClient {
                 Ok(output)
             }
         }
+    }
+
+    /// [`with_lock`](Self::with_lock), with the work handed a [`FencedHandle`] that
+    /// writes through `store` under the lock's fence: every write the work makes
+    /// through it is refused by the store once a newer holder has written (an
+    /// [`ErrorKind::StaleFence`] error), even if this process has not yet learnt that
+    /// its lease ran out. See [`FencedHandle`] for an example.
+    pub async fn with_fenced_lock<S, F, Fut, T>(
+        &self,
+        key: &str,
+        wait: Duration,
+        store: S,
+        work: F,
+    ) -> Result<T>
+    where
+        S: FencedStore,
+        F: FnOnce(FencedHandle<S>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.with_lock(key, wait, |fence| work(FencedHandle::new(store, fence)))
+            .await
     }
 
     async fn watch(&self, key: &LockKey) -> Option<ChangeStream> {
