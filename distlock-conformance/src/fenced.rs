@@ -432,8 +432,9 @@ where
             .iter()
             .map(|case| {
                 let target = target.clone();
-                let run: TrialRun =
-                    Box::new(move || Box::pin(async move { run_case(&target, case).await.outcome }));
+                let run: TrialRun = Box::new(move || {
+                    Box::pin(async move { run_case(&target, case).await.outcome })
+                });
                 (case.name, None, run)
             })
             .collect()

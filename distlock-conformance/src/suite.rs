@@ -155,8 +155,9 @@ where
                     );
                 }
                 let target = target.clone();
-                let run: TrialRun =
-                    Box::new(move || Box::pin(async move { run_case(&target, case).await.outcome }));
+                let run: TrialRun = Box::new(move || {
+                    Box::pin(async move { run_case(&target, case).await.outcome })
+                });
                 (case.name(), skip, run)
             })
             .collect()

@@ -47,8 +47,8 @@ pub use capabilities::{Capabilities, FenceDurability, RoundTrips};
 pub use client::{LockClient, LockGuard, LockOptions, LossReason};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{
-    DynFencedStore, FenceCheck, FencedHandle, FencedStore, FencedStoreExt, FencedValue, FileStore,
-    MemoryStore, MAX_FENCE,
+    check_fence, DynFencedStore, FenceCheck, FencedHandle, FencedStore, FencedStoreExt,
+    FencedValue, FileStore, MemoryStore, MAX_FENCE,
 };
 pub use key::LockKey;
 pub use lease::{

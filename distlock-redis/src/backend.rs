@@ -12,7 +12,7 @@ use distlock_core::{
 };
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
-use redis::{FromRedisValue, Script, ServerErrorKind};
+use redis::{FromRedisValue, Script, ServerErrorKind, ToRedisArgs};
 use tracing::debug;
 
 use crate::config::RedisConfig;
@@ -126,11 +126,11 @@ impl RedisBackend {
 
     /// Runs `script` in one round trip: `EVALSHA`, and `WAIT` in the same pipeline when
     /// replicas are to be waited for; on `NOSCRIPT` the script is loaded and run again.
-    async fn run<T: FromRedisValue>(
+    pub(crate) async fn run<T: FromRedisValue, A: ToRedisArgs>(
         &self,
         script: &Script,
         keys: &[&str],
-        args: &[&str],
+        args: &[A],
         wait: bool,
     ) -> Result<T> {
         let mut conn = self.inner.conn.clone();
@@ -332,7 +332,7 @@ impl LockBackend for RedisBackend {
             .run(
                 &self.inner.scripts.inspect,
                 &[&self.lock_key(key)],
-                &[],
+                &[] as &[&str],
                 false,
             )
             .await?;

@@ -13,6 +13,8 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         redis::ErrorKind::AuthenticationFailed => ErrorKind::Authentication,
         _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Authentication,
         redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
+        // A reply of the wrong shape is the server's answer, not a fault of the link.
+        redis::ErrorKind::UnexpectedReturnType => ErrorKind::Backend,
         redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => ErrorKind::Unavailable,
         _ if e.is_io_error()
             || e.is_timeout()

@@ -76,6 +76,7 @@
 mod backend;
 mod config;
 mod error;
+pub mod fenced;
 
 pub use backend::RedisBackend;
 pub use config::{RedisConfig, SCHEMES};

@@ -112,3 +112,92 @@ async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
     let right = server.tls_url(&tls, &tls.ca_file()).expect("url");
     RedisBackend::connect(&right).await.expect("the right CA");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_to_the_users_own_keys_keep_the_fence_beside_them() {
+    use distlock_core::FencingToken;
+    use distlock_redis::fenced::{fence_key, RedisStore, FENCE_FIELD};
+
+    let server = server().await;
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let store = RedisStore::new(&backend);
+    let mut admin = admin(&server).await;
+    let f = FencingToken::new;
+
+    // A string key: the value where the user reads it, the fence in its own key.
+    store.set("orders:7", f(5), b"paid").await.expect("set");
+    let stale = store
+        .set("orders:7", f(4), b"refunded")
+        .await
+        .expect_err("stale");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+    let (value, fence): (String, String) = redis::pipe()
+        .get("orders:7")
+        .get(fence_key("orders:7"))
+        .query_async(&mut admin)
+        .await
+        .expect("read back");
+    assert_eq!((value.as_str(), fence.as_str()), ("paid", "5"));
+    // A claiming read raises the fence: the holder of 5 can no longer write.
+    assert_eq!(
+        store.get("orders:7", f(6)).await.expect("get").as_deref(),
+        Some(&b"paid"[..])
+    );
+    let stale = store
+        .set("orders:7", f(5), b"late")
+        .await
+        .expect_err("stale");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+
+    // A hash: fields written under the fence of the whole hash, kept in the hash.
+    store
+        .hset("cart:{u1}", "total", f(9), b"10")
+        .await
+        .expect("hset");
+    store
+        .hset("cart:{u1}", "items", f(10), b"3")
+        .await
+        .expect("hset");
+    let stale = store
+        .hset("cart:{u1}", "total", f(9), b"0")
+        .await
+        .expect_err("stale");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+    let (total, fence): (String, String) = redis::pipe()
+        .hget("cart:{u1}", "total")
+        .hget("cart:{u1}", FENCE_FIELD)
+        .query_async(&mut admin)
+        .await
+        .expect("read back");
+    assert_eq!((total.as_str(), fence.as_str()), ("10", "10"));
+    assert_eq!(
+        store
+            .hget("cart:{u1}", "items", f(10))
+            .await
+            .expect("hget")
+            .as_deref(),
+        Some(&b"3"[..])
+    );
+
+    // Bad input is refused before anything is sent.
+    for err in [
+        store
+            .hset("cart:{u1}", FENCE_FIELD, f(11), b"x")
+            .await
+            .expect_err("fence field"),
+        store
+            .set("orders:7", FencingToken::new(u64::MAX), b"x")
+            .await
+            .expect_err("fence too high"),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    }
+    assert_eq!(
+        store
+            .set("", f(11), b"x")
+            .await
+            .expect_err("empty key")
+            .kind(),
+        ErrorKind::InvalidKey
+    );
+}

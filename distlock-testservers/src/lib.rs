@@ -49,8 +49,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use distlock_conformance::fenced::StoreTarget;
 use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
-use distlock_core::{BoxError, DynLockBackend, LockBackend};
+use distlock_core::{BoxError, DynFencedStore, DynLockBackend, FencedStore, LockBackend};
 use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage};
@@ -181,6 +182,39 @@ where
         return Ok(Target::new(Arc::new(connect(url).await?)));
     }
     target_on(ServerHandle::start(server).await?, connect).await
+}
+
+/// The target of the fenced-store suite for a store on `server`: the store `connect`
+/// makes from the server's URL, and more clients of it, each with connections of its
+/// own. With the server's URL in its environment variable, that server; otherwise a
+/// container of its own, which the target owns.
+pub async fn store_target<S, F, Fut>(
+    server: &'static dyn Server,
+    connect: F,
+) -> Result<StoreTarget, BoxError>
+where
+    S: FencedStore + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = distlock_core::Result<S>> + Send + 'static,
+{
+    let (url, handle) = match external_url(server) {
+        Some(url) => (url, None),
+        None => {
+            let handle = ServerHandle::start(server).await?;
+            (handle.url(), Some(Arc::new(handle)))
+        }
+    };
+    let store = connect(url.clone()).await?;
+    let connect = Arc::new(connect);
+    Ok(StoreTarget::new(Arc::new(store)).with_clients(
+        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynFencedStore>>> {
+            let (url, connect, _keep) = (url.clone(), connect.clone(), handle.clone());
+            Box::pin(async move {
+                let store: Arc<DynFencedStore> = Arc::new(connect(url).await?);
+                Ok(store)
+            })
+        },
+    ))
 }
 
 /// A conformance target for a backend on `server` serving TLS only (from the local

@@ -91,9 +91,12 @@ impl FileStore {
                 Error::new(ErrorKind::Backend, "a file step did not finish").with_source(e)
             })?
             .map_err(|e| {
-                Error::new(ErrorKind::Backend, format!("cannot use the files of {shown:?}"))
-                    .with_source(e)
-                    .with_backend("file")
+                Error::new(
+                    ErrorKind::Backend,
+                    format!("cannot use the files of {shown:?}"),
+                )
+                .with_source(e)
+                .with_backend("file")
             })
     }
 }
@@ -125,9 +128,13 @@ impl Files {
 
     fn fence(&self) -> io::Result<Option<FencingToken>> {
         match fs::read_to_string(&self.fence) {
-            Ok(text) => text.trim().parse::<u64>().map(|f| Some(FencingToken::new(f))).map_err(
-                |_| io::Error::new(io::ErrorKind::InvalidData, "the fence file is not a number"),
-            ),
+            Ok(text) => text
+                .trim()
+                .parse::<u64>()
+                .map(|f| Some(FencingToken::new(f)))
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, "the fence file is not a number")
+                }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -192,7 +199,7 @@ impl FencedStore for FileStore {
         self.blocking(resource, move |files| {
             files.step(fence, |files| replace(&files.value, &value))
         })
-            .await
+        .await
     }
 
     async fn claim_fenced(
@@ -212,7 +219,12 @@ impl FencedStore for FileStore {
             let _lock = files.lock(false)?;
             Ok(files
                 .fence()?
-                .map(|fence| Ok::<_, io::Error>(FencedValue { fence, value: files.value()? }))
+                .map(|fence| {
+                    Ok::<_, io::Error>(FencedValue {
+                        fence,
+                        value: files.value()?,
+                    })
+                })
                 .transpose()?)
         })
         .await

@@ -154,10 +154,11 @@ pub trait FencedStoreExt: FencedStore {
     /// fence above [`MAX_FENCE`].
     async fn write(&self, resource: &str, fence: FencingToken, value: &[u8]) -> Result<()> {
         let resource = checked(resource, fence)?;
-        match self.put_fenced(&resource, fence, value).await? {
-            FenceCheck::Accepted(()) => Ok(()),
-            FenceCheck::Stale { current } => Err(stale(self.name(), &resource, fence, current)),
-        }
+        self.put_fenced(&resource, fence, value).await?.into_result(
+            self.name(),
+            resource.as_str(),
+            fence,
+        )
     }
 
     /// Reads `resource` under `fence`, raising its fence to `fence` (contract point
@@ -165,10 +166,11 @@ pub trait FencedStoreExt: FencedStore {
     /// [`write`](Self::write).
     async fn read(&self, resource: &str, fence: FencingToken) -> Result<Option<Vec<u8>>> {
         let resource = checked(resource, fence)?;
-        match self.claim_fenced(&resource, fence).await? {
-            FenceCheck::Accepted(value) => Ok(value),
-            FenceCheck::Stale { current } => Err(stale(self.name(), &resource, fence, current)),
-        }
+        self.claim_fenced(&resource, fence).await?.into_result(
+            self.name(),
+            resource.as_str(),
+            fence,
+        )
     }
 
     /// The resource's fence and value, without claiming it.
@@ -181,21 +183,38 @@ impl<T: FencedStore + ?Sized> FencedStoreExt for T {}
 
 fn checked(resource: &str, fence: FencingToken) -> Result<LockKey> {
     let resource = LockKey::new(resource)?;
+    check_fence(fence)?;
+    Ok(resource)
+}
+
+/// An [`ErrorKind::InvalidInput`] error for a fence above [`MAX_FENCE`]: for adapters'
+/// own operations, to check before anything is sent, as [`FencedStoreExt`] does.
+pub fn check_fence(fence: FencingToken) -> Result<()> {
     if fence > MAX_FENCE {
         return Err(Error::new(
             ErrorKind::InvalidInput,
             format!("fence {fence} is above {MAX_FENCE}, the highest a fenced store keeps"),
         ));
     }
-    Ok(resource)
+    Ok(())
 }
 
-fn stale(store: &str, resource: &LockKey, offered: FencingToken, current: FencingToken) -> Error {
-    Error::new(
-        ErrorKind::StaleFence,
-        format!("{resource:?} has seen fence {current}; a write under fence {offered} is stale"),
-    )
-    .with_backend(store.to_owned())
+impl<T> FenceCheck<T> {
+    /// The accepted value, or the [`ErrorKind::StaleFence`] error every store gives:
+    /// it names the `resource`, the `offered` fence and the current one, and the
+    /// `store` as the backend.
+    pub fn into_result(self, store: &str, resource: &str, offered: FencingToken) -> Result<T> {
+        match self {
+            FenceCheck::Accepted(value) => Ok(value),
+            FenceCheck::Stale { current } => Err(Error::new(
+                ErrorKind::StaleFence,
+                format!(
+                    "{resource:?} has seen fence {current}; a write under fence {offered} is stale"
+                ),
+            )
+            .with_backend(store.to_owned())),
+        }
+    }
 }
 
 /// A lock's fence and a store to write through under it: what
@@ -273,13 +292,19 @@ mod tests {
             .expect_err("fence too high");
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
         assert_eq!(store.inspect("r").await.expect("inspect"), None);
-        store.write("r", MAX_FENCE, b"top").await.expect("max fence");
+        store
+            .write("r", MAX_FENCE, b"top")
+            .await
+            .expect("max fence");
     }
 
     #[tokio::test]
     async fn a_stale_write_is_a_typed_error_naming_both_fences() {
         let store = MemoryStore::new();
-        store.write("r", FencingToken::new(10), b"new").await.expect("write");
+        store
+            .write("r", FencingToken::new(10), b"new")
+            .await
+            .expect("write");
         let err = store
             .write("r", FencingToken::new(9), b"old")
             .await
