@@ -130,24 +130,43 @@ impl PostgresBackend {
     /// Idempotent, and safe to run from many processes at once. [`connect`](Self::connect)
     /// runs it.
     pub async fn migrate(&self) -> Result<()> {
+        self.migrate_with(&self.inner.sql.migrate).await
+    }
+
+    /// Runs `statements` as [`migrate`](Self::migrate) runs its own: in one
+    /// transaction (one batch behind PgBouncer).
+    pub(crate) async fn migrate_with(&self, statements: &[String]) -> Result<()> {
         let result = self
             .bounded(on_conn!(self, conn => async {
                 if let Some(prefix) = &self.inner.batch_prefix {
-                    // One simple-protocol batch: an implicit transaction, so an error
-                    // rolls it back and leaves the pooled server connection idle.
-                    let batch = format!("{prefix}{}", self.inner.sql.migrate.join("; "));
+                    let batch = format!("{prefix}{}", statements.join("; "));
                     return sqlx::Executor::execute(&mut *conn, sqlx::raw_sql(&batch))
                         .await
                         .map(|_| ());
                 }
                 let mut tx = conn.begin().await?;
-                for statement in &self.inner.sql.migrate {
+                for statement in statements {
                     sqlx::query(statement).execute(&mut *tx).await?;
                 }
                 tx.commit().await
             }))
             .await?;
         result.map_err(|e| from_sqlx(&self.inner.config, e))
+    }
+
+    /// One statement with `args`, within the response timeout: its rows, or the
+    /// driver's error for the caller to classify.
+    pub(crate) async fn statement_rows(
+        &self,
+        statement: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Result<Vec<PgRow>, sqlx::Error>> {
+        self.bounded(self.rows(statement, args)).await
+    }
+
+    /// A driver error as this backend reports it (credentials scrubbed).
+    pub(crate) fn driver_error(&self, e: sqlx::Error) -> Error {
+        from_sqlx(&self.inner.config, e)
     }
 
     /// Deletes rows whose lease ended more than `older_than` ago; returns how many.
@@ -216,6 +235,7 @@ impl PostgresBackend {
                         Arg::Text(text) => query.bind(text),
                         Arg::Bytes(bytes) => query.bind(bytes),
                         Arg::Float(value) => query.bind(value),
+                        Arg::Int(value) => query.bind(value),
                     };
                 }
                 sqlx::Executor::fetch_all(conn, query).await

@@ -22,8 +22,14 @@ fn sqlstate(e: &sqlx::Error) -> Option<String> {
 /// Maps a sqlx error to a distlock error of the right kind, with the (scrubbed) text
 /// of the driver's error as its source.
 pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
-    let state = sqlstate(&e);
-    let kind = match (&e, state.as_deref()) {
+    let kind = kind_of(&e);
+    support::driver_error(kind, "postgres", config.scrub(e.to_string()))
+}
+
+/// The kind of a sqlx error.
+pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
+    let state = sqlstate(e);
+    match (e, state.as_deref()) {
         (_, Some("28P01" | "28000")) => ErrorKind::Authentication,
         // PgBouncer refuses a password with a protocol-violation code (08P01) and a
         // fixed message, not PostgreSQL's 28P01.
@@ -51,8 +57,7 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
             _,
         ) => ErrorKind::Unavailable,
         _ => ErrorKind::Backend,
-    };
-    support::driver_error(kind, "postgres", config.scrub(e.to_string()))
+    }
 }
 
 /// The statement did not answer within the response timeout.

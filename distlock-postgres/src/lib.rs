@@ -81,6 +81,7 @@
 mod backend;
 mod config;
 mod error;
+pub mod fenced;
 mod pool;
 mod sql;
 

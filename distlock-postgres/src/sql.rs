@@ -117,6 +117,7 @@ pub(crate) enum Arg<'a> {
     Text(&'a str),
     Bytes(&'a [u8]),
     Float(f64),
+    Int(i64),
 }
 
 impl Arg<'_> {
@@ -131,6 +132,7 @@ impl Arg<'_> {
                 format!("decode('{hex}', 'hex')")
             }
             Arg::Float(value) => format!("{value:?}::float8"),
+            Arg::Int(value) => format!("{value}::bigint"),
         }
     }
 }

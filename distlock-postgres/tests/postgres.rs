@@ -215,3 +215,125 @@ async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
         .await
         .expect("the right CA");
 }
+
+/// `FencedTable` on a table of "the user's": migrated twice, written in the user's
+/// transactions, upserted, claimed, and refused under a stale fence with the
+/// transaction aborted and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_statements_on_the_users_table_in_the_users_transactions(
+) -> Result<(), distlock_core::BoxError> {
+    use distlock_core::FencingToken;
+    use distlock_postgres::fenced::{self, FencedTable};
+    use sqlx::{Connection, PgConnection};
+
+    let server = server().await;
+    let mut conn = PgConnection::connect(&server.url()).await?;
+    sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+        .execute(&mut conn)
+        .await?;
+    sqlx::query("INSERT INTO accounts VALUES (1, 100), (2, 100)")
+        .execute(&mut conn)
+        .await?;
+    let accounts = FencedTable::new("accounts")?;
+    accounts.migrate(&mut conn).await?;
+    accounts.migrate(&mut conn).await?;
+    let f = |n| fenced::fence_arg(FencingToken::new(n)).expect("fence");
+    let add = accounts.update("balance = balance + $2", "id = $3");
+
+    // Fence 5 writes, in a transaction with another statement of the user's.
+    let mut tx = conn.begin().await?;
+    let rows = fenced::execute(
+        sqlx::query(&add).bind(f(5)).bind(10_i64).bind(1_i64),
+        &mut *tx,
+    )
+    .await?;
+    assert_eq!(rows, 1);
+    sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 2")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+
+    // Fence 7 writes row 1; then the holder of 5 is refused, inside its transaction,
+    // and its transaction's other write goes too.
+    fenced::execute(
+        sqlx::query(&add).bind(f(7)).bind(1_i64).bind(1_i64),
+        &mut conn,
+    )
+    .await?;
+    let mut tx = conn.begin().await?;
+    sqlx::query("UPDATE accounts SET balance = 0 WHERE id = 2")
+        .execute(&mut *tx)
+        .await?;
+    let stale = fenced::execute(
+        sqlx::query(&add).bind(f(5)).bind(1000_i64).bind(1_i64),
+        &mut *tx,
+    )
+    .await
+    .expect_err("fence 5 after 7");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+    assert!(stale.message().contains("fence 7"), "{stale}");
+    drop(tx);
+    let rows: Vec<(i64, i64, i64)> =
+        sqlx::query_as("SELECT id, balance, fence FROM accounts ORDER BY id")
+            .fetch_all(&mut conn)
+            .await?;
+    assert_eq!(rows, vec![(1, 111, 7), (2, 90, 0)]);
+
+    // A statement over several rows is refused whole when one row is newer.
+    let all = accounts.update("balance = balance + $2", "id = ANY($3)");
+    let stale = fenced::execute(
+        sqlx::query(&all)
+            .bind(f(6))
+            .bind(1_i64)
+            .bind(vec![1_i64, 2]),
+        &mut conn,
+    )
+    .await
+    .expect_err("row 1 is at 7");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+    let balance: i64 = sqlx::query_scalar("SELECT balance FROM accounts WHERE id = 2")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(balance, 90, "row 2 was written by a refused statement");
+
+    // An upsert: a new row takes the fence from VALUES, an existing one is checked.
+    let upsert = format!(
+        "INSERT INTO accounts (id, balance, fence) VALUES ($2, $3, $1) \
+         ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, {}",
+        accounts.assignment()
+    );
+    fenced::execute(
+        sqlx::query(&upsert).bind(f(3)).bind(3_i64).bind(30_i64),
+        &mut conn,
+    )
+    .await?;
+    fenced::execute(
+        sqlx::query(&upsert).bind(f(8)).bind(1_i64).bind(80_i64),
+        &mut conn,
+    )
+    .await?;
+    let stale = fenced::execute(
+        sqlx::query(&upsert).bind(f(7)).bind(1_i64).bind(70_i64),
+        &mut conn,
+    )
+    .await
+    .expect_err("upsert under 7 after 8");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+
+    // A claim (an empty SET) raises the fence without writing.
+    let claim = accounts.update("", "id = $2");
+    fenced::execute(sqlx::query(&claim).bind(f(9)).bind(2_i64), &mut conn).await?;
+    let stale = fenced::execute(
+        sqlx::query(&add).bind(f(8)).bind(1_i64).bind(2_i64),
+        &mut conn,
+    )
+    .await
+    .expect_err("write under 8 after a claim under 9");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+    let rows: Vec<(i64, i64, i64)> =
+        sqlx::query_as("SELECT id, balance, fence FROM accounts ORDER BY id")
+            .fetch_all(&mut conn)
+            .await?;
+    assert_eq!(rows, vec![(1, 80, 8), (2, 90, 9), (3, 30, 3)]);
+    Ok(())
+}

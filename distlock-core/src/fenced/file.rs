@@ -217,15 +217,13 @@ impl FencedStore for FileStore {
                 return Ok(None);
             }
             let _lock = files.lock(false)?;
-            Ok(files
-                .fence()?
-                .map(|fence| {
-                    Ok::<_, io::Error>(FencedValue {
-                        fence,
-                        value: files.value()?,
-                    })
-                })
-                .transpose()?)
+            match files.fence()? {
+                Some(fence) => Ok(Some(FencedValue {
+                    fence,
+                    value: files.value()?,
+                })),
+                None => Ok(None),
+            }
         })
         .await
     }
