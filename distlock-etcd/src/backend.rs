@@ -187,6 +187,11 @@ impl EtcdBackend {
         }
     }
 
+    /// Sends `txn` within the request timeout (again, if it could not be sent).
+    pub(crate) async fn txn(&self, txn: &Txn) -> Result<etcd_client::TxnResponse> {
+        self.request(|client| send_txn(client, txn)).await
+    }
+
     /// Revokes a lease in the background: its keys (if any) are already dealt with,
     /// and an unrevoked lease runs out at its TTL anyway.
     fn revoke_later(&self, id: i64) {

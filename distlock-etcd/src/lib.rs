@@ -70,6 +70,7 @@
 mod backend;
 mod config;
 mod error;
+pub mod fenced;
 
 pub use backend::EtcdBackend;
 pub use config::{EtcdConfig, SCHEMES};

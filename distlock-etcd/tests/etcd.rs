@@ -146,3 +146,57 @@ async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
     let right = server.tls_url(&tls, &tls.ca_file()).expect("url");
     EtcdBackend::connect(&right).await.expect("the right CA");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_puts_to_the_users_own_keys_keep_a_fixed_width_fence_beside_them() {
+    use distlock_core::FencingToken;
+    use distlock_etcd::fenced::EtcdStore;
+
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = EtcdBackend::connect(&server.url()).await.expect("connect");
+    let store = EtcdStore::new(&backend);
+    let f = FencingToken::new;
+
+    store.put("config/feature", f(9), b"on").await.expect("put");
+    store
+        .put("config/feature", f(10), b"off")
+        .await
+        .expect("put");
+    let stale = store
+        .put("config/feature", f(9), b"on")
+        .await
+        .expect_err("9 after 10");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+
+    let mut raw = etcd_client::Client::connect([server.url().replace("etcd://", "http://")], None)
+        .await
+        .expect("raw client");
+    let value = raw.get("config/feature", None).await.expect("get");
+    assert_eq!(value.kvs()[0].value(), b"off");
+    let fence = raw
+        .get(store.fence_key("config/feature"), None)
+        .await
+        .expect("get fence");
+    assert_eq!(fence.kvs()[0].value(), b"00000000000000000010");
+
+    // A claiming read raises the fence; the holder of 10 is then refused.
+    assert_eq!(
+        store
+            .get("config/feature", f(11))
+            .await
+            .expect("claim")
+            .as_deref(),
+        Some(&b"off"[..])
+    );
+    let stale = store
+        .put("config/feature", f(10), b"late")
+        .await
+        .expect_err("10 after a claim under 11");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence);
+    assert_eq!(
+        store.put("", f(12), b"x").await.expect_err("empty").kind(),
+        ErrorKind::InvalidKey
+    );
+}
