@@ -15,6 +15,8 @@ bash scripts/prepare-servers.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 bash scripts/check-packages.sh
+# Every public item's docs build, with no broken link.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 # Container tests start their own servers; the harness bounds how many run at once.
 # Every feature, so that the TLS builds and their tests run too.
 cargo test --workspace --all-features --locked

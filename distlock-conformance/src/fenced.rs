@@ -1,7 +1,7 @@
 //! The suite for fenced stores: one case per point of the contract written in
 //! [`distlock_core::FencedStore`]'s docs, run against any store.
 //!
-//! A third party runs it on its own store with [`fenced_conformance_main!`]:
+//! A third party runs it on its own store with [`fenced_conformance_main!`](crate::fenced_conformance_main):
 //!
 //! ```ignore
 //! // tests/fenced.rs, with `[[test]] name = "fenced" harness = false`

@@ -67,7 +67,7 @@ pub struct Capabilities {
     /// Whether [`LockBackend::force_release`](crate::LockBackend::force_release) is
     /// implemented (an operator breaking a lock).
     pub force_release: bool,
-    /// Whether [`LockBackend::extend`](crate::LockBackend::extend) accepts any valid
+    /// Whether [`LockBackendExt::extend`](crate::LockBackendExt::extend) accepts any valid
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
     /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
     pub extend_any_ttl: bool,

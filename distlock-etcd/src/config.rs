@@ -59,7 +59,7 @@ fn decode(part: &str) -> String {
 }
 
 impl EtcdConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`] error names what is wrong, never
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
     /// echoing the password.
     pub fn from_url(url: &str) -> Result<Self> {
         let (scheme, rest) = url

@@ -58,6 +58,11 @@
 //!   is refused, and the lease it left runs out at its TTL.
 //! - **Inspect** reports the remaining TTL in whole seconds, as etcd does.
 //!
+//! # Fenced writes
+//!
+//! [`fenced::EtcdStore`] puts your own keys under a fence, refusing a stale one in the
+//! transaction that writes (the contract is `distlock_core::FencedStore`'s).
+//!
 //! # Configuration
 //!
 //! See [`EtcdConfig`]: `etcd://host:port[,host:port...]`, `etcds://` for TLS (with the

@@ -95,7 +95,7 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
 }
 
 impl PostgresConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`] error names what is wrong, never
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
     /// echoing the password.
     pub fn from_url(url: &str) -> Result<Self> {
         let mut parsed =

@@ -68,6 +68,12 @@
 //! - Notifications are lost while the LISTEN connection is down; waiters notice the
 //!   dropped stream and poll until it is back.
 //!
+//! # Fenced writes
+//!
+//! [`fenced::FencedTable`] makes your own statements on your own tables refuse a stale
+//! fence, inside your transactions; [`fenced::PostgresStore`] is a fenced store on a
+//! table of its own (the contract is `distlock_core::FencedStore`'s).
+//!
 //! # Configuration
 //!
 //! See [`PostgresConfig`]: `postgres://` and `postgresql://` URLs, TLS through

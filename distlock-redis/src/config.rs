@@ -61,7 +61,7 @@ fn config_error(message: impl Into<String>) -> Error {
 }
 
 impl RedisConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`] error names what is wrong, never
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
     /// echoing the password.
     pub fn from_url(url: &str) -> Result<Self> {
         let mut parsed =

@@ -64,6 +64,12 @@
 //! - **Redis Cluster** is not supported by this backend's connection (single endpoint);
 //!   its keys are hash-tagged so that a lock and its counter would share a slot.
 //!
+//! # Fenced writes
+//!
+//! [`fenced::RedisStore`] writes your own string keys and hash fields under a fence,
+//! refusing a stale one in the same script that writes: the store side of the safety
+//! story (the contract is `distlock_core::FencedStore`'s).
+//!
 //! # Configuration
 //!
 //! See [`RedisConfig`] for the URL's form: `redis://` and `rediss://` (TLS, with the

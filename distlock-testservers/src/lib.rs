@@ -1,6 +1,6 @@
 //! Real servers for distlock's tests and benchmarks: Redis, PostgreSQL and etcd in
 //! containers started by testcontainers, at pinned versions, with the fault controls
-//! of [`ServerControl`](distlock_conformance::ServerControl) (pause, restart, kill,
+//! of [`ServerControl`] (pause, restart, kill,
 //! kill connections), and a proxy per client that counts round trips and can cut the
 //! client off or slow it.
 //!

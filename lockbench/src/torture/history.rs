@@ -1,8 +1,9 @@
 //! What a torture run records, and the checker that reads the whole history afterwards.
 //!
 //! Times are seconds since the run started, on the run's monotonic clock. The checker
-//! trusts nothing the clients concluded: it works from the grants as the clients saw
-//! them, the fault windows, and the register's own log and totals.
+//! trusts nothing the clients concluded: it works from the grants and the fenced
+//! register's answers as the clients saw them, with when each was sent and answered,
+//! the fault windows, and the registers' final state.
 
 use std::collections::BTreeMap;
 
@@ -88,12 +89,15 @@ pub(crate) struct Fault {
     pub(crate) declared: Option<String>,
 }
 
-/// One operation the fenced register accepted, in the register's own order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One operation the fenced register accepted: a claiming read or a write, when it
+/// was sent and when its answer came (seconds from the run's start).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Logged {
     pub(crate) key: usize,
     pub(crate) fence: u64,
     pub(crate) write: bool,
+    pub(crate) invoked: f64,
+    pub(crate) completed: f64,
 }
 
 /// A register's final state for one key.
@@ -112,6 +116,8 @@ pub(crate) struct History {
     pub(crate) faults: Vec<Fault>,
     pub(crate) log: Vec<Logged>,
     pub(crate) fenced: Vec<Totals>,
+    /// The fence the fenced register keeps per key at the end.
+    pub(crate) stored_fences: Vec<u64>,
     pub(crate) unfenced: Vec<Totals>,
     /// Keys still held on the server once every holder had finished and the TTL had
     /// passed: what was found.
@@ -222,19 +228,41 @@ impl History {
         }
     }
 
-    /// A write the fenced register accepted after it had seen a larger fence for its
-    /// key, in the register's own order.
+    /// A write the fenced register accepted although an operation under a larger
+    /// fence had been accepted, and had answered, before the write was sent (the
+    /// store is linearizable, so it had seen that fence); and a key whose stored fence
+    /// ended below the largest fence the register accepted for it.
     fn stale_writes(&self, f: &mut Findings) {
-        let mut highest: BTreeMap<usize, u64> = BTreeMap::new();
-        for (i, op) in self.log.iter().enumerate() {
-            let seen = highest.entry(op.key).or_default();
-            if op.write && op.fence < *seen {
+        let keys = self.log.iter().map(|op| op.key + 1).max().unwrap_or(0);
+        for key in 0..keys {
+            let ops: Vec<&Logged> = self.log.iter().filter(|op| op.key == key).collect();
+            let mut by_completed = ops.clone();
+            by_completed.sort_by(|a, b| a.completed.total_cmp(&b.completed));
+            let mut writes: Vec<&Logged> = ops.iter().copied().filter(|op| op.write).collect();
+            writes.sort_by(|a, b| a.invoked.total_cmp(&b.invoked));
+            let (mut done, mut highest) = (0, None::<&Logged>);
+            for write in writes {
+                while done < by_completed.len() && by_completed[done].completed < write.invoked {
+                    let earlier = by_completed[done];
+                    if highest.is_none_or(|h| earlier.fence > h.fence) {
+                        highest = Some(earlier);
+                    }
+                    done += 1;
+                }
+                if let Some(seen) = highest.filter(|h| write.fence < h.fence) {
+                    f.stale_writes.push(format!(
+                        "key {key}: a write under fence {} sent at {:.3}s was accepted after fence {} was, at {:.3}s",
+                        write.fence, write.invoked, seen.fence, seen.completed
+                    ));
+                }
+            }
+            let accepted = ops.iter().map(|op| op.fence).max().unwrap_or(0);
+            let stored = self.stored_fences.get(key).copied().unwrap_or(0);
+            if stored < accepted {
                 f.stale_writes.push(format!(
-                    "key {}: entry {i} of the register's log wrote with fence {} after fence {} was seen",
-                    op.key, op.fence, seen
+                    "key {key}: the register keeps fence {stored}, below fence {accepted} it accepted"
                 ));
             }
-            *seen = (*seen).max(op.fence);
         }
     }
 
@@ -337,27 +365,26 @@ mod tests {
         }
     }
 
+    fn logged(fence: u64, write: bool, invoked: f64, completed: f64) -> Logged {
+        Logged {
+            key: 0,
+            fence,
+            write,
+            invoked,
+            completed,
+        }
+    }
+
     /// A clean history: holds one after another, fences up, registers whole.
     fn clean() -> History {
         History {
             holds: vec![hold(0, 1, 0.0, 0.1, 0.2), hold(1, 2, 0.15, 0.25, 0.3)],
             log: vec![
-                Logged {
-                    key: 0,
-                    fence: 1,
-                    write: false,
-                },
-                Logged {
-                    key: 0,
-                    fence: 1,
-                    write: true,
-                },
-                Logged {
-                    key: 0,
-                    fence: 2,
-                    write: true,
-                },
+                logged(1, false, 0.10, 0.11),
+                logged(1, true, 0.12, 0.13),
+                logged(2, true, 0.26, 0.27),
             ],
+            stored_fences: vec![2],
             fenced: vec![Totals {
                 value: 2,
                 writes: 2,
@@ -384,17 +411,17 @@ mod tests {
         let mut h = clean();
         // A grant sent after fence 2 completed, with a lower fence; and overlapping.
         h.holds.push(hold(2, 2, 0.26, 0.27, 0.4));
-        h.log.push(Logged {
-            key: 0,
-            fence: 1,
-            write: true,
-        });
+        h.log.push(logged(1, true, 0.28, 0.29));
         h.holds[0].unsignalled = Some(0.05);
         h.fenced[0].writes += 1;
         h.leases_left.push("key 0 held with fence 9".into());
         let f = h.check();
         assert_eq!(f.stale_writes.len(), 1, "{:?}", f.stale_writes);
-        assert!(f.stale_writes[0].contains("fence 1 after fence 2"));
+        assert!(
+            f.stale_writes[0].contains("under fence 1 sent at 0.280s was accepted after fence 2"),
+            "{:?}",
+            f.stale_writes
+        );
         // Once for the order, once for the reuse.
         assert_eq!(f.fence_regressions.len(), 2, "{:?}", f.fence_regressions);
         assert!(f.fence_regressions[0].contains("client 2 was granted fence 2"));
@@ -403,6 +430,20 @@ mod tests {
         assert_eq!(f.unsignalled.len(), 1);
         assert_eq!(f.lost_updates_fenced, 1);
         assert_eq!(f.failures().len(), 6, "{:?}", f.failures());
+    }
+
+    #[test]
+    fn overlapping_register_operations_are_not_ordered_but_a_lowered_fence_is_found() {
+        let mut h = clean();
+        // Sent before fence 2's write answered: the store may order it first.
+        h.log.push(logged(1, true, 0.265, 0.275));
+        h.fenced[0].writes += 1;
+        h.fenced[0].value += 1;
+        assert!(h.check().stale_writes.is_empty());
+        h.stored_fences[0] = 1;
+        let f = h.check();
+        assert_eq!(f.stale_writes.len(), 1, "{:?}", f.stale_writes);
+        assert!(f.stale_writes[0].contains("keeps fence 1, below fence 2"));
     }
 
     #[test]

@@ -11,9 +11,9 @@
 //! - some take a bare lease and are frozen past its TTL without renewing, as a paused
 //!   process would be, then write as if nothing had happened.
 //!
-//! The registers are rows in a PostgreSQL server of their own (see [`register`]): the
-//! fenced one refuses a fence below the highest it has seen, in the statement's
-//! `WHERE`; the unfenced one is the control. Faults cycle on a schedule: the server
+//! The fenced register is distlock's fenced-store adapter of the backend's kind on a
+//! server of its own (see [`register`]); the unfenced one, the control, is a row in a
+//! PostgreSQL server of its own. Faults cycle on a schedule: the server
 //! paused past the TTL, one client partitioned, latency on one client, the server's
 //! connections killed, the server restarted, killed and started.
 //!
@@ -43,7 +43,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use self::faults::Injector;
 use self::history::{Findings, History};
-use self::register::Registers;
+use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
 use crate::{progress, BoxError, RunOptions};
 
@@ -117,6 +117,8 @@ const FULL_LOCK_OPS: usize = 100_000;
 struct TortureRun {
     backend: String,
     server: String,
+    /// The fenced register's adapter and server.
+    register: String,
     started: bool,
     ttl_ms: u128,
     seconds: f64,
@@ -148,10 +150,10 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let registers = match Registers::new(&register_url, plan.keys, 24).await {
+    let control = match Control::new(&register_url, 24).await {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("lockbench torture: the registers could not be set up: {e}");
+            eprintln!("lockbench torture: the control register could not be set up: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -161,11 +163,18 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
             backend: name.clone(),
             ..TortureRun::default()
         };
-        match target(name).await {
-            Ok((target, server)) => {
+        let started = async {
+            let (target, server) = target(name).await?;
+            progress(name, "torture: starting the fenced register");
+            let register = FencedRegister::start(name, &register_url).await?;
+            Ok::<_, BoxError>((target, server, register))
+        };
+        match started.await {
+            Ok((target, server, register)) => {
                 run.server = server;
+                run.register = register.server.clone();
                 run.started = true;
-                if let Err(e) = torture(&mut run, &target, &registers, plan).await {
+                if let Err(e) = torture(&mut run, &target, &control, &register, plan).await {
                     run.failures
                         .push(format!("the run could not complete: {e}"));
                 }
@@ -258,13 +267,13 @@ async fn target(name: &str) -> Result<(Target, String), BoxError> {
 async fn torture(
     run: &mut TortureRun,
     target: &Target,
-    registers: &Registers,
+    control: &Control,
+    register: &FencedRegister,
     plan: Plan,
 ) -> Result<(), BoxError> {
     let capabilities = target.capabilities().clone();
     let ttl = capabilities.ttl_at_least(Duration::from_secs(1));
     run.ttl_ms = ttl.as_millis();
-    registers.reset(plan.keys).await?;
     progress(&run.backend, "torture: connecting the clients");
     let mut clients: Vec<Arc<DynLockBackend>> = Vec::new();
     let mut links: Vec<Arc<dyn LinkControl>> = Vec::new();
@@ -284,6 +293,7 @@ async fn torture(
         .map(|k| LockKey::new(format!("lockbench-torture/{run_id:08x}/{k}")))
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
+    let registers = Registers::new(control, register.store.clone(), plan.keys, start).await?;
     let work = Arc::new(Workload {
         keys: keys.clone(),
         ttl,
@@ -409,12 +419,13 @@ async fn torture(
         }
     }
     let holds = std::mem::take(&mut *work.holds.lock().unwrap_or_else(|p| p.into_inner()));
-    let (fenced, unfenced) = registers.totals().await?;
+    let (fenced, unfenced, stored_fences) = registers.totals().await?;
     let history = History {
         holds,
         faults,
-        log: registers.log().await?,
+        log: registers.log(),
         fenced,
+        stored_fences,
         unfenced,
         leases_left,
         aftermath: (ttl * 2 + capabilities.ttl_granularity).as_secs_f64(),
@@ -463,9 +474,9 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     let _ = writeln!(
         md,
         "{} independent clients per backend on {} keys, each behind a link of its own. \
-         Registers: rows in a PostgreSQL server of their own; the fenced one checks the \
-         fence in the statement's `WHERE`. {:.1}% of holds pause past their TTL without \
-         renewing. A fault every {:?}.\n",
+         The fenced register is distlock's fenced-store adapter of the backend's kind, on \
+         a server of its own (named below); the unfenced control is a PostgreSQL row. \
+         {:.1}% of holds pause past their TTL without renewing. A fault every {:?}.\n",
         plan.clients,
         plan.keys,
         plan.pause_share * 100.0,
@@ -521,9 +532,10 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     for run in runs.iter().filter(|r| r.started) {
         let _ = writeln!(
             md,
-            "- **{}** ({}): {} lock operations failed under the faults (retried).{}",
+            "- **{}** ({}; fenced register: {}): {} lock operations failed under the faults (retried).{}",
             run.backend,
             run.server,
+            run.register,
             run.lock_errors,
             if run.unavailable.is_empty() {
                 String::new()

@@ -1,40 +1,99 @@
-//! The registers the torture run's holders read and write: rows in a PostgreSQL server
-//! of their own (never the lock server, so a fault on the lock server does not touch
-//! them).
+//! The registers the torture run's holders read and write, never on the lock server
+//! itself, so that a fault on the lock server does not touch them:
 //!
-//! - The **fenced** register refuses a fence lower than the highest it has seen for
-//!   the key, reads included, in the statement's `WHERE`: one statement, atomic under
-//!   the row lock. Each operation it accepts is also appended to a log in the same
-//!   statement, so the checker can read the register's own order.
-//! - The **unfenced** register, the control, takes every write.
+//! - The **fenced** register is distlock's own fenced-store adapter of the backend's
+//!   kind, on a server of its own: `RedisStore` on a second Redis, `PostgresStore` on
+//!   a second PostgreSQL, `EtcdStore` on a second etcd, `MemoryStore` for memory.
+//!   Holders read it with a claiming read and write it under their fence; the run
+//!   logs each operation the adapter accepted, with when it was sent and when it
+//!   answered, and counts the writes it accepted.
+//! - The **unfenced** register, the control, is a row in the run's PostgreSQL server
+//!   that takes every write.
 //!
-//! Each accepted write stores one more than the value its holder read and counts itself
-//! in `writes`, so `writes - value` is the number of updates lost.
+//! Each accepted write stores one more than the value its holder read, so
+//! `writes - value` is the number of updates lost.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use distlock::etcd::fenced::EtcdStore;
+use distlock::postgres::fenced::PostgresStore;
+use distlock::redis::fenced::RedisStore;
+use distlock::{DynFencedStore, ErrorKind, FencedStoreExt, FencingToken, MemoryStore};
+use distlock_testservers::{Etcd, Redis, ServerHandle};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use tokio::time::Instant;
 
 use super::history::{Logged, Totals};
 use crate::BoxError;
 
-/// Both registers, one row per key each.
+/// The fenced register's store for one backend's run, and what runs it.
+pub(crate) struct FencedRegister {
+    pub(crate) store: Arc<DynFencedStore>,
+    /// Where it runs, for the report.
+    pub(crate) server: String,
+    /// The register's own server, when one was started for it.
+    pub(crate) _handle: Option<ServerHandle>,
+}
+
+impl FencedRegister {
+    /// The adapter of `backend`'s kind, on a server other than the lock server: a new
+    /// container for Redis and etcd, the control's PostgreSQL server for PostgreSQL.
+    pub(crate) async fn start(backend: &str, control_url: &str) -> Result<Self, BoxError> {
+        let (store, server, handle): (Arc<DynFencedStore>, &str, _) = match backend {
+            "redis" => {
+                let handle = ServerHandle::start(&Redis).await?;
+                let lock_backend = distlock::redis::RedisBackend::connect(&handle.url()).await?;
+                (
+                    Arc::new(RedisStore::new(&lock_backend)),
+                    "RedisStore on a Redis of its own",
+                    Some(handle),
+                )
+            }
+            "etcd" => {
+                let handle = ServerHandle::start(&Etcd).await?;
+                let lock_backend = distlock::etcd::EtcdBackend::connect(&handle.url()).await?;
+                (
+                    Arc::new(EtcdStore::new(&lock_backend)),
+                    "EtcdStore on an etcd of its own",
+                    Some(handle),
+                )
+            }
+            "postgres" => {
+                let lock_backend =
+                    distlock::postgres::PostgresBackend::connect(control_url).await?;
+                (
+                    Arc::new(PostgresStore::new(&lock_backend).await?),
+                    "PostgresStore on a PostgreSQL of its own",
+                    None,
+                )
+            }
+            _ => (Arc::new(MemoryStore::new()), "MemoryStore in process", None),
+        };
+        Ok(FencedRegister {
+            store,
+            server: server.to_owned(),
+            _handle: handle,
+        })
+    }
+}
+
+/// The unfenced control: one row per key in a PostgreSQL server.
 #[derive(Debug, Clone)]
-pub(crate) struct Registers {
+pub(crate) struct Control {
     pool: PgPool,
 }
 
-const SETUP: [&str; 6] = [
-    "DROP TABLE IF EXISTS torture_fenced, torture_unfenced, torture_log",
-    "CREATE TABLE torture_fenced (key int PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL, writes bigint NOT NULL)",
+const SETUP: [&str; 3] = [
+    "DROP TABLE IF EXISTS torture_unfenced",
     "CREATE TABLE torture_unfenced (key int PRIMARY KEY, value bigint NOT NULL, writes bigint NOT NULL)",
-    "CREATE TABLE torture_log (seq bigserial PRIMARY KEY, key int NOT NULL, fence bigint NOT NULL, write boolean NOT NULL)",
-    "INSERT INTO torture_fenced SELECT k, 0, 0, 0 FROM generate_series(0, $1 - 1) AS k",
     "INSERT INTO torture_unfenced SELECT k, 0, 0 FROM generate_series(0, $1 - 1) AS k",
 ];
 
-impl Registers {
-    /// Connects to `url` and sets up fresh registers for `keys` keys.
-    pub(crate) async fn new(url: &str, keys: usize, connections: u32) -> Result<Self, BoxError> {
-        // The registers are never restarted: their commits need not wait for the disk,
+impl Control {
+    /// Connects to `url`.
+    pub(crate) async fn new(url: &str, connections: u32) -> Result<Self, BoxError> {
+        // The control is never restarted: its commits need not wait for the disk,
         // which would otherwise bound the whole run's pace.
         let options = url
             .parse::<PgConnectOptions>()?
@@ -43,17 +102,15 @@ impl Registers {
             .max_connections(connections)
             .connect_with(options)
             .await?;
-        let registers = Registers { pool };
-        registers.reset(keys).await?;
-        Ok(registers)
+        Ok(Control { pool })
     }
 
-    /// Empties the registers for a new backend's run.
-    pub(crate) async fn reset(&self, keys: usize) -> Result<(), BoxError> {
+    /// A fresh control register for `keys` keys.
+    async fn reset(&self, keys: usize) -> Result<(), BoxError> {
         let keys = i32::try_from(keys)?;
         for statement in SETUP {
             let query = sqlx::query(statement);
-            // Only the inserts take the number of keys.
+            // Only the insert takes the number of keys.
             let query = if statement.contains("$1") {
                 query.bind(keys)
             } else {
@@ -63,24 +120,83 @@ impl Registers {
         }
         Ok(())
     }
+}
 
-    /// Reads the fenced register under `fence`: its value, or `None` when it has
-    /// already seen a larger fence (then it records nothing).
+/// Both registers for one backend's run.
+#[derive(Debug, Clone)]
+pub(crate) struct Registers {
+    control: Control,
+    fenced: Arc<DynFencedStore>,
+    /// The fenced register's resource per key, fresh for the run.
+    resources: Arc<Vec<String>>,
+    start: Instant,
+    log: Arc<Mutex<Vec<Logged>>>,
+    writes: Arc<Vec<AtomicI64>>,
+}
+
+impl Registers {
+    /// Fresh registers for `keys` keys: the control emptied, new resources on
+    /// `fenced`. Times in the log count from `start`.
+    pub(crate) async fn new(
+        control: &Control,
+        fenced: Arc<DynFencedStore>,
+        keys: usize,
+        start: Instant,
+    ) -> Result<Self, BoxError> {
+        control.reset(keys).await?;
+        let run: u32 = rand::random();
+        Ok(Registers {
+            control: control.clone(),
+            fenced,
+            resources: Arc::new(
+                (0..keys)
+                    .map(|k| format!("lockbench-torture/{run:08x}/register/{k}"))
+                    .collect(),
+            ),
+            start,
+            log: Arc::default(),
+            writes: Arc::new((0..keys).map(|_| AtomicI64::new(0)).collect()),
+        })
+    }
+
+    fn at(&self, instant: Instant) -> f64 {
+        instant.saturating_duration_since(self.start).as_secs_f64()
+    }
+
+    fn logged(&self, key: usize, fence: u64, write: bool, invoked: Instant) {
+        let entry = Logged {
+            key,
+            fence,
+            write,
+            invoked: self.at(invoked),
+            completed: self.at(Instant::now()),
+        };
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(entry);
+    }
+
+    /// Reads the fenced register under `fence` (a claiming read): its value, or
+    /// `None` when it has already seen a larger fence.
     pub(crate) async fn fenced_read(
         &self,
         key: usize,
         fence: u64,
     ) -> Result<Option<i64>, BoxError> {
-        let value: Option<i64> = sqlx::query_scalar(
-            "WITH r AS (UPDATE torture_fenced SET fence = $2 WHERE key = $1 AND fence <= $2 RETURNING value), \
-                  l AS (INSERT INTO torture_log (key, fence, write) SELECT $1, $2, false FROM r) \
-             SELECT value FROM r",
-        )
-        .bind(i32::try_from(key)?)
-        .bind(i64::try_from(fence)?)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(value)
+        let invoked = Instant::now();
+        match self
+            .fenced
+            .read(&self.resources[key], FencingToken::new(fence))
+            .await
+        {
+            Ok(value) => {
+                self.logged(key, fence, false, invoked);
+                Ok(Some(value.map(|v| number(&v)).transpose()?.unwrap_or(0)))
+            }
+            Err(e) if e.kind() == ErrorKind::StaleFence => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Writes `value` to the fenced register under `fence`: whether it was accepted.
@@ -90,18 +206,24 @@ impl Registers {
         fence: u64,
         value: i64,
     ) -> Result<bool, BoxError> {
-        let accepted: i64 = sqlx::query_scalar(
-            "WITH w AS (UPDATE torture_fenced SET value = $3, fence = $2, writes = writes + 1 \
-                        WHERE key = $1 AND fence <= $2 RETURNING 1), \
-                  l AS (INSERT INTO torture_log (key, fence, write) SELECT $1, $2, true FROM w) \
-             SELECT count(*) FROM w",
-        )
-        .bind(i32::try_from(key)?)
-        .bind(i64::try_from(fence)?)
-        .bind(value)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(accepted == 1)
+        let invoked = Instant::now();
+        match self
+            .fenced
+            .write(
+                &self.resources[key],
+                FencingToken::new(fence),
+                value.to_string().as_bytes(),
+            )
+            .await
+        {
+            Ok(()) => {
+                self.writes[key].fetch_add(1, Ordering::SeqCst);
+                self.logged(key, fence, true, invoked);
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::StaleFence => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Reads the unfenced register.
@@ -109,7 +231,7 @@ impl Registers {
         Ok(
             sqlx::query_scalar("SELECT value FROM torture_unfenced WHERE key = $1")
                 .bind(i32::try_from(key)?)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.control.pool)
                 .await?,
         )
     }
@@ -119,47 +241,48 @@ impl Registers {
         sqlx::query("UPDATE torture_unfenced SET value = $2, writes = writes + 1 WHERE key = $1")
             .bind(i32::try_from(key)?)
             .bind(value)
-            .execute(&self.pool)
+            .execute(&self.control.pool)
             .await?;
         Ok(())
     }
 
-    /// The fenced register's log, in its own order.
-    pub(crate) async fn log(&self) -> Result<Vec<Logged>, BoxError> {
-        let rows: Vec<(i32, i64, bool)> =
-            sqlx::query_as("SELECT key, fence, write FROM torture_log ORDER BY seq")
-                .fetch_all(&self.pool)
-                .await?;
-        rows.into_iter()
-            .map(|(key, fence, write)| {
-                Ok(Logged {
-                    key: usize::try_from(key)?,
-                    fence: u64::try_from(fence)?,
-                    write,
-                })
-            })
-            .collect()
+    /// Every operation the fenced register accepted, as the holders saw them.
+    pub(crate) fn log(&self) -> Vec<Logged> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// The final state of the fenced and the unfenced register, key by key.
-    pub(crate) async fn totals(&self) -> Result<(Vec<Totals>, Vec<Totals>), BoxError> {
-        let read = |table: &'static str| {
-            let pool = self.pool.clone();
-            async move {
-                let rows: Vec<(i64, i64)> =
-                    sqlx::query_as(&format!("SELECT value, writes FROM {table} ORDER BY key"))
-                        .fetch_all(&pool)
-                        .await?;
-                Ok::<_, BoxError>(
-                    rows.into_iter()
-                        .map(|(value, writes)| Totals { value, writes })
-                        .collect::<Vec<_>>(),
-                )
-            }
-        };
-        Ok((
-            read("torture_fenced").await?,
-            read("torture_unfenced").await?,
-        ))
+    /// The final state of the fenced and the unfenced register, key by key, and the
+    /// fence the fenced register keeps for each key.
+    pub(crate) async fn totals(&self) -> Result<(Vec<Totals>, Vec<Totals>, Vec<u64>), BoxError> {
+        let mut fenced = Vec::new();
+        let mut fences = Vec::new();
+        for (key, resource) in self.resources.iter().enumerate() {
+            let stored = self.fenced.inspect(resource).await?;
+            let value = stored
+                .as_ref()
+                .and_then(|s| s.value.as_deref())
+                .map(number)
+                .transpose()?
+                .unwrap_or(0);
+            fences.push(stored.map_or(0, |s| s.fence.get()));
+            fenced.push(Totals {
+                value,
+                writes: self.writes[key].load(Ordering::SeqCst),
+            });
+        }
+        let rows: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT value, writes FROM torture_unfenced ORDER BY key")
+                .fetch_all(&self.control.pool)
+                .await?;
+        let unfenced = rows
+            .into_iter()
+            .map(|(value, writes)| Totals { value, writes })
+            .collect();
+        Ok((fenced, unfenced, fences))
     }
+}
+
+/// A register's value as stored: a decimal number.
+fn number(raw: &[u8]) -> Result<i64, BoxError> {
+    Ok(std::str::from_utf8(raw)?.parse()?)
 }
