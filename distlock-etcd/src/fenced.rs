@@ -188,10 +188,7 @@ impl FencedStore for EtcdStore {
         value: &[u8],
     ) -> Result<FenceCheck<()>> {
         let key = self.resource_key(resource);
-        Ok(match self.step(&key, fence, Step::Put(value)).await? {
-            FenceCheck::Accepted(_) => FenceCheck::Accepted(()),
-            FenceCheck::Stale { current } => FenceCheck::Stale { current },
-        })
+        Ok(self.step(&key, fence, Step::Put(value)).await?.map(drop))
     }
 
     async fn claim_fenced(

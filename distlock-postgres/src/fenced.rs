@@ -318,12 +318,10 @@ impl FencedStore for PostgresStore {
         fence: FencingToken,
         value: &[u8],
     ) -> Result<FenceCheck<()>> {
-        Ok(
-            match self.step(&self.put, resource, fence, Some(value)).await? {
-                FenceCheck::Accepted(_) => FenceCheck::Accepted(()),
-                FenceCheck::Stale { current } => FenceCheck::Stale { current },
-            },
-        )
+        Ok(self
+            .step(&self.put, resource, fence, Some(value))
+            .await?
+            .map(drop))
     }
 
     async fn claim_fenced(

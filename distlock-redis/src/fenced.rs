@@ -78,6 +78,18 @@ struct Place<'a> {
     fence_field: &'a str,
 }
 
+impl<'a> Place<'a> {
+    /// A string key with its fence in a string key of its own.
+    fn string(key: &'a str, fence_key: &'a str) -> Self {
+        Place {
+            key,
+            field: "",
+            fence_key,
+            fence_field: "",
+        }
+    }
+}
+
 impl RedisStore {
     /// Fenced writes on `backend`'s server and connection.
     pub fn new(backend: &RedisBackend) -> Self {
@@ -114,13 +126,9 @@ impl RedisStore {
     /// [`ErrorKind::StaleFence`] error otherwise.
     pub async fn set(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<()> {
         let fence_key = fence_key(checked(key, fence)?);
-        let place = Place {
-            key,
-            field: "",
-            fence_key: &fence_key,
-            fence_field: "",
-        };
-        let check = self.step(&place, fence, Step::Put(value)).await?;
+        let check = self
+            .step(&Place::string(key, &fence_key), fence, Step::Put(value))
+            .await?;
         check.into_result(NAME, key, fence).map(drop)
     }
 
@@ -129,13 +137,9 @@ impl RedisStore {
     /// the key has seen a higher fence.
     pub async fn get(&self, key: &str, fence: FencingToken) -> Result<Option<Vec<u8>>> {
         let fence_key = fence_key(checked(key, fence)?);
-        let place = Place {
-            key,
-            field: "",
-            fence_key: &fence_key,
-            fence_field: "",
-        };
-        let check = self.step(&place, fence, Step::Claim).await?;
+        let check = self
+            .step(&Place::string(key, &fence_key), fence, Step::Claim)
+            .await?;
         check.into_result(NAME, key, fence).map(|(_, value)| value)
     }
 
@@ -213,13 +217,8 @@ impl RedisStore {
         } else {
             let key = format!("{prefix}fenced:{{{resource}}}");
             let fence_key = format!("{key}:fence");
-            let place = Place {
-                key: &key,
-                field: "",
-                fence_key: &fence_key,
-                fence_field: "",
-            };
-            self.step(&place, fence, step).await
+            self.step(&Place::string(&key, &fence_key), fence, step)
+                .await
         }
     }
 
@@ -284,15 +283,10 @@ impl FencedStore for RedisStore {
         fence: FencingToken,
         value: &[u8],
     ) -> Result<FenceCheck<()>> {
-        Ok(
-            match self
-                .resource_step(resource, fence, Step::Put(value))
-                .await?
-            {
-                FenceCheck::Accepted(_) => FenceCheck::Accepted(()),
-                FenceCheck::Stale { current } => FenceCheck::Stale { current },
-            },
-        )
+        Ok(self
+            .resource_step(resource, fence, Step::Put(value))
+            .await?
+            .map(drop))
     }
 
     async fn claim_fenced(
@@ -300,12 +294,10 @@ impl FencedStore for RedisStore {
         resource: &LockKey,
         fence: FencingToken,
     ) -> Result<FenceCheck<Option<Vec<u8>>>> {
-        Ok(
-            match self.resource_step(resource, fence, Step::Claim).await? {
-                FenceCheck::Accepted((_, value)) => FenceCheck::Accepted(value),
-                FenceCheck::Stale { current } => FenceCheck::Stale { current },
-            },
-        )
+        Ok(self
+            .resource_step(resource, fence, Step::Claim)
+            .await?
+            .map(|(_, value)| value))
     }
 
     async fn inspect_fenced(&self, resource: &LockKey) -> Result<Option<FencedValue>> {

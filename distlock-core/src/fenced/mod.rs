@@ -200,6 +200,14 @@ pub fn check_fence(fence: FencingToken) -> Result<()> {
 }
 
 impl<T> FenceCheck<T> {
+    /// The same answer with the accepted value mapped by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> FenceCheck<U> {
+        match self {
+            FenceCheck::Accepted(value) => FenceCheck::Accepted(f(value)),
+            FenceCheck::Stale { current } => FenceCheck::Stale { current },
+        }
+    }
+
     /// The accepted value, or the [`ErrorKind::StaleFence`] error every store gives:
     /// it names the `resource`, the `offered` fence and the current one, and the
     /// `store` as the backend.
