@@ -12,7 +12,7 @@ pub(crate) fn is_contention(e: &sqlx::Error) -> bool {
     )
 }
 
-fn sqlstate(e: &sqlx::Error) -> Option<String> {
+pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
     match e {
         sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
         _ => None,

@@ -11,9 +11,12 @@
 //! ```
 //!
 //! beside the statement's own assignments. PostgreSQL evaluates it on each row it
-//! writes, under the row's lock and on the row's latest version (a concurrent writer
-//! that committed first is seen, at any isolation level), so the compare and the
-//! write are one step, in the statement's one round trip. Where the row has seen a
+//! writes, under the row's lock and, at `READ COMMITTED` (its default, and what the
+//! tests run), on the row's latest version: a concurrent writer that committed first is
+//! seen. So the compare and the write are one step, in the statement's one round
+//! trip. (At `REPEATABLE READ` and `SERIALIZABLE`, PostgreSQL itself refuses to update
+//! a row another transaction changed meanwhile, with a serialization failure; the
+//! tests here do not run those levels.) Where the row has seen a
 //! higher fence, `distlock_stale_fence` raises SQLSTATE `DLF01`: the whole statement
 //! fails, however many rows it had written, and the transaction it ran in is aborted.
 //! [`execute`] turns that into an [`ErrorKind::StaleFence`] error.
@@ -55,9 +58,15 @@ use crate::sql::Arg;
 /// The SQLSTATE the check raises on a stale fence.
 pub const STALE_FENCE_SQLSTATE: &str = "DLF01";
 
+/// The SQLSTATE the table's trigger raises when any statement would lower a fence.
+pub const LOWERED_FENCE_SQLSTATE: &str = "DLF02";
+
 /// The name of the function that refuses a stale fence, created by
 /// [`FencedTable::migrate`] in the table's schema.
 pub const STALE_FENCE_FUNCTION: &str = "distlock_stale_fence";
+
+/// The name of the trigger function that refuses to lower a fence, created beside it.
+const LOWERED_FENCE_FUNCTION: &str = "distlock_fence_lowered";
 
 const NAME: &str = "postgres";
 
@@ -73,6 +82,8 @@ pub struct FencedTable {
     column: String,
     /// The check function, in the table's schema.
     function: String,
+    /// The trigger function, in the table's schema.
+    trigger_function: String,
 }
 
 impl FencedTable {
@@ -86,21 +97,19 @@ impl FencedTable {
             None => (None, table),
         };
         check_identifier("table", name)?;
-        let (table, function) = match schema {
+        let (table, qualifier) = match schema {
             Some(schema) => {
                 check_identifier("schema", schema)?;
-                (
-                    format!("\"{schema}\".\"{name}\""),
-                    format!("\"{schema}\".{STALE_FENCE_FUNCTION}"),
-                )
+                (format!("\"{schema}\".\"{name}\""), format!("\"{schema}\"."))
             }
-            None => (format!("\"{name}\""), STALE_FENCE_FUNCTION.to_owned()),
+            None => (format!("\"{name}\""), String::new()),
         };
         Ok(FencedTable {
             table,
             name: format!("\"{name}\""),
             column: "\"fence\"".to_owned(),
-            function,
+            function: format!("{qualifier}{STALE_FENCE_FUNCTION}"),
+            trigger_function: format!("{qualifier}{LOWERED_FENCE_FUNCTION}"),
         })
     }
 
@@ -112,9 +121,15 @@ impl FencedTable {
     }
 
     /// The statements [`migrate`](Self::migrate) runs, for a migration tool of your
-    /// own: the check function (replaced if present) and the fence column (added if
-    /// missing, `bigint NOT NULL DEFAULT 0`, so existing rows accept any fence).
+    /// own: the check function (replaced if present), the fence column (added if
+    /// missing, `bigint NOT NULL DEFAULT 0`, so existing rows accept any fence), and a
+    /// trigger that refuses any statement, fenced or not, that would lower a row's
+    /// fence (SQLSTATE `DLF02`).
     pub fn migration(&self) -> Vec<String> {
+        let trigger = format!(
+            "\"distlock_fence_never_lowers_{}\"",
+            self.column.trim_matches('"')
+        );
         vec![
             format!(
                 "CREATE OR REPLACE FUNCTION {f}(current_fence bigint, offered bigint) \
@@ -128,6 +143,21 @@ impl FencedTable {
             format!(
                 "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint NOT NULL DEFAULT 0",
                 self.table, self.column
+            ),
+            format!(
+                "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $distlock$ \
+                 BEGIN \
+                   RAISE EXCEPTION 'a fence never goes down' USING ERRCODE = '{LOWERED_FENCE_SQLSTATE}'; \
+                 END $distlock$",
+                self.trigger_function
+            ),
+            format!("DROP TRIGGER IF EXISTS {trigger} ON {}", self.table),
+            format!(
+                "CREATE TRIGGER {trigger} BEFORE UPDATE OF {c} ON {t} FOR EACH ROW \
+                 WHEN (NEW.{c} < OLD.{c}) EXECUTE FUNCTION {f}()",
+                c = self.column,
+                t = self.table,
+                f = self.trigger_function
             ),
         ]
     }
@@ -206,13 +236,21 @@ where
 }
 
 /// Maps a sqlx error from a fenced statement (or anything around it) to distlock's:
-/// SQLSTATE `DLF01` is [`ErrorKind::StaleFence`], the rest as the backend maps them.
+/// SQLSTATEs `DLF01` (a stale fence) and `DLF02` (a fence lowered) are
+/// [`ErrorKind::StaleFence`], the rest as the backend maps them.
 /// The error keeps the driver's message, never a connection string.
 pub fn from_sqlx(e: sqlx::Error) -> Error {
     if let Some(current) = stale_fence(&e) {
         return Error::new(
             ErrorKind::StaleFence,
             format!("a row has seen fence {current}; the statement's fence is stale"),
+        )
+        .with_backend(NAME);
+    }
+    if crate::error::sqlstate(&e).as_deref() == Some(LOWERED_FENCE_SQLSTATE) {
+        return Error::new(
+            ErrorKind::StaleFence,
+            "the statement would lower a row's fence; a fence never goes down",
         )
         .with_backend(NAME);
     }

@@ -335,5 +335,20 @@ async fn fenced_statements_on_the_users_table_in_the_users_transactions(
             .fetch_all(&mut conn)
             .await?;
     assert_eq!(rows, vec![(1, 80, 8), (2, 90, 9), (3, 30, 3)]);
+
+    // No statement, fenced or not, lowers a fence: the table's trigger refuses it.
+    let lowered = sqlx::query("UPDATE accounts SET fence = 1 WHERE id = 1")
+        .execute(&mut conn)
+        .await
+        .map_err(fenced::from_sqlx)
+        .expect_err("a plain UPDATE lowering the fence");
+    assert_eq!(lowered.kind(), ErrorKind::StaleFence, "{lowered}");
+    sqlx::query("UPDATE accounts SET balance = 81 WHERE id = 1")
+        .execute(&mut conn)
+        .await?;
+    let fence: i64 = sqlx::query_scalar("SELECT fence FROM accounts WHERE id = 1")
+        .fetch_one(&mut conn)
+        .await?;
+    assert_eq!(fence, 8);
     Ok(())
 }
