@@ -553,3 +553,40 @@ async fn a_late_grant_is_still_reported_lost_on_time() {
     assert_eq!(guard.lost().await, LossReason::Expired);
     assert_eq!(started.elapsed(), TTL - margin);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_lease_ran_out_is_refused_by_the_fenced_store() {
+    use distlock_core::{FencedHandle, FencedStoreExt, MemoryStore};
+
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let store = MemoryStore::new();
+    // A holder takes a bare lease, reads what it protects, and stops past its TTL.
+    let old = memory
+        .acquire_once("ledger", TTL)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let paused = FencedHandle::new(store.clone(), old.fence());
+    assert_eq!(paused.read("ledger").await.expect("read"), None);
+    sleep(TTL * 2).await;
+
+    // The next holder writes through the handle `with_fenced_lock` gives it.
+    let written = client
+        .with_fenced_lock("ledger", TTL, store.clone(), |ledger| async move {
+            assert!(ledger.fence() > old.fence());
+            ledger.write("ledger", b"new").await
+        })
+        .await
+        .expect("the lock");
+    written.expect("the newer holder's write");
+
+    // The paused holder resumes and writes: the store refuses it.
+    let late = paused.write("ledger", b"old").await.expect_err("stale");
+    assert_eq!(late.kind(), ErrorKind::StaleFence, "{late}");
+    let stored = store
+        .inspect("ledger")
+        .await
+        .expect("inspect")
+        .expect("stored");
+    assert_eq!(stored.value.as_deref(), Some(&b"new"[..]));
+}
