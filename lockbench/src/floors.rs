@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use sqlx::{Connection, PgConnection};
-use tokio::sync::Mutex;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::Postgres;
 
 use crate::scenarios::{Contender, S1Entry};
 use crate::BoxError;
@@ -98,12 +99,16 @@ enum PgCycle {
     Advisory,
 }
 
-/// PostgreSQL, on one connection of its own.
+/// PostgreSQL, on a pool of its own as large as the backend's (10 connections), so
+/// that S2 runs both at the same concurrency and connection count.
 #[derive(Clone)]
 struct PgFloor {
-    conn: Arc<Mutex<PgConnection>>,
+    pool: PgPool,
     cycle: PgCycle,
 }
+
+/// The backend's default `pool_size`.
+const PG_POOL: u32 = 10;
 
 /// An advisory-lock id for `key`.
 fn advisory_id(key: &str) -> i64 {
@@ -113,10 +118,12 @@ fn advisory_id(key: &str) -> i64 {
 }
 
 impl Contender for PgFloor {
-    type Held = Option<(String, [u8; 16])>;
+    /// The key, the owner, and (for an advisory lock, which belongs to its session) the
+    /// connection that holds it.
+    type Held = Option<(String, [u8; 16], Option<PoolConnection<Postgres>>)>;
 
     async fn try_take(&self, key: &str) -> Result<Option<Self::Held>, BoxError> {
-        let mut conn = self.conn.lock().await;
+        let mut conn = self.pool.acquire().await?;
         match self.cycle {
             PgCycle::Select1 => {
                 let _: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *conn).await?;
@@ -131,14 +138,14 @@ impl Contender for PgFloor {
                 .bind(&owner[..])
                 .execute(&mut *conn)
                 .await?;
-                Ok((got.rows_affected() == 1).then(|| Some((key.to_owned(), owner))))
+                Ok((got.rows_affected() == 1).then(|| Some((key.to_owned(), owner, None))))
             }
             PgCycle::Advisory => {
                 let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
                     .bind(advisory_id(key))
                     .fetch_one(&mut *conn)
                     .await?;
-                Ok(got.then(|| Some((key.to_owned(), [0; 16]))))
+                Ok(got.then(|| Some((key.to_owned(), [0; 16], Some(conn)))))
             }
         }
     }
@@ -148,10 +155,13 @@ impl Contender for PgFloor {
     }
 
     async fn give_back(&self, held: Self::Held) -> Result<(), BoxError> {
-        let Some((key, owner)) = held else {
+        let Some((key, owner, session)) = held else {
             return Ok(());
         };
-        let mut conn = self.conn.lock().await;
+        let mut conn = match session {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
         match self.cycle {
             PgCycle::Select1 => {}
             PgCycle::Table => {
@@ -175,15 +185,17 @@ impl Contender for PgFloor {
 /// PostgreSQL's floors: `SELECT 1`; the bare insert-or-nothing and delete statements
 /// on a lock table; and the advisory-lock pair users would pick instead.
 pub(crate) async fn postgres(url: &str) -> Result<Vec<S1Entry>, BoxError> {
-    let mut conn = PgConnection::connect(url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(PG_POOL)
+        .connect(url)
+        .await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS lockbench_floor (key text PRIMARY KEY, owner bytea NOT NULL, expires_at timestamptz NOT NULL)",
     )
-    .execute(&mut conn)
+    .execute(&pool)
     .await?;
-    let conn = Arc::new(Mutex::new(conn));
     let floor = |cycle| PgFloor {
-        conn: conn.clone(),
+        pool: pool.clone(),
         cycle,
     };
     Ok(vec![

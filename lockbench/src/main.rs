@@ -3,7 +3,7 @@
 //! For each backend it starts a server (a container, or the URL in
 //! `DISTLOCK_<BACKEND>_URL`), runs the scenarios on it with the raw floors and (on
 //! Redis) the peer crate rslock beside distlock, then the conformance suite, and
-//! writes `report.md`, `results.json`, `latency.svg` and `handoff.svg` into the
+//! writes `report.md`, `results.json`, `latency.svg`, `handoff.svg` and `sweep.svg` into the
 //! results folder.
 //!
 //! ```text
@@ -39,7 +39,7 @@ use distlock::{DynLockBackend, MemoryBackend};
 use distlock_conformance::{run_suite, Outcome, Target};
 use distlock_testservers::{external_url, Server, ServerHandle};
 
-use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report};
+use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint};
 use crate::scenarios::{Primitives, S1Entry, Sizes};
 
 /// Any error of a measurement: the report shows its text.
@@ -47,7 +47,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// distlock's comparison run: conformance and speed of every backend, against raw
 /// floors and peer libraries, in one report (report.md, results.json, latency.svg,
-/// handoff.svg).
+/// handoff.svg, sweep.svg).
 #[derive(Debug, Parser)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
@@ -188,6 +188,55 @@ async fn measure(
         s2_throughput,
         meter::server_time(meter, scenarios::s2_throughput(&client, sizes))
     );
+    // The raw cycle floor at the same concurrency (the second floor; the first is one
+    // round trip).
+    let cycle_floor = entries.get(2 + 1).filter(|_| floor_count >= 2);
+    if let Some(floor) = cycle_floor {
+        progress(&name, &format!("S2 raw floor, 32 clients: {}", floor.name));
+        match meter::server_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
+            Ok(summary) => run.s2_floor = Some(summary),
+            Err(e) => run.errors.push(format!("S2 raw floor: {e}")),
+        }
+    }
+    progress(
+        &name,
+        &format!("S2 sweep over {:?} concurrent tasks", scenarios::SWEEP),
+    );
+    let sweep_sizes = Sizes {
+        throughput_for: sizes.sweep_for,
+        ..sizes
+    };
+    let client_entry = &entries[0];
+    let rslock_entry = beside
+        .rslock
+        .as_ref()
+        .map(|r| S1Entry::new(RSLOCK, r.clone()));
+    for tasks in scenarios::SWEEP {
+        let mut point = SweepPoint {
+            tasks,
+            ..SweepPoint::default()
+        };
+        let rate = |entry| sweep_rate(entry, tasks, sweep_sizes);
+        match rate(Some(client_entry)).await {
+            Ok(r) => point.client = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, client: {e}")),
+        }
+        match rate(cycle_floor).await {
+            Ok(r) => point.floor = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, floor: {e}")),
+        }
+        match rate(rslock_entry.as_ref()).await {
+            Ok(r) => point.rslock = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, {RSLOCK}: {e}")),
+        }
+        run.sweep.push(point);
+    }
     step!(
         "S3 contended handoff, 16 waiters",
         s3_handoff,
@@ -242,6 +291,18 @@ async fn measure(
         }
     }
     run.conformance = Some(conformance);
+}
+
+/// S2's cycles per second on `entry` at `tasks` concurrent tasks, when it runs here.
+async fn sweep_rate(
+    entry: Option<&S1Entry>,
+    tasks: usize,
+    sizes: Sizes,
+) -> Result<Option<f64>, BoxError> {
+    match entry {
+        Some(entry) => Ok(Some(entry.s2(tasks, sizes).await?.per_sec)),
+        None => Ok(None),
+    }
 }
 
 /// The raw floors of `server` at `url`.
@@ -433,7 +494,8 @@ async fn main() -> ExitCode {
             )
         })
         .and_then(|()| std::fs::write(out.join("latency.svg"), report.latency_chart()))
-        .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()));
+        .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()))
+        .and_then(|()| std::fs::write(out.join("sweep.svg"), report.sweep_chart()));
     if let Err(e) = written {
         eprintln!(
             "lockbench: cannot write the results into {}: {e}",

@@ -26,6 +26,8 @@ pub(crate) const SCENARIO_TTL: Duration = Duration::from_secs(10);
 pub(crate) struct Sizes {
     pub(crate) cycles: usize,
     pub(crate) throughput_for: Duration,
+    /// How long each point of the S2 sweep runs.
+    pub(crate) sweep_for: Duration,
     pub(crate) handoffs: usize,
     pub(crate) takeovers: usize,
     /// S5: distinct lock names locked and released once each.
@@ -39,6 +41,7 @@ impl Sizes {
         Sizes {
             cycles: 300,
             throughput_for: Duration::from_secs(2),
+            sweep_for: Duration::from_millis(500),
             handoffs: 100,
             takeovers: 2,
             storage_names: 2_000,
@@ -50,6 +53,7 @@ impl Sizes {
         Sizes {
             cycles: 3000,
             throughput_for: Duration::from_secs(10),
+            sweep_for: Duration::from_secs(3),
             handoffs: 1000,
             takeovers: 5,
             storage_names: 100_000,
@@ -117,7 +121,7 @@ const S1_BLOCKS: usize = 10;
 
 /// One uncontended cycle (a try, then a release), with the contender's type erased so
 /// that different contenders sit in one list.
-trait Cycle: Send + Sync {
+trait Cycle: Send + Sync + 'static {
     fn cycle<'a>(
         &'a self,
         key: &'a str,
@@ -136,10 +140,10 @@ impl<C: Contender> Cycle for C {
     }
 }
 
-/// A contender of S1, by name.
+/// A contender of S1 (and of S2, for the floors), by name.
 pub(crate) struct S1Entry {
     pub(crate) name: String,
-    cycle: Box<dyn Cycle>,
+    cycle: Arc<dyn Cycle>,
 }
 
 impl S1Entry {
@@ -147,8 +151,13 @@ impl S1Entry {
     pub(crate) fn new(name: impl Into<String>, contender: impl Contender) -> Self {
         S1Entry {
             name: name.into(),
-            cycle: Box::new(contender),
+            cycle: Arc::new(contender),
         }
+    }
+
+    /// S2 on this entry: `tasks` concurrent tasks cycling for `sizes.throughput_for`.
+    pub(crate) async fn s2(&self, tasks: usize, sizes: Sizes) -> Result<Summary, BoxError> {
+        s2_cycles(self.cycle.clone(), tasks, sizes.throughput_for).await
     }
 }
 
@@ -264,17 +273,31 @@ fn join_error(e: tokio::task::JoinError) -> BoxError {
     format!("a scenario task failed: {e}").into()
 }
 
-/// S2: 32 concurrent clients sharing one handle, each cycling on keys of its own, for
-/// a fixed time.
+/// How many concurrent tasks S2 runs.
+pub(crate) const S2_TASKS: usize = 32;
+
+/// The concurrencies of the S2 sweep.
+pub(crate) const SWEEP: [usize; 5] = [1, 4, 16, 64, 256];
+
+/// S2: [`S2_TASKS`] concurrent clients sharing one handle, each cycling on keys of its
+/// own, for a fixed time.
 pub(crate) async fn s2_throughput(
     lock: &impl Contender,
     sizes: Sizes,
 ) -> Result<Summary, BoxError> {
-    const CLIENTS: usize = 32;
+    s2_cycles(Arc::new(lock.clone()), S2_TASKS, sizes.throughput_for).await
+}
+
+/// `tasks` concurrent tasks sharing `cycle`, each on keys of its own, for `run_for`.
+async fn s2_cycles(
+    cycle: Arc<dyn Cycle>,
+    tasks: usize,
+    run_for: Duration,
+) -> Result<Summary, BoxError> {
     let started = Instant::now();
-    let until = started + sizes.throughput_for;
-    let tasks = (0..CLIENTS).map(|c| {
-        let lock = lock.clone();
+    let until = started + run_for;
+    let tasks = (0..tasks).map(|c| {
+        let cycle = cycle.clone();
         tokio::spawn(async move {
             let mut samples = Vec::new();
             let mut n = 0;
@@ -282,8 +305,7 @@ pub(crate) async fn s2_throughput(
                 let k = key(&format!("s2-{c}"), n);
                 n += 1;
                 let t = Instant::now();
-                let held = lock.try_take(&k).await?.ok_or_else(|| busy(&k))?;
-                lock.give_back(held).await?;
+                cycle.cycle(&k).await?;
                 samples.push(t.elapsed());
             }
             Ok::<_, BoxError>(samples)

@@ -104,6 +104,124 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The S2 sweep as lines: cycles per second (logarithmic) against concurrent tasks,
+    /// one colour per backend; distlock solid, the raw floor dashed, rslock dotted.
+    pub(crate) fn sweep_chart(&self) -> String {
+        const COLOURS: [&str; 6] = [
+            "#4a7ab5", "#c0504d", "#9bbb59", "#8064a2", "#f79646", "#4bacc6",
+        ];
+        let (width, height, left, top, bottom, right) = (860.0, 460.0, 80.0, 40.0, 90.0, 200.0);
+        let points: Vec<f64> = self
+            .backends
+            .iter()
+            .flat_map(|b| &b.sweep)
+            .flat_map(|p| [p.client, p.floor, p.rslock])
+            .flatten()
+            .filter(|r| *r > 0.0)
+            .collect();
+        let low = points
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+            .min(1e6)
+            .log10()
+            .floor();
+        let high = points
+            .iter()
+            .copied()
+            .fold(1.0, f64::max)
+            .log10()
+            .ceil()
+            .max(low + 1.0);
+        let steps = crate::scenarios::SWEEP.len().max(2) - 1;
+        let x = |i: usize| left + (width - left - right) * i as f64 / steps as f64;
+        let y =
+            |rate: f64| top + (height - top - bottom) * (1.0 - (rate.log10() - low) / (high - low));
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+             <text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">S2 sweep: cycles per second against concurrent tasks (logarithmic axis)</text>\n"
+        );
+        let mut decade = low;
+        while decade <= high {
+            let at = y(10f64.powf(decade));
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{left}\" y1=\"{at:.1}\" x2=\"{:.1}\" y2=\"{at:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#666\" text-anchor=\"end\">{}/s</text>",
+                width - right,
+                left - 6.0,
+                at + 4.0,
+                10f64.powf(decade)
+            );
+            decade += 1.0;
+        }
+        for (i, tasks) in crate::scenarios::SWEEP.iter().enumerate() {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#666\" text-anchor=\"middle\">{tasks}</text>",
+                x(i),
+                height - bottom + 18.0
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#666\" text-anchor=\"middle\">concurrent tasks on one client</text>",
+            (left + width - right) / 2.0,
+            height - bottom + 38.0
+        );
+        let mut legend = 0;
+        for (n, b) in self
+            .backends
+            .iter()
+            .filter(|b| !b.sweep.is_empty())
+            .enumerate()
+        {
+            let colour = COLOURS[n % COLOURS.len()];
+            let series: [(&str, &str, Pick); 3] = [
+                ("distlock", "", |p| p.client),
+                ("raw floor", " stroke-dasharray=\"6 4\"", |p| p.floor),
+                ("rslock", " stroke-dasharray=\"2 3\"", |p| p.rslock),
+            ];
+            for (what, dash, pick) in series {
+                let line: Vec<String> = b
+                    .sweep
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| {
+                        pick(p)
+                            .filter(|r| *r > 0.0)
+                            .map(|r| format!("{:.1},{:.1}", x(i), y(r)))
+                    })
+                    .collect();
+                if line.is_empty() {
+                    continue;
+                }
+                let _ = writeln!(
+                    svg,
+                    "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>",
+                    line.join(" ")
+                );
+                let ly = top + 16.0 * legend as f64;
+                let _ = writeln!(
+                    svg,
+                    "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                    width - right + 10.0,
+                    width - right + 40.0,
+                    width - right + 46.0,
+                    ly + 4.0,
+                    escape(&format!("{} {what}", b.backend))
+                );
+                legend += 1;
+            }
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+/// Which rate of a sweep point a line draws.
+type Pick = fn(&super::SweepPoint) -> Option<f64>;
+
 /// 10^`decade` microseconds, as a grid line's label: "1 µs", "100 µs", "10 ms", "1 s".
 fn decade_label(decade: f64) -> String {
     let us = 10f64.powf(decade);

@@ -17,17 +17,17 @@ impl Report {
         let _ = writeln!(md, "## Summary\n");
         let _ = writeln!(
             md,
-            "| backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL |"
+            "| backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S2 raw floor cycles/s | S2 ÷ floor | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL |"
         );
         let _ = writeln!(
             md,
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
         for b in &self.backends {
             if !b.started {
                 let _ = writeln!(
                     md,
-                    "| {} | not started: {} | | | | | | | |",
+                    "| {} | not started: {} | | | | | | | | | |",
                     b.backend, b.server
                 );
                 continue;
@@ -44,6 +44,11 @@ impl Report {
                 _ => "—".into(),
             };
             let s2 = opt(&b.s2_throughput, |s| format!("{:.0}", s.per_sec));
+            let s2_floor = opt(&b.s2_floor, |s| format!("{:.0}", s.per_sec));
+            let s2_ratio = match (&b.s2_throughput, &b.s2_floor) {
+                (Some(s), Some(f)) if f.per_sec > 0.0 => format!("{:.2}×", s.per_sec / f.per_sec),
+                _ => "—".into(),
+            };
             let s3 = opt(&b.s3_handoff, |s| {
                 format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
             });
@@ -53,7 +58,7 @@ impl Report {
             });
             let _ = writeln!(
                 md,
-                "| {} | {conf} | {s1} | {floor} | {ratio} | {s2} | {s3} | {s3r} | {s4} |",
+                "| {} | {conf} | {s1} | {floor} | {ratio} | {s2} | {s2_floor} | {s2_ratio} | {s3} | {s3r} | {s4} |",
                 b.backend
             );
         }
@@ -68,6 +73,35 @@ impl Report {
                     None => "—",
                 };
                 let _ = writeln!(md, "| {} | {target} | {met} | {figures} |", b.backend);
+            }
+        }
+        let _ = writeln!(
+            md,
+            "\n## S2 sweep\n\nCycles per second with 1 to 256 concurrent tasks on one client (`sweep.svg`): where each backend saturates. The floor is the raw lock cycle on the same driver, at the same concurrency and connection count.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| backend | tasks | distlock | raw floor | distlock ÷ floor | rslock | distlock ÷ rslock |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
+        for b in &self.backends {
+            for p in &b.sweep {
+                let rate = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.0}"));
+                let ratio = |theirs: Option<f64>| match (p.client, theirs) {
+                    (Some(o), Some(t)) if t > 0.0 => format!("{:.2}×", o / t),
+                    _ => "—".to_owned(),
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    b.backend,
+                    p.tasks,
+                    rate(p.client),
+                    rate(p.floor),
+                    ratio(p.floor),
+                    rate(p.rslock),
+                    ratio(p.rslock)
+                );
             }
         }
         let _ = writeln!(md, "\n## Per backend\n");
@@ -107,6 +141,7 @@ impl Report {
                     &b.s1_primitives,
                 ),
                 (S2, S2, &b.s2_throughput),
+                ("", "S2 raw cycle floor under 32 clients", &b.s2_floor),
                 (S3, S3, &b.s3_handoff),
             ];
             for (_, name, summary) in &ours {

@@ -6,7 +6,9 @@ mod markdown;
 mod model;
 mod targets;
 
-pub(crate) use model::{BackendRun, Conformance, FloorRow, PeerRow, Report, S1, S2, S3};
+pub(crate) use model::{
+    BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint, S1, S2, S3,
+};
 
 use crate::stats::Summary;
 

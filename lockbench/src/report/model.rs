@@ -27,6 +27,16 @@ pub(crate) struct PeerRow {
     pub(crate) summary: Summary,
 }
 
+/// S2 at one concurrency: cycles per second of the client, the raw cycle floor and
+/// rslock (on Redis), where each ran.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub(crate) struct SweepPoint {
+    pub(crate) tasks: usize,
+    pub(crate) client: Option<f64>,
+    pub(crate) floor: Option<f64>,
+    pub(crate) rslock: Option<f64>,
+}
+
 /// The conformance result of one backend.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Conformance {
@@ -46,6 +56,10 @@ pub(crate) struct BackendRun {
     pub(crate) s1_client: Option<Summary>,
     pub(crate) s1_primitives: Option<Summary>,
     pub(crate) s2_throughput: Option<Summary>,
+    /// S2 on the raw cycle floor, at the same concurrency and connection count.
+    pub(crate) s2_floor: Option<Summary>,
+    /// S2 at each concurrency of the sweep.
+    pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
     pub(crate) s4_takeover: Option<Takeover>,
     /// The first floor is one round trip; the second, the raw lock cycle.

@@ -21,6 +21,19 @@ impl BackendRun {
                 ),
             ));
         }
+        if let (Some(s2), Some(floor)) = (&self.s2_throughput, &self.s2_floor) {
+            let ratio = s2.per_sec / floor.per_sec;
+            out.push((
+                "S2 throughput at least 0.9× the raw floor's at the same concurrency".into(),
+                Some(ratio >= 0.9),
+                format!(
+                    "{:.0}/s vs {:.0}/s = {ratio:.2}×{}",
+                    s2.per_sec,
+                    floor.per_sec,
+                    server_work(s2, floor, "the floor")
+                ),
+            ));
+        }
         if let (Some(s3), Some(rtt)) = (&self.s3_handoff, self.round_trip()) {
             let trips = s3.p50_us / rtt.p50_us;
             let mut figures = format!(
