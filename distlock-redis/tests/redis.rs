@@ -73,6 +73,18 @@ async fn too_few_replicas_fail_the_acquire_and_leave_nothing_behind() {
         None,
         "the unreplicated grant was left behind"
     );
+    // Fenced writes wait for replicas the same way, in the same round trip.
+    let store = distlock_redis::fenced::RedisStore::new(&backend);
+    let err = store
+        .set(
+            "replicated-value",
+            distlock_core::FencingToken::new(1),
+            b"x",
+        )
+        .await
+        .expect_err("no replicas");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

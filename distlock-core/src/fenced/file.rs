@@ -24,9 +24,13 @@ use crate::token::FencingToken;
 /// file system's name limit.
 ///
 /// A step writes the fence before the value, each by rename, and syncs both and the
-/// directory: a crash can leave the fence raised over the old value, never a value
-/// under a lower fence. The store is for one host: advisory locks over a network file
-/// system are not to be trusted, and are not tested.
+/// directory, so that a crash between the two leaves the fence raised over the old
+/// value rather than a value under a lower fence (this order is by construction; no
+/// test crashes the host). The conformance suite runs with several stores at once in
+/// one process, each step opening the lock file anew, so that the locks, not shared
+/// memory, keep the steps apart; it is not run across processes. The store is for one
+/// host: advisory locks over a network file system are not to be trusted, and are not
+/// tested.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: Arc<Path>,
