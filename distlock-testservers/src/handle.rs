@@ -1,6 +1,7 @@
 //! [`ServerHandle`]: one server in a container, and the control over it.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -77,6 +78,9 @@ pub struct ServerHandle {
     password: String,
     /// Whether the server serves TLS only (started by [`ServerHandle::start_tls`]).
     tls: bool,
+    /// Its address on the Docker network created for it by
+    /// [`ServerHandle::start_direct`].
+    direct: Option<IpAddr>,
 }
 
 impl fmt::Debug for ServerHandle {
@@ -88,6 +92,7 @@ impl fmt::Debug for ServerHandle {
             .field("host_port", &self.host_port)
             .field("password", &"<redacted>")
             .field("tls", &self.tls)
+            .field("direct", &self.direct)
             .finish()
     }
 }
@@ -114,6 +119,24 @@ impl ServerHandle {
         tls: &TlsMaterial,
     ) -> Result<Self, HarnessError> {
         Self::start_inner(server, Some(tls), |request, _| request).await
+    }
+
+    /// Starts `server` on a Docker network created for it alone (and removed with it),
+    /// so that besides its port on 127.0.0.1 it can be reached at its own address on
+    /// that network: through the kernel's bridge, without Docker's userland port
+    /// proxy in the way. Benchmarks use [`direct_url`](Self::direct_url): its round
+    /// trip is a local one, with no proxy process relaying each request.
+    pub async fn start_direct(server: &'static dyn Server) -> Result<Self, HarnessError> {
+        let network = format!("distlock-direct-{:08x}", rand::random::<u32>());
+        let mut handle =
+            Self::start_with(server, move |request, _| request.with_network(network)).await?;
+        let ip = handle
+            .container
+            .get_bridge_ip_address()
+            .await
+            .map_err(|e| HarnessError::Docker(Box::new(e)))?;
+        handle.direct = Some(ip);
+        Ok(handle)
     }
 
     /// The URL of a server started by [`start_tls`](Self::start_tls), trusting the CA
@@ -201,6 +224,7 @@ impl ServerHandle {
             host_port,
             password,
             tls: tls.is_some(),
+            direct: None,
         };
         handle.wait_ready(READY_WITHIN).await?;
         Ok(handle)
@@ -229,6 +253,17 @@ impl ServerHandle {
     /// A URL for distlock's backend, credentials included.
     pub fn url(&self) -> String {
         self.server.url(self.host_port, &self.password)
+    }
+
+    /// For a server started by [`start_direct`](Self::start_direct), a URL for
+    /// distlock's backend that reaches it at its address on its own network (valid
+    /// until a restart, which may move it); `None` for any other server.
+    pub fn direct_url(&self) -> Option<String> {
+        let ip = self.direct?;
+        let mut url = url::Url::parse(&self.url()).ok()?;
+        url.set_ip_host(ip).ok()?;
+        url.set_port(Some(self.server.port())).ok()?;
+        Some(url.into())
     }
 
     /// Runs `command` inside the container and waits for it to exit: `Ok` when it

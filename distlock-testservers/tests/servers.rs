@@ -85,3 +85,50 @@ async fn postgres_starts_pauses_restarts_and_is_killed() {
 async fn etcd_starts_pauses_restarts_and_is_killed() {
     exercise(&Etcd).await;
 }
+
+/// Sends `AUTH` and `PING` to the Redis at `host:port` and returns its replies.
+async fn redis_ping(host: &str, port: u16, password: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {host}:{port}: {e}"));
+    stream
+        .write_all(format!("AUTH {password}\r\nPING\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut replies = Vec::new();
+    while !replies.ends_with(b"+PONG\r\n") && replies.len() < 64 {
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("reply within 5 s")
+            .expect("read");
+        assert!(n > 0, "{host}:{port} closed the connection");
+        replies.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&replies).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_server_answers_at_its_network_address_and_on_its_port() {
+    let server = ServerHandle::start_direct(&Redis)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let direct = server.direct_url().expect("a direct URL");
+    let url = url::Url::parse(&direct).expect("the direct URL parses");
+    let host = url.host_str().expect("a host").to_owned();
+    assert_ne!(host, "127.0.0.1", "{}", url.host_str().unwrap_or(""));
+    assert_eq!(url.port(), Some(6379));
+    assert_eq!(url.password(), Some(server.password()));
+    assert!(!format!("{server:?}").contains(server.password()));
+    let replies = redis_ping(&host, 6379, server.password()).await;
+    assert_eq!(replies, "+OK\r\n+PONG\r\n");
+    // The port mapping serves it too.
+    let replies = redis_ping("127.0.0.1", server.host_port(), server.password()).await;
+    assert_eq!(replies, "+OK\r\n+PONG\r\n");
+
+    let mapped = ServerHandle::start(&Redis)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(mapped.direct_url(), None);
+}
