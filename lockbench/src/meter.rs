@@ -1,6 +1,7 @@
-//! Server time: the CPU time the server itself spent on a scenario, read from its own
-//! statistics, so that a gap between two clients can be put down to the server's work
-//! or to the client's.
+//! CPU time: what the server itself spent on a scenario, read from its own statistics,
+//! and what this process (the client) spent, read from the kernel's scheduler, so
+//! that a gap between two clients can be put down to the server's work or to the
+//! client's.
 
 use crate::BoxError;
 
@@ -41,23 +42,53 @@ fn cpu_us(text: &str) -> Option<f64> {
     Some((field("used_cpu_sys:")? + field("used_cpu_user:")?) * 1e6)
 }
 
-/// Measures what `run` costs the server, per operation, when a meter is given: the
-/// figure is set on the summary `run` returns.
-pub(crate) async fn server_time<F>(
+/// The CPU time this process's threads have run so far, in microseconds: the sum of
+/// the first field of `/proc/self/task/*/schedstat` (nanoseconds on a CPU), exact to
+/// the nanosecond where `/proc/self/stat`'s ticks are 10 ms. Threads that have exited
+/// are not counted; the runtime's workers live as long as the run. `None` where the
+/// kernel does not provide it.
+pub(crate) fn client_cpu_us() -> Option<f64> {
+    let mut total_ns: u64 = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let mut path = task.ok()?.path();
+        path.push("schedstat");
+        // A thread that exited since the listing has no file left: it is not counted.
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        total_ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total_ns as f64 / 1e3)
+}
+
+/// Measures what `run` costs this process and, when a meter is given, the server, per
+/// operation: the figures are set on the summary `run` returns.
+pub(crate) async fn cpu_time<F>(
     meter: Option<&RedisMeter>,
     run: F,
 ) -> Result<crate::stats::Summary, BoxError>
 where
     F: std::future::Future<Output = Result<crate::stats::Summary, BoxError>>,
 {
-    let Some(meter) = meter else {
-        return run.await;
+    let server_before = match meter {
+        Some(meter) => Some(meter.busy_us().await?),
+        None => None,
     };
-    let before = meter.busy_us().await?;
+    let client_before = client_cpu_us();
     let mut summary = run.await?;
-    let after = meter.busy_us().await?;
+    let client_after = client_cpu_us();
+    let server_after = match meter {
+        Some(meter) => Some(meter.busy_us().await?),
+        None => None,
+    };
     if summary.count > 0 {
-        summary.server_cpu_us = Some((after - before) / summary.count as f64);
+        let count = summary.count as f64;
+        if let (Some(before), Some(after)) = (server_before, server_after) {
+            summary.server_cpu_us = Some((after - before) / count);
+        }
+        if let (Some(before), Some(after)) = (client_before, client_after) {
+            summary.client_cpu_us = Some((after - before) / count);
+        }
     }
     Ok(summary)
 }
@@ -65,6 +96,20 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_this_process_cpu_time() {
+        let before = client_cpu_us().expect("/proc/self/task/*/schedstat");
+        let mut x: u64 = 0;
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let spent = client_cpu_us().expect("schedstat") - before;
+        // 50 ms of spinning on one thread: most of it on a CPU, never more than the
+        // wall time plus what other threads of the test binary ran.
+        assert!(spent > 10_000.0, "{spent} µs counted for 50 ms of work");
+    }
 
     #[test]
     fn reads_the_process_cpu_time() {

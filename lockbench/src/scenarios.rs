@@ -14,7 +14,7 @@ use distlock::{
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::meter::RedisMeter;
+use crate::meter::{client_cpu_us, RedisMeter};
 use crate::stats::Summary;
 use crate::BoxError;
 
@@ -199,6 +199,7 @@ pub(crate) async fn s1_side_by_side(
         samples: Vec<Duration>,
         wall: Duration,
         server_cpu_us: Option<f64>,
+        client_cpu_us: Option<f64>,
         error: Option<BoxError>,
     }
     let mut tallies: Vec<Tally> = Vec::with_capacity(entries.len());
@@ -214,6 +215,7 @@ pub(crate) async fn s1_side_by_side(
             samples: Vec::with_capacity(sizes.cycles),
             wall: Duration::ZERO,
             server_cpu_us: meter.map(|_| 0.0),
+            client_cpu_us: Some(0.0),
             error,
         });
     }
@@ -229,6 +231,7 @@ pub(crate) async fn s1_side_by_side(
                 Some(m) => m.busy_us().await.ok(),
                 None => None,
             };
+            let client_before = client_cpu_us();
             let started = Instant::now();
             for n in 0..per_block {
                 let k = key("s1", block * per_block + n);
@@ -240,6 +243,11 @@ pub(crate) async fn s1_side_by_side(
                 tally.samples.push(t.elapsed());
             }
             tally.wall += started.elapsed();
+            let client_after = client_cpu_us();
+            tally.client_cpu_us = match (tally.client_cpu_us, client_before, client_after) {
+                (Some(sum), Some(before), Some(after)) => Some(sum + after - before),
+                _ => None,
+            };
             let cpu_after = match meter {
                 Some(m) => m.busy_us().await.ok(),
                 None => None,
@@ -259,6 +267,7 @@ pub(crate) async fn s1_side_by_side(
             let mut summary = Summary::of(tally.samples, tally.wall);
             if summary.count > 0 {
                 summary.server_cpu_us = tally.server_cpu_us.map(|us| us / summary.count as f64);
+                summary.client_cpu_us = tally.client_cpu_us.map(|us| us / summary.count as f64);
             }
             Ok(summary)
         })

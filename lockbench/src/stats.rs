@@ -19,6 +19,10 @@ pub(crate) struct Summary {
     /// reports it (Redis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) server_cpu_us: Option<f64>,
+    /// CPU microseconds this process (the client, with its runtime) used per
+    /// operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) client_cpu_us: Option<f64>,
     /// In a handoff scenario: the share of handoffs in which the holder that had just
     /// released took the lock again, ahead of the waiters.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,6 +63,7 @@ impl Summary {
                 n as f64 / wall.as_secs_f64()
             },
             server_cpu_us: None,
+            client_cpu_us: None,
             same_holder_share: None,
         }
     }

@@ -112,21 +112,27 @@ impl Report {
             }
             let _ = writeln!(
                 md,
-                "| measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | releaser took it again |"
+                "| measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | client CPU per op | releaser took it again |"
             );
-            let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+            let _ = writeln!(
+                md,
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+            );
             let mut row = |name: &str, s: &Summary, ours: Option<&Summary>| {
                 let ratio =
                     ours.map_or("—".to_owned(), |o| format!("{:.2}×", o.p50_us / s.p50_us));
                 let server = s
                     .server_cpu_us
                     .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
+                let client = s
+                    .client_cpu_us
+                    .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
                 let again = s
                     .same_holder_share
                     .map_or("—".to_owned(), |share| format!("{:.0}%", share * 100.0));
                 let _ = writeln!(
                     md,
-                    "| {name} | {} | {} | {} | {:.0} | {ratio} | {server} | {again} |",
+                    "| {name} | {} | {} | {} | {:.0} | {ratio} | {server} | {client} | {again} |",
                     ms(s.p50_us),
                     ms(s.p90_us),
                     ms(s.p99_us),
@@ -184,7 +190,7 @@ impl Report {
             }
             let _ = writeln!(
                 md,
-                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`), network handling included. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
+                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`), network handling included; *client CPU per op* is this process's (lockbench's runtime and driver, `/proc/self/task/*/schedstat`), on the same cores as the servers. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
             );
             if let Some(t) = &b.s4_takeover {
                 let rounds: Vec<String> =

@@ -20,17 +20,21 @@ pub(crate) fn ms(us: f64) -> String {
     }
 }
 
-/// Where both summaries carry the server's own CPU time per operation: the two
-/// figures, and how much of one core they used at the rate measured.
-pub(crate) fn server_work(ours: &Summary, theirs: &Summary, them: &str) -> String {
-    match (ours.server_cpu_us, theirs.server_cpu_us) {
+/// The CPU time per operation that both summaries carry: the server's (where it
+/// reports it) and the client process's, each with how much of one core it used at
+/// the rate measured. On a machine whose cores the client and the server share, these
+/// tell which side a gap in throughput comes from.
+pub(crate) fn cpu_work(ours: &Summary, theirs: &Summary, them: &str) -> String {
+    let side = |name: &str, a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => format!(
-            "; server CPU per cycle {a:.0} µs vs {b:.0} µs for {them} ({:.0}% vs {:.0}% of a core)",
+            "; {name} CPU per cycle {a:.0} µs vs {b:.0} µs for {them} ({:.0}% vs {:.0}% of a core)",
             a * ours.per_sec / 1e4,
             b * theirs.per_sec / 1e4
         ),
         _ => String::new(),
-    }
+    };
+    side("server", ours.server_cpu_us, theirs.server_cpu_us)
+        + &side("client", ours.client_cpu_us, theirs.client_cpu_us)
 }
 
 pub(crate) fn opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
