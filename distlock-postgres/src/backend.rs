@@ -405,7 +405,14 @@ impl LockBackend for PostgresBackend {
         let Some(listener) = slot.as_ref() else {
             return Ok(None);
         };
-        Ok(Some(listener.waiters.register(key.as_str()).changes))
+        let registration = listener.waiters.register(key.as_str());
+        drop(slot);
+        // Releases notify only names marked as waited for; the mark comes after LISTEN
+        // and before the caller's first attempt, so no release in between goes unheard.
+        let args = [Arg::Text(key.as_str())];
+        self.run(self.rows(&self.inner.sql.mark_waited, &args))
+            .await?;
+        Ok(Some(registration.changes))
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

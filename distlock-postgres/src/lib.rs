@@ -13,16 +13,22 @@
 //!
 //! # How it works
 //!
-//! One row per held lock: `key`, `owner` (the 128-bit owner token), `fence` and
-//! `expires_at`. The backend creates the table, and a sequence for fences, with an
+//! One row per lock name: `key`, `owner` (the 128-bit owner token), `fence`,
+//! `expires_at` and `waited`. The backend creates the table, and a sequence for fences, with an
 //! idempotent migration on connect. Every operation is one statement in autocommit
 //! mode — one round trip — and judges time by the server's `clock_timestamp()`:
 //!
 //! - **acquire** inserts the row, or takes over a row whose lease has expired
 //!   (`INSERT … ON CONFLICT DO UPDATE … WHERE expires_at <= clock_timestamp()`), and
 //!   returns the fence, or the holder's remaining TTL;
-//! - **release** deletes the row only for its owner and sends a notification
-//!   (`pg_notify`) that wakes waiters listening on the table's channel;
+//! - **release** ends the lease only for its owner (the row stays, with its fence,
+//!   until the purge) and, for a name that has had a waiter, sends a notification
+//!   (`pg_notify`) that wakes waiters listening on the table's channel. A waiter marks
+//!   the name (`waited`) after LISTEN and before its first attempt, and the mark stays
+//!   until the row is purged, so no release a waiter could miss goes unsent. Releases
+//!   nobody waits for send none: NOTIFY makes the commits of every notifying
+//!   transaction in the database wait for one another, which cost S2 (32 tasks on
+//!   fresh names) more than half its throughput when every release notified;
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
 //! - **inspect** reads the holder's fence and remaining TTL.
 //!

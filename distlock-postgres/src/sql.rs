@@ -13,6 +13,7 @@ pub(crate) struct Statements {
     pub(crate) extend: String,
     pub(crate) inspect: String,
     pub(crate) force_release: String,
+    pub(crate) mark_waited: String,
     pub(crate) purge: String,
     pub(crate) channel: String,
 }
@@ -31,6 +32,11 @@ impl Statements {
         let channel = format!("distlock_{:016x}", fnv1a(&format!("{schema}.{table}")));
         let ms = "($3::float8 * interval '1 millisecond')";
         let remaining_ms = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint";
+        // One row per lease ended; a notification only where the name has had a waiter.
+        let notify_waiters = format!(
+            "SELECT true FROM ended \
+             LEFT JOIN LATERAL (SELECT pg_notify('{channel}', $1) WHERE ended.waited) n ON true"
+        );
         Statements {
             migrate: vec![
                 // One migrating process at a time; the others find everything in place.
@@ -41,9 +47,12 @@ impl Statements {
                        key text PRIMARY KEY, \
                        owner bytea NOT NULL, \
                        fence bigint NOT NULL, \
-                       expires_at timestamptz NOT NULL)",
+                       expires_at timestamptz NOT NULL, \
+                       waited boolean NOT NULL DEFAULT false)",
                     if unlogged { "UNLOGGED " } else { "" }
                 ),
+                // Tables made before the column existed.
+                format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false"),
                 // A logged sequence: fences survive crashes and row clean-up alike.
                 format!("CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint"),
             ],
@@ -73,14 +82,17 @@ impl Statements {
                  SELECT false, fence, {remaining_ms} FROM {t} \
                    WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
             ),
-            // Ends this owner's live lease (the row stays, expired as of now); the
-            // notification goes out on commit.
+            // Ends this owner's live lease (the row stays, expired as of now). The
+            // notification, which goes out on commit, is sent only for a name that
+            // has had a waiter (`waited`, read on the row's latest version under its
+            // lock): NOTIFY serializes the commits of every notifying transaction in
+            // the database, so releases nobody waits for must not send one.
             release: format!(
                 "WITH ended AS ( \
                    UPDATE {t} SET expires_at = clock_timestamp() \
                    WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp() \
-                   RETURNING key) \
-                 SELECT true FROM ended CROSS JOIN LATERAL (SELECT pg_notify('{channel}', $1)) n"
+                   RETURNING key, waited) \
+                 {notify_waiters}"
             ),
             // Only a live lease of this owner; never revives an expired one.
             extend: format!(
@@ -93,8 +105,17 @@ impl Statements {
                 "WITH ended AS ( \
                    UPDATE {t} SET expires_at = clock_timestamp() \
                    WHERE key = $1 AND expires_at > clock_timestamp() \
-                   RETURNING key) \
-                 SELECT true FROM ended CROSS JOIN LATERAL (SELECT pg_notify('{channel}', $1)) n"
+                   RETURNING key, waited) \
+                 {notify_waiters}"
+            ),
+            // A waiter marks the name before its first attempt (after LISTEN), so that
+            // every later release of it notifies. A free name gets a row of its own,
+            // already ended, whose fence (0) is below any the sequence mints. The mark
+            // stays until the row is purged.
+            mark_waited: format!(
+                "INSERT INTO {t} AS l (key, owner, fence, expires_at, waited) \
+                   VALUES ($1, ''::bytea, 0, clock_timestamp(), true) \
+                 ON CONFLICT (key) DO UPDATE SET waited = true WHERE NOT l.waited"
             ),
             // Deleting a row makes the key's next acquisition an INSERT whose fence
             // was drawn before any wait; only rows that ended longer ago than any

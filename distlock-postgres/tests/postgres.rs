@@ -1,6 +1,6 @@
 //! What the conformance suite does not cover: purging old rows, the durability options,
-//! hostile names, and the statement timeout behind PgBouncer. Each test has a server
-//! of its own.
+//! hostile names, the statement timeout behind PgBouncer, and which releases notify.
+//! Each test has a server of its own.
 
 use std::time::Duration;
 
@@ -350,5 +350,82 @@ async fn fenced_statements_on_the_users_table_in_the_users_transactions(
         .fetch_one(&mut conn)
         .await?;
     assert_eq!(fence, 8);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_releases_of_names_that_had_a_waiter_notify_and_every_waiter_is_woken(
+) -> Result<(), distlock_core::BoxError> {
+    use std::sync::Arc;
+
+    use distlock_core::{LockClient, LockOptions};
+    use sqlx::{Connection, PgConnection};
+
+    let server = server().await;
+    let mut conn = PgConnection::connect(&server.url()).await?;
+    // A lock table made before the `waited` column: connecting adds it.
+    sqlx::query(
+        "CREATE TABLE distlock_locks (key text PRIMARY KEY, owner bytea NOT NULL, \
+         fence bigint NOT NULL, expires_at timestamptz NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await?;
+    let backend = Arc::new(PostgresBackend::connect(&server.url()).await?);
+    let waited = |key: &'static str| {
+        let url = server.url();
+        async move {
+            let mut conn = PgConnection::connect(&url).await?;
+            let found: Option<bool> =
+                sqlx::query_scalar("SELECT waited FROM distlock_locks WHERE key = $1")
+                    .bind(key)
+                    .fetch_optional(&mut conn)
+                    .await?;
+            Ok::<_, distlock_core::BoxError>(found)
+        }
+    };
+
+    // Nobody waits: the release sends no notification (the row is not marked).
+    let alone = backend
+        .acquire_once("alone", Duration::from_secs(5))
+        .await?
+        .expect("free");
+    backend.release_lease(&alone).await?;
+    assert_eq!(waited("alone").await?, Some(false));
+
+    // Two waiters on a held name, each polling no more often than every 30 s: only a
+    // notification can hand the lock on within seconds, to one and then the other.
+    let holder = backend
+        .acquire_once("shared", Duration::from_secs(60))
+        .await?
+        .expect("free");
+    let options = LockOptions::new(Duration::from_secs(60))
+        .with_backoff(Duration::from_secs(30), Duration::from_secs(30));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..2 {
+        let client = LockClient::with_options(backend.clone(), options.clone())?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let guard = client.lock("shared", Duration::from_secs(60)).await;
+            let _ = tx.send(guard);
+        });
+    }
+    let marked = tokio::time::timeout(Duration::from_secs(10), async {
+        while waited("shared").await? != Some(true) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok::<_, distlock_core::BoxError>(())
+    })
+    .await;
+    assert!(matches!(marked, Ok(Ok(()))), "no waiter marked the name");
+    // Both waiters have made their first attempt and gone to sleep.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    backend.release_lease(&holder).await?;
+    for n in 1..=2 {
+        let guard = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("waiter {n} was not woken by the release"))
+            .expect("a waiter's answer")?;
+        guard.release().await?;
+    }
     Ok(())
 }
