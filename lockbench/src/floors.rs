@@ -215,7 +215,11 @@ pub(crate) async fn postgres(url: &str) -> Result<Vec<S1Entry>, BoxError> {
 #[derive(Clone, Copy)]
 enum EtcdCycle {
     Get,
-    Txn,
+    /// Whether the lease is revoked after the delete (in the background, as distlock's
+    /// release does) or left to expire at its TTL, when etcd's leader revokes it then.
+    Txn {
+        revoke: bool,
+    },
     LockApi,
 }
 
@@ -227,8 +231,8 @@ struct EtcdFloor {
 }
 
 impl Contender for EtcdFloor {
-    /// The key and the owner (the Lock API's own key, for it).
-    type Held = Option<(Vec<u8>, String)>;
+    /// The key, the owner (the Lock API's own key, for it) and the lease.
+    type Held = Option<(Vec<u8>, String, i64)>;
 
     async fn try_take(&self, key: &str) -> Result<Option<Self::Held>, BoxError> {
         let mut c = self.client.clone();
@@ -237,7 +241,7 @@ impl Contender for EtcdFloor {
                 c.get("floor-ping", None).await?;
                 Ok(Some(None))
             }
-            EtcdCycle::Txn => {
+            EtcdCycle::Txn { .. } => {
                 let owner = owner();
                 let lease = c.lease_grant(30, None).await?.id();
                 let put = Txn::new()
@@ -248,14 +252,14 @@ impl Contender for EtcdFloor {
                         Some(PutOptions::new().with_lease(lease)),
                     )]);
                 let won = c.txn(put).await?.succeeded();
-                Ok(won.then(|| Some((key.as_bytes().to_vec(), owner))))
+                Ok(won.then(|| Some((key.as_bytes().to_vec(), owner, lease))))
             }
             EtcdCycle::LockApi => {
                 let lease = c.lease_grant(30, None).await?.id();
                 let locked = c
                     .lock(key, Some(etcd_client::LockOptions::new().with_lease(lease)))
                     .await?;
-                Ok(Some(Some((locked.key().to_vec(), String::new()))))
+                Ok(Some(Some((locked.key().to_vec(), String::new(), lease))))
             }
         }
     }
@@ -265,17 +269,22 @@ impl Contender for EtcdFloor {
     }
 
     async fn give_back(&self, held: Self::Held) -> Result<(), BoxError> {
-        let Some((key, owner)) = held else {
+        let Some((key, owner, lease)) = held else {
             return Ok(());
         };
         let mut c = self.client.clone();
         match self.cycle {
             EtcdCycle::Get => {}
-            EtcdCycle::Txn => {
+            EtcdCycle::Txn { revoke } => {
                 let delete = Txn::new()
                     .when([Compare::value(key.clone(), CompareOp::Equal, owner)])
                     .and_then([TxnOp::delete(key, None)]);
                 c.txn(delete).await?;
+                if revoke {
+                    tokio::spawn(async move {
+                        let _ = c.lease_revoke(lease).await;
+                    });
+                }
             }
             EtcdCycle::LockApi => {
                 c.unlock(key).await?;
@@ -286,7 +295,10 @@ impl Contender for EtcdFloor {
 }
 
 /// etcd's floors: a `get`; a lease grant with a put-if-absent and a delete
-/// transaction; and etcd's own Lock API (lease grant, lock, unlock).
+/// transaction, the lease then revoked in the background (the cycle floor: what a
+/// lock with a lease of its own must write, as distlock's does), or left to expire
+/// (its revoke then comes from etcd's leader at the TTL, possibly during another
+/// measurement); and etcd's own Lock API (lease grant, lock, unlock).
 pub(crate) async fn etcd(endpoint: &str) -> Result<Vec<S1Entry>, BoxError> {
     let client = etcd_client::Client::connect([endpoint], None).await?;
     let floor = |cycle| EtcdFloor {
@@ -296,8 +308,12 @@ pub(crate) async fn etcd(endpoint: &str) -> Result<Vec<S1Entry>, BoxError> {
     Ok(vec![
         S1Entry::new("get (one round trip)", floor(EtcdCycle::Get)),
         S1Entry::new(
-            "lease grant + put-if-absent txn + delete txn",
-            floor(EtcdCycle::Txn),
+            "lease grant + put-if-absent txn + delete txn + lease revoke (in the background)",
+            floor(EtcdCycle::Txn { revoke: true }),
+        ),
+        S1Entry::new(
+            "lease grant + put-if-absent txn + delete txn (lease left to expire)",
+            floor(EtcdCycle::Txn { revoke: false }),
         ),
         S1Entry::new(
             "etcd Lock API (lease grant + lock + unlock)",
