@@ -11,7 +11,7 @@ impl Report {
         let _ = writeln!(md, "# lockbench report\n");
         let _ = writeln!(
             md,
-            "Mode: {}. Machine: {} CPUs. Servers in containers on this machine, clients over loopback.\n",
+            "Mode: {}. Machine: {} CPUs. Servers in containers on this machine (each backend's \"Server\" line below says how it was reached).\n",
             self.mode, self.cpus
         );
         let _ = writeln!(md, "## Summary\n");

@@ -2,49 +2,64 @@
 
 use std::fmt::Write as _;
 
-use super::{cpu_work, ms, BackendRun, S1, S2};
+use super::{cpu_work, ms, BackendRun, Summary, S1, S2};
+
+/// One target line.
+type Target = (String, Option<bool>, String);
+
+/// `ours`'s p50 at most `bound` times `theirs`'s.
+fn p50_within(name: String, ours: &Summary, theirs: &Summary, bound: f64, them: &str) -> Target {
+    let ratio = ours.p50_us / theirs.p50_us;
+    let figures = format!(
+        "{} vs {} = {ratio:.2}×{}",
+        ms(ours.p50_us),
+        ms(theirs.p50_us),
+        cpu_work(ours, theirs, them)
+    );
+    (name, Some(ratio <= bound), figures)
+}
+
+/// `ours`'s throughput at least `bound` times `theirs`'s.
+fn rate_at_least(name: String, ours: &Summary, theirs: &Summary, bound: f64, them: &str) -> Target {
+    let ratio = ours.per_sec / theirs.per_sec;
+    let figures = format!(
+        "{:.0}/s vs {:.0}/s = {ratio:.2}×{}",
+        ours.per_sec,
+        theirs.per_sec,
+        cpu_work(ours, theirs, them)
+    );
+    (name, Some(ratio >= bound), figures)
+}
 
 impl BackendRun {
     /// The targets, each with whether it was met and the figures behind it.
-    pub(crate) fn targets(&self) -> Vec<(String, Option<bool>, String)> {
+    pub(crate) fn targets(&self) -> Vec<Target> {
         let mut out = Vec::new();
         if let (Some(s1), Some(floor)) = (&self.s1_client, self.cycle_floor()) {
-            let ratio = s1.p50_us / floor.p50_us;
-            out.push((
+            out.push(p50_within(
                 "S1 cycle within 1.10× of the raw floor (p50)".into(),
-                Some(ratio <= 1.10),
-                format!(
-                    "{} vs {} = {ratio:.2}×{}",
-                    ms(s1.p50_us),
-                    ms(floor.p50_us),
-                    cpu_work(s1, floor, "the floor")
-                ),
+                s1,
+                floor,
+                1.10,
+                "the floor",
             ));
         }
         if let (Some(client), Some(primitives)) = (&self.s1_client, &self.s1_primitives) {
-            let ratio = client.p50_us / primitives.p50_us;
-            out.push((
+            out.push(p50_within(
                 "S1 through the client within 1.05× of the backend's primitives (p50)".into(),
-                Some(ratio <= 1.05),
-                format!(
-                    "{} vs {} = {ratio:.2}×{}",
-                    ms(client.p50_us),
-                    ms(primitives.p50_us),
-                    cpu_work(client, primitives, "the primitives")
-                ),
+                client,
+                primitives,
+                1.05,
+                "the primitives",
             ));
         }
         if let (Some(s2), Some(floor)) = (&self.s2_throughput, &self.s2_floor) {
-            let ratio = s2.per_sec / floor.per_sec;
-            out.push((
+            out.push(rate_at_least(
                 "S2 throughput at least 0.9× the raw floor's at the same concurrency".into(),
-                Some(ratio >= 0.9),
-                format!(
-                    "{:.0}/s vs {:.0}/s = {ratio:.2}×{}",
-                    s2.per_sec,
-                    floor.per_sec,
-                    cpu_work(s2, floor, "the floor")
-                ),
+                s2,
+                floor,
+                0.9,
+                "the floor",
             ));
         }
         if let (Some(s3), Some(rtt)) = (&self.s3_handoff, self.round_trip()) {
@@ -81,29 +96,21 @@ impl BackendRun {
                     .map(|p| &p.summary)
             };
             if let (Some(ours), Some(theirs)) = (&self.s1_client, find(S1)) {
-                let ratio = ours.p50_us / theirs.p50_us;
-                out.push((
+                out.push(p50_within(
                     format!("S1 cycle within 1.05× of {peer}'s (p50)"),
-                    Some(ratio <= 1.05),
-                    format!(
-                        "{} vs {} = {ratio:.2}×{}",
-                        ms(ours.p50_us),
-                        ms(theirs.p50_us),
-                        cpu_work(ours, theirs, peer)
-                    ),
+                    ours,
+                    theirs,
+                    1.05,
+                    peer,
                 ));
             }
             if let (Some(ours), Some(theirs)) = (&self.s2_throughput, find(S2)) {
-                let ratio = ours.per_sec / theirs.per_sec;
-                out.push((
+                out.push(rate_at_least(
                     format!("S2 throughput at least {peer}'s"),
-                    Some(ratio >= 1.0),
-                    format!(
-                        "{:.0}/s vs {:.0}/s = {ratio:.2}×{}",
-                        ours.per_sec,
-                        theirs.per_sec,
-                        cpu_work(ours, theirs, peer)
-                    ),
+                    ours,
+                    theirs,
+                    1.0,
+                    peer,
                 ));
             }
         }
