@@ -14,9 +14,10 @@
 //! # How it works
 //!
 //! One row per lock name: `key`, `owner` (the 128-bit owner token), `fence`,
-//! `expires_at` and `waited`. The backend creates the table, and a sequence for fences, with an
-//! idempotent migration on connect. Every operation is one statement in autocommit
-//! mode — one round trip — and judges time by the server's `clock_timestamp()`:
+//! `expires_at` and `waited`. The backend creates the table, and a sequence for
+//! fences, with an idempotent migration on connect. Every operation is one statement
+//! in autocommit mode — one round trip — and judges time by the server's
+//! `clock_timestamp()`:
 //!
 //! - **acquire** inserts the row, or takes over a row whose lease has expired
 //!   (`INSERT … ON CONFLICT DO UPDATE … WHERE expires_at <= clock_timestamp()`), and
