@@ -60,6 +60,9 @@ pub enum HarnessError {
         /// The last check's error.
         last: String,
     },
+    /// The members of a cluster started but could not be made one cluster.
+    #[error("the cluster could not be formed: {0}")]
+    Cluster(String),
     /// The harness has no TLS set-up for this server.
     #[error("the harness cannot start {0} with TLS")]
     NoTls(&'static str),
@@ -118,7 +121,7 @@ impl ServerHandle {
         server: &'static dyn Server,
         tls: &TlsMaterial,
     ) -> Result<Self, HarnessError> {
-        Self::start_inner(server, Some(tls), |request, _| request).await
+        Self::start_inner(server, Some(tls), None, |request, _| request).await
     }
 
     /// Starts `server` on a Docker network created for it alone (and removed with it),
@@ -128,8 +131,26 @@ impl ServerHandle {
     /// trip is a local one, with no proxy process relaying each request.
     pub async fn start_direct(server: &'static dyn Server) -> Result<Self, HarnessError> {
         let network = format!("distlock-direct-{:08x}", rand::random::<u32>());
-        let mut handle =
-            Self::start_with(server, move |request, _| request.with_network(network)).await?;
+        Self::start_networked(server, network, None, |request, _| request).await
+    }
+
+    /// Starts `server` on the Docker network `network` (created with its first
+    /// member, removed with its last), with `password` where given (members of one
+    /// cluster share theirs), and `adjust` applied to its container request last; its
+    /// address there is [`direct_url`](Self::direct_url)'s.
+    pub(crate) async fn start_networked(
+        server: &'static dyn Server,
+        network: String,
+        password: Option<String>,
+        adjust: impl FnOnce(
+            ContainerRequest<GenericImage>,
+            ImageSource,
+        ) -> ContainerRequest<GenericImage>,
+    ) -> Result<Self, HarnessError> {
+        let mut handle = Self::start_inner(server, None, password, move |request, source| {
+            adjust(request.with_network(network), source)
+        })
+        .await?;
         let ip = handle
             .container
             .get_bridge_ip_address()
@@ -156,12 +177,13 @@ impl ServerHandle {
             ImageSource,
         ) -> ContainerRequest<GenericImage>,
     ) -> Result<Self, HarnessError> {
-        Self::start_inner(server, None, adjust).await
+        Self::start_inner(server, None, None, adjust).await
     }
 
     async fn start_inner(
         server: &'static dyn Server,
         tls: Option<&TlsMaterial>,
+        password: Option<String>,
         adjust: impl FnOnce(
             ContainerRequest<GenericImage>,
             ImageSource,
@@ -171,7 +193,7 @@ impl ServerHandle {
             Some(_) => ImageSource::Local,
             None => image_source(server).await?,
         };
-        let password = format!("pw{:016x}", rand::random::<u64>());
+        let password = password.unwrap_or_else(|| format!("pw{:016x}", rand::random::<u64>()));
         let host_port = free_port()?;
         let port = ContainerPort::Tcp(server.port());
         let entry = match source {
@@ -255,6 +277,12 @@ impl ServerHandle {
         self.server.url(self.host_port, &self.password)
     }
 
+    /// `address:port` of a server started on a network of its own, as the other
+    /// containers on that network reach it; `None` for any other server.
+    pub fn direct_address(&self) -> Option<String> {
+        Some(format!("{}:{}", self.direct?, self.server.port()))
+    }
+
     /// For a server started by [`start_direct`](Self::start_direct), a URL for
     /// distlock's backend that reaches it at its address on its own network (valid
     /// until a restart, which may move it); `None` for any other server.
@@ -268,7 +296,7 @@ impl ServerHandle {
 
     /// Runs `command` inside the container and waits for it to exit: `Ok` when it
     /// exited 0, otherwise an error with its exit code.
-    async fn exec(&self, command: ExecCommand) -> Result<(), BoxError> {
+    pub(crate) async fn exec(&self, command: ExecCommand) -> Result<(), BoxError> {
         self.container
             .exec(command.with_cmd_ready_condition(CmdWaitFor::exit_code(0)))
             .await?;

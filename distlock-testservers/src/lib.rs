@@ -62,7 +62,7 @@ pub use image::{image_source, ImageSource};
 pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
-pub use redis::Redis;
+pub use redis::{Redis, RedisCluster};
 pub use tls::TlsMaterial;
 
 /// One kind of server the harness can start: everything that differs between them.

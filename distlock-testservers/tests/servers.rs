@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use distlock_conformance::ServerControl;
-use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle};
+use distlock_testservers::{
+    Etcd, HarnessError, Postgres, Redis, RedisCluster, Server, ServerHandle,
+};
 
 async fn exercise(server: &'static dyn Server) {
     let kind = server.name();
@@ -88,17 +90,23 @@ async fn etcd_starts_pauses_restarts_and_is_killed() {
 
 /// Sends `AUTH` and `PING` to the Redis at `host:port` and returns its replies.
 async fn redis_ping(host: &str, port: u16, password: &str) -> String {
+    redis_say(host, port, password, "PING", "+PONG\r\n").await
+}
+
+/// Sends `AUTH` and `command` (inline) to the Redis at `host:port`, and returns its
+/// replies once they end with `end` (or 4 KiB have come).
+async fn redis_say(host: &str, port: u16, password: &str, command: &str, end: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect((host, port))
         .await
         .unwrap_or_else(|e| panic!("connect to {host}:{port}: {e}"));
     stream
-        .write_all(format!("AUTH {password}\r\nPING\r\n").as_bytes())
+        .write_all(format!("AUTH {password}\r\n{command}\r\n").as_bytes())
         .await
         .expect("write");
     let mut replies = Vec::new();
-    while !replies.ends_with(b"+PONG\r\n") && replies.len() < 64 {
-        let mut buf = [0u8; 64];
+    while !replies.ends_with(end.as_bytes()) && replies.len() < 4096 {
+        let mut buf = [0u8; 512];
         let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
             .await
             .expect("reply within 5 s")
@@ -131,4 +139,54 @@ async fn a_direct_server_answers_at_its_network_address_and_on_its_port() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(mapped.direct_url(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_forms_and_redirects_to_addresses_this_machine_reaches() {
+    let err = RedisCluster::start(2).await.expect_err("two masters");
+    assert!(matches!(err, HarnessError::Cluster(_)), "{err}");
+
+    let cluster = RedisCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cluster.urls().len(), 3);
+    let password = cluster.members()[0].password().to_owned();
+    let addresses: Vec<String> = cluster
+        .members()
+        .iter()
+        .map(|m| m.direct_address().expect("an address"))
+        .collect();
+    let mut owners = 0;
+    for (member, address) in cluster.members().iter().zip(&addresses) {
+        assert_eq!(member.password(), password, "members share one password");
+        let (host, port) = address.rsplit_once(':').expect("host:port");
+        let port: u16 = port.parse().expect("port");
+        let info = redis_say(host, port, &password, "CLUSTER INFO", "\r\n\r\n").await;
+        assert!(info.contains("cluster_state:ok"), "{address}: {info}");
+        assert!(info.contains("cluster_known_nodes:3"), "{address}: {info}");
+        // The key's slot is served by one member; the others redirect to an address
+        // of the cluster's network.
+        let reply = redis_say(
+            host,
+            port,
+            &password,
+            "SET {distlock}probe x\r\nPING",
+            "+PONG\r\n",
+        )
+        .await;
+        let reply = reply
+            .strip_prefix("+OK\r\n")
+            .and_then(|r| r.strip_suffix("+PONG\r\n"))
+            .unwrap_or_else(|| panic!("{address} answered {reply:?}"));
+        if reply == "+OK\r\n" {
+            owners += 1;
+        } else {
+            let target = reply
+                .strip_prefix("-MOVED ")
+                .and_then(|r| r.trim_end().split(' ').nth(1))
+                .unwrap_or_else(|| panic!("{address} answered {reply:?}"));
+            assert!(addresses.iter().any(|a| a == target), "MOVED to {target}");
+        }
+    }
+    assert_eq!(owners, 1, "one member serves the key's slot");
 }
