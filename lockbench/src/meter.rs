@@ -106,8 +106,8 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let spent = client_cpu_us().expect("schedstat") - before;
-        // 50 ms of spinning on one thread: most of it on a CPU, never more than the
-        // wall time plus what other threads of the test binary ran.
+        // 50 ms of spinning on one thread: at least a fifth of it is counted, however
+        // busy the machine's other processes keep its cores.
         assert!(spent > 10_000.0, "{spent} µs counted for 50 ms of work");
     }
 
