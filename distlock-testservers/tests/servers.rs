@@ -139,6 +139,43 @@ async fn a_direct_server_answers_at_its_network_address_and_on_its_port() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(mapped.direct_url(), None);
+
+    // The network made for the server goes with it.
+    let made = direct_networks().await;
+    assert!(
+        !made.is_empty(),
+        "no distlock-direct-* network while it runs"
+    );
+    drop(server);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<String> = direct_networks()
+            .await
+            .into_iter()
+            .filter(|n| made.contains(n))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{left:?} outlived its server"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The names of the Docker networks `start_direct` makes.
+async fn direct_networks() -> Vec<String> {
+    let docker = testcontainers::bollard::Docker::connect_with_local_defaults().expect("docker");
+    docker
+        .list_networks(None)
+        .await
+        .expect("list networks")
+        .into_iter()
+        .filter_map(|n| n.name)
+        .filter(|n| n.starts_with("distlock-direct-"))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
