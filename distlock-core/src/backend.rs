@@ -67,7 +67,8 @@ pub type DynLockBackend = dyn LockBackend;
 ///    [`FailsClosed`](crate::FenceDurability::FailsClosed), it never goes backwards.
 /// 7. **Validity.** A returned lease's [`Lease::valid_until`] is measured from the
 ///    instant *before* the request was sent, so the round trip is never counted as
-///    validity; no lease is returned already expired. (Core keeps this point for every
+///    validity, less the [`Capabilities::clock_drift`] allowance; no lease is returned
+///    already expired. (Core keeps this point for every
 ///    backend; [`LockClient`](crate::LockClient) also refuses leases below a minimum
 ///    validity.)
 /// 8. **Errors.** Bad input (a key, by [`LockKey`]; a TTL the capabilities refuse) is a
@@ -178,7 +179,8 @@ pub trait LockBackendExt: LockBackend {
     ///
     /// An [`ErrorKind::InvalidTtl`] error, with nothing sent, when the backend's
     /// capabilities refuse `ttl`. The lease's validity is counted from before the
-    /// request was sent (contract point 7); a grant whose reply arrives after that
+    /// request was sent, less the clock-drift allowance the capabilities declare
+    /// (contract point 7); a grant whose reply arrives after that
     /// validity ran out is released at once and reported as a retryable
     /// [`ErrorKind::Timeout`], never returned.
     async fn try_acquire_as(
@@ -194,7 +196,8 @@ pub trait LockBackendExt: LockBackend {
             Grant::Held { remaining } => return Ok(AcquireOutcome::Held { remaining }),
             Grant::Granted(fence) => fence,
         };
-        let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at);
+        let drift = self.capabilities().clock_drift.allowance(ttl);
+        let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at, drift);
         if !lease.is_expired() {
             return Ok(AcquireOutcome::Acquired(lease));
         }
@@ -227,7 +230,7 @@ pub trait LockBackendExt: LockBackend {
         match self.renew(&ExtendRequest::new(lease.clone(), ttl)).await? {
             Renewal::NotHeld => Ok(ExtendOutcome::NotHeld),
             Renewal::Renewed => {
-                let renewed = lease.renewed(ttl, sent_at);
+                let renewed = lease.renewed(ttl, sent_at, capabilities.clock_drift.allowance(ttl));
                 if renewed.is_expired() {
                     return Err(late(self.name(), "renewal"));
                 }

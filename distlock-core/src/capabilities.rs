@@ -44,6 +44,36 @@ impl Default for RoundTrips {
     }
 }
 
+/// How far the clocks that judge a lease's expiry may run ahead of this process's
+/// clock, as an allowance that core takes off every lease's validity (contract point
+/// 7): `ttl × per_million / 1,000,000 + fixed`.
+///
+/// A backend whose expiry one server judges, by its own clock, can keep
+/// [`ClockDrift::NONE`]. A backend that holds a lease on several independent servers
+/// (Redlock) declares the drift it assumes between their clocks and this one, so that a
+/// lease is given up before the first of them could free the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ClockDrift {
+    /// The rate allowance, in parts per million of the TTL.
+    pub per_million: u32,
+    /// A fixed allowance, whatever the TTL.
+    pub fixed: Duration,
+}
+
+impl ClockDrift {
+    /// No allowance.
+    pub const NONE: ClockDrift = ClockDrift {
+        per_million: 0,
+        fixed: Duration::ZERO,
+    };
+
+    /// What is taken off the validity of a lease of `ttl`.
+    pub fn allowance(&self, ttl: Duration) -> Duration {
+        let rate = ttl.as_nanos() * u128::from(self.per_million) / 1_000_000;
+        Duration::from_nanos(u64::try_from(rate).unwrap_or(u64::MAX)).saturating_add(self.fixed)
+    }
+}
+
 /// What a backend can do and the limits it imposes.
 ///
 /// Build one from [`Capabilities::default`] and set the fields that differ.
@@ -73,11 +103,13 @@ pub struct Capabilities {
     pub extend_any_ttl: bool,
     /// The round trips each operation takes at most (contract point 9).
     pub round_trips: RoundTrips,
+    /// The clock drift core allows for when it counts a lease's validity.
+    pub clock_drift: ClockDrift,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
-    /// one round trip per operation, nothing optional.
+    /// one round trip per operation, no clock drift, nothing optional.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -89,6 +121,7 @@ impl Default for Capabilities {
             force_release: false,
             extend_any_ttl: true,
             round_trips: RoundTrips::default(),
+            clock_drift: ClockDrift::NONE,
         }
     }
 }
@@ -166,6 +199,27 @@ mod tests {
             );
         }
         assert!(c.check_ttl(Duration::from_secs(3)).is_ok());
+    }
+
+    #[test]
+    fn the_drift_allowance_is_a_rate_plus_a_fixed_part() {
+        let redlock = ClockDrift {
+            per_million: 10_000,
+            fixed: Duration::from_millis(2),
+        };
+        assert_eq!(
+            redlock.allowance(Duration::from_secs(10)),
+            Duration::from_millis(102)
+        );
+        assert_eq!(
+            ClockDrift::NONE.allowance(Duration::from_secs(10)),
+            Duration::ZERO
+        );
+        let huge = ClockDrift {
+            per_million: u32::MAX,
+            fixed: Duration::MAX,
+        };
+        assert_eq!(huge.allowance(Duration::MAX), Duration::MAX);
     }
 
     #[test]

@@ -94,28 +94,30 @@ pub struct Lease {
 
 impl Lease {
     /// A lease on `key` held by `owner` with fencing token `fence`, granted for `ttl`
-    /// by a request sent at `sent_at` (this process's monotonic clock).
+    /// by a request sent at `sent_at` (this process's monotonic clock), less the
+    /// backend's clock-drift allowance `drift`.
     pub(crate) fn new(
         key: LockKey,
         owner: OwnerToken,
         fence: FencingToken,
         ttl: Duration,
         sent_at: Instant,
+        drift: Duration,
     ) -> Self {
         Lease {
             key,
             owner,
             fence,
             ttl,
-            valid_until: sent_at + ttl,
+            valid_until: sent_at + ttl.saturating_sub(drift),
         }
     }
 
-    /// The same lease, renewed for `ttl` by a request sent at `sent_at`.
-    pub(crate) fn renewed(&self, ttl: Duration, sent_at: Instant) -> Self {
+    /// The same lease, renewed for `ttl` by a request sent at `sent_at`, less `drift`.
+    pub(crate) fn renewed(&self, ttl: Duration, sent_at: Instant, drift: Duration) -> Self {
         Lease {
             ttl,
-            valid_until: sent_at + ttl,
+            valid_until: sent_at + ttl.saturating_sub(drift),
             ..self.clone()
         }
     }

@@ -43,7 +43,7 @@ mod token;
 mod wake;
 
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
-pub use capabilities::{Capabilities, FenceDurability, RoundTrips};
+pub use capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
 pub use client::{LockClient, LockGuard, LockOptions, LossReason};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{
