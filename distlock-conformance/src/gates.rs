@@ -59,3 +59,9 @@ pub(crate) fn needs_links(t: &Target) -> Option<String> {
         "no way to make clients whose link can be cut was given (Target::with_links)".into()
     })
 }
+
+pub(crate) fn needs_members(t: &Target) -> Option<String> {
+    (t.members().len() < 3).then(|| {
+        "the target has no three or more members with their controls (Target::with_members)".into()
+    })
+}

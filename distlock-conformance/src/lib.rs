@@ -33,6 +33,6 @@ mod target;
 pub use case::{Case, ContractPoint};
 pub use suite::{case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport};
 pub use target::{
-    Connector, LinkControl, LinkedClient, LinkedConnector, MemoryControl, MemoryLink,
-    RoundTripMeter, ServerControl, Target,
+    Connector, LinkControl, LinkedClient, LinkedConnector, MemberConnector, MemberLinkedClient,
+    MemoryControl, MemoryLink, RoundTripMeter, ServerControl, Target,
 };

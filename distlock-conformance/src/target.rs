@@ -60,6 +60,15 @@ pub type LinkedClient = (Arc<DynLockBackend>, Arc<dyn LinkControl>);
 pub type LinkedConnector =
     Arc<dyn Fn() -> BoxFuture<'static, Result<LinkedClient, BoxError>> + Send + Sync>;
 
+/// A client of a backend that holds each lease on several servers (its members, a
+/// quorum of which decides), and control over its link to each member, in the order
+/// of [`Target::members`].
+pub type MemberLinkedClient = (Arc<DynLockBackend>, Vec<Arc<dyn LinkControl>>);
+
+/// Makes a new client whose link to each member can be cut on its own.
+pub type MemberConnector =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<MemberLinkedClient, BoxError>> + Send + Sync>;
+
 /// Counts the round trips between a backend and its server (a proxy in between, say):
 /// what the case on contract point 9 reads around each operation.
 pub trait RoundTripMeter: Send + Sync + fmt::Debug {
@@ -83,6 +92,7 @@ pub struct Target {
     wrong_credentials: Option<(String, Connector)>,
     clients: Option<Connector>,
     links: Option<LinkedConnector>,
+    members: Option<(Vec<Arc<dyn ServerControl>>, MemberConnector)>,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
 }
@@ -96,6 +106,7 @@ impl fmt::Debug for Target {
             .field("wrong_credentials", &self.wrong_credentials.is_some())
             .field("clients", &self.clients.is_some())
             .field("links", &self.links.is_some())
+            .field("members", &self.members().len())
             .finish()
     }
 }
@@ -110,6 +121,7 @@ impl Target {
             wrong_credentials: None,
             clients: None,
             links: None,
+            members: None,
             server_use: RwLock::new(()),
         }
     }
@@ -200,6 +212,35 @@ impl Target {
     /// The secret of the wrong credentials and the way to connect with them, when given.
     pub fn wrong_credentials(&self) -> Option<&(String, Connector)> {
         self.wrong_credentials.as_ref()
+    }
+
+    /// For a backend that holds each lease on a majority of several servers (Redlock,
+    /// say): control over each server, and a way to make clients whose link to each
+    /// can be cut. This enables the quorum cases: a minority of members killed, paused,
+    /// restarted empty or cut off from the client, and a majority cut off.
+    pub fn with_members(
+        mut self,
+        members: Vec<Arc<dyn ServerControl>>,
+        connect: impl Fn() -> BoxFuture<'static, Result<MemberLinkedClient, BoxError>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.members = Some((members, Arc::new(connect)));
+        self
+    }
+
+    /// Control over each member, when the target has members (else empty).
+    pub fn members(&self) -> &[Arc<dyn ServerControl>] {
+        self.members.as_ref().map_or(&[], |(m, _)| m.as_slice())
+    }
+
+    /// A new client whose link to each member can be cut, when the target has members.
+    pub async fn member_linked_client(&self) -> Option<Result<MemberLinkedClient, BoxError>> {
+        match &self.members {
+            Some((_, connect)) => Some(connect().await),
+            None => None,
+        }
     }
 
     /// Adds control over the server, which enables the fault cases.

@@ -202,6 +202,7 @@ pub mod extend;
 pub mod faults;
 pub mod fencing;
 pub mod partitions;
+pub mod quorum;
 pub mod release;
 pub mod round_trips;
 pub mod validity;
@@ -253,7 +254,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 11] = [
+pub(crate) const AREAS: [&[Case]; 12] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -265,4 +266,5 @@ pub(crate) const AREAS: [&[Case]; 11] = [
     clients::CASES,
     partitions::CASES,
     faults::CASES,
+    quorum::CASES,
 ];

@@ -76,6 +76,36 @@ cases! {
         Ok(())
     }
 
+    /// An acquire retried with the same owner token (its first reply lost) is refused, or restarts the expiry its validity is counted from (node-redlock #274).
+    #[case(Validity, always)]
+    pub async fn a_retried_grant_restarts_the_expiry_it_counts_from(t: &Target) -> CaseResult {
+        let key = t.key("retried-grant");
+        let ttl = t.capabilities().ttl_at_least(Duration::from_millis(600));
+        let owner = OwnerToken::random();
+        let backend = t.backend();
+        let AcquireOutcome::Acquired(_lost) = backend.try_acquire_as(&key, ttl, owner).await? else {
+            return fail("a fresh key was held");
+        };
+        sleep(ttl / 2).await;
+        let retried = match backend.try_acquire_as(&key, ttl, owner).await? {
+            AcquireOutcome::Acquired(lease) => lease,
+            AcquireOutcome::Held { .. } => {
+                backend.release(&key, &owner).await?;
+                return Ok(());
+            }
+        };
+        let give_up = Instant::now() + ttl * 4 + t.expiry_slack() * 4;
+        let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let granted_at = Instant::now();
+        ensure!(
+            granted_at >= retried.valid_until(),
+            "another client got the key {:?} before the retried grant's validity ended: the retry did not restart the expiry",
+            retried.valid_until() - granted_at
+        );
+        backend.release_lease(&next).await?;
+        Ok(())
+    }
+
     /// A lease with the shortest TTL the backend accepts expires after that TTL, not after a floor of the server's.
     #[case(ServerTime, always)]
     pub async fn the_shortest_ttl_is_kept(t: &Target) -> CaseResult {

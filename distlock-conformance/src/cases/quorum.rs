@@ -1,0 +1,359 @@
+//! A backend that holds each lease on a majority of several servers (its members,
+//! [`Target::with_members`]): a minority killed, paused beyond the TTL, restarted empty
+//! or cut off from the client changes nothing; a minority never grants; and a member
+//! restarted empty does no more harm than the capabilities declare. Each takes the
+//! servers alone.
+
+use super::*;
+use crate::target::{LinkControl, MemberLinkedClient, ServerControl};
+
+/// The members and the sizes that matter.
+struct Members<'a> {
+    all: &'a [Arc<dyn ServerControl>],
+    /// How many make a majority.
+    quorum: usize,
+    /// How many may fail: the rest still make a majority.
+    minority: usize,
+}
+
+fn members(t: &Target) -> Members<'_> {
+    let all = t.members();
+    let quorum = all.len() / 2 + 1;
+    Members {
+        all,
+        quorum,
+        minority: all.len() - quorum,
+    }
+}
+
+/// A client whose link to each member can be cut, warmed up.
+async fn member_client(t: &Target) -> Result<MemberLinkedClient, CaseError> {
+    let (backend, links) = t
+        .member_linked_client()
+        .await
+        .ok_or_else(|| CaseError::Skipped("the target makes no member-linked clients".into()))?
+        .map_err(|e| CaseError::Failed(format!("a member-linked client could not be made: {e}")))?;
+    ensure!(
+        links.len() == t.members().len(),
+        "the client has {} member links for {} members",
+        links.len(),
+        t.members().len()
+    );
+    backend.inspect(&t.key("warm-up")).await?;
+    Ok((backend, links))
+}
+
+async fn cut(links: &[Arc<dyn LinkControl>]) -> CaseResult {
+    for link in links {
+        link.cut()
+            .await
+            .map_err(|e| CaseError::Failed(format!("a link could not be cut: {e}")))?;
+    }
+    Ok(())
+}
+
+async fn heal(links: &[Arc<dyn LinkControl>]) -> CaseResult {
+    for link in links {
+        link.heal()
+            .await
+            .map_err(|e| CaseError::Failed(format!("a link could not heal: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The body's outcome, unless putting the members back failed; the body's failure
+/// comes first.
+fn after_restore<T>(body: Result<T, CaseError>, restore: CaseResult) -> Result<T, CaseError> {
+    let value = body?;
+    restore?;
+    Ok(value)
+}
+
+/// Holds, extends and releases on `backend` while part of the members is out, and
+/// checks that `other` cannot get in meanwhile; the next holder's fence is higher.
+async fn still_a_lock(
+    t: &Target,
+    backend: &Arc<DynLockBackend>,
+    other: &Arc<DynLockBackend>,
+    what: &str,
+) -> Result<Lease, CaseError> {
+    let key = t.key("quorum");
+    let lease = grant(backend, &key, t.long_ttl())
+        .await
+        .map_err(|e| CaseError::Failed(format!("with {what}, acquire failed: {e:?}")))?
+        .ok_or_else(|| CaseError::Failed(format!("with {what}, a fresh key was held")))?;
+    ensure!(
+        grant(other, &key, t.long_ttl()).await?.is_none(),
+        "with {what}, a second client got the key while a majority held it"
+    );
+    match backend.extend(&lease, t.renewal_ttl(&lease)).await? {
+        ExtendOutcome::Extended(_) => {}
+        ExtendOutcome::NotHeld => return fail(format!("with {what}, the holder could not extend")),
+    }
+    ensure!(
+        backend.release_lease(&lease).await? == ReleaseOutcome::Released,
+        "with {what}, the release did not answer released"
+    );
+    let next = grant(other, &key, t.long_ttl()).await?.ok_or_else(|| {
+        CaseError::Failed(format!("with {what}, the key stayed held after release"))
+    })?;
+    ensure!(
+        next.fence() > lease.fence(),
+        "with {what}, the next holder's fence {} is not above {}",
+        next.fence(),
+        lease.fence()
+    );
+    other.release_lease(&next).await?;
+    Ok(lease)
+}
+
+cases! {
+    /// With a minority of the members killed, the lock still grants, excludes, extends and releases, with rising fences.
+    #[case(MutualExclusion, needs_members, fault)]
+    pub async fn quorum_a_minority_killed_changes_nothing(t: &Target) -> CaseResult {
+        let m = members(t);
+        let down = &m.all[..m.minority];
+        for member in down {
+            member.kill().await.map_err(control_err("kill a member"))?;
+        }
+        let other = t.backend().clone();
+        let body = still_a_lock(t, t.backend(), &other, "a minority killed").await.map(drop);
+        let mut restore = Ok(());
+        for member in down {
+            if let Err(e) = member.start().await {
+                restore = fail(format!("a killed member could not start again: {e}"));
+            }
+        }
+        after_restore(body, restore)
+    }
+
+    /// With a minority of the members paused beyond the TTL, grants go on and expire on time, and no second holder gets in once they wake.
+    #[case(MutualExclusion, needs_members, fault)]
+    pub async fn quorum_a_minority_paused_beyond_the_ttl_changes_nothing(t: &Target) -> CaseResult {
+        let m = members(t);
+        let paused = &m.all[..m.minority];
+        for member in paused {
+            member.pause().await.map_err(control_err("pause a member"))?;
+        }
+        let key = t.key("quorum-paused");
+        let ttl = fault_ttl(t);
+        let during = async {
+            let first = acquire(t, &key, ttl).await?;
+            sleep_until(first.valid_until()).await;
+            let give_up = Instant::now() + ttl * 2 + t.expiry_slack() * 4;
+            let (second, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+            ensure!(
+                second.fence() > first.fence(),
+                "the fence {} after expiry is not above {}",
+                second.fence(),
+                first.fence()
+            );
+            Ok(second)
+        }
+        .await;
+        let mut restore = Ok(());
+        for member in paused {
+            if let Err(e) = member.unpause().await {
+                restore = fail(format!("a paused member could not resume: {e}"));
+            }
+        }
+        let second = after_restore(during, restore)?;
+        // The woken members held only the first, expired lease.
+        ensure!(
+            try_acquire(t, &key, t.long_ttl()).await?.is_none(),
+            "once the paused members woke, a second client got the key from the holder"
+        );
+        t.backend().release_lease(&second).await?;
+        Ok(())
+    }
+
+    /// A member restarted empty leaves the holder a majority: nobody else gets in, and the holder extends and releases.
+    #[case(MutualExclusion, needs_members, fault)]
+    pub async fn quorum_a_member_restarted_empty_leaves_the_holder_a_majority(t: &Target) -> CaseResult {
+        let m = members(t);
+        let key = t.key("quorum-restart");
+        let lease = acquire(t, &key, t.long_ttl()).await?;
+        m.all[0].restart().await.map_err(control_err("restart a member"))?;
+        ensure!(
+            try_acquire(t, &key, t.long_ttl()).await?.is_none(),
+            "a second client got the key while the holder kept a majority"
+        );
+        match retry_until_up("extend", || t.backend().extend(&lease, t.renewal_ttl(&lease))).await? {
+            ExtendOutcome::Extended(_) => {}
+            ExtendOutcome::NotHeld => return fail("the holder could not extend after the restart"),
+        }
+        ensure!(
+            t.backend().release_lease(&lease).await? == ReleaseOutcome::Released,
+            "the release did not answer released"
+        );
+        let next = acquire(t, &key, t.long_ttl()).await?;
+        ensure!(
+            next.fence() > lease.fence(),
+            "the fence {} after the restart is not above {}",
+            next.fence(),
+            lease.fence()
+        );
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
+
+    /// A client cut off from a minority of the members still holds, extends and releases, and excludes the others.
+    #[case(MutualExclusion, needs_members, fault)]
+    pub async fn quorum_a_minority_cut_off_from_the_client_changes_nothing(t: &Target) -> CaseResult {
+        let m = members(t);
+        let (client, links) = member_client(t).await?;
+        cut(&links[..m.minority]).await?;
+        let body = still_a_lock(t, &client, t.backend(), "a minority cut off").await.map(drop);
+        after_restore(body, heal(&links).await)
+    }
+
+    /// A client that reaches only a minority of the members is never granted the lock, nor an extension.
+    #[case(MutualExclusion, needs_members, fault)]
+    pub async fn quorum_a_minority_never_grants(t: &Target) -> CaseResult {
+        let m = members(t);
+        let (client, links) = member_client(t).await?;
+        let held_key = t.key("quorum-minority-extend");
+        let Some(held) = grant(&client, &held_key, t.long_ttl()).await? else {
+            return fail("a fresh key was held");
+        };
+        cut(&links[..m.quorum]).await?;
+        let key = t.key("quorum-minority");
+        let attempt = client.try_acquire(&key, t.long_ttl()).await;
+        let extension = client.extend(&held, t.renewal_ttl(&held)).await;
+        heal(&links).await?;
+        match attempt {
+            Ok(AcquireOutcome::Acquired(_)) => {
+                return fail(format!(
+                    "granted with {} of {} members reachable",
+                    m.minority,
+                    m.all.len()
+                ))
+            }
+            Ok(AcquireOutcome::Held { .. }) => {}
+            Err(e) => ensure!(e.is_retryable(), "the refusal is not retryable: {e}"),
+        }
+        match extension {
+            Ok(ExtendOutcome::Extended(_)) => {
+                return fail(format!(
+                    "extended with {} of {} members reachable",
+                    m.minority,
+                    m.all.len()
+                ))
+            }
+            Ok(ExtendOutcome::NotHeld) => {}
+            Err(e) => ensure!(e.is_retryable(), "the failed extension is not retryable: {e}"),
+        }
+        // What the attempt took on the minority is given back: the key is free.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        t.backend().release_lease(&next).await?;
+        retry_until_up("release", || client.release_lease(&held)).await?;
+        Ok(())
+    }
+
+    /// Fences strictly increase across grants on different majorities: each grant made with another minority of the members cut off from the client, then killed.
+    #[case(Fencing, needs_members, fault)]
+    pub async fn quorum_fences_increase_across_different_majorities(t: &Target) -> CaseResult {
+        let m = members(t);
+        let n = m.all.len();
+        let (client, links) = member_client(t).await?;
+        let key = t.key("quorum-majorities");
+        let mut last: Option<Lease> = None;
+        // Each round leaves out the next minority, so that every two rounds'
+        // majorities differ but overlap, as any two majorities do. A member cut off
+        // keeps its data and hears of the grant late; a killed one loses its data.
+        for round in 0..2 * n {
+            let out: Vec<usize> = (0..m.minority).map(|i| (round + i) % n).collect();
+            let by_kill = round >= n;
+            let backend = if by_kill { t.backend() } else { &client };
+            for &i in &out {
+                if by_kill {
+                    m.all[i].kill().await.map_err(control_err("kill a member"))?;
+                } else {
+                    cut(&links[i..=i]).await?;
+                }
+            }
+            // The member that came back last round may fail a first request.
+            let granted = match retry_until_up("acquire", || backend.try_acquire(&key, t.long_ttl())).await {
+                Ok(AcquireOutcome::Acquired(lease)) => Ok(lease),
+                Ok(AcquireOutcome::Held { .. }) => fail(format!("round {round}: the key was held")),
+                Err(e) => Err(e),
+            };
+            let released = match &granted {
+                Ok(lease) => backend.release_lease(lease).await.map(drop).map_err(CaseError::from),
+                Err(_) => Ok(()),
+            };
+            let mut restore = Ok(());
+            for &i in &out {
+                let back = if by_kill {
+                    m.all[i].start().await.map_err(|e| e.to_string())
+                } else {
+                    links[i].heal().await.map_err(|e| e.to_string())
+                };
+                if let Err(e) = back {
+                    restore = fail(format!("member {i} could not come back: {e}"));
+                }
+            }
+            let lease = after_restore(granted, restore)?;
+            released?;
+            if let Some(previous) = &last {
+                ensure!(
+                    lease.fence() > previous.fence(),
+                    "round {round}: the fence {} is not above the previous round's {}",
+                    lease.fence(),
+                    previous.fence()
+                );
+            }
+            last = Some(lease);
+        }
+        Ok(())
+    }
+
+    /// A member restarted empty can let a second majority form, as Redlock's critics showed: only where the capabilities say leases do not survive a restart, and the second holder's fence is still higher.
+    #[case(Fencing, needs_members, fault)]
+    pub async fn quorum_a_member_restarted_empty_does_what_the_capabilities_declare(t: &Target) -> CaseResult {
+        let m = members(t);
+        let caps = t.capabilities().clone();
+        // The holder gets exactly a majority: the other members are down meanwhile,
+        // and come back empty.
+        let outside = &m.all[m.quorum..];
+        for member in outside {
+            member.kill().await.map_err(control_err("kill a member"))?;
+        }
+        let key = t.key("quorum-kleppmann");
+        let first = acquire(t, &key, t.long_ttl()).await;
+        let mut restore = Ok(());
+        for member in outside {
+            if let Err(e) = member.start().await {
+                restore = fail(format!("a killed member could not start again: {e}"));
+            }
+        }
+        let first = after_restore(first, restore)?;
+        m.all[0].restart().await.map_err(control_err("restart a member"))?;
+        let second = retry_until_up("acquire", || t.backend().try_acquire(&key, t.long_ttl())).await?;
+        let result = match &second {
+            AcquireOutcome::Held { .. } => Ok(()),
+            AcquireOutcome::Acquired(lease) => {
+                if caps.leases_survive_restart {
+                    fail("a second holder got in, although the capabilities declare that leases survive a restart")
+                } else if caps.fence_durability != FenceDurability::BestEffort
+                    && lease.fence() <= first.fence()
+                {
+                    fail(format!(
+                        "the second holder's fence {} is not above the first's {}, although the capabilities declare {:?} fences",
+                        lease.fence(),
+                        first.fence(),
+                        caps.fence_durability
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        if let AcquireOutcome::Acquired(lease) = second {
+            let _ = t.backend().release_lease(&lease).await;
+        }
+        let _ = t.backend().release_lease(&first).await;
+        result
+    }
+}

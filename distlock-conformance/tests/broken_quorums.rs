@@ -1,0 +1,344 @@
+//! Deliberately broken quorum backends (a lease held on a majority of several
+//! servers, as Redlock does), each with one bug: the suite must catch every one with
+//! the case named for it, and the same backend without the bug passes those cases and
+//! the other quorum cases. The members are in-process memory servers, each with its
+//! faults and a link per client that can be cut.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_conformance::{
+    case, run_case, LinkControl, MemberLinkedClient, MemoryControl, MemoryLink, Outcome,
+    ServerControl, Target,
+};
+use distlock_core::{
+    AcquireRequest, BoxError, Capabilities, DynLockBackend, Error, ErrorKind, ExtendRequest,
+    FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey, MemoryBackend,
+    OwnerToken, ReleaseOutcome, Renewal, Result,
+};
+use futures_util::future::{join_all, BoxFuture};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    None,
+    /// Counts one member's grant as enough: a minority grants.
+    MinorityGrant,
+    /// Takes the largest of the fences the granting members minted, each on its own:
+    /// two grants on different majorities can get the same fence.
+    FenceMaxOfMembers,
+    /// Answers a retried acquire (same owner token) from the grant it remembers, so
+    /// the lease's validity counts from the retry while the members' leases expire a
+    /// TTL after the first attempt (node-redlock #274: expiry from the wrong attempt).
+    ValidityFromRetry,
+}
+
+/// What all clients of one quorum share: its members' stores, and the fence counter
+/// and grants' fences (a stand-in for a fence the members agree on; the bugs here are
+/// about majorities and validity, not about fences).
+#[derive(Debug, Clone)]
+struct Servers {
+    stores: Vec<MemoryBackend>,
+    fences: Arc<AtomicU64>,
+    granted: Arc<Mutex<HashMap<LockKey, FencingToken>>>,
+}
+
+impl Servers {
+    fn new(size: usize) -> Self {
+        Servers {
+            stores: (0..size).map(|_| MemoryBackend::new()).collect(),
+            fences: Arc::new(AtomicU64::new(0)),
+            granted: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// A new client: a quorum backend over links of its own to each member.
+    fn client(&self, bug: Bug) -> (Arc<Quorum>, Vec<Arc<MemoryLink>>) {
+        let links: Vec<Arc<MemoryLink>> = self
+            .stores
+            .iter()
+            .map(|s| Arc::new(MemoryLink::new(s.clone())))
+            .collect();
+        let mut capabilities = Capabilities::default();
+        capabilities.fence_durability = FenceDurability::Durable;
+        let quorum = Quorum {
+            bug,
+            servers: self.clone(),
+            members: links.clone(),
+            remembered: Mutex::new(HashMap::new()),
+            capabilities,
+        };
+        (Arc::new(quorum), links)
+    }
+}
+
+#[derive(Debug)]
+struct Quorum {
+    bug: Bug,
+    servers: Servers,
+    members: Vec<Arc<MemoryLink>>,
+    remembered: Mutex<HashMap<OwnerToken, FencingToken>>,
+    capabilities: Capabilities,
+}
+
+/// How long one member is waited for.
+const MEMBER_TIMEOUT: Duration = Duration::from_millis(200);
+
+impl Quorum {
+    fn needed(&self) -> usize {
+        match self.bug {
+            Bug::MinorityGrant => 1,
+            _ => self.members.len() / 2 + 1,
+        }
+    }
+
+    /// Every member's answer, each waited for up to [`MEMBER_TIMEOUT`].
+    async fn each<T>(
+        &self,
+        calls: impl IntoIterator<Item = impl std::future::Future<Output = Result<T>>>,
+    ) -> Vec<Result<T>> {
+        join_all(calls.into_iter().map(|call| async move {
+            tokio::time::timeout(MEMBER_TIMEOUT, call)
+                .await
+                .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout, "member timed out")))
+        }))
+        .await
+    }
+
+    fn granted(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, FencingToken>> {
+        self.servers
+            .granted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl LockBackend for Quorum {
+    fn name(&self) -> &str {
+        "quorum"
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        if self.bug == Bug::ValidityFromRetry {
+            let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(fence) = remembered.get(r.owner()) {
+                return Ok(Grant::Granted(*fence));
+            }
+        }
+        let replies = self.each(self.members.iter().map(|m| m.try_grant(r))).await;
+        let granted = replies
+            .iter()
+            .filter(|g| matches!(g, Ok(Grant::Granted(_))))
+            .count();
+        if granted >= self.needed() {
+            let fence = if self.bug == Bug::FenceMaxOfMembers {
+                replies
+                    .iter()
+                    .filter_map(|g| match g {
+                        Ok(Grant::Granted(f)) => Some(*f),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(FencingToken::new(0))
+            } else {
+                FencingToken::new(self.servers.fences.fetch_add(1, Ordering::SeqCst) + 1)
+            };
+            self.granted().insert(r.key().clone(), fence);
+            self.remembered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(*r.owner(), fence);
+            return Ok(Grant::Granted(fence));
+        }
+        let _ = self.release(r.key(), r.owner()).await;
+        if replies.iter().any(|g| matches!(g, Ok(Grant::Held { .. }))) {
+            Ok(Grant::Held { remaining: None })
+        } else {
+            Err(Error::new(ErrorKind::Unavailable, "no majority answered"))
+        }
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let replies = self
+            .each(self.members.iter().map(|m| m.release(key, owner)))
+            .await;
+        let released = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(ReleaseOutcome::Released)))
+            .count();
+        let not_held = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(ReleaseOutcome::NotHeld)))
+            .count();
+        // Held while a majority holds it.
+        if not_held > self.members.len() - (self.members.len() / 2 + 1) {
+            Ok(ReleaseOutcome::NotHeld)
+        } else if released > 0 {
+            Ok(ReleaseOutcome::Released)
+        } else {
+            Err(Error::new(ErrorKind::Unavailable, "no majority answered"))
+        }
+    }
+
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        let replies = self.each(self.members.iter().map(|m| m.renew(r))).await;
+        let renewed = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Renewal::Renewed)))
+            .count();
+        let not_held = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Renewal::NotHeld)))
+            .count();
+        if renewed >= self.needed() {
+            Ok(Renewal::Renewed)
+        } else if not_held > self.members.len() - (self.members.len() / 2 + 1) {
+            Ok(Renewal::NotHeld)
+        } else {
+            Err(Error::new(ErrorKind::Unavailable, "no majority renewed"))
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let replies = self.each(self.members.iter().map(|m| m.inspect(key))).await;
+        let mut held: Vec<Duration> = replies
+            .iter()
+            .filter_map(|r| r.as_ref().ok().and_then(|i| i.as_ref()))
+            .map(|i| i.remaining)
+            .collect();
+        if held.len() < self.needed() {
+            return Ok(None);
+        }
+        held.sort_by(|a, b| b.cmp(a));
+        let fence = self.granted().get(key).copied();
+        Ok(fence.map(|fence| LockInfo {
+            fence,
+            remaining: held[self.needed() - 1],
+        }))
+    }
+}
+
+/// Every member at once, as the suite's one server.
+#[derive(Debug)]
+struct Every(Vec<MemoryControl>);
+
+#[async_trait]
+impl ServerControl for Every {
+    async fn pause(&self) -> std::result::Result<(), BoxError> {
+        self.0.iter().for_each(|m| m.0.pause());
+        Ok(())
+    }
+    async fn unpause(&self) -> std::result::Result<(), BoxError> {
+        self.0.iter().for_each(|m| m.0.resume());
+        Ok(())
+    }
+    async fn restart(&self) -> std::result::Result<(), BoxError> {
+        self.0.iter().for_each(|m| m.0.restart());
+        Ok(())
+    }
+    async fn kill(&self) -> std::result::Result<(), BoxError> {
+        self.0.iter().for_each(|m| m.0.stop());
+        Ok(())
+    }
+    async fn start(&self) -> std::result::Result<(), BoxError> {
+        self.0.iter().for_each(|m| m.0.start());
+        Ok(())
+    }
+}
+
+fn target(bug: Bug) -> Target {
+    let servers = Servers::new(3);
+    let (backend, _) = servers.client(bug);
+    let controls: Vec<MemoryControl> = servers.stores.iter().cloned().map(MemoryControl).collect();
+    let members: Vec<Arc<dyn ServerControl>> = controls
+        .iter()
+        .cloned()
+        .map(|c| {
+            let control: Arc<dyn ServerControl> = Arc::new(c);
+            control
+        })
+        .collect();
+    let for_clients = servers.clone();
+    Target::new(backend)
+        .with_control(Arc::new(Every(controls)))
+        .with_clients(move || -> BoxFuture<'static, Result<Arc<DynLockBackend>>> {
+            let (client, _) = for_clients.client(bug);
+            let client: Arc<DynLockBackend> = client;
+            Box::pin(async move { Ok(client) })
+        })
+        .with_members(
+            members,
+            move || -> BoxFuture<'static, std::result::Result<MemberLinkedClient, BoxError>> {
+                let (client, links) = servers.client(bug);
+                let client: Arc<DynLockBackend> = client;
+                let links: Vec<Arc<dyn LinkControl>> = links
+                    .into_iter()
+                    .map(|l| {
+                        let link: Arc<dyn LinkControl> = l;
+                        link
+                    })
+                    .collect();
+                Box::pin(async move { Ok((client, links)) })
+            },
+        )
+}
+
+/// Runs `case_name` on the buggy quorum (it must fail) and on the bug-free one (it
+/// must pass).
+async fn assert_caught(bug: Bug, case_name: &str) {
+    let case = case(case_name).unwrap_or_else(|| panic!("no case named {case_name}"));
+    let clean = run_case(&target(Bug::None), case).await;
+    assert_eq!(
+        clean.outcome,
+        Outcome::Passed,
+        "{case_name} fails even without the bug"
+    );
+    let report = run_case(&target(bug), case).await;
+    match report.outcome {
+        Outcome::Failed(msg) => eprintln!("{bug:?} caught by {case_name}: {msg}"),
+        other => panic!("{bug:?} was not caught by {case_name}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_grant_is_caught() {
+    assert_caught(Bug::MinorityGrant, "quorum_a_minority_never_grants").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_of_members_taken_as_they_are_are_caught() {
+    assert_caught(
+        Bug::FenceMaxOfMembers,
+        "quorum_fences_increase_across_different_majorities",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_counted_from_a_retry_is_caught() {
+    assert_caught(
+        Bug::ValidityFromRetry,
+        "a_retried_grant_restarts_the_expiry_it_counts_from",
+    )
+    .await;
+}
+
+/// The bug-free quorum passes every quorum case: they are not tuned to Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bug_free_quorum_passes_the_quorum_cases() {
+    let target = target(Bug::None);
+    let mut ran = 0;
+    for case in distlock_conformance::cases().filter(|c| c.name().starts_with("quorum_")) {
+        let report = run_case(&target, case).await;
+        assert_eq!(report.outcome, Outcome::Passed, "{}", case.name());
+        ran += 1;
+    }
+    assert_eq!(ran, 7, "the quorum cases");
+}
