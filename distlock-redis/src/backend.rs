@@ -1,6 +1,7 @@
 //! [`RedisBackend`]: the contract on one Redis server, one Lua script per operation.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,16 +27,29 @@ struct Scripts {
     extend: Script,
     inspect: Script,
     force_release: Script,
+    commit: Script,
 }
+
+/// Every script's source, in the order of [`Scripts`]'s fields.
+const SOURCES: [&str; 6] = [
+    include_str!("scripts/acquire.lua"),
+    include_str!("scripts/release.lua"),
+    include_str!("scripts/extend.lua"),
+    include_str!("scripts/inspect.lua"),
+    include_str!("scripts/force_release.lua"),
+    include_str!("scripts/commit.lua"),
+];
 
 impl Scripts {
     fn new() -> Self {
+        let [acquire, release, extend, inspect, force_release, commit] = SOURCES.map(Script::new);
         Scripts {
-            acquire: Script::new(include_str!("scripts/acquire.lua")),
-            release: Script::new(include_str!("scripts/release.lua")),
-            extend: Script::new(include_str!("scripts/extend.lua")),
-            inspect: Script::new(include_str!("scripts/inspect.lua")),
-            force_release: Script::new(include_str!("scripts/force_release.lua")),
+            acquire,
+            release,
+            extend,
+            inspect,
+            force_release,
+            commit,
         }
     }
 }
@@ -79,22 +93,31 @@ impl RedisBackend {
     /// Connects with `config`.
     pub async fn with_config(config: RedisConfig) -> Result<Self> {
         let client = client(&config)?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
         let conn = client
-            .get_connection_manager_with_config(manager_config)
+            .get_connection_manager_with_config(manager_config(&config))
             .await
             .map_err(|e| from_redis(&config, e))?;
+        Ok(Self::assemble(config, client, conn))
+    }
+
+    /// A backend whose connection opens on first use: a Redlock master that may be
+    /// down when the Redlock starts.
+    pub(crate) fn connect_lazily(config: RedisConfig) -> Result<Self> {
+        let client = client(&config)?;
+        let conn = client
+            .get_connection_manager_lazy(manager_config(&config))
+            .map_err(|e| from_redis(&config, e))?;
+        Ok(Self::assemble(config, client, conn))
+    }
+
+    fn assemble(config: RedisConfig, client: redis::Client, conn: ConnectionManager) -> Self {
         let mut capabilities = Capabilities::default();
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = FenceDurability::FailsClosed;
         capabilities.leases_survive_restart = false;
         capabilities.change_notification = true;
         capabilities.force_release = true;
-        Ok(RedisBackend {
+        RedisBackend {
             inner: Arc::new(Inner {
                 config,
                 capabilities,
@@ -103,7 +126,7 @@ impl RedisBackend {
                 scripts: Scripts::new(),
                 watcher: tokio::sync::Mutex::new(None),
             }),
-        })
+        }
     }
 
     /// The settings in force.
@@ -133,6 +156,21 @@ impl RedisBackend {
         args: &[A],
         wait: bool,
     ) -> Result<T> {
+        self.run_script(script, keys, args, wait, None).await
+    }
+
+    /// [`run`](Self::run), where a script the server had to load is not run again once
+    /// `decided` is set. A Redlock's acquire sets it when it is decided, before it
+    /// releases anything: running the acquire on this master after that could take the
+    /// lock after its release.
+    async fn run_script<T: FromRedisValue, A: ToRedisArgs>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[A],
+        wait: bool,
+        decided: Option<&AtomicBool>,
+    ) -> Result<T> {
         let mut conn = self.inner.conn.clone();
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha
@@ -141,7 +179,11 @@ impl RedisBackend {
             .arg(keys)
             .arg(args);
         let replicas = self.inner.config.wait_replicas;
-        for attempt in 0..2 {
+        // Once each: a script the server forgot is loaded, and a request on a
+        // connection the server dropped (a restart, say) is sent again on a new one.
+        // Sending again is safe: every script is idempotent for its owner token.
+        let (mut reloaded, mut resent) = (false, false);
+        loop {
             let result = if wait && replicas > 0 {
                 let timeout_ms =
                     u64::try_from(self.inner.config.wait_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -167,18 +209,149 @@ impl RedisBackend {
                 evalsha.query_async::<T>(&mut conn).await
             };
             match result {
-                Err(e) if attempt == 0 && is_noscript(&e) => {
+                Err(e) if !reloaded && is_noscript(&e) => {
+                    reloaded = true;
                     debug!("the server had no copy of the script; loading it");
                     script
                         .load_async(&mut conn)
                         .await
                         .map_err(|e| self.error(e))?;
+                    if decided.is_some_and(|d| d.load(Ordering::SeqCst)) {
+                        return Err(Error::new(
+                            ErrorKind::Unavailable,
+                            "the server had forgotten the script (a restart?) and the acquire was decided meanwhile",
+                        )
+                        .with_backend(NAME));
+                    }
+                }
+                Err(e) if !resent && e.is_connection_dropped() => {
+                    resent = true;
+                    debug!(error = %e, "the connection was dropped; sending again");
                 }
                 other => return other.map_err(|e| self.error(e)),
             }
         }
-        Err(unexpected("the script could not be loaded"))
     }
+
+    /// The acquire step; on a Redlock master, `decided` stops a script the server had
+    /// to load from running once the Redlock's acquire is decided (see
+    /// [`run_script`](Self::run_script)).
+    pub(crate) async fn grant(
+        &self,
+        request: &AcquireRequest,
+        decided: Option<&AtomicBool>,
+    ) -> Result<Grant> {
+        let lock = self.lock_key(request.key());
+        let fence_key = format!("{lock}:fence");
+        let owner = request.owner().to_hex();
+        let reply: Result<(i64, String)> = self
+            .run_script(
+                &self.inner.scripts.acquire,
+                &[&lock, &fence_key],
+                &[
+                    owner.as_str(),
+                    &millis(request.ttl()),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                    if self.inner.config.redlock_member {
+                        "1"
+                    } else {
+                        "0"
+                    },
+                ],
+                true,
+                decided,
+            )
+            .await;
+        let (granted, value) = match reply {
+            Ok(reply) => reply,
+            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
+                // The primary may have granted what too few replicas saw: give it back.
+                let _ = self.release(request.key(), request.owner()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if granted == 0 {
+            let pttl = value
+                .parse::<i64>()
+                .ok()
+                .and_then(|ms| u64::try_from(ms).ok());
+            return Ok(Grant::Held {
+                remaining: pttl.map(Duration::from_millis),
+            });
+        }
+        Ok(Grant::Granted(FencingToken::new(parse_u64(
+            &value,
+            "a fence that is not a number",
+        )?)))
+    }
+
+    /// Redlock's second step on this master: makes `fence` the fence of the grant
+    /// `request` took here and raises the key's counter to it. `false` when the owner
+    /// no longer holds the key here.
+    pub(crate) async fn commit_fence(&self, request: &AcquireRequest, fence: u64) -> Result<bool> {
+        let lock = self.lock_key(request.key());
+        let committed: i64 = self
+            .run(
+                &self.inner.scripts.commit,
+                &[&lock, &format!("{lock}:fence")],
+                &[
+                    &request.owner().to_hex(),
+                    &fence.to_string(),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                ],
+                false,
+            )
+            .await?;
+        Ok(committed == 1)
+    }
+
+    /// The holder of `key` here and its owner token (kept inside the crate), or `None`.
+    pub(crate) async fn holder(&self, key: &LockKey) -> Result<Option<(LockInfo, String)>> {
+        let found: Option<(String, String, String)> = self
+            .run(
+                &self.inner.scripts.inspect,
+                &[&self.lock_key(key)],
+                &[] as &[&str],
+                false,
+            )
+            .await?;
+        let Some((fence, pttl, owner)) = found else {
+            return Ok(None);
+        };
+        let remaining = pttl
+            .parse::<i64>()
+            .ok()
+            .and_then(|ms| u64::try_from(ms).ok())
+            .unwrap_or(0);
+        let info = LockInfo {
+            fence: FencingToken::new(parse_u64(&fence, "a fence that is not a number")?),
+            remaining: Duration::from_millis(remaining),
+        };
+        Ok(Some((info, owner)))
+    }
+
+    /// Loads every script (one pipeline): whether the server answers and accepts the
+    /// credentials, and the first acquire finds its script there.
+    pub(crate) async fn prepare(&self) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let mut pipe = redis::pipe();
+        for source in SOURCES {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+        }
+        pipe.query_async::<Vec<String>>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+}
+
+fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -252,43 +425,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let lock = self.lock_key(request.key());
-        let fence_key = format!("{lock}:fence");
-        let owner = request.owner().to_hex();
-        let reply: Result<(i64, String)> = self
-            .run(
-                &self.inner.scripts.acquire,
-                &[&lock, &fence_key],
-                &[
-                    &owner,
-                    &millis(request.ttl()),
-                    &millis(request.ttl() + self.inner.config.fence_grace),
-                ],
-                true,
-            )
-            .await;
-        let (granted, value) = match reply {
-            Ok(reply) => reply,
-            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
-                // The primary may have granted what too few replicas saw: give it back.
-                let _ = self.release(request.key(), request.owner()).await;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if granted == 0 {
-            let pttl = value
-                .parse::<i64>()
-                .ok()
-                .and_then(|ms| u64::try_from(ms).ok());
-            return Ok(Grant::Held {
-                remaining: pttl.map(Duration::from_millis),
-            });
-        }
-        Ok(Grant::Granted(FencingToken::new(parse_u64(
-            &value,
-            "a fence that is not a number",
-        )?)))
+        self.grant(request, None).await
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -328,26 +465,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let found: Option<(String, String)> = self
-            .run(
-                &self.inner.scripts.inspect,
-                &[&self.lock_key(key)],
-                &[] as &[&str],
-                false,
-            )
-            .await?;
-        let Some((fence, pttl)) = found else {
-            return Ok(None);
-        };
-        let remaining = pttl
-            .parse::<i64>()
-            .ok()
-            .and_then(|ms| u64::try_from(ms).ok())
-            .unwrap_or(0);
-        Ok(Some(LockInfo {
-            fence: FencingToken::new(parse_u64(&fence, "a fence that is not a number")?),
-            remaining: Duration::from_millis(remaining),
-        }))
+        Ok(self.holder(key).await?.map(|(info, _)| info))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use distlock_core::{redact_url, support, Error, Result};
+use distlock_core::{redact_url, support, ClockDrift, Error, Result};
 
 /// Where and how to reach Redis, from a URL:
 ///
@@ -39,6 +39,9 @@ pub struct RedisConfig {
     pub(crate) fence_grace: Duration,
     pub(crate) password: Option<String>,
     pub(crate) tls_files: TlsFiles,
+    /// Set on the masters of a Redlock: the acquire script then proposes fences from
+    /// the counter alone while it exists (see the crate docs on Redlock).
+    pub(crate) redlock_member: bool,
 }
 
 /// The PEM files a `rediss://` URL names: the CA to trust instead of the system's
@@ -53,8 +56,9 @@ pub(crate) struct TlsFiles {
 /// How long a fence counter outlives its key's last lease, unless the URL says.
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 
-/// The URL schemes this backend serves.
-pub const SCHEMES: &[&str] = &["redis", "rediss"];
+/// The URL schemes this backend serves: one server (`redis`, `rediss`) or a Redlock
+/// over several (`redlock`, `redlocks`).
+pub const SCHEMES: &[&str] = &["redis", "rediss", "redlock", "redlocks"];
 
 fn config_error(message: impl Into<String>) -> Error {
     support::config_error("redis", message)
@@ -66,9 +70,9 @@ impl RedisConfig {
     pub fn from_url(url: &str) -> Result<Self> {
         let mut parsed =
             url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
-        if !SCHEMES.contains(&parsed.scheme()) {
+        if !["redis", "rediss"].contains(&parsed.scheme()) {
             return Err(config_error(format!(
-                "the scheme {:?} is not served by the redis backend (it serves {SCHEMES:?})",
+                "the scheme {:?} is not one Redis server's (redis:// or rediss://; a Redlock is redlock://)",
                 parsed.scheme()
             )));
         }
@@ -90,6 +94,7 @@ impl RedisConfig {
             fence_grace: DEFAULT_FENCE_GRACE,
             password: parsed.password().map(|p| p.to_owned()),
             tls_files: TlsFiles::default(),
+            redlock_member: false,
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
@@ -166,6 +171,162 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
+/// A Redlock over independent Redis masters, from a URL:
+///
+/// `redlock[s]://[user][:password]@host1[:port],host2[:port],host3[:port][/db][?options]`
+///
+/// - three or more distinct masters, separated by commas; the lock is held with a
+///   majority of them (`n / 2 + 1`);
+/// - `redlocks://` reaches every master over TLS, as `rediss://` does;
+/// - user, password, database and every option of [`RedisConfig`] apply to each master
+///   (one set of credentials for all);
+/// - `drift_ppm` (default 10000, that is 1%) and `drift_ms` (default 2): the clock
+///   drift allowed between the masters and this process, which core takes off every
+///   lease's validity;
+/// - `node_timeout_ms`: how long an acquire or extend waits for one master (default:
+///   a tenth of the TTL, at least 50 ms and at most `response_timeout_ms`).
+///
+/// `Debug` and errors show the masters with the password replaced by `***`.
+#[derive(Clone)]
+pub struct RedlockConfig {
+    pub(crate) members: Vec<RedisConfig>,
+    pub(crate) drift: ClockDrift,
+    pub(crate) node_timeout: Option<Duration>,
+}
+
+impl RedlockConfig {
+    /// Parses a `redlock://` or `redlocks://` URL; a
+    /// [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error
+    /// names what is wrong, never echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| config_error("not a valid URL (no scheme)"))?;
+        let member_scheme = match scheme {
+            "redlock" => "redis",
+            "redlocks" => "rediss",
+            other => {
+                return Err(config_error(format!(
+                    "the scheme {other:?} is not a Redlock's (redlock:// or redlocks://)"
+                )))
+            }
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+            None => (String::new(), authority),
+        };
+        let (path, query) = match tail.split_once('?') {
+            Some((path, query)) => (path, query),
+            None => (tail, ""),
+        };
+        let mut config = RedlockConfig {
+            members: Vec::new(),
+            drift: ClockDrift {
+                per_million: 10_000,
+                fixed: Duration::from_millis(2),
+            },
+            node_timeout: None,
+        };
+        let mut passed_on = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            match name.as_ref() {
+                "drift_ppm" => {
+                    config.drift.per_million = value
+                        .parse()
+                        .ok()
+                        .filter(|ppm| *ppm < 500_000)
+                        .ok_or_else(|| {
+                            config_error(format!(
+                                "drift_ppm must be a whole number below 500000, not {value:?}"
+                            ))
+                        })?;
+                }
+                "drift_ms" => {
+                    config.drift.fixed = Duration::from_millis(value.parse().map_err(|_| {
+                        config_error(format!("drift_ms must be a whole number, not {value:?}"))
+                    })?);
+                }
+                "node_timeout_ms" => {
+                    config.node_timeout = Some(support::positive_millis("redis", &name, &value)?)
+                }
+                _ => {
+                    passed_on.append_pair(&name, &value);
+                }
+            }
+        }
+        let query = passed_on.finish();
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        let mut seen = std::collections::HashSet::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(config_error("an empty master in the list of hosts"));
+            }
+            if !seen.insert(host.to_ascii_lowercase()) {
+                return Err(config_error(format!(
+                    "the master {host} is listed twice: a majority must be of distinct masters"
+                )));
+            }
+            let member =
+                RedisConfig::from_url(&format!("{member_scheme}://{userinfo}{host}{path}{query}"))?;
+            config.members.push(RedisConfig {
+                redlock_member: true,
+                ..member
+            });
+        }
+        if config.members.len() < 3 {
+            return Err(config_error(format!(
+                "a Redlock needs three or more independent masters, not {}",
+                config.members.len()
+            )));
+        }
+        Ok(config)
+    }
+
+    /// The masters' settings, in the URL's order.
+    pub fn members(&self) -> &[RedisConfig] {
+        &self.members
+    }
+
+    /// How many masters make a majority.
+    pub fn quorum(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+
+    /// The clock drift allowed between the masters and this process.
+    pub fn drift(&self) -> ClockDrift {
+        self.drift
+    }
+
+    /// How long an acquire or extend of `ttl` waits for one master.
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        let response = self
+            .members
+            .iter()
+            .map(|m| m.response_timeout)
+            .min()
+            .unwrap_or(Duration::from_secs(5));
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 10).max(Duration::from_millis(50)))
+            .min(response)
+    }
+}
+
+impl fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("members", &self.members)
+            .field("drift", &self.drift)
+            .field("node_timeout", &self.node_timeout)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +377,68 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("app:***@cache"), "{shown}");
+    }
+
+    #[test]
+    fn a_redlock_url_names_each_master_with_shared_options() {
+        let c = RedlockConfig::from_url(
+            "redlock://app:s3cret@a:6379,b:6380,c/2?prefix=svc:&drift_ppm=5000&node_timeout_ms=30&protocol=resp3",
+        )
+        .expect("valid");
+        let urls: Vec<&str> = c.members().iter().map(|m| m.driver_url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "redis://app:s3cret@a:6379/2?protocol=resp3",
+                "redis://app:s3cret@b:6380/2?protocol=resp3",
+                "redis://app:s3cret@c/2?protocol=resp3",
+            ]
+        );
+        assert!(c
+            .members()
+            .iter()
+            .all(|m| m.prefix() == "svc:" && m.redlock_member));
+        assert_eq!(c.quorum(), 2);
+        assert_eq!(c.drift().per_million, 5000);
+        assert_eq!(c.drift().fixed, Duration::from_millis(2));
+        assert_eq!(
+            c.node_timeout(Duration::from_secs(10)),
+            Duration::from_millis(30)
+        );
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let five = RedlockConfig::from_url("redlock://a,b,c,d,e").expect("five");
+        assert_eq!(five.quorum(), 3);
+        assert_eq!(
+            five.node_timeout(Duration::from_secs(10)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            five.node_timeout(Duration::from_millis(100)),
+            Duration::from_millis(50)
+        );
+    }
+
+    #[test]
+    fn bad_redlock_urls_are_configuration_errors_without_the_password() {
+        for (bad, says) in [
+            ("redlock://:s3cret@a,b", "three or more"),
+            ("redlock://:s3cret@a,b,A", "listed twice"),
+            ("redlock://:s3cret@a,,b,c", "empty master"),
+            ("redlock://:s3cret@a,b,c?drift_ppm=600000", "drift_ppm"),
+            ("redlock://:s3cret@a,b,c?drift_ms=x", "drift_ms"),
+            (
+                "redlock://:s3cret@a,b,c?node_timeout_ms=0",
+                "node_timeout_ms",
+            ),
+            ("redlock://:s3cret@a,b:x,c", "valid URL"),
+            ("redis://:s3cret@a,b,c", "Redlock"),
+        ] {
+            let err = RedlockConfig::from_url(bad).expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

@@ -26,6 +26,8 @@
 //!   re-creates the key;
 //! - **inspect** reads the holder's fence and remaining TTL.
 //!
+//! Several independent masters are [`RedlockBackend`]'s (below).
+//!
 //! Scripts are called by hash (`EVALSHA`) and loaded again when the server has
 //! forgotten them (after a restart or `SCRIPT FLUSH`).
 //!
@@ -64,6 +66,56 @@
 //! - **Redis Cluster** is not supported by this backend's connection (single endpoint);
 //!   its keys are hash-tagged so that a lock and its counter would share a slot.
 //!
+//! # Redlock: one lease on a majority of independent masters
+//!
+//! [`RedlockBackend`] (`redlock://:password@host1:6379,host2:6379,host3:6379`; see
+//! [`RedlockConfig`]) holds each lease on a majority of three or more independent
+//! Redis masters, each running the scripts above:
+//!
+//! - **acquire** goes to every master at once with the same owner token, each waited
+//!   for at most `node_timeout_ms`. It is granted once a majority has granted; as soon
+//!   as a majority can no longer grant, it answers held (or the masters' error) and
+//!   releases whatever it took, everywhere. The lease's validity is the TTL less the
+//!   time the acquire took (counted from before sending, as for every backend) and less
+//!   the clock-drift allowance (`drift_ppm`, 1% unless set, plus `drift_ms`, 2 ms),
+//!   which core takes off ([`Capabilities::clock_drift`](distlock_core::Capabilities));
+//! - **extend** goes to every master and succeeds only with a majority; its validity
+//!   is counted the same way. **release** goes to every master: released while a
+//!   majority held the lease, not held once a majority did not;
+//! - an operation returns as soon as its outcome is decided: a slow or paused master
+//!   does not hold it up, and its request completes in the background;
+//! - **retries** are the client's: [`LockClient`](distlock_core::LockClient) waits
+//!   with jittered backoff, and wakes on a release published by any master.
+//!
+//! **Fences.** Each master proposes the next fence from its own counter (one more
+//! than the counter; the clock in microseconds where the counter is gone). The grant's
+//! fence is the largest proposal of the majority that granted; where some of them
+//! proposed less, a second round trip writes it to them, so that a majority holds it
+//! before the grant is returned. Any two majorities share a master, so the next grant
+//! reads a counter at least as high: fences strictly increase per key across grants on
+//! different majorities (the suite's `quorum_fences_increase_across_different_majorities`
+//! proves it on real masters, a minority cut off or killed each round). While the
+//! masters' counters agree, an acquire takes one round trip; it declares two.
+//!
+//! **What a master restarted empty does** (Kleppmann's critique of Redlock). A master
+//! that restarts without its data forgets the leases it held: if it was part of a
+//! holder's only majority, a second client can form a majority of its own while the
+//! first lease is still valid. The capabilities declare it
+//! (`leases_survive_restart: false`), and `tests/redlock.rs` shows it happening on real
+//! masters. What still holds is the fence
+//! ([`FenceDurability::FailsClosed`](distlock_core::FenceDurability)): the restarted
+//! master's counter is gone, so it proposes from its clock, above every fence handed
+//! out before (as long as the masters' wall clocks agree to within the time the
+//! restart took), and a fenced store refuses the first holder's writes once the second
+//! has written. A master restored from an older snapshot (RDB) is outside this: its
+//! counter goes back and its proposal may repeat a fence.
+//!
+//! **Mitigations**, as the Redlock authors advise: run the masters with
+//! `appendonly yes` and `appendfsync always`, so that a restart keeps leases and
+//! counters; or keep a restarted master out of service (firewalled, or not started)
+//! for longer than the longest TTL in use, so that every lease it forgot has expired
+//! before it answers again. Either way, write through a fenced store.
+//!
 //! # Fenced writes
 //!
 //! [`fenced::RedisStore`] writes your own string keys and hash fields under a fence,
@@ -83,6 +135,8 @@ mod backend;
 mod config;
 mod error;
 pub mod fenced;
+mod redlock;
 
 pub use backend::RedisBackend;
-pub use config::{RedisConfig, SCHEMES};
+pub use config::{RedisConfig, RedlockConfig, SCHEMES};
+pub use redlock::RedlockBackend;

@@ -42,6 +42,7 @@ pub mod pgbouncer;
 pub mod postgres;
 mod proxy;
 pub mod redis;
+pub mod redlock;
 mod sockets;
 mod tls;
 
@@ -63,6 +64,7 @@ pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
 pub use redis::{Redis, RedisCluster};
+pub use redlock::{redlock_target, RedisMasters};
 pub use tls::TlsMaterial;
 
 /// One kind of server the harness can start: everything that differs between them.

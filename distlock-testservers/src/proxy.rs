@@ -11,6 +11,11 @@
 //! the transport's own frames (SETTINGS, PING, WINDOW_UPDATE and their
 //! acknowledgements) are sent without anyone waiting for them, and are not counted.
 //!
+//! Proxies started together by [`Proxy::start_group`] (one client's proxies to the
+//! several servers it sends each operation to at once) share one count: a reply from
+//! any of them that follows a request to any of them counts one, so that requests sent
+//! to all servers at once and their replies count one round trip, as their time does.
+//!
 //! # Faults
 //!
 //! A cut holds every byte in both directions, and every new connection, until the
@@ -51,14 +56,38 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy to 127.0.0.1:`server_port`.
     pub async fn start(server_port: u16) -> std::io::Result<Self> {
+        Self::start_counting(server_port, Arc::new(AtomicU64::new(0)), None).await
+    }
+
+    /// Starts a proxy to each of `server_ports` on 127.0.0.1, counting round trips
+    /// together (see the module docs); each proxy's meter reads the group's count.
+    pub async fn start_group(server_ports: &[u16]) -> std::io::Result<Vec<Self>> {
+        let count = Arc::new(AtomicU64::new(0));
+        let asked = Arc::new(AtomicBool::new(false));
+        let mut proxies = Vec::new();
+        for port in server_ports {
+            proxies.push(Self::start_counting(*port, count.clone(), Some(asked.clone())).await?);
+        }
+        Ok(proxies)
+    }
+
+    /// A proxy counting into `count`, with one `asked` flag for all its connections
+    /// where given (else one per connection).
+    async fn start_counting(
+        server_port: u16,
+        count: Arc<AtomicU64>,
+        shared_asked: Option<Arc<AtomicBool>>,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
-        let count = Arc::new(AtomicU64::new(0));
         let link = Arc::new(watch::Sender::new(Link::default()));
         let (counter, links) = (count.clone(), link.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (count, mut link) = (counter.clone(), links.subscribe());
+                let asked = shared_asked
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(AtomicBool::new(false)));
                 tokio::spawn(async move {
                     // A connection made during a cut waits for the heal, as a dropped
                     // SYN would be retried.
@@ -66,7 +95,7 @@ impl Proxy {
                         return;
                     }
                     if let Ok(server) = TcpStream::connect(("127.0.0.1", server_port)).await {
-                        pump_pair(client, server, count, link).await;
+                        pump_pair(client, server, count, asked, link).await;
                     }
                 });
             }
@@ -255,6 +284,7 @@ async fn pump_pair(
     client: TcpStream,
     server: TcpStream,
     count: Arc<AtomicU64>,
+    asked: Arc<AtomicBool>,
     link: watch::Receiver<Link>,
 ) {
     let _ = client.set_nodelay(true);
@@ -262,7 +292,6 @@ async fn pump_pair(
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let protocol = Arc::new(AtomicU8::new(UNKNOWN));
-    let asked = Arc::new(AtomicBool::new(false));
     let (up_tx, up_rx) = mpsc::unbounded_channel();
     let (down_tx, down_rx) = mpsc::unbounded_channel();
     tokio::join!(

@@ -42,6 +42,7 @@ fn not_built(scheme: &str, feature: &str) -> Error {
 /// | --- | --- |
 /// | `memory://` | a new in-process [`MemoryBackend`] |
 /// | `redis://`, `rediss://` | [`RedisBackend`](distlock_redis::RedisBackend) (feature `redis`) |
+/// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
 /// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
 ///
@@ -61,6 +62,14 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
         "redis" | "rediss" => {
             #[cfg(feature = "redis")]
             return Ok(Arc::new(distlock_redis::RedisBackend::connect(url).await?));
+            #[cfg(not(feature = "redis"))]
+            return Err(not_built(scheme, "redis"));
+        }
+        "redlock" | "redlocks" => {
+            #[cfg(feature = "redis")]
+            return Ok(Arc::new(
+                distlock_redis::RedlockBackend::connect(url).await?,
+            ));
             #[cfg(not(feature = "redis"))]
             return Err(not_built(scheme, "redis"));
         }

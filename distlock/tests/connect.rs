@@ -11,6 +11,7 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         ("mongodb://u:s3cret@h/db", "\"mongodb\""),
         ("no scheme s3cret", "not a backend URL"),
         ("redis://:s3cret@h?wait_replicas=x", "wait_replicas"),
+        ("redlock://:s3cret@h1,h2", "three or more"),
     ] {
         let err = connect(url).await.expect_err(url);
         assert_eq!(err.kind(), ErrorKind::Configuration, "{url}: {err}");
@@ -36,6 +37,10 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
             .unwrap_or_else(|e| panic!("{e}"));
         urls.push((server.name().to_owned(), handle.url(), Some(handle)));
     }
+    let masters = distlock_testservers::RedisMasters::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    urls.push(("redlock".to_owned(), masters.url(), None));
     for (name, url, _server) in &urls {
         let backend = connect(url).await.unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(backend.name(), name);

@@ -1,6 +1,7 @@
 -- Acquire in one step. KEYS[1]: the lock; KEYS[2]: the key's fence counter.
 -- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds;
--- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace).
+-- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace);
+-- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists.
 -- The lock's value is "<owner>:<fence>".
 -- Returns {1, fence} when granted, {0, pttl} when another owner holds the key.
 local current = redis.call('GET', KEYS[1])
@@ -15,11 +16,16 @@ if current then
 end
 -- One more than the last fence of this key, and never below the server's clock in
 -- microseconds: after a restart that lost the counter, or once an idle key's counter
--- has expired, fences still go up.
+-- has expired, fences still go up. A Redlock master takes the clock only when the
+-- counter is gone, so that masters whose counters agree propose the same fence.
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local fence = string.format('%.0f', math.max(last + 1, now_us))
+local next_fence = math.max(last + 1, now_us)
+if ARGV[4] == '1' and last > 0 then
+  next_fence = last + 1
+end
+local fence = string.format('%.0f', next_fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2])
 return {1, fence}

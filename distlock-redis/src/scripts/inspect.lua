@@ -1,6 +1,8 @@
--- KEYS[1]: the lock. Returns {fence, pttl} of the holder, or nil when free.
+-- KEYS[1]: the lock. Returns {fence, pttl, owner} of the holder, or nil when free.
+-- The owner token stays inside the backend (a Redlock groups its masters' holders by
+-- it); no caller is shown it.
 local current = redis.call('GET', KEYS[1])
 if not current then
   return false
 end
-return {string.sub(current, 34), tostring(redis.call('PTTL', KEYS[1]))}
+return {string.sub(current, 34), tostring(redis.call('PTTL', KEYS[1])), string.sub(current, 1, 32)}

@@ -1,0 +1,497 @@
+//! [`RedlockBackend`]: one lease held on a majority of independent Redis masters.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::{
+    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FencingToken,
+    Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal, Result, RoundTrips,
+};
+use futures_util::future::BoxFuture;
+use futures_util::stream::{self, FuturesUnordered};
+use futures_util::StreamExt;
+
+use crate::backend::RedisBackend;
+use crate::config::RedlockConfig;
+
+const NAME: &str = "redlock";
+
+/// A lock backend over three or more independent Redis masters (Redlock): a lease is
+/// held while a majority of the masters hold it, each by its own clock.
+///
+/// Each operation goes to every master at once and returns as soon as its outcome is
+/// decided; what is still under way carries on in the background (a late grant of a
+/// failed acquire is released there). The crate docs say how fences are minted and
+/// what holds when a master restarts empty. Clones share the connections.
+#[derive(Clone)]
+pub struct RedlockBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedlockConfig,
+    members: Vec<RedisBackend>,
+    capabilities: Capabilities,
+}
+
+impl fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The answers of the masters to one operation, in the order they come.
+struct Replies<T> {
+    pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
+}
+
+impl<T: Send + 'static> Replies<T> {
+    async fn next(&mut self) -> Option<(usize, Result<T>)> {
+        self.pending.next().await
+    }
+
+    /// Lets the requests still under way finish in the background, unread.
+    fn detach(self) {
+        if !self.pending.is_empty() {
+            let mut pending = self.pending;
+            tokio::spawn(async move { while pending.next().await.is_some() {} });
+        }
+    }
+}
+
+/// The lease a majority of the masters' `holders` show, if one does: its owner is
+/// on a majority, and its fence is the one a majority of them show, else (a grant
+/// whose fence is not agreed yet, or a master that granted late and shows its own
+/// proposal) the largest. It lasts while a majority still holds it: the quorum-th
+/// longest of their remaining TTLs.
+fn holder_of_majority(holders: &[(LockInfo, String)], quorum: usize) -> Option<LockInfo> {
+    let owner = holders
+        .iter()
+        .map(|(_, owner)| owner)
+        .find(|owner| holders.iter().filter(|(_, o)| o == *owner).count() >= quorum)?;
+    let same: Vec<&LockInfo> = holders
+        .iter()
+        .filter(|(_, o)| o == owner)
+        .map(|(info, _)| info)
+        .collect();
+    let mut remaining: Vec<Duration> = same.iter().map(|i| i.remaining).collect();
+    remaining.sort_by(|a, b| b.cmp(a));
+    let agreed = same
+        .iter()
+        .map(|i| i.fence)
+        .find(|f| same.iter().filter(|i| i.fence == *f).count() >= quorum);
+    let fence = agreed.or_else(|| same.iter().map(|i| i.fence).max())?;
+    Some(LockInfo {
+        fence,
+        remaining: remaining[quorum - 1],
+    })
+}
+
+/// How the masters answered, where a majority decides.
+struct Tally {
+    masters: usize,
+    quorum: usize,
+    errors: Vec<Error>,
+}
+
+impl Tally {
+    fn new(masters: usize, quorum: usize) -> Self {
+        Tally {
+            masters,
+            quorum,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Whether `no` answers (refusals and errors together) leave no majority possible.
+    fn lost(&self, no: usize) -> bool {
+        no > self.masters - self.quorum
+    }
+
+    /// The error of an operation that no majority answered: the kind every master's
+    /// error shares (wrong credentials everywhere stay an authentication error), else
+    /// a retryable one.
+    fn error(&self, what: &str, answered: usize) -> Error {
+        let kind = match self.errors.first().map(Error::kind) {
+            Some(kind) if self.errors.iter().all(|e| e.kind() == kind) => kind,
+            _ => ErrorKind::Unavailable,
+        };
+        let first = self
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        Error::new(
+            kind,
+            format!(
+                "{what}: {answered} of {} masters answered, and a majority is {}{first}",
+                self.masters, self.quorum
+            ),
+        )
+        .with_backend(NAME)
+    }
+}
+
+impl RedlockBackend {
+    /// Connects with the settings of a `redlock://` or `redlocks://` URL (see
+    /// [`RedlockConfig`]). Every master is tried at once: wrong credentials fail here
+    /// with [`ErrorKind::Authentication`], and fewer than a majority of masters
+    /// answering is an [`ErrorKind::Unavailable`] error. A minority that is down is
+    /// reached when it comes back.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::with_config(RedlockConfig::from_url(url)?).await
+    }
+
+    /// Connects with `config`; see [`connect`](Self::connect).
+    pub async fn with_config(config: RedlockConfig) -> Result<Self> {
+        let members = config
+            .members
+            .iter()
+            .cloned()
+            .map(RedisBackend::connect_lazily)
+            .collect::<Result<Vec<_>>>()?;
+        let mut capabilities = members
+            .first()
+            .map(|m| m.capabilities().clone())
+            .unwrap_or_default();
+        capabilities.round_trips = RoundTrips {
+            acquire: 2,
+            ..RoundTrips::default()
+        };
+        capabilities.clock_drift = config.drift;
+        let backend = RedlockBackend {
+            inner: Arc::new(Inner {
+                config,
+                members,
+                capabilities,
+            }),
+        };
+        let timeout = backend.inner.config.node_timeout(Duration::MAX);
+        let mut tally = backend.tally();
+        let mut replies = backend.fan_out(timeout, |m| async move { m.prepare().await });
+        let mut answered = 0;
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(()) => answered += 1,
+                Err(e) if e.kind() == ErrorKind::Authentication => {
+                    replies.detach();
+                    return Err(e);
+                }
+                Err(e) => tally.errors.push(e),
+            }
+        }
+        if answered < tally.quorum {
+            return Err(tally.error("cannot reach the Redlock", answered));
+        }
+        Ok(backend)
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &RedlockConfig {
+        &self.inner.config
+    }
+
+    fn tally(&self) -> Tally {
+        Tally::new(self.inner.members.len(), self.inner.config.quorum())
+    }
+
+    /// Starts `op` on every master at once, each bounded by `timeout`.
+    fn fan_out<T, F, Fut>(&self, timeout: Duration, op: F) -> Replies<T>
+    where
+        T: Send + 'static,
+        F: Fn(RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let pending = self
+            .inner
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, member)| {
+                let call = op(member.clone());
+                let future: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
+                    match tokio::time::timeout(timeout, call).await {
+                        Ok(reply) => (i, reply),
+                        Err(_) => (
+                            i,
+                            Err(Error::new(
+                                ErrorKind::Timeout,
+                                format!("master {i} did not answer within {timeout:?}"),
+                            )
+                            .with_backend(NAME)),
+                        ),
+                    }
+                });
+                future
+            })
+            .collect();
+        Replies { pending }
+    }
+
+    /// Releases `owner`'s hold of `key` on every master, in the background: what a
+    /// failed acquire leaves behind.
+    fn release_everywhere(&self, key: &LockKey, owner: &OwnerToken) {
+        let (key, owner) = (key.clone(), *owner);
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        self.fan_out(timeout, move |m| {
+            let (key, owner) = (key.clone(), owner);
+            async move { m.release(&key, &owner).await }
+        })
+        .detach();
+    }
+
+    /// Redlock's second step: makes `fence` the grant's fence on the masters of
+    /// `proposals` that proposed less, so that a majority holds it. Whether it does.
+    async fn commit(
+        &self,
+        request: &AcquireRequest,
+        fence: u64,
+        proposals: &[(usize, u64)],
+    ) -> bool {
+        let agreeing = proposals.iter().filter(|(_, f)| *f == fence).count();
+        let behind: Vec<usize> = proposals
+            .iter()
+            .filter(|(_, f)| *f < fence)
+            .map(|(i, _)| *i)
+            .collect();
+        let quorum = self.inner.config.quorum();
+        let timeout = self.inner.config.node_timeout(request.ttl());
+        let calls: FuturesUnordered<_> =
+            behind
+                .into_iter()
+                .map(|i| {
+                    let member = self.inner.members[i].clone();
+                    async move {
+                        tokio::time::timeout(timeout, member.commit_fence(request, fence)).await
+                    }
+                })
+                .collect();
+        let committed = calls
+            .filter(|reply| std::future::ready(matches!(reply, Ok(Ok(true)))))
+            .count()
+            .await;
+        agreeing + committed >= quorum
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedlockBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.inner.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let timeout = self.inner.config.node_timeout(request.ttl());
+        let shared = Arc::new(request.clone());
+        let decided = Arc::new(AtomicBool::new(false));
+        let mut replies = self.fan_out(timeout, |m| {
+            let (request, decided) = (shared.clone(), decided.clone());
+            async move { m.grant(&request, Some(&decided)).await }
+        });
+        let mut tally = self.tally();
+        let mut proposals: Vec<(usize, u64)> = Vec::new();
+        let mut held: Vec<Option<Duration>> = Vec::new();
+        while let Some((i, reply)) = replies.next().await {
+            match reply {
+                Ok(Grant::Granted(fence)) => proposals.push((i, fence.get())),
+                Ok(Grant::Held { remaining }) => held.push(remaining),
+                Err(e) => tally.errors.push(e),
+            }
+            if proposals.len() >= tally.quorum || tally.lost(held.len() + tally.errors.len()) {
+                break;
+            }
+        }
+        // Before anything is released: a master still loading the script must not run
+        // the acquire after the release.
+        decided.store(true, Ordering::SeqCst);
+        replies.detach();
+        if proposals.len() >= tally.quorum {
+            // The largest proposal of the majority: above every fence committed to a
+            // majority before, since any two majorities share a master.
+            let fence = proposals.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            if self.commit(request, fence, &proposals).await {
+                return Ok(Grant::Granted(FencingToken::new(fence)));
+            }
+            self.release_everywhere(request.key(), request.owner());
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the masters that granted the lock lost it before a majority agreed on its fence",
+            )
+            .with_backend(NAME));
+        }
+        let granted = proposals.len();
+        self.release_everywhere(request.key(), request.owner());
+        if held.is_empty() {
+            return Err(tally.error("cannot acquire", granted + held.len()));
+        }
+        // The key frees for a majority once `needed` more of the holding masters free it.
+        let needed = tally.quorum - granted;
+        let remaining = if held.len() >= needed && held.iter().all(Option::is_some) {
+            let mut left: Vec<Duration> = held.into_iter().flatten().collect();
+            left.sort();
+            left.get(needed - 1).copied()
+        } else {
+            None
+        };
+        Ok(Grant::Held { remaining })
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        let (shared_key, owner) = (key.clone(), *owner);
+        let mut replies = self.fan_out(timeout, |m| {
+            let key = shared_key.clone();
+            async move { m.release(&key, &owner).await }
+        });
+        let mut tally = self.tally();
+        let (mut released, mut not_held) = (0, 0);
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(ReleaseOutcome::Released) => released += 1,
+                Ok(_) => not_held += 1,
+                Err(e) => tally.errors.push(e),
+            }
+            if released >= tally.quorum || tally.lost(not_held) {
+                break;
+            }
+        }
+        replies.detach();
+        // A lease is held while a majority holds it: a master that still had it (a
+        // renewal that landed there as the lease was lost, say) does not make it held.
+        if tally.lost(not_held) {
+            Ok(ReleaseOutcome::NotHeld)
+        } else if released > 0 {
+            Ok(ReleaseOutcome::Released)
+        } else {
+            Err(tally.error("cannot release", released + not_held))
+        }
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let timeout = self.inner.config.node_timeout(request.ttl());
+        let shared = Arc::new(request.clone());
+        let mut replies = self.fan_out(timeout, |m| {
+            let request = shared.clone();
+            async move { m.renew(&request).await }
+        });
+        let mut tally = self.tally();
+        let (mut renewed, mut not_held) = (0, 0);
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(Renewal::Renewed) => renewed += 1,
+                Ok(_) => not_held += 1,
+                Err(e) => tally.errors.push(e),
+            }
+            if renewed >= tally.quorum || tally.lost(not_held + tally.errors.len()) {
+                break;
+            }
+        }
+        replies.detach();
+        if renewed >= tally.quorum {
+            Ok(Renewal::Renewed)
+        } else if tally.lost(not_held) {
+            Ok(Renewal::NotHeld)
+        } else {
+            Err(tally.error("cannot extend", renewed + not_held))
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        let shared_key = key.clone();
+        let mut replies = self.fan_out(timeout, |m| {
+            let key = shared_key.clone();
+            async move { m.holder(&key).await }
+        });
+        let mut tally = self.tally();
+        let mut free = 0;
+        let mut holders: Vec<(LockInfo, String)> = Vec::new();
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(Some(holder)) => holders.push(holder),
+                Ok(None) => free += 1,
+                Err(e) => tally.errors.push(e),
+            }
+            let agreed = holders.last().is_some_and(|(last, owner)| {
+                holders
+                    .iter()
+                    .filter(|(info, o)| o == owner && info.fence == last.fence)
+                    .count()
+                    >= tally.quorum
+            });
+            if agreed || tally.lost(free + tally.errors.len()) {
+                break;
+            }
+        }
+        let found = holder_of_majority(&holders, tally.quorum);
+        replies.detach();
+        if found.is_none() && tally.lost(tally.errors.len()) {
+            return Err(tally.error("cannot inspect", free + holders.len()));
+        }
+        // Otherwise no owner holds a majority: the lock is free.
+        Ok(found)
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        let shared_key = key.clone();
+        let mut replies = self.fan_out(timeout, |m| {
+            let key = shared_key.clone();
+            async move { m.watch(&key).await }
+        });
+        let mut tally = self.tally();
+        let mut streams = Vec::new();
+        // A release is published on every master that held the key, so the streams of
+        // a majority hear it; a master slow to subscribe is not waited for.
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(Some(stream)) => streams.push(stream),
+                Ok(None) => {}
+                Err(e) => tally.errors.push(e),
+            }
+            if streams.len() >= tally.quorum {
+                break;
+            }
+        }
+        replies.detach();
+        if streams.is_empty() && !tally.errors.is_empty() {
+            return Err(tally.error("cannot watch", 0));
+        }
+        let merged: ChangeStream = Box::pin(stream::select_all(streams));
+        Ok(Some(merged))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        let shared_key = key.clone();
+        let mut replies = self.fan_out(timeout, |m| {
+            let key = shared_key.clone();
+            async move { m.force_release(&key).await }
+        });
+        let mut tally = self.tally();
+        let (mut answered, mut removed) = (0, false);
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(deleted) => {
+                    answered += 1;
+                    removed |= deleted;
+                }
+                Err(e) => tally.errors.push(e),
+            }
+        }
+        if answered < tally.quorum {
+            return Err(tally.error("cannot force the release", answered));
+        }
+        Ok(removed)
+    }
+}

@@ -1,0 +1,238 @@
+//! What the conformance suite does not show of the Redlock: the safety violation its
+//! critics describe, shown happening, with what still holds; how the masters agree on
+//! a fence; connecting with a master down; and the validity it leaves for clock drift.
+//! Each test has masters of its own.
+
+use std::time::Duration;
+
+use distlock_conformance::ServerControl as _;
+use distlock_core::{
+    ErrorKind, FenceDurability, FencedHandle, LockBackend, LockBackendExt, LockKey, MemoryStore,
+};
+use distlock_redis::RedlockBackend;
+use distlock_testservers::{RedisMasters, ServerHandle};
+use tokio::time::Instant;
+
+async fn masters(n: usize) -> RedisMasters {
+    RedisMasters::start(n)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A plain driver connection to one master, for looking behind the backend.
+async fn admin(member: &ServerHandle) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(member.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
+async fn get(member: &ServerHandle, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut admin(member).await)
+        .await
+        .expect("GET")
+}
+
+/// Kleppmann's scenario: the holder has exactly a majority (the third master was down
+/// and comes back empty); one of its two masters restarts empty; a second client then
+/// gets a majority of its own while the first lease is still valid. The capabilities
+/// say so (leases do not survive a restart); what still holds is the fence: the second
+/// holder's is higher, so a fenced store refuses the first holder's writes from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_lets_a_second_majority_in_and_fences_still_hold() {
+    let masters = masters(3).await;
+    let [m0, _m1, m2] = masters.members() else {
+        panic!("three masters")
+    };
+    let backend = RedlockBackend::connect(&masters.url())
+        .await
+        .expect("connect");
+    let caps = backend.capabilities();
+    assert!(!caps.leases_survive_restart);
+    assert_eq!(caps.fence_durability, FenceDurability::FailsClosed);
+
+    m2.kill().await.expect("kill the third master");
+    let first = backend
+        .acquire_once("kleppmann", Duration::from_secs(30))
+        .await
+        .expect("acquire on two of three")
+        .expect("free");
+    m2.start().await.expect("start it again, empty");
+    m0.restart()
+        .await
+        .expect("restart a master of the holder's majority, empty");
+
+    let other = RedlockBackend::connect(&masters.url())
+        .await
+        .expect("connect");
+    let second = loop {
+        match other
+            .acquire_once("kleppmann", Duration::from_secs(30))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let second = second.expect("the restarted master and the returned one make a second majority");
+    assert!(
+        !first.is_expired(),
+        "the first lease is still valid: two holders at once, as the critique says"
+    );
+    assert!(
+        second.fence() > first.fence(),
+        "the second holder's fence {} must be above the first's {}",
+        second.fence(),
+        first.fence()
+    );
+
+    let store = MemoryStore::new();
+    let late = FencedHandle::new(store.clone(), first.fence());
+    let newer = FencedHandle::new(store, second.fence());
+    newer
+        .write("ledger", b"second")
+        .await
+        .expect("the newer holder writes");
+    let refused = late
+        .write("ledger", b"first")
+        .await
+        .expect_err("the first holder's write comes with a smaller fence");
+    assert_eq!(refused.kind(), ErrorKind::StaleFence);
+    assert_eq!(
+        newer.read("ledger").await.expect("read").as_deref(),
+        Some(&b"second"[..])
+    );
+}
+
+/// Masters whose counters disagree propose different fences; the grant takes the
+/// largest and writes it to the masters that proposed less (a second round trip), so
+/// that a majority holds it for the next grant to build on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_proposal_becomes_the_fence_on_a_majority() {
+    let masters = masters(3).await;
+    let [m0, m1, m2] = masters.members() else {
+        panic!("three masters")
+    };
+    let backend = RedlockBackend::connect(&masters.url())
+        .await
+        .expect("connect");
+    let ahead: u64 = 9_000_000_000_000_000;
+    let () = redis::cmd("SET")
+        .arg("distlock:{agree}:fence")
+        .arg(ahead)
+        .query_async(&mut admin(m0).await)
+        .await
+        .expect("raise one master's counter");
+    // The majority is the first two masters, so the one ahead is in it.
+    m2.kill().await.expect("kill the third master");
+    let lease = backend
+        .acquire_once("agree", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(lease.fence().get(), ahead + 1);
+    let expected = format!("{}:{}", lease.owner().to_hex(), ahead + 1);
+    assert_eq!(
+        get(m1, "distlock:{agree}").await.as_deref(),
+        Some(expected.as_str())
+    );
+    assert_eq!(
+        get(m1, "distlock:{agree}:fence").await,
+        Some((ahead + 1).to_string()),
+        "the master that proposed less holds the agreed fence"
+    );
+    let key = LockKey::new("agree").expect("key");
+    assert_eq!(
+        backend
+            .inspect(&key)
+            .await
+            .expect("inspect")
+            .map(|i| i.fence),
+        Some(lease.fence())
+    );
+    backend.release_lease(&lease).await.expect("release");
+    let next = backend
+        .acquire_once("agree", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(
+        next.fence().get(),
+        ahead + 2,
+        "the counters agree now: one more"
+    );
+    m2.start().await.expect("start");
+}
+
+/// A minority down at connect is reached once it is back; a majority down is an
+/// error at connect, retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_needs_a_majority_of_the_masters() {
+    let masters = masters(3).await;
+    let members = masters.members();
+    members[0].kill().await.expect("kill");
+    let backend = RedlockBackend::connect(&masters.url())
+        .await
+        .expect("two of three answer");
+    let lease = backend
+        .acquire_once("connect", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&lease).await.expect("release");
+    members[1].kill().await.expect("kill");
+    let err = RedlockBackend::connect(&masters.url())
+        .await
+        .expect_err("one of three answers");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("1 of 3 masters"), "{err}");
+    assert!(!err.to_string().contains(masters.password()), "{err}");
+    members[0].start().await.expect("start");
+    members[1].start().await.expect("start");
+    let lease = backend
+        .acquire_once("connect", Duration::from_secs(30))
+        .await
+        .expect("the first backend reaches the masters once they are back")
+        .expect("free");
+    assert!(lease.fence().get() > 0);
+}
+
+/// A lease's validity is the TTL less the time the acquire took and the clock-drift
+/// allowance (1% of the TTL plus 2 ms unless the URL says), counted in core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_leaves_the_declared_clock_drift() {
+    let masters = masters(3).await;
+    for (query, drift) in [
+        ("", Duration::from_millis(102)),
+        ("?drift_ppm=50000&drift_ms=0", Duration::from_millis(500)),
+    ] {
+        let backend = RedlockBackend::connect(&format!("{}{query}", masters.url()))
+            .await
+            .expect("connect");
+        let ttl = Duration::from_secs(10);
+        let sent = Instant::now();
+        let lease = backend
+            .acquire_once(&format!("drift{query}"), ttl)
+            .await
+            .expect("acquire")
+            .expect("free");
+        let received = Instant::now();
+        assert!(
+            received - sent < drift,
+            "{query}: the acquire took {:?}, too long to tell the allowance",
+            received - sent
+        );
+        // Counted from between sending and receiving, less the allowance.
+        assert!(
+            lease.valid_until() >= sent + ttl - drift
+                && lease.valid_until() <= received + ttl - drift,
+            "{query}: valid for {:?} of a {ttl:?} ttl, sent and answered within {:?}",
+            lease.valid_until() - sent,
+            received - sent
+        );
+    }
+}
