@@ -21,13 +21,29 @@ use crate::error::{from_redis, unexpected};
 
 const NAME: &str = "redis";
 
+/// A Lua script: called by its hash, and sent whole where the server has forgotten it.
+#[derive(Debug, Clone)]
+pub(crate) struct Lua {
+    script: Script,
+    source: &'static str,
+}
+
+impl Lua {
+    pub(crate) fn new(source: &'static str) -> Self {
+        Lua {
+            script: Script::new(source),
+            source,
+        }
+    }
+}
+
 struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    inspect: Script,
-    force_release: Script,
-    commit: Script,
+    acquire: Lua,
+    release: Lua,
+    extend: Lua,
+    inspect: Lua,
+    force_release: Lua,
+    commit: Lua,
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields.
@@ -42,7 +58,7 @@ const SOURCES: [&str; 6] = [
 
 impl Scripts {
     fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit] = SOURCES.map(Script::new);
+        let [acquire, release, extend, inspect, force_release, commit] = SOURCES.map(Lua::new);
         Scripts {
             acquire,
             release,
@@ -68,7 +84,7 @@ pub struct RedisBackend {
 struct Inner {
     config: RedisConfig,
     capabilities: Capabilities,
-    conn: ConnectionManager,
+    conn: Conn,
     client: redis::Client,
     scripts: Scripts,
     watcher: tokio::sync::Mutex<Option<Subscriber>>,
@@ -93,10 +109,25 @@ impl RedisBackend {
     /// Connects with `config`.
     pub async fn with_config(config: RedisConfig) -> Result<Self> {
         let client = client(&config)?;
-        let conn = client
-            .get_connection_manager_with_config(manager_config(&config))
-            .await
-            .map_err(|e| from_redis(&config, e))?;
+        let conn = if config.cluster_seeds.is_empty() {
+            Conn::Single(
+                client
+                    .get_connection_manager_with_config(manager_config(&config))
+                    .await
+                    .map_err(|e| from_redis(&config, e))?,
+            )
+        } else {
+            Conn::Cluster(
+                redis::cluster::ClusterClient::builder(config.cluster_seeds.clone())
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.response_timeout)
+                    .build()
+                    .map_err(|e| from_redis(&config, e))?
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| from_redis(&config, e))?,
+            )
+        };
         Ok(Self::assemble(config, client, conn))
     }
 
@@ -107,10 +138,10 @@ impl RedisBackend {
         let conn = client
             .get_connection_manager_lazy(manager_config(&config))
             .map_err(|e| from_redis(&config, e))?;
-        Ok(Self::assemble(config, client, conn))
+        Ok(Self::assemble(config, client, Conn::Single(conn)))
     }
 
-    fn assemble(config: RedisConfig, client: redis::Client, conn: ConnectionManager) -> Self {
+    fn assemble(config: RedisConfig, client: redis::Client, conn: Conn) -> Self {
         let mut capabilities = Capabilities::default();
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = FenceDurability::FailsClosed;
@@ -148,10 +179,12 @@ impl RedisBackend {
     }
 
     /// Runs `script` in one round trip: `EVALSHA`, and `WAIT` in the same pipeline when
-    /// replicas are to be waited for; on `NOSCRIPT` the script is loaded and run again.
+    /// replicas are to be waited for; on `NOSCRIPT` the script is sent whole (`EVAL`,
+    /// which the server also keeps for the next `EVALSHA`), to the node that serves
+    /// the keys.
     pub(crate) async fn run<T: FromRedisValue, A: ToRedisArgs>(
         &self,
-        script: &Script,
+        script: &Lua,
         keys: &[&str],
         args: &[A],
         wait: bool,
@@ -165,21 +198,21 @@ impl RedisBackend {
     /// lock after its release.
     async fn run_script<T: FromRedisValue, A: ToRedisArgs>(
         &self,
-        script: &Script,
+        script: &Lua,
         keys: &[&str],
         args: &[A],
         wait: bool,
         decided: Option<&AtomicBool>,
     ) -> Result<T> {
         let mut conn = self.inner.conn.clone();
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha
-            .arg(script.get_hash())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
+        let call = |name: &str, script: &str| {
+            let mut call = redis::cmd(name);
+            call.arg(script).arg(keys.len()).arg(keys).arg(args);
+            call
+        };
+        let mut evalsha = call("EVALSHA", script.script.get_hash());
         let replicas = self.inner.config.wait_replicas;
-        // Once each: a script the server forgot is loaded, and a request on a
+        // Once each: a script the server forgot is sent whole, and a request on a
         // connection the server dropped (a restart, say) is sent again on a new one.
         // Sending again is safe: every script is idempotent for its owner token.
         let (mut reloaded, mut resent) = (false, false);
@@ -211,11 +244,8 @@ impl RedisBackend {
             match result {
                 Err(e) if !reloaded && is_noscript(&e) => {
                     reloaded = true;
-                    debug!("the server had no copy of the script; loading it");
-                    script
-                        .load_async(&mut conn)
-                        .await
-                        .map_err(|e| self.error(e))?;
+                    debug!("the server had no copy of the script; sending it whole");
+                    evalsha = call("EVAL", script.source);
                     if decided.is_some_and(|d| d.load(Ordering::SeqCst)) {
                         return Err(Error::new(
                             ErrorKind::Unavailable,
@@ -343,6 +373,45 @@ impl RedisBackend {
             .await
             .map(drop)
             .map_err(|e| self.error(e))
+    }
+}
+
+/// The connection every operation is sent on: to one server (reconnecting by itself),
+/// or to a Redis Cluster (following its slots and redirections).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
     }
 }
 

@@ -9,6 +9,10 @@ use distlock_core::{redact_url, support, ClockDrift, Error, Result};
 ///
 /// `redis[s]://[user][:password]@host[:port][/db][?prefix=..&wait_replicas=..&wait_timeout_ms=..&response_timeout_ms=..&connect_timeout_ms=..]`
 ///
+/// or, for a Redis Cluster, `redis-cluster://[user][:password]@host1[:port],host2[:port],...[?options]`:
+/// the cluster's seeds (one is enough to find the others), with the same credentials
+/// and options, database 0 only, no `wait_replicas` and no TLS.
+///
 /// - `rediss://` is TLS (needs this crate's `tls` feature): the server's certificate
 ///   is checked against the URL's host, trusting the system's roots, or only the CA in
 ///   `ca_file` (a PEM file) where given; `cert_file` and `key_file` (PEM) present a
@@ -42,6 +46,8 @@ pub struct RedisConfig {
     /// Set on the masters of a Redlock: the acquire script then proposes fences from
     /// the counter alone while it exists (see the crate docs on Redlock).
     pub(crate) redlock_member: bool,
+    /// A Redis Cluster's seeds, as driver URLs; empty for one server.
+    pub(crate) cluster_seeds: Vec<String>,
 }
 
 /// The PEM files a `rediss://` URL names: the CA to trust instead of the system's
@@ -56,9 +62,10 @@ pub(crate) struct TlsFiles {
 /// How long a fence counter outlives its key's last lease, unless the URL says.
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 
-/// The URL schemes this backend serves: one server (`redis`, `rediss`) or a Redlock
-/// over several (`redlock`, `redlocks`).
-pub const SCHEMES: &[&str] = &["redis", "rediss", "redlock", "redlocks"];
+/// The URL schemes this backend serves: one server (`redis`, `rediss`), a Redis
+/// Cluster (`redis-cluster`), or a Redlock over several masters (`redlock`,
+/// `redlocks`).
+pub const SCHEMES: &[&str] = &["redis", "rediss", "redis-cluster", "redlock", "redlocks"];
 
 fn config_error(message: impl Into<String>) -> Error {
     support::config_error("redis", message)
@@ -68,11 +75,14 @@ impl RedisConfig {
     /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
     /// echoing the password.
     pub fn from_url(url: &str) -> Result<Self> {
+        if let Some(rest) = url.strip_prefix("redis-cluster://") {
+            return Self::cluster(rest);
+        }
         let mut parsed =
             url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
         if !["redis", "rediss"].contains(&parsed.scheme()) {
             return Err(config_error(format!(
-                "the scheme {:?} is not one Redis server's (redis:// or rediss://; a Redlock is redlock://)",
+                "the scheme {:?} is not the redis backend's (redis://, rediss:// or redis-cluster://; a Redlock is redlock://)",
                 parsed.scheme()
             )));
         }
@@ -95,6 +105,7 @@ impl RedisConfig {
             password: parsed.password().map(|p| p.to_owned()),
             tls_files: TlsFiles::default(),
             redlock_member: false,
+            cluster_seeds: Vec::new(),
         };
         let mut passed_on = Vec::new();
         for (name, value) in parsed.query_pairs() {
@@ -134,6 +145,40 @@ impl RedisConfig {
         Ok(config)
     }
 
+    /// A Redis Cluster's settings: the first seed's, with every seed's URL.
+    fn cluster(rest: &str) -> Result<Self> {
+        let hosts = Hosts::parse(rest)?;
+        let query = if hosts.query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", hosts.query)
+        };
+        let seeds = hosts
+            .urls("redis", &query)
+            .iter()
+            .map(|url| Self::from_url(url))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(first) = seeds.first() else {
+            return Err(config_error("a Redis Cluster URL names no seed"));
+        };
+        if first.wait_replicas > 0 {
+            return Err(config_error(
+                "wait_replicas is not supported on a Redis Cluster (its WAIT would not reach the key's master)",
+            ));
+        }
+        if !matches!(hosts.path, "" | "/" | "/0") {
+            return Err(config_error("a Redis Cluster has database 0 only"));
+        }
+        let mut config = first.clone();
+        config.cluster_seeds = seeds.into_iter().map(|s| s.driver_url).collect();
+        Ok(config)
+    }
+
+    /// How many seeds a Redis Cluster URL (`redis-cluster://`) names; 0 for one server.
+    pub fn cluster_seeds(&self) -> usize {
+        self.cluster_seeds.len()
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -160,6 +205,14 @@ impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &redact_url(&self.driver_url))
+            .field(
+                "cluster_seeds",
+                &self
+                    .cluster_seeds
+                    .iter()
+                    .map(|s| redact_url(s))
+                    .collect::<Vec<_>>(),
+            )
             .field("prefix", &self.prefix)
             .field("wait_replicas", &self.wait_replicas)
             .field("wait_timeout", &self.wait_timeout)
@@ -168,6 +221,55 @@ impl fmt::Debug for RedisConfig {
             .field("fence_grace", &self.fence_grace)
             .field("tls_files", &self.tls_files)
             .finish()
+    }
+}
+
+/// A URL naming several hosts, `scheme://[userinfo@]host1,host2,...[/path][?query]`,
+/// cut into its parts.
+struct Hosts<'a> {
+    userinfo: String,
+    hosts: Vec<&'a str>,
+    path: &'a str,
+    query: &'a str,
+}
+
+impl<'a> Hosts<'a> {
+    /// `rest` is what follows `scheme://`.
+    fn parse(rest: &'a str) -> Result<Self> {
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+            None => (String::new(), authority),
+        };
+        let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+        let mut seen = std::collections::HashSet::new();
+        let mut list = Vec::new();
+        for host in hosts.split(',') {
+            if host.is_empty() {
+                return Err(config_error("an empty host in the list of hosts"));
+            }
+            if !seen.insert(host.to_ascii_lowercase()) {
+                return Err(config_error(format!(
+                    "the host {host} is listed twice: each must be a server of its own"
+                )));
+            }
+            list.push(host);
+        }
+        Ok(Hosts {
+            userinfo,
+            hosts: list,
+            path,
+            query,
+        })
+    }
+
+    /// One URL per host, with `scheme` and `query` (`?` included, or empty).
+    fn urls(&self, scheme: &str, query: &str) -> Vec<String> {
+        self.hosts
+            .iter()
+            .map(|host| format!("{scheme}://{}{host}{}{query}", self.userinfo, self.path))
+            .collect()
     }
 }
 
@@ -211,16 +313,7 @@ impl RedlockConfig {
                 )))
             }
         };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-            None => (String::new(), authority),
-        };
-        let (path, query) = match tail.split_once('?') {
-            Some((path, query)) => (path, query),
-            None => (tail, ""),
-        };
+        let hosts = Hosts::parse(rest)?;
         let mut config = RedlockConfig {
             members: Vec::new(),
             drift: ClockDrift {
@@ -230,7 +323,7 @@ impl RedlockConfig {
             node_timeout: None,
         };
         let mut passed_on = url::form_urlencoded::Serializer::new(String::new());
-        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        for (name, value) in url::form_urlencoded::parse(hosts.query.as_bytes()) {
             match name.as_ref() {
                 "drift_ppm" => {
                     config.drift.per_million = value
@@ -262,18 +355,8 @@ impl RedlockConfig {
         } else {
             format!("?{query}")
         };
-        let mut seen = std::collections::HashSet::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(config_error("an empty master in the list of hosts"));
-            }
-            if !seen.insert(host.to_ascii_lowercase()) {
-                return Err(config_error(format!(
-                    "the master {host} is listed twice: a majority must be of distinct masters"
-                )));
-            }
-            let member =
-                RedisConfig::from_url(&format!("{member_scheme}://{userinfo}{host}{path}{query}"))?;
+        for url in hosts.urls(member_scheme, &query) {
+            let member = RedisConfig::from_url(&url)?;
             config.members.push(RedisConfig {
                 redlock_member: true,
                 ..member
@@ -420,11 +503,38 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_url_names_its_seeds() {
+        let c = RedisConfig::from_url("redis-cluster://:s3cret@a:7000,b:7001?prefix=svc:")
+            .expect("valid");
+        assert_eq!(c.cluster_seeds(), 2);
+        assert_eq!(c.prefix(), "svc:");
+        assert_eq!(
+            c.cluster_seeds,
+            ["redis://:s3cret@a:7000", "redis://:s3cret@b:7001"]
+        );
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        for (bad, says) in [
+            (
+                "redis-cluster://:s3cret@a,b?wait_replicas=1",
+                "wait_replicas",
+            ),
+            ("redis-cluster://:s3cret@a,b/2", "database 0"),
+            ("redis-cluster://:s3cret@a,a", "listed twice"),
+        ] {
+            let err = RedisConfig::from_url(bad).expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{err}");
+        }
+    }
+
+    #[test]
     fn bad_redlock_urls_are_configuration_errors_without_the_password() {
         for (bad, says) in [
             ("redlock://:s3cret@a,b", "three or more"),
             ("redlock://:s3cret@a,b,A", "listed twice"),
-            ("redlock://:s3cret@a,,b,c", "empty master"),
+            ("redlock://:s3cret@a,,b,c", "empty host"),
             ("redlock://:s3cret@a,b,c?drift_ppm=600000", "drift_ppm"),
             ("redlock://:s3cret@a,b,c?drift_ms=x", "drift_ms"),
             (

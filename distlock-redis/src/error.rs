@@ -12,6 +12,9 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
     let kind = match e.kind() {
         redis::ErrorKind::AuthenticationFailed => ErrorKind::Authentication,
         _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Authentication,
+        // A cluster client's first connections report refused credentials only in the
+        // text of the I/O error it wraps them in.
+        _ if e.to_string().contains("AuthenticationFailed") => ErrorKind::Authentication,
         redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
         // A reply of the wrong shape is the server's answer, not a fault of the link.
         redis::ErrorKind::UnexpectedReturnType => ErrorKind::Backend,

@@ -6,9 +6,8 @@ use distlock_core::{
     check_fence, Error, ErrorKind, FenceCheck, FencedStore, FencedValue, FencingToken, LockKey,
     Result,
 };
-use redis::Script;
 
-use crate::backend::RedisBackend;
+use crate::backend::{Lua, RedisBackend};
 use crate::error::unexpected;
 
 /// The hash field that keeps a hash's fence, unless [`RedisStore::with_fence_field`]
@@ -41,7 +40,7 @@ pub struct RedisStore {
     backend: RedisBackend,
     hashes: bool,
     fence_field: String,
-    script: Script,
+    script: Lua,
 }
 
 /// The key that keeps the fence of the string key `key`: where `key` has a hash tag,
@@ -97,7 +96,7 @@ impl RedisStore {
             backend: backend.clone(),
             hashes: false,
             fence_field: FENCE_FIELD.to_owned(),
-            script: Script::new(include_str!("scripts/fenced.lua")),
+            script: Lua::new(include_str!("scripts/fenced.lua")),
         }
     }
 

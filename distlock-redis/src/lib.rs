@@ -63,8 +63,18 @@
 //!   from the clock alone).
 //! - **Leases across a restart** survive only if the server persists them; the backend
 //!   does not promise either way.
-//! - **Redis Cluster** is not supported by this backend's connection (single endpoint);
-//!   its keys are hash-tagged so that a lock and its counter would share a slot.
+//! - **Redis Cluster** (`redis-cluster://:password@host1:6379,host2:6379,...`, the
+//!   seeds; see [`RedisConfig`]) is served with the same scripts: a lock and its
+//!   counter share a slot by their hash tag, a release is published cluster-wide, and
+//!   the client follows the cluster's slots and redirections. Each master replicates
+//!   to its replicas asynchronously, as above: a master that fails over right after a
+//!   grant can lose it, and a second holder can get in; the fence still rises (the
+//!   replica's counter, or its clock). `wait_replicas` is refused on a cluster, TLS to
+//!   a cluster is not supported yet, and a cluster has database 0 only. The suite runs
+//!   on a three-master cluster (`tests/cluster.rs`, every case but the round-trip and
+//!   partition ones, which need a proxy a cluster client would route around), and
+//!   `tests/cluster_failover.rs` kills a key's master and checks that the backend
+//!   follows its replica, with fences rising whether the lease survived or not.
 //!
 //! # Redlock: one lease on a majority of independent masters
 //!

@@ -63,7 +63,7 @@ pub use image::{image_source, ImageSource};
 pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
-pub use redis::{Redis, RedisCluster};
+pub use redis::{cluster_target, Redis, RedisCluster};
 pub use redlock::{redlock_target, RedisMasters};
 pub use tls::TlsMaterial;
 

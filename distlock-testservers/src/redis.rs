@@ -1,6 +1,7 @@
 //! Redis, without persistence: a restart loses its data, as the official image's
 //! default does.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use testcontainers::core::{ExecCommand, WaitFor};
@@ -111,6 +112,14 @@ impl Server for Redis {
 /// The arguments that make a member of a Redis Cluster.
 const CLUSTER_ARGS: [&str; 4] = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
 
+/// [`CLUSTER_ARGS`], and the password a replica gives its master (without it a
+/// replica never syncs, and cannot take over).
+fn cluster_args(password: &str) -> Vec<&str> {
+    let mut args = CLUSTER_ARGS.to_vec();
+    args.extend(["--masterauth", password]);
+    args
+}
+
 /// How long a new cluster may take to agree on its slots.
 const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(30);
 
@@ -122,7 +131,7 @@ const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(30);
 /// stopped, paused or killed on its own.
 #[derive(Debug)]
 pub struct RedisCluster {
-    members: Vec<ServerHandle>,
+    members: Vec<Arc<ServerHandle>>,
 }
 
 impl RedisCluster {
@@ -130,6 +139,15 @@ impl RedisCluster {
     /// slot among them (`redis-cli --cluster create`), and waits until each member
     /// reports the cluster ready.
     pub async fn start(masters: usize) -> Result<Self, HarnessError> {
+        Self::start_with_replicas(masters, 0).await
+    }
+
+    /// [`start`](Self::start), with `replicas` replicas of each master: the members
+    /// after the first `masters` (so that a master can fail over).
+    pub async fn start_with_replicas(
+        masters: usize,
+        replicas: usize,
+    ) -> Result<Self, HarnessError> {
         if masters < 3 {
             return Err(HarnessError::Cluster(format!(
                 "a Redis Cluster needs 3 masters or more, not {masters}"
@@ -137,7 +155,7 @@ impl RedisCluster {
         }
         let network = format!("distlock-rcluster-{:08x}", rand::random::<u32>());
         let password = format!("pw{:016x}", rand::random::<u64>());
-        let started = futures_util::future::join_all((0..masters).map(|_| {
+        let started = futures_util::future::join_all((0..masters * (1 + replicas)).map(|_| {
             let password = password.clone();
             ServerHandle::start_networked(
                 &Redis,
@@ -145,14 +163,17 @@ impl RedisCluster {
                 Some(password.clone()),
                 move |request, source| match source {
                     ImageSource::Official => {
-                        request.with_cmd(official_command(&password, &CLUSTER_ARGS))
+                        request.with_cmd(official_command(&password, &cluster_args(&password)))
                     }
-                    ImageSource::Local => request.with_cmd(CLUSTER_ARGS),
+                    ImageSource::Local => request.with_cmd(cluster_args(&password)),
                 },
             )
         }))
         .await;
-        let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let members = started
+            .into_iter()
+            .map(|m| m.map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut create = vec!["redis-cli".to_owned(), "--no-auth-warning".into()];
         create.push("--cluster".into());
         create.push("create".into());
@@ -161,6 +182,8 @@ impl RedisCluster {
                 HarnessError::Cluster("a member has no address on the cluster's network".into())
             })?);
         }
+        create.push("--cluster-replicas".into());
+        create.push(replicas.to_string());
         create.push("--cluster-yes".into());
         let cluster = RedisCluster { members };
         let first = &cluster.members[0];
@@ -174,7 +197,11 @@ impl RedisCluster {
             ExecCommand::new([
                 "sh",
                 "-c",
-                "redis-cli --no-auth-warning cluster info | grep -q '^cluster_state:ok'",
+                // The cluster agrees on its slots, and a replica has synced with its
+                // master (before that it could not take over).
+                "redis-cli --no-auth-warning cluster info | grep -q '^cluster_state:ok' && \
+                 { redis-cli --no-auth-warning info replication | grep -q '^role:master' || \
+                   redis-cli --no-auth-warning info replication | grep -q '^master_link_status:up'; }",
             ])
             .with_env_vars([("REDISCLI_AUTH", password.as_str())])
         };
@@ -185,7 +212,7 @@ impl RedisCluster {
                     Ok(()) => break,
                     Err(e) if tokio::time::Instant::now() >= deadline => {
                         return Err(HarnessError::Cluster(format!(
-                            "no cluster_state:ok within {CLUSTER_READY_WITHIN:?}: {e}"
+                            "no cluster_state:ok, or a replica not synced, within {CLUSTER_READY_WITHIN:?}: {e}"
                         )))
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -195,17 +222,67 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// The members, in order.
-    pub fn members(&self) -> &[ServerHandle] {
+    /// The members, in order: the masters first, then the replicas.
+    pub fn members(&self) -> &[Arc<ServerHandle>] {
         &self.members
+    }
+
+    /// The `redis-cluster://` URL of every member at its address on the cluster's
+    /// network.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .filter_map(|m| m.direct_address())
+            .collect();
+        let password = self.members.first().map_or("", |m| m.password());
+        format!("redis-cluster://:{password}@{}", hosts.join(","))
     }
 
     /// Each member's URL at its address on the cluster's network (what a cluster
     /// client is given as its seeds).
     pub fn urls(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .filter_map(ServerHandle::direct_url)
-            .collect()
+        self.members.iter().filter_map(|m| m.direct_url()).collect()
     }
+}
+
+/// The conformance target for a backend on `cluster`: the backend `connect` makes from
+/// the cluster's URL, every member as one server for the fault cases, more clients,
+/// and wrong credentials. A cluster client follows redirections to the members'
+/// own addresses, around any proxy: the round-trip and partition cases do not run.
+/// The target owns the cluster.
+pub async fn cluster_target<B, F, Fut>(
+    cluster: RedisCluster,
+    connect: F,
+) -> Result<distlock_conformance::Target, distlock_core::BoxError>
+where
+    B: distlock_core::LockBackend + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = distlock_core::Result<B>> + Send + 'static,
+{
+    use distlock_core::DynLockBackend;
+    use futures_util::future::BoxFuture;
+    let url = cluster.url();
+    let backend = connect(url.clone()).await?;
+    let connect = Arc::new(connect);
+    let connector = |url: String| {
+        let connect = connect.clone();
+        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
+            let (url, connect) = (url.clone(), connect.clone());
+            Box::pin(async move {
+                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
+                Ok(backend)
+            })
+        }
+    };
+    let password = cluster
+        .members
+        .first()
+        .map_or(String::new(), |m| m.password().to_owned());
+    let secret = format!("wrong{:016x}", rand::random::<u64>());
+    let wrong = url.replacen(&format!(":{password}@"), &format!(":{secret}@"), 1);
+    Ok(distlock_conformance::Target::new(Arc::new(backend))
+        .with_clients(connector(url))
+        .with_wrong_credentials(secret, connector(wrong))
+        .with_control(Arc::new(crate::redlock::Every(cluster.members))))
 }

@@ -82,9 +82,10 @@ fn redlock_url(password: &str, ports: &[u16]) -> String {
     format!("redlock://:{password}@{}", hosts.join(","))
 }
 
-/// Every member at once: the Redlock's servers as one, for the suite's fault cases.
+/// Every member at once: a Redlock's or a cluster's servers as one, for the suite's
+/// fault cases.
 #[derive(Debug)]
-struct Every(Vec<Arc<ServerHandle>>);
+pub(crate) struct Every(pub(crate) Vec<Arc<ServerHandle>>);
 
 impl Every {
     async fn each<'a, F, Fut>(&'a self, op: F) -> Result<(), BoxError>

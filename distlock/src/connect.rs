@@ -41,7 +41,7 @@ fn not_built(scheme: &str, feature: &str) -> Error {
 /// | scheme | backend |
 /// | --- | --- |
 /// | `memory://` | a new in-process [`MemoryBackend`] |
-/// | `redis://`, `rediss://` | [`RedisBackend`](distlock_redis::RedisBackend) (feature `redis`) |
+/// | `redis://`, `rediss://`, `redis-cluster://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server or a Redis Cluster (feature `redis`) |
 /// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
 /// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
@@ -59,7 +59,7 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
     };
     match scheme {
         "memory" => Ok(Arc::new(MemoryBackend::new())),
-        "redis" | "rediss" => {
+        "redis" | "rediss" | "redis-cluster" => {
             #[cfg(feature = "redis")]
             return Ok(Arc::new(distlock_redis::RedisBackend::connect(url).await?));
             #[cfg(not(feature = "redis"))]
