@@ -71,11 +71,12 @@ pub(crate) struct RunOptions {
     /// The folder the results are written into.
     #[arg(long, default_value = "results")]
     pub(crate) out: String,
-    /// The backends to run, in order: memory, and every server of distlock-testservers.
+    /// The backends to run, in order: memory, every server of distlock-testservers,
+    /// Redlock over 3 and 5 Redis masters, and a 3-master Redis Cluster.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,redis,postgres,etcd",
+        default_value = "memory,redis,postgres,etcd,redlock-3,redlock-5,redis-cluster",
         value_parser = PossibleValuesParser::new(backend_names()),
     )]
     pub(crate) backends: Vec<String>,
@@ -92,12 +93,19 @@ enum Command {
     Torture(torture::TortureArgs),
 }
 
-/// The backends lockbench can run: memory, and every server the test servers know.
+/// The backends lockbench can run: memory, every server the test servers know, and
+/// the Redis backend over several servers.
 fn backend_names() -> Vec<&'static str> {
     let mut names = vec!["memory"];
     names.extend(distlock_testservers::ALL.map(|server| server.name()));
+    names.extend(SEVERAL_SERVERS.map(|(name, _)| name));
     names
 }
+
+/// The Redis backend over several servers: Redlock over that many independent
+/// masters, or a Redis Cluster of three masters (0).
+const SEVERAL_SERVERS: [(&str, usize); 3] =
+    [("redlock-3", 3), ("redlock-5", 5), ("redis-cluster", 0)];
 
 fn progress(backend: &str, what: &str) {
     eprintln!("lockbench [{backend}] {what}");
@@ -400,7 +408,7 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
         Err(e) => run.errors.push(format!("floors: {e}")),
     }
     if kind.name() == "redis" {
-        beside.rslock = Some(peers::Rslock::new(&url));
+        beside.rslock = Some(peers::Rslock::new(vec![url.clone()]));
     }
     // S5 first: the target owns the server, and `measure` ends with it.
     let (options, wait) = storage::bound(kind.name(), sizes.quick);
@@ -447,6 +455,67 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     run
 }
 
+/// Runs the scenarios and the suite on Redlock over `masters` independent Redis
+/// masters (beside rslock on the same masters), or on a Redis Cluster (`masters` 0),
+/// every server reached at its address on their Docker network.
+async fn run_several_servers(name: &str, masters: usize, sizes: Sizes) -> BackendRun {
+    let mut run = BackendRun {
+        backend: name.into(),
+        ..Default::default()
+    };
+    progress(name, "starting the servers");
+    let connect = |url: String| async move { distlock::connect(&url).await };
+    let mut beside = Beside::default();
+    let started = if masters > 0 {
+        match distlock_testservers::RedisMasters::start(masters).await {
+            Ok(servers) => {
+                let members = servers
+                    .members()
+                    .iter()
+                    .filter_map(|m| m.direct_url())
+                    .collect::<Vec<_>>();
+                beside.rslock = Some(peers::Rslock::new(members));
+                let url = servers.direct_url();
+                let target = distlock_testservers::redlock_target(servers, connect).await;
+                run.server = format!(
+                    "{masters} independent masters in containers, reached at their addresses on a Docker network (no port proxy)"
+                );
+                url.ok_or_else(|| "the masters' network addresses are unknown".into())
+                    .and_then(|url| target.map(|t| (url, t)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    } else {
+        match distlock_testservers::RedisCluster::start(3).await {
+            Ok(cluster) => {
+                let url = cluster.url();
+                run.server = "a cluster of 3 masters in containers, reached at their addresses on a Docker network (no port proxy)".into();
+                distlock_testservers::cluster_target(cluster, connect)
+                    .await
+                    .map(|t| (url, t))
+            }
+            Err(e) => Err(e.into()),
+        }
+    };
+    let (url, target): (String, Target) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            run.server = format!("not started: {e}");
+            return run;
+        }
+    };
+    let backend = match distlock::connect(&url).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            run.server = format!("started, but connecting failed: {e}");
+            return run;
+        }
+    };
+    run.started = true;
+    measure(&mut run, backend, target, sizes, None, beside).await;
+    run
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let Args { command, run: args } = Args::parse();
@@ -460,7 +529,12 @@ async fn main() -> ExitCode {
     };
     let mut runs = Vec::new();
     for name in &args.backends {
+        let several = SEVERAL_SERVERS.iter().find(|(n, _)| n == name);
         let run = match distlock_testservers::by_name(name) {
+            None if several.is_some() => {
+                let masters = several.map_or(0, |(_, m)| *m);
+                run_several_servers(name, masters, sizes).await
+            }
             None => {
                 let memory = MemoryBackend::new();
                 let mut run = BackendRun {

@@ -6,21 +6,23 @@ use std::time::Duration;
 use crate::scenarios::{Contender, SCENARIO_TTL};
 use crate::BoxError;
 
-/// rslock (the Redlock crate) on one Redis server: a quorum of one.
+/// rslock (the Redlock crate) on one Redis server (a quorum of one), or on several
+/// independent masters (Redlock).
 ///
-/// Its `lock` is one `SET NX PX` (retried up to three times, up to 200 ms apart, when
-/// the key is taken) and its release one script call, so an uncontended cycle is two
-/// round trips, like distlock's. It has no notification: a waiter polls.
+/// Its `lock` is one `SET NX PX` per server, sent to all at once and waited for from
+/// all (retried up to three times, up to 200 ms apart, when the key is taken), and its
+/// release one script call per server, so an uncontended cycle is two round trips,
+/// like distlock's. It has no notification: a waiter polls. It has no fences.
 #[derive(Clone, Debug)]
 pub(crate) struct Rslock {
     manager: rslock::LockManager,
 }
 
 impl Rslock {
-    /// A lock manager on `url`, with rslock's default retries.
-    pub(crate) fn new(url: &str) -> Self {
+    /// A lock manager on the servers at `urls`, with rslock's default retries.
+    pub(crate) fn new(urls: Vec<String>) -> Self {
         Rslock {
-            manager: rslock::LockManager::new(vec![url.to_owned()]),
+            manager: rslock::LockManager::new(urls),
         }
     }
 }
