@@ -273,6 +273,10 @@ impl<'a> Hosts<'a> {
     }
 }
 
+/// The default per-master timeout's bounds (see [`RedlockConfig`]).
+const DEFAULT_NODE_TIMEOUT_FLOOR: Duration = Duration::from_millis(50);
+const DEFAULT_NODE_TIMEOUT_CAP: Duration = Duration::from_millis(500);
+
 /// A Redlock over independent Redis masters, from a URL:
 ///
 /// `redlock[s]://[user][:password]@host1[:port],host2[:port],host3[:port][/db][?options]`
@@ -285,8 +289,11 @@ impl<'a> Hosts<'a> {
 /// - `drift_ppm` (default 10000, that is 1%) and `drift_ms` (default 2): the clock
 ///   drift allowed between the masters and this process, which core takes off every
 ///   lease's validity;
-/// - `node_timeout_ms`: how long an acquire or extend waits for one master (default:
-///   a tenth of the TTL, at least 50 ms and at most `response_timeout_ms`).
+/// - `node_timeout_ms`: how long an operation waits for one master (default: 5% of
+///   the TTL, at least 50 ms and at most 500 ms, and never more than
+///   `response_timeout_ms`; 500 ms for release and inspect). It bounds an operation
+///   that needs a slow master's answer to reach its outcome; one that does not, returns
+///   without waiting for it.
 ///
 /// `Debug` and errors show the masters with the password replaced by `***`.
 #[derive(Clone)]
@@ -395,7 +402,9 @@ impl RedlockConfig {
             .min()
             .unwrap_or(Duration::from_secs(5));
         self.node_timeout
-            .unwrap_or_else(|| (ttl / 10).max(Duration::from_millis(50)))
+            .unwrap_or_else(|| {
+                (ttl / 20).clamp(DEFAULT_NODE_TIMEOUT_FLOOR, DEFAULT_NODE_TIMEOUT_CAP)
+            })
             .min(response)
     }
 }
@@ -493,8 +502,12 @@ mod tests {
         let five = RedlockConfig::from_url("redlock://a,b,c,d,e").expect("five");
         assert_eq!(five.quorum(), 3);
         assert_eq!(
-            five.node_timeout(Duration::from_secs(10)),
-            Duration::from_secs(1)
+            five.node_timeout(Duration::from_secs(5)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            five.node_timeout(Duration::from_secs(60)),
+            Duration::from_millis(500)
         );
         assert_eq!(
             five.node_timeout(Duration::from_millis(100)),

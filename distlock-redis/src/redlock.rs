@@ -172,7 +172,15 @@ impl RedlockBackend {
                 capabilities,
             }),
         };
-        let timeout = backend.inner.config.node_timeout(Duration::MAX);
+        // A first connection to each: its connect and response timeouts.
+        let timeout = backend
+            .inner
+            .config
+            .members
+            .iter()
+            .map(|m| m.connect_timeout + m.response_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(8));
         let mut tally = backend.tally();
         let mut replies = backend.fan_out(timeout, |m| async move { m.prepare().await });
         let mut answered = 0;
