@@ -7,13 +7,15 @@
 //! request, for every backend, and a backend only reports what its server did; the
 //! case `lease_validity_counted_from_before_the_request` still checks the outcome.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{case, run_case, Outcome, RoundTripMeter, ServerControl, Target};
+use distlock_conformance::{RoundTripMeter, ServerControl, Target};
 use distlock_core::{
     AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, Error, ErrorKind,
     ExtendRequest, FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey,
@@ -410,21 +412,8 @@ fn target(bug: Bug) -> Target {
 
 const SECRET: &str = "not-the-password";
 
-/// Runs `case_name` on the buggy backend (it must fail) and on the bug-free one (it
-/// must pass).
 async fn assert_caught(bug: Bug, case_name: &str) {
-    let case = case(case_name).unwrap_or_else(|| panic!("no case named {case_name}"));
-    let clean = run_case(&target(Bug::None), case).await;
-    assert_eq!(
-        clean.outcome,
-        Outcome::Passed,
-        "{case_name} fails even without the bug"
-    );
-    let report = run_case(&target(bug), case).await;
-    match report.outcome {
-        Outcome::Failed(msg) => eprintln!("{bug:?} caught by {case_name}: {msg}"),
-        other => panic!("{bug:?} was not caught by {case_name}: {other:?}"),
-    }
+    support::assert_caught(target, Bug::None, bug, case_name).await;
 }
 
 macro_rules! caught {

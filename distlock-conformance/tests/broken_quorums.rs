@@ -4,6 +4,8 @@
 //! the other quorum cases. The members are in-process memory servers, each with its
 //! faults and a link per client that can be cut.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::{
-    case, run_case, LinkControl, MemberLinkedClient, MemoryControl, MemoryLink, Outcome,
-    ServerControl, Target,
+    run_case, LinkControl, MemberLinkedClient, MemoryControl, MemoryLink, Outcome, ServerControl,
+    Target,
 };
 use distlock_core::{
     AcquireRequest, BoxError, Capabilities, DynLockBackend, Error, ErrorKind, ExtendRequest,
@@ -290,21 +292,8 @@ fn target(bug: Bug) -> Target {
         )
 }
 
-/// Runs `case_name` on the buggy quorum (it must fail) and on the bug-free one (it
-/// must pass).
 async fn assert_caught(bug: Bug, case_name: &str) {
-    let case = case(case_name).unwrap_or_else(|| panic!("no case named {case_name}"));
-    let clean = run_case(&target(Bug::None), case).await;
-    assert_eq!(
-        clean.outcome,
-        Outcome::Passed,
-        "{case_name} fails even without the bug"
-    );
-    let report = run_case(&target(bug), case).await;
-    match report.outcome {
-        Outcome::Failed(msg) => eprintln!("{bug:?} caught by {case_name}: {msg}"),
-        other => panic!("{bug:?} was not caught by {case_name}: {other:?}"),
-    }
+    support::assert_caught(target, Bug::None, bug, case_name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -252,6 +252,26 @@ where
     ))
 }
 
+/// A new backend from `url` for each call: another client, or one with wrong
+/// credentials.
+pub(crate) fn connector<B, F, Fut>(
+    connect: Arc<F>,
+    url: String,
+) -> impl Fn() -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> + Send + Sync + 'static
+where
+    B: LockBackend + 'static,
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+{
+    move || {
+        let (url, connect) = (url.clone(), connect.clone());
+        Box::pin(async move {
+            let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
+            Ok(backend)
+        })
+    }
+}
+
 /// The conformance target for a backend on the running server `handle`: the backend
 /// `connect` makes from its URL, with the server's control, a second backend behind a
 /// [`Proxy`] for the round-trip case, more clients with connections of their own,
@@ -268,17 +288,7 @@ where
     let proxy = Proxy::start(handle.host_port()).await?;
     let metered = connect(server.metered_url(proxy.port(), handle.password())).await?;
     let connect = Arc::new(connect);
-    // A new backend from `url` for each call: another client, or wrong credentials.
-    let connector = |url: String| {
-        let connect = connect.clone();
-        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
-            let (url, connect) = (url.clone(), connect.clone());
-            Box::pin(async move {
-                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
-                Ok(backend)
-            })
-        }
-    };
+    let connector = |url: String| connector(connect.clone(), url);
     // A new backend behind a proxy of its own, whose link can be cut and slowed.
     let linked = {
         let (connect, port, password) = (

@@ -260,21 +260,10 @@ where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = distlock_core::Result<B>> + Send + 'static,
 {
-    use distlock_core::DynLockBackend;
-    use futures_util::future::BoxFuture;
     let url = cluster.url();
     let backend = connect(url.clone()).await?;
     let connect = Arc::new(connect);
-    let connector = |url: String| {
-        let connect = connect.clone();
-        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
-            let (url, connect) = (url.clone(), connect.clone());
-            Box::pin(async move {
-                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
-                Ok(backend)
-            })
-        }
-    };
+    let connector = |url: String| crate::connector(connect.clone(), url);
     let password = cluster
         .members
         .first()

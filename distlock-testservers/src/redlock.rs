@@ -201,16 +201,7 @@ where
     let metered_links = Links::start(&members).await?;
     let metered = connect(redlock_url(&password, &metered_links.ports())).await?;
     let connect = Arc::new(connect);
-    let connector = |url: String| {
-        let connect = connect.clone();
-        move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
-            let (url, connect) = (url.clone(), connect.clone());
-            Box::pin(async move {
-                let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
-                Ok(backend)
-            })
-        }
-    };
+    let connector = |url: String| crate::connector(connect.clone(), url);
     // A new client behind a proxy per member: its links, as one and one by one.
     let through_links = {
         let (connect, members, password) = (connect.clone(), members.clone(), password.clone());
