@@ -352,6 +352,78 @@ async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
     assert!(client.try_lock("orphan").await.expect("try").is_some());
 }
 
+/// Every acquisition reaches the server `delay` after it was sent, whether or not its
+/// caller still waits (a request queued in a pool or a proxy).
+#[derive(Debug)]
+struct LateRequests {
+    inner: MemoryBackend,
+    delay: Duration,
+}
+
+#[async_trait]
+impl LockBackend for LateRequests {
+    fn name(&self) -> &str {
+        "memory-late-requests"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        let (inner, request, delay) = (self.inner.clone(), r.clone(), self.delay);
+        let landed = tokio::spawn(async move {
+            sleep(delay).await;
+            inner.try_grant(&request).await
+        });
+        landed.await.expect("the request task")
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(k).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_request_landing_after_the_cleanup_is_released_again() {
+    let memory = MemoryBackend::new();
+    let late = Arc::new(LateRequests {
+        inner: memory.clone(),
+        delay: Duration::from_millis(100),
+    });
+    let options = LockOptions::new(Duration::from_secs(600));
+    let holder = LockClient::with_options(Arc::new(memory.clone()), options.clone())
+        .expect("opts")
+        .try_lock("late")
+        .await
+        .expect("try")
+        .expect("free");
+    let waiter = LockClient::with_options(late, options).expect("opts");
+    // Given up on while its request is on its way: the cleanup's first release finds
+    // nothing of it, and the holder's release lets the request land as a grant.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        waiter.lock("late", Duration::from_secs(60)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the key was held");
+    holder.release().await.expect("held");
+    sleep(Duration::from_millis(150)).await;
+    assert!(
+        holder_fence(&memory, "late").await.is_some(),
+        "the late request landed as a grant"
+    );
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        holder_fence(&memory, "late").await,
+        None,
+        "the cleanup's later release did not remove the late grant"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_dropped_guard_releases_in_the_background_and_stops_renewing() {
     let (memory, client) = setup(LockOptions::new(TTL));

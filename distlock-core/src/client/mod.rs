@@ -312,8 +312,18 @@ impl LockClient {
     }
 }
 
+/// When an abandoned attempt's cleanup releases: at once, then each delay after the
+/// last (0.25 s, 1.25 s and 6.25 s after it was abandoned in all).
+const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_millis(250),
+    Duration::from_millis(1000),
+    Duration::from_millis(5000),
+];
+
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
+
 struct PendingGrant {
     cleanup: Option<(Arc<DynLockBackend>, LockKey, OwnerToken)>,
 }
@@ -337,8 +347,15 @@ impl Drop for PendingGrant {
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(error) = backend.release(&key, &owner).await {
-                    debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
+                // The abandoned request may still be on its way (queued in a pool or a
+                // proxy, say) and land after a release: released again a little later,
+                // and later still, it is gone before long whenever it lands within
+                // that time; otherwise it runs out at its TTL.
+                for delay in CLEANUP_AGAIN_AFTER {
+                    tokio::time::sleep(delay).await;
+                    if let Err(error) = backend.release(&key, &owner).await {
+                        debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
+                    }
                 }
             });
         }
