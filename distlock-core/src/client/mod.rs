@@ -323,7 +323,6 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
 
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
-
 struct PendingGrant {
     cleanup: Option<(Arc<DynLockBackend>, LockKey, OwnerToken)>,
 }
