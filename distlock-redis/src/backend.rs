@@ -1,7 +1,6 @@
 //! [`RedisBackend`]: the contract on one Redis server, one Lua script per operation.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,21 +188,6 @@ impl RedisBackend {
         args: &[A],
         wait: bool,
     ) -> Result<T> {
-        self.run_script(script, keys, args, wait, None).await
-    }
-
-    /// [`run`](Self::run), where a script the server had to load is not run again once
-    /// `decided` is set. A Redlock's acquire sets it when it is decided, before it
-    /// releases anything: running the acquire on this master after that could take the
-    /// lock after its release.
-    async fn run_script<T: FromRedisValue, A: ToRedisArgs>(
-        &self,
-        script: &Lua,
-        keys: &[&str],
-        args: &[A],
-        wait: bool,
-        decided: Option<&AtomicBool>,
-    ) -> Result<T> {
         let mut conn = self.inner.conn.clone();
         let call = |name: &str, script: &str| {
             let mut call = redis::cmd(name);
@@ -246,13 +230,6 @@ impl RedisBackend {
                     reloaded = true;
                     debug!("the server had no copy of the script; sending it whole");
                     evalsha = call("EVAL", script.source);
-                    if decided.is_some_and(|d| d.load(Ordering::SeqCst)) {
-                        return Err(Error::new(
-                            ErrorKind::Unavailable,
-                            "the server had forgotten the script (a restart?) and the acquire was decided meanwhile",
-                        )
-                        .with_backend(NAME));
-                    }
                 }
                 Err(e) if !resent && e.is_connection_dropped() => {
                     resent = true;
@@ -261,59 +238,6 @@ impl RedisBackend {
                 other => return other.map_err(|e| self.error(e)),
             }
         }
-    }
-
-    /// The acquire step; on a Redlock master, `decided` stops a script the server had
-    /// to load from running once the Redlock's acquire is decided (see
-    /// [`run_script`](Self::run_script)).
-    pub(crate) async fn grant(
-        &self,
-        request: &AcquireRequest,
-        decided: Option<&AtomicBool>,
-    ) -> Result<Grant> {
-        let lock = self.lock_key(request.key());
-        let fence_key = format!("{lock}:fence");
-        let owner = request.owner().to_hex();
-        let reply: Result<(i64, String)> = self
-            .run_script(
-                &self.inner.scripts.acquire,
-                &[&lock, &fence_key],
-                &[
-                    owner.as_str(),
-                    &millis(request.ttl()),
-                    &millis(request.ttl() + self.inner.config.fence_grace),
-                    if self.inner.config.redlock_member {
-                        "1"
-                    } else {
-                        "0"
-                    },
-                ],
-                true,
-                decided,
-            )
-            .await;
-        let (granted, value) = match reply {
-            Ok(reply) => reply,
-            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
-                // The primary may have granted what too few replicas saw: give it back.
-                let _ = self.release(request.key(), request.owner()).await;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if granted == 0 {
-            let pttl = value
-                .parse::<i64>()
-                .ok()
-                .and_then(|ms| u64::try_from(ms).ok());
-            return Ok(Grant::Held {
-                remaining: pttl.map(Duration::from_millis),
-            });
-        }
-        Ok(Grant::Granted(FencingToken::new(parse_u64(
-            &value,
-            "a fence that is not a number",
-        )?)))
     }
 
     /// Redlock's second step on this master: makes `fence` the fence of the grant
@@ -494,7 +418,48 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.grant(request, None).await
+        let lock = self.lock_key(request.key());
+        let fence_key = format!("{lock}:fence");
+        let owner = request.owner().to_hex();
+        let reply: Result<(i64, String)> = self
+            .run(
+                &self.inner.scripts.acquire,
+                &[&lock, &fence_key],
+                &[
+                    owner.as_str(),
+                    &millis(request.ttl()),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                    if self.inner.config.redlock_member {
+                        "1"
+                    } else {
+                        "0"
+                    },
+                ],
+                true,
+            )
+            .await;
+        let (granted, value) = match reply {
+            Ok(reply) => reply,
+            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
+                // The primary may have granted what too few replicas saw: give it back.
+                let _ = self.release(request.key(), request.owner()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if granted == 0 {
+            let pttl = value
+                .parse::<i64>()
+                .ok()
+                .and_then(|ms| u64::try_from(ms).ok());
+            return Ok(Grant::Held {
+                remaining: pttl.map(Duration::from_millis),
+            });
+        }
+        Ok(Grant::Granted(FencingToken::new(parse_u64(
+            &value,
+            "a fence that is not a number",
+        )?)))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

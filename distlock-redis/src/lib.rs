@@ -98,7 +98,8 @@
 //!   with jittered backoff, and wakes on a release published by any master.
 //!
 //! **Fences.** Each master proposes the next fence from its own counter (one more
-//! than the counter; the clock in microseconds where the counter is gone). The grant's
+//! than the counter; where the counter is gone, the clock in microseconds rounded
+//! down to 10 ms, so that masters starting a key's counter together usually agree). The grant's
 //! fence is the largest proposal of the majority that granted; where some of them
 //! proposed less, a second round trip writes it to them, so that a majority holds it
 //! before the grant is returned. Any two majorities share a master, so the next grant
@@ -116,7 +117,7 @@
 //! ([`FenceDurability::FailsClosed`](distlock_core::FenceDurability)): the restarted
 //! master's counter is gone, so it proposes from its clock, above every fence handed
 //! out before (as long as the masters' wall clocks agree to within the time the
-//! restart took), and a fenced store refuses the first holder's writes once the second
+//! restart took, less the 10 ms the clock is rounded to), and a fenced store refuses the first holder's writes once the second
 //! has written. A master restored from an older snapshot (RDB) is outside this: its
 //! counter goes back and its proposal may repeat a fence.
 //!

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +55,9 @@ impl<T: Send + 'static> Replies<T> {
         self.pending.next().await
     }
 
-    /// Lets the requests still under way finish in the background, unread.
+    /// Lets the requests still under way finish in the background, unread: a release
+    /// or a renewal must reach every master it can. (An acquire's or a read's are
+    /// dropped instead: what they would still do is nobody's loss.)
     fn detach(self) {
         if !self.pending.is_empty() {
             let mut pending = self.pending;
@@ -301,10 +302,9 @@ impl LockBackend for RedlockBackend {
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         let timeout = self.inner.config.node_timeout(request.ttl());
         let shared = Arc::new(request.clone());
-        let decided = Arc::new(AtomicBool::new(false));
         let mut replies = self.fan_out(timeout, |m| {
-            let (request, decided) = (shared.clone(), decided.clone());
-            async move { m.grant(&request, Some(&decided)).await }
+            let request = shared.clone();
+            async move { m.try_grant(&request).await }
         });
         let mut tally = self.tally();
         let mut proposals: Vec<(usize, u64)> = Vec::new();
@@ -319,10 +319,10 @@ impl LockBackend for RedlockBackend {
                 break;
             }
         }
-        // Before anything is released: a master still loading the script must not run
-        // the acquire after the release.
-        decided.store(true, Ordering::SeqCst);
-        replies.detach();
+        // Dropped, not left to finish: a master's acquire still under way must not
+        // land after the release below (as a script the master had to be sent whole
+        // would, on a second request).
+        drop(replies);
         if proposals.len() >= tally.quorum {
             // The largest proposal of the majority: above every fence committed to a
             // majority before, since any two majorities share a master.
@@ -442,7 +442,7 @@ impl LockBackend for RedlockBackend {
             }
         }
         let found = holder_of_majority(&holders, tally.quorum);
-        replies.detach();
+        drop(replies);
         if found.is_none() && tally.lost(tally.errors.len()) {
             return Err(tally.error("cannot inspect", free + holders.len()));
         }
@@ -471,7 +471,7 @@ impl LockBackend for RedlockBackend {
                 break;
             }
         }
-        replies.detach();
+        drop(replies);
         if streams.is_empty() && !tally.errors.is_empty() {
             return Err(tally.error("cannot watch", 0));
         }

@@ -17,13 +17,18 @@ end
 -- One more than the last fence of this key, and never below the server's clock in
 -- microseconds: after a restart that lost the counter, or once an idle key's counter
 -- has expired, fences still go up. A Redlock master takes the clock only when the
--- counter is gone, so that masters whose counters agree propose the same fence.
+-- counter is gone, rounded down to 10 ms, so that masters whose counters agree, or
+-- that start a counter within the same 10 ms, propose the same fence.
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 local next_fence = math.max(last + 1, now_us)
-if ARGV[4] == '1' and last > 0 then
-  next_fence = last + 1
+if ARGV[4] == '1' then
+  if last > 0 then
+    next_fence = last + 1
+  else
+    next_fence = math.floor(now_us / 10000) * 10000
+  end
 end
 local fence = string.format('%.0f', next_fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
