@@ -93,7 +93,8 @@
 //!   is counted the same way. **release** goes to every master: released while a
 //!   majority held the lease, not held once a majority did not;
 //! - an operation returns as soon as its outcome is decided: a slow or paused master
-//!   does not hold it up, and its request completes in the background;
+//!   does not hold it up (a release's or a renewal's request to it still completes in
+//!   the background);
 //! - **retries** are the client's: [`LockClient`](distlock_core::LockClient) waits
 //!   with jittered backoff, and wakes on a release published by any master.
 //!

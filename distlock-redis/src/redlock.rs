@@ -23,8 +23,9 @@ const NAME: &str = "redlock";
 /// held while a majority of the masters hold it, each by its own clock.
 ///
 /// Each operation goes to every master at once and returns as soon as its outcome is
-/// decided; what is still under way carries on in the background (a late grant of a
-/// failed acquire is released there). The crate docs say how fences are minted and
+/// decided. A release's or a renewal's requests still under way carry on in the
+/// background; an acquire's are dropped, and a failed acquire is released on every
+/// master. The crate docs say how fences are minted and
 /// what holds when a master restarts empty. Clones share the connections.
 #[derive(Clone)]
 pub struct RedlockBackend {
