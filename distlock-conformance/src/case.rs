@@ -31,6 +31,8 @@ pub enum ContractPoint {
     Errors,
     /// 9. Each operation takes the round trips the capabilities declare.
     RoundTrips,
+    /// 10. Fair waiters are granted in the order they asked; a vanished one leaves.
+    Fairness,
     /// What `LockClient` promises on top: waiting, renewal, the loss signal, guards.
     Client,
 }
@@ -48,6 +50,7 @@ impl ContractPoint {
             ContractPoint::Validity => 7,
             ContractPoint::Errors => 8,
             ContractPoint::RoundTrips => 9,
+            ContractPoint::Fairness => 10,
             ContractPoint::Client => return None,
         })
     }
@@ -64,6 +67,7 @@ impl ContractPoint {
             ContractPoint::Validity => "validity",
             ContractPoint::Errors => "errors",
             ContractPoint::RoundTrips => "round trips",
+            ContractPoint::Fairness => "fairness",
             ContractPoint::Client => "the client",
         }
     }

@@ -65,3 +65,7 @@ pub(crate) fn needs_members(t: &Target) -> Option<String> {
         "the target has no three or more members with their controls (Target::with_members)".into()
     })
 }
+
+pub(crate) fn needs_fair(t: &Target) -> Option<String> {
+    (!t.capabilities().fair).then(|| "the backend has no fair mode (capabilities.fair)".into())
+}

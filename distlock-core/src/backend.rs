@@ -80,6 +80,18 @@ pub type DynLockBackend = dyn LockBackend;
 /// 9. **Round trips.** Once warmed up, acquire, release and extend each take at most
 ///    the round trips declared in [`Capabilities::round_trips`]: one each, unless the
 ///    backend declares more.
+/// 10. **Fairness**, where [`Capabilities::fair`] is declared. Each key has a queue of
+///    waiters on the server. [`try_grant_in_turn`](Self::try_grant_in_turn) puts its
+///    owner at the queue's tail on its first call and keeps that place on later calls;
+///    it grants only to the waiter at the head, once the key is free, and the grant
+///    takes the waiter out of the queue. A place lasts `place` past the waiter's last
+///    call (rounded up to the TTL granularity): a waiter that stops calling (crashed,
+///    partitioned, gave up without [`leave_queue`](Self::leave_queue)) leaves the queue
+///    by then, so it never blocks the queue for longer. Waiters whose first calls are
+///    closer together than a round trip may be queued in either order. A plain
+///    [`try_grant`](Self::try_grant) ignores the queue: it takes a free key even with
+///    waiters queued. Fair and plain grants share one lease per key, so mixing them
+///    never breaks mutual exclusion (point 1) or fencing (point 6).
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug {
     /// A short name for logs, errors and reports ("memory", "redis", ...).
@@ -115,6 +127,32 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let _ = key;
         Ok(None)
+    }
+
+    /// The fair acquisition step (contract point 10), for backends that declare
+    /// [`Capabilities::fair`]: in one atomic step on the server, drops the waiters of
+    /// `request.key()` whose place ran out, puts `request.owner()` at the tail of the
+    /// queue (or renews its place) for `place` from now, and, if that owner is at the
+    /// head and the key is free, takes the key as [`try_grant`](Self::try_grant) does
+    /// and takes the owner out of the queue. Otherwise [`Grant::Held`]. An owner that
+    /// already holds the key is granted again, as by `try_grant`. `place` is one the
+    /// capabilities accept as a TTL. Callers use
+    /// [`LockBackendExt::try_acquire_in_turn`]. By default an
+    /// [`ErrorKind::Unsupported`] error.
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        let _ = (request, place);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("the {} backend has no fair mode", self.name()),
+        ))
+    }
+
+    /// Takes `owner` out of `key`'s queue of waiters: a fair waiter that gave up.
+    /// Harmless when the owner is not queued; never touches a lease. By default
+    /// nothing (a backend without a queue has nothing to leave).
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let _ = (key, owner);
+        Ok(())
     }
 
     /// Deletes `key` whoever holds it: an operator breaking a stuck lock. The holder
@@ -157,6 +195,12 @@ macro_rules! forward_backend {
             async fn force_release(&self, key: &LockKey) -> Result<bool> {
                 (**self).force_release(key).await
             }
+            async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+                (**self).try_grant_in_turn(request, place).await
+            }
+            async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+                (**self).leave_queue(key, owner).await
+            }
         }
     )*};
 }
@@ -192,17 +236,40 @@ pub trait LockBackendExt: LockBackend {
         let ttl = self.capabilities().check_ttl(ttl)?;
         let request = AcquireRequest::new(key.clone(), ttl, owner);
         let sent_at = Instant::now();
-        let fence = match self.try_grant(&request).await? {
-            Grant::Held { remaining } => return Ok(AcquireOutcome::Held { remaining }),
-            Grant::Granted(fence) => fence,
-        };
-        let drift = self.capabilities().clock_drift.allowance(ttl);
-        let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at, drift);
-        if !lease.is_expired() {
-            return Ok(AcquireOutcome::Acquired(lease));
+        let grant = self.try_grant(&request).await?;
+        settle(self, request, grant, sent_at).await
+    }
+
+    /// Tries once to acquire `key` for `ttl` as `owner`, in turn: joins the key's queue
+    /// of waiters, or keeps `owner`'s place in it for another `place`, and is granted
+    /// only at the head (contract point 10). Call it again with the same `owner` to
+    /// keep the place; [`leave_queue`](LockBackend::leave_queue) when giving up.
+    ///
+    /// An [`ErrorKind::Unsupported`] error, with nothing sent, when the backend does
+    /// not declare [`Capabilities::fair`]. `place` is rounded up to what the
+    /// capabilities accept ([`Capabilities::ttl_at_least`]). Otherwise as
+    /// [`try_acquire_as`](Self::try_acquire_as).
+    async fn try_acquire_in_turn(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        owner: OwnerToken,
+        place: Duration,
+    ) -> Result<AcquireOutcome> {
+        let capabilities = self.capabilities();
+        if !capabilities.fair {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "this backend has no fair mode (capabilities.fair)",
+            )
+            .with_backend(self.name().to_owned()));
         }
-        let _ = self.release(key, &owner).await;
-        Err(late(self.name(), "grant"))
+        let ttl = capabilities.check_ttl(ttl)?;
+        let place = capabilities.ttl_at_least(place);
+        let request = AcquireRequest::new(key.clone(), ttl, owner);
+        let sent_at = Instant::now();
+        let grant = self.try_grant_in_turn(&request, place).await?;
+        settle(self, request, grant, sent_at).await
     }
 
     /// Extends `lease` to `ttl` from now, if it is still held: the renewed lease, with
@@ -256,6 +323,28 @@ pub trait LockBackendExt: LockBackend {
 }
 
 impl<T: LockBackend + ?Sized> LockBackendExt for T {}
+
+/// Turns a grant step's answer into the outcome callers get: the lease, counted from
+/// `sent_at` (contract point 7), or a late grant given back.
+async fn settle<B: LockBackend + ?Sized>(
+    backend: &B,
+    request: AcquireRequest,
+    grant: Grant,
+    sent_at: Instant,
+) -> Result<AcquireOutcome> {
+    let fence = match grant {
+        Grant::Held { remaining } => return Ok(AcquireOutcome::Held { remaining }),
+        Grant::Granted(fence) => fence,
+    };
+    let (key, ttl, owner) = (request.key(), request.ttl(), *request.owner());
+    let drift = backend.capabilities().clock_drift.allowance(ttl);
+    let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at, drift);
+    if !lease.is_expired() {
+        return Ok(AcquireOutcome::Acquired(lease));
+    }
+    let _ = backend.release(key, &owner).await;
+    Err(late(backend.name(), "grant"))
+}
 
 /// A reply that came after the validity it would have started had run out.
 fn late(backend: &str, what: &str) -> Error {

@@ -105,11 +105,17 @@ pub struct Capabilities {
     pub round_trips: RoundTrips,
     /// The clock drift core allows for when it counts a lease's validity.
     pub clock_drift: ClockDrift,
+    /// Whether [`LockBackend::try_grant_in_turn`](crate::LockBackend::try_grant_in_turn)
+    /// keeps a queue of waiters per key on the server and grants in its order
+    /// (contract point 10): what a [`LockClient`](crate::LockClient) in fair mode
+    /// ([`LockOptions::with_fair`](crate::LockOptions::with_fair)) needs.
+    pub fair: bool,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
-    /// one round trip per operation, no clock drift, nothing optional.
+    /// one round trip per operation, no clock drift, nothing optional (no
+    /// fair mode).
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -122,6 +128,7 @@ impl Default for Capabilities {
             extend_any_ttl: true,
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,
+            fair: false,
         }
     }
 }

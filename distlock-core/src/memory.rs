@@ -1,7 +1,8 @@
 //! [`MemoryBackend`]: the in-process reference implementation of the contract.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -48,6 +49,15 @@ struct Shared {
 struct State {
     locks: HashMap<LockKey, Holder>,
     last_fence: u64,
+    /// Each key's fair waiters, first come first.
+    queues: HashMap<LockKey, VecDeque<Place>>,
+}
+
+/// A fair waiter's place in a key's queue, kept until `until`.
+#[derive(Debug)]
+struct Place {
+    owner: OwnerToken,
+    until: Instant,
 }
 
 #[derive(Debug)]
@@ -78,6 +88,7 @@ impl MemoryBackend {
             leases_survive_restart: false,
             change_notification: true,
             force_release: true,
+            fair: true,
             ..Capabilities::default()
         };
         MemoryBackend {
@@ -120,7 +131,11 @@ impl MemoryBackend {
     }
 
     fn clear_leases(&self) {
-        let keys: Vec<LockKey> = self.lock_state().locks.drain().map(|(k, _)| k).collect();
+        let keys: Vec<LockKey> = {
+            let mut state = self.lock_state();
+            state.queues.clear();
+            state.locks.drain().map(|(k, _)| k).collect()
+        };
         for key in keys {
             self.shared.waiters.wake(key.as_str());
         }
@@ -158,6 +173,42 @@ impl MemoryBackend {
 }
 
 impl State {
+    /// The grant step: takes `request.key()` if it is free, or confirms a retry.
+    fn grant(&mut self, request: &AcquireRequest, now: Instant) -> Grant {
+        let key = request.key();
+        if let Some(holder) = self.live(key, now) {
+            if holder.owner == *request.owner() {
+                // A retry of a request whose reply was lost: the grant is already ours.
+                holder.expires_at = now + request.ttl();
+                return Grant::Granted(holder.fence);
+            }
+            return Grant::Held {
+                remaining: Some(holder.expires_at.saturating_duration_since(now)),
+            };
+        }
+        self.last_fence += 1;
+        let fence = FencingToken::new(self.last_fence);
+        self.locks.insert(
+            key.clone(),
+            Holder {
+                owner: *request.owner(),
+                fence,
+                expires_at: now + request.ttl(),
+            },
+        );
+        Grant::Granted(fence)
+    }
+
+    /// Takes `owner` out of `key`'s queue; drops the queue once empty.
+    fn leave(&mut self, key: &LockKey, owner: &OwnerToken) {
+        if let Some(queue) = self.queues.get_mut(key) {
+            queue.retain(|p| p.owner != *owner);
+            if queue.is_empty() {
+                self.queues.remove(key);
+            }
+        }
+    }
+
     /// The live holder of `key`, dropping an expired one.
     fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holder> {
         if self.locks.get(key).is_some_and(|h| h.expires_at <= now) {
@@ -179,30 +230,43 @@ impl LockBackend for MemoryBackend {
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         self.reachable().await?;
+        Ok(self.lock_state().grant(request, Instant::now()))
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        self.reachable().await?;
         let now = Instant::now();
         let mut state = self.lock_state();
-        let key = request.key();
-        if let Some(holder) = state.live(key, now) {
-            if holder.owner == *request.owner() {
-                // A retry of a request whose reply was lost: the grant is already ours.
-                holder.expires_at = now + request.ttl();
-                return Ok(Grant::Granted(holder.fence));
-            }
-            return Ok(Grant::Held {
-                remaining: Some(holder.expires_at.saturating_duration_since(now)),
-            });
-        }
-        state.last_fence += 1;
-        let fence = FencingToken::new(state.last_fence);
-        state.locks.insert(
-            key.clone(),
-            Holder {
+        let queue = state.queues.entry(request.key().clone()).or_default();
+        queue.retain(|p| p.until > now || p.owner == *request.owner());
+        match queue.iter_mut().find(|p| p.owner == *request.owner()) {
+            Some(mine) => mine.until = now + place,
+            None => queue.push_back(Place {
                 owner: *request.owner(),
-                fence,
-                expires_at: now + request.ttl(),
-            },
-        );
-        Ok(Grant::Granted(fence))
+                until: now + place,
+            }),
+        }
+        let first = queue.front().is_some_and(|p| p.owner == *request.owner());
+        let remaining = match state.live(request.key(), now) {
+            Some(holder) if holder.owner != *request.owner() => {
+                Some(holder.expires_at.saturating_duration_since(now))
+            }
+            _ => None,
+        };
+        if !first || remaining.is_some() {
+            return Ok(Grant::Held { remaining });
+        }
+        let grant = state.grant(request, now);
+        state.leave(request.key(), request.owner());
+        Ok(grant)
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.reachable().await?;
+        self.lock_state().leave(key, owner);
+        // The next waiter may be first now.
+        self.shared.waiters.wake(key.as_str());
+        Ok(())
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

@@ -662,3 +662,149 @@ async fn a_holder_whose_lease_ran_out_is_refused_by_the_fenced_store() {
         .expect("stored");
     assert_eq!(stored.value.as_deref(), Some(&b"new"[..]));
 }
+
+/// The memory backend without its fair mode.
+#[derive(Debug)]
+struct Unfair {
+    store: MemoryBackend,
+    capabilities: Capabilities,
+}
+
+#[async_trait]
+impl LockBackend for Unfair {
+    fn name(&self) -> &str {
+        "unfair"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.store.try_grant(request).await
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.store.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.store.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.store.inspect(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_mode_is_refused_where_the_backend_has_none() {
+    let mut capabilities = MemoryBackend::new().capabilities().clone();
+    capabilities.fair = false;
+    let backend: Arc<DynLockBackend> = Arc::new(Unfair {
+        store: MemoryBackend::new(),
+        capabilities,
+    });
+    let options = LockOptions::new(TTL).with_fair(true);
+    let refused = LockClient::with_options(backend.clone(), options).map(drop);
+    assert_eq!(refused.map_err(|e| e.kind()), Err(ErrorKind::Configuration));
+    let key = LockKey::new("fair").expect("key");
+    let step = backend
+        .try_acquire_in_turn(&key, TTL, OwnerToken::random(), TTL)
+        .await;
+    assert_eq!(
+        step.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Unsupported)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_that_gives_up_leaves_the_queue_at_once() {
+    let (memory, client) = setup(LockOptions::new(TTL).with_fair(true));
+    let holder = client.lock("queue", TTL).await.expect("lock");
+    let waited = client.lock("queue", Duration::from_millis(300)).await;
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    // A try_lock that finds the key held leaves too.
+    assert!(client.try_lock("queue").await.expect("try").is_none());
+    sleep(Duration::from_millis(1)).await;
+    holder.release().await.expect("release");
+    // Nobody is left ahead of a new waiter: it is granted at once, well before the
+    // places of the two that gave up would have run out.
+    let started = Instant::now();
+    let next = client.lock("queue", TTL).await.expect("lock");
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        holder_fence(&memory, "queue").await,
+        Some(next.fence().get())
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentered_holds_release_the_lease_with_the_last_one() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let first = client.lock("again", TTL).await.expect("lock");
+    let second = first.reenter().expect("reenter");
+    assert_eq!((first.holds(), second.fence()), (2, first.fence()));
+    drop(first);
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        holder_fence(&memory, "again").await,
+        Some(second.fence().get())
+    );
+    second.release().await.expect("last release");
+    assert_eq!(holder_fence(&memory, "again").await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lock_cannot_be_reentered_and_each_hold_learns_the_loss() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let first = client.lock("lost", TTL).await.expect("lock");
+    let second = first.reenter().expect("reenter");
+    memory
+        .force_release(&LockKey::new("lost").expect("key"))
+        .await
+        .expect("force");
+    assert_eq!(second.lost().await, LossReason::NotHeld);
+    assert_eq!(
+        first.reenter().map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::NotHeld)
+    );
+    assert_eq!(
+        second.release().await.map_err(|e| e.kind()),
+        Err(ErrorKind::NotHeld)
+    );
+    assert_eq!(
+        first.release().await.map_err(|e| e.kind()),
+        Err(ErrorKind::NotHeld)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn outside_a_reentrant_scope_a_holder_waits_for_itself() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let held = client.lock("self", TTL).await.expect("lock");
+    let again = client.lock("self", Duration::from_millis(100)).await;
+    assert_eq!(
+        again.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    // Inside a scope, only what the scope itself took is re-entered.
+    client
+        .reentrant(async {
+            let again = client.lock("self", Duration::from_millis(100)).await;
+            assert_eq!(
+                again.map(drop).map_err(|e| e.kind()),
+                Err(ErrorKind::Timeout)
+            );
+            let other = client.lock("other", TTL).await.expect("lock");
+            let nested = client
+                .reentrant(async { client.lock("other", Duration::ZERO).await })
+                .await
+                .expect("re-entered in the nested scope");
+            assert_eq!(nested.fence(), other.fence());
+        })
+        .await;
+    held.release().await.expect("release");
+}

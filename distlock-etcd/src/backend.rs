@@ -12,8 +12,8 @@ use distlock_core::{
     Result, RoundTrips,
 };
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, LeaseGrantOptions, PutOptions, Txn,
-    TxnOp, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseGrantOptions,
+    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -61,6 +61,14 @@ fn send_txn(
 fn lease_id(owner: &OwnerToken) -> i64 {
     let b = owner.as_bytes();
     let raw = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) & i64::MAX;
+    raw.max(1)
+}
+
+/// The lease that keeps a fair waiter's place: the token's last 63 bits, never zero,
+/// so that it is not the lease of the owner's lock.
+fn place_lease_id(owner: &OwnerToken) -> i64 {
+    let b = owner.as_bytes();
+    let raw = i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]) & i64::MAX;
     raw.max(1)
 }
 
@@ -131,6 +139,7 @@ impl EtcdBackend {
         capabilities.change_notification = true;
         capabilities.force_release = true;
         capabilities.extend_any_ttl = false;
+        capabilities.fair = true;
         // A lease grant, then the transaction that creates the key; a keep-alive stream
         // opened, then its message (the owner check runs alongside); one transaction.
         capabilities.round_trips = RoundTrips {
@@ -154,6 +163,65 @@ impl EtcdBackend {
 
     fn key(&self, key: &LockKey) -> String {
         format!("{}{}", self.inner.config.prefix, key)
+    }
+
+    /// Where `key`'s fair waiters queue, in the order of their keys' creation
+    /// revisions. A NUL cannot occur in a lock key, so no lock or other queue shares it.
+    fn queue(&self, key: &LockKey) -> String {
+        format!("{}\0queue\0{}\0", self.inner.config.prefix, key)
+    }
+
+    /// Grants the lease `id` for `ttl` (its ID chosen by the owner token): `false` when
+    /// a lease of that ID is live already.
+    async fn grant_lease(&self, id: i64, ttl: Duration) -> Result<bool> {
+        let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        self.request(|mut client| async move {
+            match client
+                .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) if is_lease_taken(&e) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
+    /// The acquisition transaction on a lease already granted: creates the key only if
+    /// it does not exist, attached to the lease, and runs `also` with it. The fence, or
+    /// `None` when the key exists; the lease is revoked unless granted.
+    async fn create_lock(
+        &self,
+        request: &AcquireRequest,
+        also: Vec<TxnOp>,
+    ) -> Result<Option<FencingToken>> {
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
+        let mut ops = vec![TxnOp::put(
+            key.clone(),
+            request.owner().to_hex(),
+            Some(PutOptions::new().with_lease(id)),
+        )];
+        ops.extend(also);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then(ops);
+        let reply = match self.request(|c| send_txn(c, &txn)).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.revoke_later(id);
+                return Err(e);
+            }
+        };
+        if !reply.succeeded() {
+            self.revoke_later(id);
+            return Ok(None);
+        }
+        let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
+        Ok(Some(FencingToken::new(
+            u64::try_from(revision).unwrap_or(0),
+        )))
     }
 
     fn client(&self) -> Client {
@@ -239,49 +307,103 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
-        let id = lease_id(request.owner());
-        let key = self.key(request.key());
-        let granted = self
-            .request(|mut client| async move {
-                match client
-                    .lease_grant(secs, Some(LeaseGrantOptions::new().with_id(id)))
-                    .await
-                {
-                    Ok(_) => Ok(true),
-                    Err(e) if is_lease_taken(&e) => Ok(false),
-                    Err(e) => Err(e),
-                }
-            })
-            .await?;
-        if !granted {
+        if !self
+            .grant_lease(lease_id(request.owner()), request.ttl())
+            .await?
+        {
             // Another live acquisition's token shares the 63 bits the lease ID is made
             // of: this token cannot acquire through that lease.
             return Ok(Grant::Held { remaining: None });
         }
-        // Create the key only if it does not exist, attached to the lease.
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                request.owner().to_hex(),
-                Some(PutOptions::new().with_lease(id)),
-            )]);
-        let reply = match self.request(|c| send_txn(c, &txn)).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                self.revoke_later(id);
-                return Err(e);
-            }
+        Ok(match self.create_lock(request, Vec::new()).await? {
+            Some(fence) => Grant::Granted(fence),
+            None => Grant::Held { remaining: None },
+        })
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        // The waiter's place is a key under the queue's prefix, attached to a lease of
+        // its own that each call keeps alive: its creation revision is its turn, and
+        // the lease's expiry is how a vanished waiter leaves. One read, alongside the
+        // keep-alive, tells the head of the queue, this waiter's place and the lock.
+        let (queue, lock) = (self.queue(request.key()), self.key(request.key()));
+        let mine = format!("{queue}{}", request.owner().to_hex());
+        let place_id = place_lease_id(request.owner());
+        let head = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let read = Txn::new().and_then([
+            TxnOp::get(queue.clone(), Some(head)),
+            TxnOp::get(mine.clone(), None),
+            TxnOp::get(lock, None),
+        ]);
+        let (kept, read) = tokio::join!(
+            self.keep_alive_once(place_id),
+            self.request(|c| send_txn(c, &read))
+        );
+        let replies = read?.op_responses();
+        let first_key = |n: usize| match replies.get(n) {
+            Some(TxnOpResponse::Get(got)) => got.kvs().first().cloned(),
+            _ => None,
         };
-        if !reply.succeeded() {
-            self.revoke_later(id);
-            return Ok(Grant::Held { remaining: None });
+        let (head, queued, holder) = (first_key(0), first_key(1), first_key(2));
+        let has_place = matches!(kept, Ok(Some(_)));
+        let owner = request.owner().to_hex();
+        if let Some(holder) = &holder {
+            if holder.value() == owner.as_bytes() {
+                // A retry of a grant whose reply was lost: it is ours already.
+                let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
+                return Ok(Grant::Granted(FencingToken::new(fence)));
+            }
         }
-        let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-        Ok(Grant::Granted(FencingToken::new(
-            u64::try_from(revision).unwrap_or(0),
-        )))
+        let first = head.as_ref().is_none_or(|h| h.key() == mine.as_bytes());
+        if holder.is_none() && first {
+            // First in line (or nobody queued) and the key free: take it, and leave
+            // the queue in the same transaction.
+            if !self
+                .grant_lease(lease_id(request.owner()), request.ttl())
+                .await?
+            {
+                return Ok(Grant::Held { remaining: None });
+            }
+            let leave = vec![TxnOp::delete(mine.clone(), None)];
+            if let Some(fence) = self.create_lock(request, leave).await? {
+                if queued.is_some() || has_place {
+                    self.revoke_later(place_id);
+                }
+                return Ok(Grant::Granted(fence));
+            }
+        }
+        // Not this waiter's turn: keep its place, or take one at the tail.
+        if queued.is_none() || !has_place {
+            if !has_place && !self.grant_lease(place_id, place).await? {
+                self.keep_alive_once(place_id).await?;
+            }
+            let join = Txn::new()
+                .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    mine,
+                    owner,
+                    Some(PutOptions::new().with_lease(place_id)),
+                )]);
+            self.request(|c| send_txn(c, &join)).await?;
+        }
+        Ok(Grant::Held { remaining: None })
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        // Revoking the place's lease deletes the place.
+        let id = place_lease_id(owner);
+        let _ = key;
+        self.request(|mut c| async move {
+            match c.lease_revoke(id).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_lease_not_found(&e) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

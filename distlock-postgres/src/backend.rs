@@ -95,6 +95,7 @@ impl PostgresBackend {
         capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
         capabilities.change_notification = config.notify;
         capabilities.force_release = true;
+        capabilities.fair = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
         let batch_prefix = config.pgbouncer.then(|| {
             config
@@ -199,6 +200,40 @@ impl PostgresBackend {
             .map_err(|e| from_sqlx(&self.inner.config, e))?
             .unwrap_or(0);
         Ok(u64::try_from(deleted).unwrap_or(0))
+    }
+
+    /// An acquire statement (`sql.acquire` or `sql.acquire_in_turn`) and its answer.
+    async fn grant(&self, statement: &str, args: &[Arg<'_>]) -> Result<Grant> {
+        let reply = self
+            .bounded(self.rows(statement, args))
+            .await?
+            .and_then(|rows| {
+                rows.first()
+                    .map(|row| {
+                        Ok::<_, sqlx::Error>((
+                            row.try_get::<bool, _>(0)?,
+                            row.try_get::<i64, _>(1)?,
+                            row.try_get::<Option<i64>, _>(2)?,
+                        ))
+                    })
+                    .transpose()
+            });
+        let row = match reply {
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: not acquired");
+                return Ok(Grant::Held { remaining: None });
+            }
+            Err(e) => return Err(from_sqlx(&self.inner.config, e)),
+            Ok(row) => row,
+        };
+        Ok(match row {
+            Some((true, raw_fence, _)) => Grant::Granted(fence(raw_fence)),
+            Some((false, _, remaining_ms)) => Grant::Held {
+                remaining: remaining(remaining_ms),
+            },
+            // A concurrent grant the statement's snapshot could not see.
+            None => Grant::Held { remaining: None },
+        })
     }
 
     /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
@@ -313,36 +348,24 @@ impl LockBackend for PostgresBackend {
             Arg::Bytes(&request.owner().as_bytes()[..]),
             Arg::Float(ttl_ms(request.ttl())),
         ];
-        let reply = self
-            .bounded(self.rows(&self.inner.sql.acquire, &args))
-            .await?
-            .and_then(|rows| {
-                rows.first()
-                    .map(|row| {
-                        Ok::<_, sqlx::Error>((
-                            row.try_get::<bool, _>(0)?,
-                            row.try_get::<i64, _>(1)?,
-                            row.try_get::<Option<i64>, _>(2)?,
-                        ))
-                    })
-                    .transpose()
-            });
-        let row = match reply {
-            Err(e) if is_contention(&e) => {
-                debug!(error = %e, "contention: not acquired");
-                return Ok(Grant::Held { remaining: None });
-            }
-            Err(e) => return Err(from_sqlx(&self.inner.config, e)),
-            Ok(row) => row,
-        };
-        Ok(match row {
-            Some((true, raw_fence, _)) => Grant::Granted(fence(raw_fence)),
-            Some((false, _, remaining_ms)) => Grant::Held {
-                remaining: remaining(remaining_ms),
-            },
-            // A concurrent grant the statement's snapshot could not see.
-            None => Grant::Held { remaining: None },
-        })
+        self.grant(&self.inner.sql.acquire, &args).await
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        let args = [
+            Arg::Text(request.key().as_str()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+            Arg::Float(ttl_ms(request.ttl())),
+            Arg::Float(ttl_ms(place)),
+        ];
+        self.grant(&self.inner.sql.acquire_in_turn, &args).await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
+        self.run(self.rows(&self.inner.sql.leave_queue, &args))
+            .await
+            .map(drop)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

@@ -43,21 +43,30 @@ struct Scripts {
     inspect: Lua,
     force_release: Lua,
     commit: Lua,
+    queued: Lua,
+    leave: Lua,
 }
 
-/// Every script's source, in the order of [`Scripts`]'s fields.
-const SOURCES: [&str; 6] = [
+/// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
+/// queue's part, then the plain acquire's, in one script.
+const SOURCES: [&str; 8] = [
     include_str!("scripts/acquire.lua"),
     include_str!("scripts/release.lua"),
     include_str!("scripts/extend.lua"),
     include_str!("scripts/inspect.lua"),
     include_str!("scripts/force_release.lua"),
     include_str!("scripts/commit.lua"),
+    concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/acquire.lua")
+    ),
+    include_str!("scripts/leave.lua"),
 ];
 
 impl Scripts {
     fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit] = SOURCES.map(Lua::new);
+        let [acquire, release, extend, inspect, force_release, commit, queued, leave] =
+            SOURCES.map(Lua::new);
         Scripts {
             acquire,
             release,
@@ -65,6 +74,8 @@ impl Scripts {
             inspect,
             force_release,
             commit,
+            queued,
+            leave,
         }
     }
 }
@@ -147,6 +158,7 @@ impl RedisBackend {
         capabilities.leases_survive_restart = false;
         capabilities.change_notification = true;
         capabilities.force_release = true;
+        capabilities.fair = true;
         RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -285,6 +297,62 @@ impl RedisBackend {
         Ok(Some((info, owner)))
     }
 
+    /// The acquire step: plain, or in turn with a place in the key's queue that lasts
+    /// `place`.
+    async fn grant(&self, request: &AcquireRequest, place: Option<Duration>) -> Result<Grant> {
+        let lock = self.lock_key(request.key());
+        let (fence_key, queue, places) = (
+            format!("{lock}:fence"),
+            format!("{lock}:queue"),
+            format!("{lock}:places"),
+        );
+        let owner = request.owner().to_hex();
+        let (ttl, counter_ttl) = (
+            millis(request.ttl()),
+            millis(request.ttl() + self.inner.config.fence_grace),
+        );
+        let member = if self.inner.config.redlock_member {
+            "1"
+        } else {
+            "0"
+        };
+        let mut args = vec![owner.as_str(), &ttl, &counter_ttl, member];
+        let place_ms = place.map(millis).unwrap_or_default();
+        let (script, keys) = match place {
+            None => (&self.inner.scripts.acquire, vec![&*lock, &*fence_key]),
+            Some(_) => {
+                args.push(&place_ms);
+                (
+                    &self.inner.scripts.queued,
+                    vec![&*lock, &*fence_key, &*queue, &*places],
+                )
+            }
+        };
+        let reply: Result<(i64, String)> = self.run(script, &keys, &args, true).await;
+        let (granted, value) = match reply {
+            Ok(reply) => reply,
+            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
+                // The primary may have granted what too few replicas saw: give it back.
+                let _ = self.release(request.key(), request.owner()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if granted == 0 {
+            let pttl = value
+                .parse::<i64>()
+                .ok()
+                .and_then(|ms| u64::try_from(ms).ok());
+            return Ok(Grant::Held {
+                remaining: pttl.map(Duration::from_millis),
+            });
+        }
+        Ok(Grant::Granted(FencingToken::new(parse_u64(
+            &value,
+            "a fence that is not a number",
+        )?)))
+    }
+
     /// Loads every script (one pipeline): whether the server answers and accepts the
     /// credentials, and the first acquire finds its script there.
     pub(crate) async fn prepare(&self) -> Result<()> {
@@ -418,48 +486,24 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let lock = self.lock_key(request.key());
-        let fence_key = format!("{lock}:fence");
-        let owner = request.owner().to_hex();
-        let reply: Result<(i64, String)> = self
+        self.grant(request, None).await
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        self.grant(request, Some(place)).await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let lock = self.lock_key(key);
+        let _: i64 = self
             .run(
-                &self.inner.scripts.acquire,
-                &[&lock, &fence_key],
-                &[
-                    owner.as_str(),
-                    &millis(request.ttl()),
-                    &millis(request.ttl() + self.inner.config.fence_grace),
-                    if self.inner.config.redlock_member {
-                        "1"
-                    } else {
-                        "0"
-                    },
-                ],
-                true,
+                &self.inner.scripts.leave,
+                &[&format!("{lock}:queue"), &format!("{lock}:places")],
+                &[&owner.to_hex(), &self.channel(key)],
+                false,
             )
-            .await;
-        let (granted, value) = match reply {
-            Ok(reply) => reply,
-            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
-                // The primary may have granted what too few replicas saw: give it back.
-                let _ = self.release(request.key(), request.owner()).await;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if granted == 0 {
-            let pttl = value
-                .parse::<i64>()
-                .ok()
-                .and_then(|ms| u64::try_from(ms).ok());
-            return Ok(Grant::Held {
-                remaining: pttl.map(Duration::from_millis),
-            });
-        }
-        Ok(Grant::Granted(FencingToken::new(parse_u64(
-            &value,
-            "a fence that is not a number",
-        )?)))
+            .await?;
+        Ok(())
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

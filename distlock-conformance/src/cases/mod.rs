@@ -199,6 +199,7 @@ pub mod clients;
 pub mod errors;
 pub mod exclusion;
 pub mod extend;
+pub mod fairness;
 pub mod faults;
 pub mod fencing;
 pub mod partitions;
@@ -254,7 +255,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 12] = [
+pub(crate) const AREAS: [&[Case]; 13] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -264,6 +265,7 @@ pub(crate) const AREAS: [&[Case]; 12] = [
     round_trips::CASES,
     client::CASES,
     clients::CASES,
+    fairness::CASES,
     partitions::CASES,
     faults::CASES,
     quorum::CASES,

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,11 +163,37 @@ fn not_held(key: &LockKey) -> Error {
 /// ```
 #[must_use = "a guard that is not bound is dropped at once, and dropping it releases the lock"]
 pub struct LockGuard {
+    hold: Arc<Holds>,
+    finished: bool,
+}
+
+/// What every hold of one lease shares: the lease's state, its supervisor, and how
+/// many holds are live (more than one once [re-entered](LockGuard::reenter)).
+pub(crate) struct Holds {
     shared: Arc<Shared>,
     supervisor: Arc<Deferred>,
     /// Keeps the client's timer task, which starts the supervisor, alive.
     _starts: Starts,
-    finished: bool,
+    count: AtomicUsize,
+}
+
+impl Holds {
+    /// One more hold of this lease: `None` once the last hold ended or the lock was
+    /// lost.
+    pub(crate) fn reenter(self: &Arc<Self>) -> Option<LockGuard> {
+        if self.shared.status.borrow().lost.is_some() {
+            return None;
+        }
+        self.count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .ok()?;
+        Some(LockGuard {
+            hold: self.clone(),
+            finished: false,
+        })
+    }
 }
 
 impl LockGuard {
@@ -201,21 +228,58 @@ impl LockGuard {
             tokio::spawn(supervise(supervised, granted).instrument(span))
         });
         LockGuard {
-            shared,
-            supervisor,
-            _starts: starts.clone(),
+            hold: Arc::new(Holds {
+                shared,
+                supervisor,
+                _starts: starts.clone(),
+                count: AtomicUsize::new(1),
+            }),
             finished: false,
         }
     }
 
+    /// Another hold of this same lease, for code that needs the lock again while it
+    /// holds it (re-entrancy, opt-in): the same key, fence, renewal and loss signal.
+    /// The lease is released when the last hold is released or dropped; releasing an
+    /// earlier one only ends that hold. An [`ErrorKind::NotHeld`] error once the lock
+    /// was lost. See [`LockClient::reentrant`](crate::LockClient::reentrant) for
+    /// re-entering by key within a task.
+    pub fn reenter(&self) -> Result<LockGuard> {
+        self.hold.reenter().ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotHeld,
+                format!(
+                    "the lock {:?} is no longer held: it cannot be re-entered",
+                    self.key()
+                ),
+            )
+        })
+    }
+
+    /// How many holds of this lease are live, this one included.
+    pub fn holds(&self) -> usize {
+        self.hold.count.load(Ordering::Acquire)
+    }
+
+    /// The holds this guard shares, for the client's re-entrant scopes.
+    pub(crate) fn shared_holds(&self) -> &Arc<Holds> {
+        &self.hold
+    }
+
+    /// Ends this hold: `true` when it was the last, and the lease is to be released.
+    fn end_hold(&mut self) -> bool {
+        self.finished = true;
+        self.hold.count.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
     /// The lock's key.
     pub fn key(&self) -> &LockKey {
-        self.shared.key()
+        self.hold.shared.key()
     }
 
     /// The fencing token of this acquisition: larger than that of every earlier holder.
     pub fn fence(&self) -> FencingToken {
-        self.shared.fence()
+        self.hold.shared.fence()
     }
 
     /// A handle that writes through `store` under this guard's fence.
@@ -225,18 +289,18 @@ impl LockGuard {
 
     /// Until when the lease is known to be valid (local monotonic clock).
     pub fn valid_until(&self) -> Instant {
-        self.shared.status.borrow().valid_until
+        self.hold.shared.status.borrow().valid_until
     }
 
     /// Whether the lock is still held: not lost, and the validity not run out.
     pub fn is_held(&self) -> bool {
-        let s = *self.shared.status.borrow();
+        let s = *self.hold.shared.status.borrow();
         s.lost.is_none() && Instant::now() < s.valid_until
     }
 
     /// Why the lock was lost, or `None` while it is held.
     pub fn loss(&self) -> Option<LossReason> {
-        self.shared.status.borrow().lost
+        self.hold.shared.status.borrow().lost
     }
 
     /// A future that completes when the lock is lost, with the reason. It completes
@@ -244,7 +308,7 @@ impl LockGuard {
     /// moved into another task; after the guard is released or dropped it completes
     /// with [`LossReason::Released`].
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        let mut rx = self.shared.status.subscribe();
+        let mut rx = self.hold.shared.status.subscribe();
         async move {
             loop {
                 if let Some(reason) = rx.borrow_and_update().lost {
@@ -264,20 +328,31 @@ impl LockGuard {
         if let Some(reason) = self.loss() {
             return Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("the lock {:?} was lost: {reason}", self.shared.key()),
+                format!("the lock {:?} was lost: {reason}", self.hold.shared.key()),
             ));
         }
-        let span = tracing::debug_span!("lock_extend", key = %self.shared.key(), fence = %self.shared.fence());
-        self.shared.extend(ttl).instrument(span).await
+        let span = tracing::debug_span!("lock_extend", key = %self.hold.shared.key(), fence = %self.hold.shared.fence());
+        self.hold.shared.extend(ttl).instrument(span).await
     }
 
     /// Stops renewal and releases the lock, in one round trip. `Ok` when this guard
     /// still held it; an [`ErrorKind::NotHeld`] error when the lease had already been
     /// lost (so the caller learns that its work may have overlapped another holder's).
+    /// Where the lease has other [holds](Self::reenter), this ends only this one,
+    /// without a round trip.
     pub async fn release(mut self) -> Result<()> {
-        self.finished = true;
-        self.supervisor.cancel();
-        let shared = self.shared.clone();
+        if !self.end_hold() {
+            // Another hold of this lease goes on: only this one ends.
+            return match self.loss() {
+                None => Ok(()),
+                Some(reason) => Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!("the lock {:?} had been lost: {reason}", self.key()),
+                )),
+            };
+        }
+        self.hold.supervisor.cancel();
+        let shared = self.hold.shared.clone();
         let was_lost = shared.status.borrow().lost;
         shared.mark_lost(LossReason::Released);
         let span =
@@ -306,16 +381,16 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.finished {
+        if self.finished || !self.end_hold() {
             return;
         }
-        self.supervisor.cancel();
-        self.shared.mark_lost(LossReason::Released);
+        self.hold.supervisor.cancel();
+        self.hold.shared.mark_lost(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            debug!(key = %self.shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
+            debug!(key = %self.hold.shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
             return;
         };
-        let shared = self.shared.clone();
+        let shared = self.hold.shared.clone();
         let span = tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
         runtime.spawn(
             async move {
@@ -338,12 +413,13 @@ impl Drop for LockGuard {
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = *self.shared.status.borrow();
+        let s = *self.hold.shared.status.borrow();
         f.debug_struct("LockGuard")
-            .field("key", self.shared.key())
-            .field("fence", &self.shared.fence())
+            .field("key", self.hold.shared.key())
+            .field("fence", &self.hold.shared.fence())
             .field("valid_until", &s.valid_until)
             .field("lost", &s.lost)
+            .field("holds", &self.holds())
             .finish()
     }
 }

@@ -6,6 +6,7 @@ mod deferred;
 mod guard;
 mod local;
 mod options;
+mod reentrant;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -58,6 +59,29 @@ enum Attempt {
     Busy { remaining: Option<Duration> },
 }
 
+/// How one wait asks the server.
+enum Waiter {
+    /// Races the other clients with a fresh owner token each attempt, after its turn
+    /// among this client's own tasks.
+    Racing(Option<LocalTurn>),
+    /// Keeps one owner token, and so its place in the key's queue on the server, for
+    /// the whole wait; `pending` gives back what it may hold and leaves the queue if
+    /// the wait ends without a guard.
+    Queued {
+        owner: OwnerToken,
+        pending: PendingGrant,
+    },
+}
+
+impl Waiter {
+    fn queued(client: &LockClient, key: &LockKey) -> Self {
+        let owner = OwnerToken::random();
+        let mut pending = PendingGrant::new(client.backend.clone(), key.clone(), owner);
+        pending.queued = true;
+        Waiter::Queued { owner, pending }
+    }
+}
+
 impl LockClient {
     /// A client with the default [`LockOptions`] (30 s TTL, auto-renewal on).
     pub fn new(backend: Arc<DynLockBackend>) -> Self {
@@ -70,21 +94,71 @@ impl LockClient {
     }
 
     /// A client with `options`; a configuration error when the timings do not fit
-    /// together or the TTL is outside the backend's limits.
+    /// together, the TTL is outside the backend's limits, or fair mode is asked of a
+    /// backend without it.
     pub fn with_options(backend: Arc<DynLockBackend>, options: LockOptions) -> Result<Self> {
         options.validate()?;
-        backend
-            .capabilities()
-            .check_ttl(options.ttl())
-            .map_err(|e| {
-                Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
-            })?;
+        let capabilities = backend.capabilities();
+        capabilities.check_ttl(options.ttl()).map_err(|e| {
+            Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
+        })?;
+        if options.fair() && !capabilities.fair {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "the {} backend has no fair mode (capabilities.fair)",
+                    backend.name()
+                ),
+            ));
+        }
         Ok(LockClient {
             backend,
             options,
             local: Arc::default(),
             starts: Starts::default(),
         })
+    }
+
+    /// Runs `work` in a re-entrant scope: inside it, [`lock`](Self::lock),
+    /// [`try_lock`](Self::try_lock) and [`with_lock`](Self::with_lock) of a key that
+    /// this client (or a clone) holds in the same scope return another hold of that
+    /// lease at once ([`LockGuard::reenter`]), where they would otherwise wait for
+    /// themselves until their deadline. The lease is released when its last hold
+    /// ends. Re-entrancy is never the default: outside a scope, asking again for a
+    /// held key waits like any other waiter.
+    ///
+    /// The scope stands in for the thread that lock libraries for threads key
+    /// re-entrancy on: it covers the future `work` and whatever it awaits, on the task
+    /// that polls it. Tasks spawned from it are outside it and wait for the lock.
+    /// Nested calls share the outer scope.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let client = LockClient::new(Arc::new(MemoryBackend::new()));
+    /// let wait = Duration::from_secs(1);
+    /// client
+    ///     .reentrant(async {
+    ///         let outer = client.lock("ledger", wait).await?;
+    ///         let inner = client.lock("ledger", wait).await?; // no wait: the same lease
+    ///         assert_eq!(inner.fence(), outer.fence());
+    ///         inner.release().await?; // ends this hold only
+    ///         outer.release().await // releases the lease
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub async fn reentrant<F: Future>(&self, work: F) -> F::Output {
+        reentrant::scope(work).await
+    }
+
+    /// This client's identity among re-entrant holds: clones share it.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.local) as usize
     }
 
     /// The backend.
@@ -98,18 +172,35 @@ impl LockClient {
     }
 
     /// Tries once: a guard, or `None` when another holder has the lock (or another
-    /// task of this client is already waiting for it).
+    /// task of this client is already waiting for it). In fair mode it is granted only
+    /// when no waiter is queued ahead of it, and leaves the queue when it is not.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         let key = LockKey::new(key)?;
+        if let Some(guard) = reentrant::reenter(self.id(), &key) {
+            return Ok(Some(guard));
+        }
         let span =
             tracing::debug_span!("lock_try_acquire", key = %key, backend = self.backend.name());
         async {
-            let Ok(turn) = self.local.of(&key).try_lock_owned() else {
-                return Ok(None);
+            let mut waiter = if self.options.fair() {
+                Waiter::queued(self, &key)
+            } else {
+                let Ok(turn) = self.local.of(&key).try_lock_owned() else {
+                    return Ok(None);
+                };
+                Waiter::Racing(Some(turn))
             };
-            match self.attempt(&key, &mut Some(turn)).await? {
+            match self.attempt(&key, &mut waiter).await? {
                 Attempt::Acquired(guard) => Ok(Some(guard)),
-                Attempt::Busy { .. } => Ok(None),
+                Attempt::Busy { .. } => {
+                    if let Waiter::Queued { owner, pending } = &mut waiter {
+                        // Nothing was granted: leave the queue now, not a place later.
+                        if self.backend.leave_queue(&key, owner).await.is_ok() {
+                            pending.disarm();
+                        }
+                    }
+                    Ok(None)
+                }
             }
         }
         .instrument(span)
@@ -133,14 +224,21 @@ impl LockClient {
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
         self.backend.capabilities().check_ttl(self.options.ttl())?;
-        // Tasks of this client waiting for the same key line up locally first.
-        let turn = tokio::time::timeout_at(deadline, self.local.of(&key).lock_owned()).await;
-        let mut turn = Some(turn.map_err(|_| {
-            Error::new(
-                ErrorKind::Timeout,
-                format!("could not acquire {key:?} before the deadline: other tasks of this process were ahead"),
-            )
-        })?);
+        if let Some(guard) = reentrant::reenter(self.id(), &key) {
+            return Ok(guard);
+        }
+        let mut waiter = if self.options.fair() {
+            Waiter::queued(self, &key)
+        } else {
+            // Tasks of this client waiting for the same key line up locally first.
+            let turn = tokio::time::timeout_at(deadline, self.local.of(&key).lock_owned()).await;
+            Waiter::Racing(Some(turn.map_err(|_| {
+                Error::new(
+                    ErrorKind::Timeout,
+                    format!("could not acquire {key:?} before the deadline: other tasks of this process were ahead"),
+                )
+            })?))
+        };
         let mut changes = self.watch(&key).await;
         let mut backoff = Backoff::new(self.options.backoff_initial(), self.options.backoff_max());
         let mut last_error: Option<Error> = None;
@@ -148,7 +246,7 @@ impl LockClient {
         loop {
             attempts += 1;
             let mut remaining = None;
-            match self.attempt(&key, &mut turn).await {
+            match self.attempt(&key, &mut waiter).await {
                 Ok(Attempt::Acquired(guard)) => {
                     debug!(fence = %guard.fence(), attempts, "acquired");
                     return Ok(guard);
@@ -176,6 +274,10 @@ impl LockClient {
             } else {
                 backoff.next_delay()
             };
+            if self.options.fair() {
+                // Keep the place in the queue: call again well within it.
+                pause = pause.min(self.options.queue_place() / 3);
+            }
             if let Some(r) = remaining {
                 // Expiry is not always announced: look again when the holder's TTL ends.
                 pause = pause.min(r + Duration::from_millis(1));
@@ -268,14 +370,34 @@ impl LockClient {
     }
 
     /// One acquisition attempt. The grant is covered from before the request is sent
-    /// until a guard owns it, so that a dropped future leaves nothing behind.
-    async fn attempt(&self, key: &LockKey, turn: &mut Option<LocalTurn>) -> Result<Attempt> {
-        let owner = OwnerToken::random();
-        let mut pending = PendingGrant::new(self.backend.clone(), key.clone(), owner);
-        let outcome = self
-            .backend
-            .try_acquire_as(key, self.options.ttl(), owner)
-            .await;
+    /// until a guard owns it, so that a dropped future leaves nothing behind: by a
+    /// cleanup of its own for a racing attempt, by the wait's for a queued one.
+    async fn attempt(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
+        let ttl = self.options.ttl();
+        let (owner, mut racing) = match waiter {
+            Waiter::Racing(_) => {
+                let owner = OwnerToken::random();
+                let pending = PendingGrant::new(self.backend.clone(), key.clone(), owner);
+                (owner, Some(pending))
+            }
+            Waiter::Queued { owner, .. } => (*owner, None),
+        };
+        let outcome = match waiter {
+            Waiter::Racing(_) => self.backend.try_acquire_as(key, ttl, owner).await,
+            Waiter::Queued { .. } => {
+                let place = self.options.queue_place();
+                let attempt = self.backend.try_acquire_in_turn(key, ttl, owner, place);
+                attempt.await
+            }
+        };
+        let disarm = |waiter: &mut Waiter, racing: &mut Option<PendingGrant>| {
+            if let Some(pending) = racing {
+                pending.disarm();
+            }
+            if let Waiter::Queued { pending, .. } = waiter {
+                pending.disarm();
+            }
+        };
         match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
                 if lease.remaining() < self.options.min_validity() {
@@ -283,28 +405,42 @@ impl LockClient {
                         remaining = ?lease.remaining(),
                         "granted lease is below the minimum validity; releasing it"
                     );
-                    pending.disarm();
                     let _ = self.backend.release(key, &owner).await;
+                    if let Some(pending) = &mut racing {
+                        pending.disarm();
+                    }
                     return Ok(Attempt::Busy { remaining: None });
                 }
-                pending.disarm();
-                Ok(Attempt::Acquired(LockGuard::start(
+                disarm(waiter, &mut racing);
+                let turn = match waiter {
+                    Waiter::Racing(turn) => turn.take(),
+                    Waiter::Queued { .. } => None,
+                };
+                let guard = LockGuard::start(
                     self.backend.clone(),
                     lease,
                     self.options.clone(),
-                    turn.take(),
+                    turn,
                     &self.starts,
-                )))
+                );
+                reentrant::remember(self.id(), &guard);
+                Ok(Attempt::Acquired(guard))
             }
             Ok(AcquireOutcome::Held { remaining }) => {
-                pending.disarm();
+                if let Some(pending) = &mut racing {
+                    pending.disarm();
+                }
                 Ok(Attempt::Busy { remaining })
             }
             Err(error) => {
                 // The request may have been applied with its reply lost: keep the
-                // cleanup armed for faults, not for input the backend refused.
+                // cleanup armed for faults, not for input the backend refused. A queued
+                // wait keeps its own armed until it ends: its next attempt, with the
+                // same owner, takes over whatever this one may have been granted.
                 if !(error.is_retryable() || error.kind() == ErrorKind::Backend) {
-                    pending.disarm();
+                    if let Some(pending) = &mut racing {
+                        pending.disarm();
+                    }
                 }
                 Err(error)
             }
@@ -323,14 +459,17 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
 
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
+/// A queued one also leaves the key's queue.
 struct PendingGrant {
     cleanup: Option<(Arc<DynLockBackend>, LockKey, OwnerToken)>,
+    queued: bool,
 }
 
 impl PendingGrant {
     fn new(backend: Arc<DynLockBackend>, key: LockKey, owner: OwnerToken) -> Self {
         PendingGrant {
             cleanup: Some((backend, key, owner)),
+            queued: false,
         }
     }
 
@@ -344,8 +483,14 @@ impl Drop for PendingGrant {
         let Some((backend, key, owner)) = self.cleanup.take() else {
             return;
         };
+        let queued = self.queued;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                if queued {
+                    if let Err(error) = backend.leave_queue(&key, &owner).await {
+                        debug!(%error, key = %key, "leaving the queue failed; the place runs out");
+                    }
+                }
                 // The abandoned request may still be on its way (queued in a pool or a
                 // proxy, say) and land after a release: released again a little later,
                 // and later still, it is gone before long whenever it lands within

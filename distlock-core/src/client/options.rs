@@ -18,6 +18,8 @@ pub struct LockOptions {
     min_validity: Option<Duration>,
     backoff_initial: Duration,
     backoff_max: Duration,
+    fair: bool,
+    queue_place: Duration,
 }
 
 impl Default for LockOptions {
@@ -30,6 +32,8 @@ impl Default for LockOptions {
             min_validity: None,
             backoff_initial: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),
+            fair: false,
+            queue_place: Duration::from_secs(3),
         }
     }
 }
@@ -88,6 +92,30 @@ impl LockOptions {
         self
     }
 
+    /// Turns fair mode on or off (off by default). In fair mode a waiter joins the
+    /// key's queue on the server and is granted the lock in the order it asked,
+    /// across every client (contract point 10 of
+    /// [`LockBackend`](crate::LockBackend)); the backend must declare
+    /// [`Capabilities::fair`](crate::Capabilities::fair). Each task is then its own
+    /// waiter on the server: the tasks of one client do not line up locally first.
+    /// A fair waiter costs more than a racing one: it calls the server at least three
+    /// times per [`queue_place`](Self::with_queue_place), and each handoff waits for
+    /// the head of the queue to hear of the release.
+    pub fn with_fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// How long a fair waiter's place in the queue outlives its last call to the
+    /// server; 3 s by default. A waiter that vanished (crashed, cut off) blocks those
+    /// behind it for at most this long (rounded up to the backend's TTL granularity
+    /// and minimum, as for a TTL) once the lock is free. A waiter calls again at least
+    /// every third of it.
+    pub fn with_queue_place(mut self, place: Duration) -> Self {
+        self.queue_place = place;
+        self
+    }
+
     /// The lease TTL.
     pub fn ttl(&self) -> Duration {
         self.ttl
@@ -123,6 +151,16 @@ impl LockOptions {
         self.backoff_max
     }
 
+    /// Whether waiters are served in the order they asked.
+    pub fn fair(&self) -> bool {
+        self.fair
+    }
+
+    /// How long a fair waiter's place outlives its last call.
+    pub fn queue_place(&self) -> Duration {
+        self.queue_place
+    }
+
     /// Checks that the timings fit together: a configuration error otherwise.
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::new(ErrorKind::Configuration, msg));
@@ -149,6 +187,12 @@ impl LockOptions {
         if min <= margin || min > ttl {
             return bad(format!(
                 "the minimum validity {min:?} must be above the loss margin {margin:?} and at most the ttl {ttl:?}"
+            ));
+        }
+        if self.queue_place < Duration::from_millis(30) {
+            return bad(format!(
+                "the queue place {:?} must be at least 30 ms, so that a waiter can call again within it",
+                self.queue_place
             ));
         }
         if self.backoff_initial.is_zero() || self.backoff_max < self.backoff_initial {
@@ -182,6 +226,7 @@ mod tests {
             LockOptions::new(ttl).with_renew_interval(Duration::ZERO),
             LockOptions::new(ttl).with_min_validity(Duration::from_millis(500)),
             LockOptions::new(ttl).with_backoff(Duration::ZERO, Duration::from_secs(1)),
+            LockOptions::new(ttl).with_queue_place(Duration::from_millis(10)),
         ];
         for o in cases {
             assert_eq!(

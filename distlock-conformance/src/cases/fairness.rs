@@ -1,0 +1,305 @@
+//! Fair mode (contract point 10): the key's queue on the server, across clients; and
+//! re-entrant holds, which the client keeps on any backend.
+
+use super::*;
+
+/// `n` backends to make clients of: the target's, then independent clients of its
+/// server where the target makes them; otherwise the target's own again (each
+/// [`LockClient`] in fair mode is a waiter of its own either way).
+async fn backends(t: &Target, n: usize) -> Result<Vec<Arc<DynLockBackend>>, CaseError> {
+    let mut all = vec![t.backend().clone()];
+    while all.len() < n {
+        match t.another_client().await {
+            Some(client) => all.push(client?),
+            None => all.push(t.backend().clone()),
+        }
+    }
+    Ok(all)
+}
+
+/// A client in fair mode on `backend`, with a TTL that does not run out in a case.
+fn fair_client(t: &Target, backend: &Arc<DynLockBackend>) -> Result<LockClient, CaseError> {
+    let options = LockOptions::new(t.long_ttl()).with_fair(true);
+    Ok(LockClient::with_options(backend.clone(), options)?)
+}
+
+/// Grants recorded in the order they happened, with how many grants there had been
+/// when each waiter asked.
+#[derive(Default)]
+struct Ledger {
+    grants: Mutex<Vec<usize>>,
+}
+
+impl Ledger {
+    fn count(&self) -> usize {
+        self.grants.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn granted(&self, who: usize) {
+        self.grants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(who);
+    }
+
+    fn order(&self) -> Vec<usize> {
+        self.grants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// How far apart the cases start waiters whose order is checked: far more than a round
+/// trip, so that their first calls reach the server in the order they were made.
+const APART: Duration = Duration::from_millis(200);
+
+cases! {
+    /// Waiters on several clients are granted in the order they asked, ahead of a releaser that asks again at once.
+    #[case(Fairness, needs_fair)]
+    pub async fn fair_waiters_are_granted_in_the_order_they_asked(t: &Target) -> CaseResult {
+        let key = t.key("fair-order");
+        let backends = backends(t, 4).await?;
+        let holder = acquire(t, &key, t.long_ttl()).await?;
+        let ledger = Arc::new(Ledger::default());
+        let waiters = backends.iter().enumerate().map(|(n, backend)| {
+            let (client, key, ledger) = (fair_client(t, backend), key.clone(), ledger.clone());
+            async move {
+                sleep(APART * u32::try_from(n).unwrap_or(0)).await;
+                let guard = client?.lock(key.as_str(), Duration::from_secs(30)).await?;
+                ledger.granted(n);
+                sleep(Duration::from_millis(20)).await;
+                guard.release().await?;
+                Ok::<_, CaseError>(())
+            }
+        });
+        let last = backends.len();
+        let releaser = async {
+            sleep(APART * u32::try_from(last).unwrap_or(0)).await;
+            t.backend().release_lease(&holder).await?;
+            // Asks again at once: it asked last, so it is served last.
+            let guard = fair_client(t, t.backend())?
+                .lock(key.as_str(), Duration::from_secs(30))
+                .await?;
+            ledger.granted(last);
+            guard.release().await?;
+            Ok::<_, CaseError>(())
+        };
+        let (waited, released) = tokio::join!(join_all(waiters), releaser);
+        for w in waited {
+            w?;
+        }
+        released?;
+        let expected: Vec<usize> = (0..=last).collect();
+        let order = ledger.order();
+        ensure!(
+            order == expected,
+            "the waiters, asking {APART:?} apart in the order {expected:?}, were granted in the order {order:?}"
+        );
+        Ok(())
+    }
+
+    /// Under sustained contention no fair waiter sees more grants to others than there are other waiters, plus one.
+    #[case(Fairness, needs_fair)]
+    pub async fn fair_waiters_do_not_starve(t: &Target) -> CaseResult {
+        const WAITERS: usize = 3;
+        const ROUNDS: usize = 6;
+        let key = t.key("fair-starve");
+        let backends = backends(t, WAITERS).await?;
+        let ledger = Arc::new(Ledger::default());
+        let worst = Arc::new(Mutex::new((0usize, 0usize)));
+        let work = backends.iter().enumerate().map(|(n, backend)| {
+            let (client, key, ledger, worst) =
+                (fair_client(t, backend), key.clone(), ledger.clone(), worst.clone());
+            async move {
+                let client = client?;
+                sleep(Duration::from_millis(20) * u32::try_from(n).unwrap_or(0)).await;
+                for _ in 0..ROUNDS {
+                    let asked = ledger.count();
+                    let guard = client.lock(key.as_str(), Duration::from_secs(30)).await?;
+                    let others = ledger.count() - asked;
+                    ledger.granted(n);
+                    {
+                        let mut w = worst.lock().unwrap_or_else(|p| p.into_inner());
+                        if others > w.0 {
+                            *w = (others, n);
+                        }
+                    }
+                    sleep(Duration::from_millis(5)).await;
+                    // Asks again at once: the others are queued by then.
+                    guard.release().await?;
+                }
+                Ok::<_, CaseError>(())
+            }
+        });
+        for r in join_all(work).await {
+            r?;
+        }
+        let (others, who) = *worst.lock().unwrap_or_else(|p| p.into_inner());
+        // Each of the other waiters may be served once before a waiter's turn; one more
+        // for a grant already on its way when the waiter asked.
+        ensure!(
+            others < WAITERS + 1,
+            "waiter {who} saw {others} grants to others while it waited, with only {} other waiters (grants in order: {:?})",
+            WAITERS - 1,
+            ledger.order()
+        );
+        Ok(())
+    }
+
+    /// A queued waiter that stops calling keeps its place until its place runs out, then leaves the queue.
+    #[case(Fairness, needs_fair)]
+    pub async fn a_vanished_waiter_leaves_the_queue(t: &Target) -> CaseResult {
+        let key = t.key("fair-vanished");
+        let capabilities = t.capabilities();
+        let place = capabilities.ttl_at_least(Duration::from_secs(1));
+        let holder = acquire(t, &key, t.long_ttl()).await?;
+        // The vanished waiter: it joins the queue once and is never heard of again.
+        let vanished_at = Instant::now();
+        let joined = t
+            .backend()
+            .try_acquire_in_turn(&key, t.long_ttl(), OwnerToken::random(), place)
+            .await?;
+        ensure!(
+            matches!(joined, AcquireOutcome::Held { .. }),
+            "a held key was granted to a queued waiter"
+        );
+        let options = LockOptions::new(t.long_ttl())
+            .with_fair(true)
+            .with_queue_place(place);
+        let client = client(t, options)?;
+        let bound = place * 2 + capabilities.ttl_granularity + Duration::from_secs(2);
+        let next = async {
+            sleep(Duration::from_millis(100)).await;
+            let guard = client.lock(key.as_str(), bound).await;
+            (guard, vanished_at.elapsed())
+        };
+        let release = async {
+            sleep(Duration::from_millis(200)).await;
+            t.backend().release_lease(&holder).await
+        };
+        let ((guard, after), released) = tokio::join!(next, release);
+        released?;
+        let guard = match guard {
+            Ok(guard) => guard,
+            Err(e) => {
+                return fail(format!(
+                    "the next waiter was never granted the free key: the vanished waiter (place {place:?}) still blocked the queue after {after:?}: {e}"
+                ))
+            }
+        };
+        guard.release().await?;
+        ensure!(
+            after + Duration::from_millis(50) >= place,
+            "the next waiter was granted {after:?} after the vanished waiter joined, before its place of {place:?} ran out"
+        );
+        Ok(())
+    }
+
+    /// Fair and racing clients contending for one key never hold it at once, and fences rise.
+    #[case(MutualExclusion, needs_fair)]
+    pub async fn fair_and_racing_waiters_never_overlap(t: &Target) -> CaseResult {
+        let key = t.key("fair-mixed");
+        let backends = backends(t, 4).await?;
+        let inside = Arc::new(AtomicU32::new(0));
+        let problems = Arc::new(Mutex::new(Vec::<String>::new()));
+        let last_fence = Arc::new(Mutex::new(0u64));
+        let work = backends.iter().enumerate().map(|(n, backend)| {
+            let options = LockOptions::new(t.long_ttl()).with_fair(n % 2 == 0);
+            let client = LockClient::with_options(backend.clone(), options);
+            let (key, inside, problems, last_fence) =
+                (key.clone(), inside.clone(), problems.clone(), last_fence.clone());
+            async move {
+                let client = client?;
+                for _ in 0..5 {
+                    let guard = client.lock(key.as_str(), Duration::from_secs(30)).await?;
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        problems.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                            "client {n} (fair: {}) was granted while another held the key",
+                            n % 2 == 0
+                        ));
+                    }
+                    {
+                        let mut last = last_fence.lock().unwrap_or_else(|p| p.into_inner());
+                        if guard.fence().get() <= *last {
+                            problems.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
+                                "fence {} after {}",
+                                guard.fence(),
+                                *last
+                            ));
+                        }
+                        *last = (*last).max(guard.fence().get());
+                    }
+                    sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await?;
+                }
+                Ok::<_, CaseError>(())
+            }
+        });
+        for r in join_all(work).await {
+            r?;
+        }
+        let problems = problems.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ensure!(problems.is_empty(), "{problems:?}");
+        Ok(())
+    }
+
+    /// Re-entered holds share one lease and fence; the lease is released only when the last hold ends.
+    #[case(Client, always)]
+    pub async fn reentrant_holds_count_and_the_last_release_frees(t: &Target) -> CaseResult {
+        let key = t.key("reentrant");
+        // Another client, with queues and holds of its own.
+        let other = client(t, LockOptions::new(t.long_ttl()))?;
+        let client = client(t, LockOptions::new(t.long_ttl()))?;
+        let (outer, inner, spawned_got_it) = client
+            .reentrant(async {
+                let outer = client.lock(key.as_str(), Duration::from_secs(5)).await?;
+                // Asked again in the scope: no wait, the same lease.
+                let inner = client.lock(key.as_str(), Duration::ZERO).await?;
+                // A task spawned from the scope is outside it: it must wait like anyone.
+                let spawned = {
+                    let (client, key) = (client.clone(), key.clone());
+                    tokio::spawn(async move { client.try_lock(key.as_str()).await })
+                };
+                let spawned_got_it = match spawned.await {
+                    Ok(got) => got?.is_some(),
+                    Err(e) => return fail(format!("the spawned task failed: {e}")),
+                };
+                Ok::<_, CaseError>((outer, inner, spawned_got_it))
+            })
+            .await?;
+        ensure!(!spawned_got_it, "a task spawned from a re-entrant scope was granted the key the scope holds");
+        ensure!(
+            inner.fence() == outer.fence() && outer.holds() == 2,
+            "the re-entered hold has fence {} beside {} and {} holds, not 2",
+            inner.fence(),
+            outer.fence(),
+            outer.holds()
+        );
+        let third = outer.reenter()?;
+        ensure!(third.holds() == 3, "a third hold counts {} holds", third.holds());
+        inner.release().await?;
+        drop(third);
+        ensure!(
+            other.try_lock(key.as_str()).await?.is_none(),
+            "the key was free while one hold of it remained"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(outer.fence().get()),
+            "the server's holder changed while one hold remained"
+        );
+        let fence = outer.fence();
+        outer.release().await?;
+        let Some(next) = other.try_lock(key.as_str()).await? else {
+            return fail("the key was still held after its last hold was released");
+        };
+        ensure!(
+            next.fence() > fence,
+            "the next holder's fence {} is not above the re-entered lease's {fence}",
+            next.fence()
+        );
+        next.release().await?;
+        Ok(())
+    }
+}

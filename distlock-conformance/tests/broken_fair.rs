@@ -1,0 +1,119 @@
+//! Deliberately broken fair modes, each with one bug: the fairness cases must catch
+//! every one, and the same backend without the bug passes them. Each is the memory
+//! backend with its fair step bent one way.
+
+mod support;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_conformance::Target;
+use distlock_core::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, LockBackend, LockInfo,
+    LockKey, MemoryBackend, OwnerToken, ReleaseOutcome, Renewal, Result,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    None,
+    /// Declares fairness but grants a fair request as a plain one: whoever asks when
+    /// the key is free gets it, queue or no queue.
+    QueueIgnored,
+    /// Keeps a waiter's place for ever: one that vanished blocks the queue for good.
+    PlacesNeverExpire,
+}
+
+#[derive(Debug)]
+struct Fair {
+    store: MemoryBackend,
+    bug: Bug,
+}
+
+#[async_trait]
+impl LockBackend for Fair {
+    fn name(&self) -> &str {
+        "broken-fair"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.store.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.store.try_grant(request).await
+    }
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        match self.bug {
+            Bug::None => self.store.try_grant_in_turn(request, place).await,
+            Bug::QueueIgnored => self.store.try_grant(request).await,
+            Bug::PlacesNeverExpire => {
+                let forever = Duration::from_secs(365 * 24 * 3600);
+                self.store.try_grant_in_turn(request, forever).await
+            }
+        }
+    }
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.store.leave_queue(key, owner).await
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.store.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.store.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.store.inspect(key).await
+    }
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.store.watch(key).await
+    }
+}
+
+fn target(bug: Bug) -> Target {
+    Target::new(std::sync::Arc::new(Fair {
+        store: MemoryBackend::new(),
+        bug,
+    }))
+}
+
+#[tokio::test]
+async fn a_queue_not_honoured_is_caught_by_the_order_case() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::QueueIgnored,
+        "fair_waiters_are_granted_in_the_order_they_asked",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_queue_not_honoured_is_caught_by_the_starvation_case() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::QueueIgnored,
+        "fair_waiters_do_not_starve",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_queue_not_honoured_is_caught_by_the_vanished_waiter_case() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::QueueIgnored,
+        "a_vanished_waiter_leaves_the_queue",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_vanished_waiter_that_blocks_the_queue_for_ever_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::PlacesNeverExpire,
+        "a_vanished_waiter_leaves_the_queue",
+    )
+    .await;
+}

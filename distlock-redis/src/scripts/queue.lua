@@ -1,0 +1,45 @@
+-- The fair step's first part, run before acquire.lua in one script (contract point
+-- 10). KEYS[3]: the key's queue (owner -> order of arrival); KEYS[4]: the waiters'
+-- places (owner -> when the place runs out, in ms of the server's clock).
+-- ARGV[5]: how long this waiter's place lasts, in milliseconds. Drops the waiters
+-- whose place ran out, queues this owner (or renews its place), and returns
+-- {0, pttl} unless this owner is at the head and the key is free; then it leaves the
+-- queue and acquire.lua grants as a plain acquire does. An owner that holds the key
+-- already (a retry whose reply was lost) goes straight to acquire.lua.
+local held = redis.call('GET', KEYS[1])
+if not (held and string.sub(held, 1, 33) == ARGV[1] .. ':') then
+  local clock = redis.call('TIME')
+  local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local place = tonumber(ARGV[5])
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)) do
+    if gone ~= ARGV[1] then
+      redis.call('ZREM', KEYS[3], gone)
+      redis.call('ZREM', KEYS[4], gone)
+    end
+  end
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    -- Arrival order: one more than the tail's.
+    local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    local order = 1
+    if tail[2] then
+      order = tonumber(tail[2]) + 1
+    end
+    redis.call('ZADD', KEYS[3], order, ARGV[1])
+  end
+  redis.call('ZADD', KEYS[4], now_ms + place, ARGV[1])
+  -- The queue lives as long as its longest place.
+  for i = 3, 4 do
+    if redis.call('PTTL', KEYS[i]) < place then
+      redis.call('PEXPIRE', KEYS[i], place)
+    end
+  end
+  if held then
+    return {0, tostring(redis.call('PTTL', KEYS[1]))}
+  end
+  if redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= ARGV[1] then
+    return {0, '-2'}
+  end
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+-- This owner is first and the key is free (or already its own): acquire.lua follows.
