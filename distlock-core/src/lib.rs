@@ -7,7 +7,10 @@
 //!   deadline, [`LockGuard`] renews the lease in the background, exposes the
 //!   [fencing token](LockGuard::fence), and tells the holder when it
 //!   [lost](LockGuard::lost) the lock; [`with_lock`](LockClient::with_lock) cancels
-//!   work whose lock was lost.
+//!   work whose lock was lost. In [fair mode](LockOptions::with_fair) waiters are
+//!   served in the order they asked, across clients, where the backend keeps a queue
+//!   ([`Capabilities::fair`]); [re-entrant holds](LockGuard::reenter) and
+//!   [scopes](LockClient::reentrant) are opt-in.
 //! - [`LockBackendExt`] does the contract's per-call work once, for every backend:
 //!   TTLs checked, validity counted from before the request, leases built, late grants
 //!   given back. [`WakeRegistry`] is the one registry of waiters per key.

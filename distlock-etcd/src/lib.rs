@@ -25,6 +25,18 @@
 //!   revokes the holder's lease, so the holder's later release reports "not held".
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
+//! - **fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
+//!   orders waiters by revision, as etcd's own Lock API does: a waiter's place is a key
+//!   under `<prefix>\0queue\0<key>\0`, created once, so its creation revision is its
+//!   turn. The place hangs on a lease of its own (its ID from the owner token's other
+//!   bits), which each call keeps alive, so a vanished waiter's place is deleted when
+//!   that lease runs out: `queue_place` rounded up to whole seconds, at least 2 s, plus
+//!   the up to half a second etcd takes to expire a lease. A call reads the head of the
+//!   queue, its own place and the lock in one transaction beside the keep-alive; the
+//!   head, once the lock is free, takes it as the plain acquire does and deletes its
+//!   place in the same transaction. A fair attempt takes two round trips of latency
+//!   when it waits, three when it is granted (the read, the lock's lease, the
+//!   transaction). A waiter that gives up revokes its place's lease.
 //!
 //! # What it guarantees
 //!

@@ -33,6 +33,16 @@
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
 //! - **inspect** reads the holder's fence and remaining TTL.
 //!
+//! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
+//! keeps a key's waiters in a second table, `<table>_queue`: one row per waiter
+//! (`key`, `owner`, an identity `seq` for the order of arrival, and `until`, when its
+//! place runs out). The fair step is one statement, one round trip: a waiter with no
+//! live place ahead of it takes the key as the plain acquire does and deletes its own
+//! row; any other upserts its row (keeping its `seq`) and deletes the places that ran
+//! out. A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
+//! unless set); a waiter that gives up deletes its row and notifies. The purge deletes
+//! places that ran out long ago with the ended leases.
+//!
 //! Under contention, serialization failures and unique violations (SQLSTATE 40001,
 //! 40P01, 23505) mean "not acquired", never an error.
 //!

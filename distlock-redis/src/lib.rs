@@ -28,6 +28,16 @@
 //!
 //! Several independent masters are [`RedlockBackend`]'s (below).
 //!
+//! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair)):
+//! a key's waiters queue in two sorted sets beside the lock, `<prefix>{<key>}:queue`
+//! (owner → order of arrival) and `<prefix>{<key>}:places` (owner → when its place runs
+//! out, by the server's clock), in the lock's slot. The fair step is one script: it
+//! drops the places that ran out, queues the caller or renews its place, and grants
+//! only to the head once the key is free, with the plain acquire's own code. Both sets
+//! expire with the longest place in them, so a queue everyone left takes no memory.
+//! A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
+//! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
+//!
 //! Scripts are called by hash (`EVALSHA`) and loaded again when the server has
 //! forgotten them (after a restart or `SCRIPT FLUSH`).
 //!
@@ -96,7 +106,10 @@
 //!   does not hold it up (a release's or a renewal's request to it still completes in
 //!   the background);
 //! - **retries** are the client's: [`LockClient`](distlock_core::LockClient) waits
-//!   with jittered backoff, and wakes on a release published by any master.
+//!   with jittered backoff, and wakes on a release published by any master;
+//! - **no fair mode**: a queue would have to be kept on every master, with a majority
+//!   agreeing on its order. `capabilities.fair` is false, and a fair client is refused
+//!   with a configuration error.
 //!
 //! **Fences.** Each master proposes the next fence from its own counter (one more
 //! than the counter; where the counter is gone, the clock in microseconds rounded

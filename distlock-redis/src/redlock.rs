@@ -167,6 +167,9 @@ impl RedlockBackend {
             ..RoundTrips::default()
         };
         capabilities.clock_drift = config.drift;
+        // A fair queue would have to be kept on every master, with a majority agreeing
+        // on its order: not built. Declared, so that a fair client is refused.
+        capabilities.fair = false;
         let backend = RedlockBackend {
             inner: Arc::new(Inner {
                 config,

@@ -251,6 +251,18 @@ async fn measure(
         scenarios::s3_handoff(&client, sizes)
     );
     step!(
+        "S3 handoff, 16 waiters on clients of their own, racing",
+        s3_racing,
+        scenarios::s3_across_clients(&backend, false, sizes)
+    );
+    if backend.capabilities().fair {
+        step!(
+            "S3 handoff, 16 waiters on clients of their own, fair mode",
+            s3_fair,
+            scenarios::s3_across_clients(&backend, true, sizes)
+        );
+    }
+    step!(
         "S4 takeover after a vanished holder",
         s4_takeover,
         scenarios::s4_takeover(&backend, sizes)

@@ -327,30 +327,57 @@ async fn s2_cycles(
     Ok(Summary::of(samples, started.elapsed()))
 }
 
-/// S3: 16 waiters on one key, each holding it 1 ms: the time from one holder's
-/// release to the next holder's acquire, and how often the next holder was the one
-/// that had just released (a library that lets the releaser barge ahead of its
-/// waiters shows short handoffs but starves them).
+/// How many waiters S3 runs.
+pub(crate) const S3_WAITERS: usize = 16;
+
+/// S3: [`S3_WAITERS`] waiters on one key through one client, each holding it 1 ms.
+/// See [`s3_handoff_on`].
 pub(crate) async fn s3_handoff(lock: &impl Contender, sizes: Sizes) -> Result<Summary, BoxError> {
-    const WAITERS: usize = 16;
-    let k = key("s3", 0);
+    s3_handoff_on(std::slice::from_ref(lock), sizes).await
+}
+
+/// S3 across clients: each of the [`S3_WAITERS`] waiters with a client of its own on
+/// `backend`, as many processes would be, racing or in fair mode.
+pub(crate) async fn s3_across_clients(
+    backend: &Arc<DynLockBackend>,
+    fair: bool,
+    sizes: Sizes,
+) -> Result<Summary, BoxError> {
+    let ttl = backend.capabilities().ttl_at_least(SCENARIO_TTL);
+    let options = LockOptions::new(ttl).with_fair(fair);
+    let clients = (0..S3_WAITERS)
+        .map(|_| LockClient::with_options(backend.clone(), options.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    s3_handoff_on(&clients, sizes).await
+}
+
+/// [`S3_WAITERS`] waiters on one key, waiter `n` through `locks[n % locks.len()]`,
+/// each holding it 1 ms and asking again at once: the time from one holder's release
+/// to the next holder's acquire; how often the next holder was the one that had just
+/// released (a library that lets the releaser barge ahead of its waiters shows short
+/// handoffs but starves them); and the longest wait over the median wait.
+async fn s3_handoff_on<C: Contender>(locks: &[C], sizes: Sizes) -> Result<Summary, BoxError> {
+    let k = key("s3", rand::random::<u32>() as usize);
     // When the last holder released, and which waiter it was.
     let last_release: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
     let samples: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let waits: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let done = Arc::new(AtomicUsize::new(0));
     let same_holder = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let tasks = (0..WAITERS).map(|me| {
+    let tasks = (0..S3_WAITERS).map(|me| {
         let same_holder = same_holder.clone();
-        let (lock, k, last_release, samples, done) = (
-            lock.clone(),
+        let (lock, k, last_release, samples, waits, done) = (
+            locks[me % locks.len()].clone(),
             k.clone(),
             last_release.clone(),
             samples.clone(),
+            waits.clone(),
             done.clone(),
         );
         tokio::spawn(async move {
             while done.load(Ordering::SeqCst) < sizes.handoffs {
+                let asked = Instant::now();
                 let held = lock.take(&k, Duration::from_secs(60)).await?;
                 let now = Instant::now();
                 if let Some((released, by)) = last_release
@@ -365,6 +392,10 @@ pub(crate) async fn s3_handoff(lock: &impl Contender, sizes: Sizes) -> Result<Su
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push(now - released);
+                    waits
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(now - asked);
                     done.fetch_add(1, Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -380,11 +411,13 @@ pub(crate) async fn s3_handoff(lock: &impl Contender, sizes: Sizes) -> Result<Su
     }
     let wall = started.elapsed();
     let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    let waits = std::mem::take(&mut *waits.lock().unwrap_or_else(|p| p.into_inner()));
     let mut summary = Summary::of(samples, wall);
     if summary.count > 0 {
         summary.same_holder_share =
             Some(same_holder.load(Ordering::SeqCst) as f64 / summary.count as f64);
     }
+    summary.wait_ratio = crate::stats::wait_ratio(waits);
     Ok(summary)
 }
 

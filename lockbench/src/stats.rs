@@ -27,6 +27,10 @@ pub(crate) struct Summary {
     /// released took the lock again, ahead of the waiters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) same_holder_share: Option<f64>,
+    /// In a handoff scenario: the longest time a waiter waited for the lock, divided
+    /// by the median wait (1 when every waiter waits alike; large when some starve).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) wait_ratio: Option<f64>,
 }
 
 fn us(d: Duration) -> f64 {
@@ -65,8 +69,17 @@ impl Summary {
             server_cpu_us: None,
             client_cpu_us: None,
             same_holder_share: None,
+            wait_ratio: None,
         }
     }
+}
+
+/// The longest of `waits` divided by their median; `None` without waits.
+pub(crate) fn wait_ratio(mut waits: Vec<Duration>) -> Option<f64> {
+    waits.sort();
+    let median = *waits.get(waits.len().checked_sub(1)? / 2)?;
+    let longest = *waits.last()?;
+    (!median.is_zero()).then(|| longest.as_secs_f64() / median.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -83,5 +96,13 @@ mod tests {
         );
         assert_eq!(s.per_sec, 100.0);
         assert_eq!(Summary::of(vec![], Duration::ZERO).p50_us, 0.0);
+    }
+
+    #[test]
+    fn the_wait_ratio_is_the_longest_over_the_median() {
+        let ms = |v: &[u64]| v.iter().map(|m| Duration::from_millis(*m)).collect();
+        assert_eq!(wait_ratio(ms(&[10, 20, 80])), Some(4.0));
+        assert_eq!(wait_ratio(ms(&[5, 5, 5, 5])), Some(1.0));
+        assert_eq!(wait_ratio(vec![]), None);
     }
 }

@@ -77,6 +77,35 @@ impl Report {
         }
         let _ = writeln!(
             md,
+            "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| backend | mode | handoff p50 / p99 | handoffs/s | longest ÷ median wait | releaser won |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+        for b in self.backends.iter().filter(|b| b.started) {
+            for (mode, summary) in [("racing", &b.s3_racing), ("fair", &b.s3_fair)] {
+                let row = match summary {
+                    Some(s) => format!(
+                        "{} / {} | {:.0} | {} | {}",
+                        ms(s.p50_us),
+                        ms(s.p99_us),
+                        s.per_sec,
+                        s.wait_ratio.map_or("—".into(), |r| format!("{r:.1}")),
+                        s.same_holder_share
+                            .map_or("—".into(), |r| format!("{:.0}%", r * 100.0)),
+                    ),
+                    None if mode == "fair" && b.s3_racing.is_some() => {
+                        "no fair mode (capabilities.fair) | | |".into()
+                    }
+                    None => "not measured | | |".into(),
+                };
+                let _ = writeln!(md, "| {} | {mode} | {row} |", b.backend);
+            }
+        }
+        let _ = writeln!(
+            md,
             "\n## S2 sweep\n\nCycles per second with 1 to 256 concurrent tasks on one client (`sweep.svg`): where each backend saturates. The floor is the raw lock cycle on the same driver, at the same concurrency and connection count.\n"
         );
         let _ = writeln!(

@@ -61,6 +61,11 @@ pub(crate) struct BackendRun {
     /// S2 at each concurrency of the sweep.
     pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
+    /// S3 with each waiter on a client of its own, racing.
+    pub(crate) s3_racing: Option<Summary>,
+    /// S3 with each waiter on a client of its own, in fair mode; `None` where the
+    /// backend has none.
+    pub(crate) s3_fair: Option<Summary>,
     pub(crate) s4_takeover: Option<Takeover>,
     /// The first floor is one round trip; the second, the raw lock cycle.
     pub(crate) floors: Vec<FloorRow>,
