@@ -85,9 +85,11 @@ pub type DynLockBackend = dyn LockBackend;
 ///    owner at the queue's tail on its first call and keeps that place on later calls;
 ///    it grants only to the waiter at the head, once the key is free, and the grant
 ///    takes the waiter out of the queue. A place lasts `place` past the waiter's last
-///    call (rounded up to the TTL granularity): a waiter that stops calling (crashed,
-///    partitioned, gave up without [`leave_queue`](Self::leave_queue)) leaves the queue
-///    by then, so it never blocks the queue for longer. Waiters whose first calls are
+///    call (rounded up as a TTL is, by [`Capabilities::ttl_at_least`]): a waiter that
+///    stops calling (crashed, partitioned, gave up without
+///    [`leave_queue`](Self::leave_queue)) leaves the queue by then, give or take the
+///    expiry slack of the server's own timers (point 2: as a lease's), so it never
+///    blocks the queue for longer. Waiters whose first calls are
 ///    closer together than a round trip may be queued in either order. A plain
 ///    [`try_grant`](Self::try_grant) ignores the queue: it takes a free key even with
 ///    waiters queued. Fair and plain grants share one lease per key, so mixing them

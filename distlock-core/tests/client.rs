@@ -74,7 +74,8 @@ async fn lost_fires_at_once_when_the_lease_is_deleted_behind_the_holder() {
     );
 }
 
-/// The memory backend with change notification turned off, as a polling backend.
+/// The memory backend without its fair step, and with whatever else `strip` turns
+/// off in its capabilities (change notification, to make a polling backend).
 #[derive(Debug)]
 struct NoNotify {
     inner: MemoryBackend,
@@ -83,8 +84,13 @@ struct NoNotify {
 
 impl NoNotify {
     fn new(inner: MemoryBackend) -> Self {
+        Self::stripped(inner, |caps| caps.change_notification = false)
+    }
+
+    fn stripped(inner: MemoryBackend, strip: impl FnOnce(&mut Capabilities)) -> Self {
         let mut caps = inner.capabilities().clone();
-        caps.change_notification = false;
+        caps.fair = false;
+        strip(&mut caps);
         NoNotify { inner, caps }
     }
 }
@@ -109,8 +115,12 @@ impl LockBackend for NoNotify {
     async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
         self.inner.inspect(k).await
     }
-    async fn watch(&self, _: &LockKey) -> Result<Option<ChangeStream>> {
-        panic!("watch called on a backend that declares no change notification")
+    async fn watch(&self, k: &LockKey) -> Result<Option<ChangeStream>> {
+        assert!(
+            self.caps.change_notification,
+            "watch called on a backend that declares no change notification"
+        );
+        self.inner.watch(k).await
     }
 }
 
@@ -663,43 +673,9 @@ async fn a_holder_whose_lease_ran_out_is_refused_by_the_fenced_store() {
     assert_eq!(stored.value.as_deref(), Some(&b"new"[..]));
 }
 
-/// The memory backend without its fair mode.
-#[derive(Debug)]
-struct Unfair {
-    store: MemoryBackend,
-    capabilities: Capabilities,
-}
-
-#[async_trait]
-impl LockBackend for Unfair {
-    fn name(&self) -> &str {
-        "unfair"
-    }
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.store.try_grant(request).await
-    }
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.store.release(key, owner).await
-    }
-    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        self.store.renew(request).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.store.inspect(key).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn fair_mode_is_refused_where_the_backend_has_none() {
-    let mut capabilities = MemoryBackend::new().capabilities().clone();
-    capabilities.fair = false;
-    let backend: Arc<DynLockBackend> = Arc::new(Unfair {
-        store: MemoryBackend::new(),
-        capabilities,
-    });
+    let backend: Arc<DynLockBackend> = Arc::new(NoNotify::stripped(MemoryBackend::new(), |_| {}));
     let options = LockOptions::new(TTL).with_fair(true);
     let refused = LockClient::with_options(backend.clone(), options).map(drop);
     assert_eq!(refused.map_err(|e| e.kind()), Err(ErrorKind::Configuration));

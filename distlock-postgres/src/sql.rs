@@ -40,6 +40,28 @@ impl Statements {
             "SELECT true FROM ended \
              LEFT JOIN LATERAL (SELECT pg_notify('{channel}', $1) WHERE ended.waited) n ON true"
         );
+        // Inserts the row `source` gives, or takes over an expired row, or confirms a
+        // live retry of this very owner: the fence, when granted.
+        let take = |source: &str| {
+            format!(
+                "INSERT INTO {t} AS l (key, owner, fence, expires_at) {source} \
+                 ON CONFLICT (key) DO UPDATE SET \
+                   owner = EXCLUDED.owner, \
+                   fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp() \
+                                THEN l.fence ELSE nextval('{seq}') END, \
+                   expires_at = EXCLUDED.expires_at \
+                 WHERE l.expires_at <= clock_timestamp() \
+                    OR (l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()) \
+                 RETURNING fence"
+            )
+        };
+        // The fence when granted, or the holder's fence and remaining TTL.
+        let answer = format!(
+            "SELECT true, fence, NULL::bigint FROM granted \
+             UNION ALL \
+             SELECT false, fence, {remaining_ms} FROM {t} \
+               WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
+        );
         Statements {
             migrate: vec![
                 // One migrating process at a time; the others find everything in place.
@@ -81,21 +103,10 @@ impl Statements {
             // acquisition but a key's first goes through the UPDATE branch; the first
             // one has no earlier fence to be below (see `purge`).
             acquire: format!(
-                "WITH granted AS ( \
-                   INSERT INTO {t} AS l (key, owner, fence, expires_at) \
-                   VALUES ($1, $2, nextval('{seq}'), clock_timestamp() + {ms}) \
-                   ON CONFLICT (key) DO UPDATE SET \
-                     owner = EXCLUDED.owner, \
-                     fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp() \
-                                  THEN l.fence ELSE nextval('{seq}') END, \
-                     expires_at = EXCLUDED.expires_at \
-                   WHERE l.expires_at <= clock_timestamp() \
-                      OR (l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()) \
-                   RETURNING fence) \
-                 SELECT true, fence, NULL::bigint FROM granted \
-                 UNION ALL \
-                 SELECT false, fence, {remaining_ms} FROM {t} \
-                   WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
+                "WITH granted AS ({}) {answer}",
+                take(&format!(
+                    "VALUES ($1, $2, nextval('{seq}'), clock_timestamp() + {ms})"
+                ))
             ),
             // The fair step, in one statement: this owner is first when no other
             // waiter with a live place is ahead of it (or it holds the key already: a
@@ -114,17 +125,7 @@ impl Statements {
                        AND (NOT EXISTS (SELECT 1 FROM mine) OR w.seq < (SELECT seq FROM mine))) \
                    OR EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND owner = $2 \
                        AND expires_at > clock_timestamp()) AS first), \
-                 granted AS ( \
-                   INSERT INTO {t} AS l (key, owner, fence, expires_at) \
-                   SELECT $1, $2, nextval('{seq}'), clock_timestamp() + {ms} FROM first WHERE first.first \
-                   ON CONFLICT (key) DO UPDATE SET \
-                     owner = EXCLUDED.owner, \
-                     fence = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp() \
-                                  THEN l.fence ELSE nextval('{seq}') END, \
-                     expires_at = EXCLUDED.expires_at \
-                   WHERE l.expires_at <= clock_timestamp() \
-                      OR (l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()) \
-                   RETURNING fence), \
+                 granted AS ({}), \
                  dequeued AS (DELETE FROM {q} WHERE key = $1 AND owner = $2 \
                    AND EXISTS (SELECT 1 FROM granted) RETURNING 1), \
                  queued AS ( \
@@ -134,10 +135,10 @@ impl Statements {
                    ON CONFLICT (key, owner) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  dropped AS (DELETE FROM {q} WHERE key = $1 AND owner <> $2 \
                    AND until <= clock_timestamp() RETURNING 1) \
-                 SELECT true, fence, NULL::bigint FROM granted \
-                 UNION ALL \
-                 SELECT false, fence, {remaining_ms} FROM {t} \
-                   WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
+                 {answer}",
+                take(&format!(
+                    "SELECT $1, $2, nextval('{seq}'), clock_timestamp() + {ms} FROM first WHERE first.first"
+                ))
             ),
             // A waiter that gives up; the others are told, since one of them may now
             // be first.
@@ -265,6 +266,29 @@ mod tests {
             "SELECT E'it\\'s $2 \\\\\\' ok', decode('00abff', 'hex'), 1500.0::float8::float8 \
              WHERE k = E'it\\'s $2 \\\\\\' ok'"
         );
+    }
+
+    #[test]
+    fn every_statement_has_its_names_written_in() {
+        let sql = Statements::new("locks", "held", false);
+        let all = [
+            &sql.acquire,
+            &sql.acquire_in_turn,
+            &sql.leave_queue,
+            &sql.release,
+            &sql.extend,
+            &sql.inspect,
+            &sql.force_release,
+            &sql.mark_waited,
+            &sql.purge,
+        ];
+        for statement in all.into_iter().chain(&sql.migrate) {
+            assert!(
+                !statement.contains('{'),
+                "a name left unwritten: {statement}"
+            );
+        }
+        assert!(sql.acquire.contains("nextval('\"locks\".\"held_fence\"')"));
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl Ledger {
 
 /// How far apart the cases start waiters whose order is checked: far more than a round
 /// trip, so that their first calls reach the server in the order they were made.
-const APART: Duration = Duration::from_millis(200);
+const APART: Duration = Duration::from_millis(300);
 
 cases! {
     /// Waiters on several clients are granted in the order they asked, ahead of a releaser that asks again at once.

@@ -63,7 +63,10 @@ impl Workload {
 
 /// One client's holder loop, until the run stops.
 pub(crate) async fn holder(work: Arc<Workload>, client: usize, backend: Arc<DynLockBackend>) {
-    let options = LockOptions::new(work.ttl);
+    // Half the clients wait in fair mode where the backend has it: fair and racing
+    // waiters of one key must never overlap either.
+    let fair = client % 2 == 1 && backend.capabilities().fair;
+    let options = LockOptions::new(work.ttl).with_fair(fair);
     let locks = match LockClient::with_options(backend.clone(), options) {
         Ok(locks) => locks,
         Err(e) => {
