@@ -156,11 +156,6 @@ impl LockClient {
         reentrant::scope(work).await
     }
 
-    /// This client's identity among re-entrant holds: clones share it.
-    fn id(&self) -> usize {
-        Arc::as_ptr(&self.local) as usize
-    }
-
     /// The backend.
     pub fn backend(&self) -> &Arc<DynLockBackend> {
         &self.backend
@@ -176,7 +171,7 @@ impl LockClient {
     /// when no waiter is queued ahead of it, and leaves the queue when it is not.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         let key = LockKey::new(key)?;
-        if let Some(guard) = reentrant::reenter(self.id(), &key) {
+        if let Some(guard) = reentrant::reenter(&self.local, &key) {
             return Ok(Some(guard));
         }
         let span =
@@ -224,7 +219,7 @@ impl LockClient {
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
         self.backend.capabilities().check_ttl(self.options.ttl())?;
-        if let Some(guard) = reentrant::reenter(self.id(), &key) {
+        if let Some(guard) = reentrant::reenter(&self.local, &key) {
             return Ok(guard);
         }
         let mut waiter = if self.options.fair() {
@@ -423,7 +418,7 @@ impl LockClient {
                     turn,
                     &self.starts,
                 );
-                reentrant::remember(self.id(), &guard);
+                reentrant::remember(&self.local, &guard);
                 Ok(Attempt::Acquired(guard))
             }
             Ok(AcquireOutcome::Held { remaining }) => {

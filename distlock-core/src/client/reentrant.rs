@@ -14,11 +14,14 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use crate::client::guard::{Holds, LockGuard};
+use crate::client::local::LocalQueues;
 use crate::key::LockKey;
 
-/// One lease held in a scope: the client it came from, its key and its holds.
+/// One lease held in a scope: the client it came from (by its local queues, which its
+/// clones share; a weak pointer keeps the address from being reused by another client
+/// while the entry lives), its key and its holds.
 struct Held {
-    client: usize,
+    client: Weak<LocalQueues>,
     key: LockKey,
     holds: Weak<Holds>,
 }
@@ -42,13 +45,13 @@ pub(crate) async fn scope<F: std::future::Future>(work: F) -> F::Output {
 }
 
 /// Another hold of `key`, when this scope holds it through `client`.
-pub(crate) fn reenter(client: usize, key: &LockKey) -> Option<LockGuard> {
+pub(crate) fn reenter(client: &Arc<LocalQueues>, key: &LockKey) -> Option<LockGuard> {
     SCOPE
         .try_with(|held| {
             let mut held = held.borrow_mut();
             held.retain(|h| h.holds.strong_count() > 0);
             held.iter()
-                .filter(|h| h.client == client && h.key == *key)
+                .filter(|h| std::ptr::eq(h.client.as_ptr(), Arc::as_ptr(client)) && h.key == *key)
                 .find_map(|h| h.holds.upgrade()?.reenter())
         })
         .ok()
@@ -56,10 +59,10 @@ pub(crate) fn reenter(client: usize, key: &LockKey) -> Option<LockGuard> {
 }
 
 /// Records a fresh guard in this scope, if there is one.
-pub(crate) fn remember(client: usize, guard: &LockGuard) {
+pub(crate) fn remember(client: &Arc<LocalQueues>, guard: &LockGuard) {
     let _ = SCOPE.try_with(|held| {
         held.borrow_mut().push(Held {
-            client,
+            client: Arc::downgrade(client),
             key: guard.key().clone(),
             holds: Arc::downgrade(guard.shared_holds()),
         });
