@@ -305,8 +305,8 @@ impl LockGuard {
 
     /// A future that completes when the lock is lost, with the reason. It completes
     /// at once if the lock is already lost. It does not borrow the guard, so it can be
-    /// moved into another task; after the guard is released or dropped it completes
-    /// with [`LossReason::Released`].
+    /// moved into another task; after the lease's last hold is released or dropped it
+    /// completes with [`LossReason::Released`].
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         let mut rx = self.hold.shared.status.subscribe();
         async move {
