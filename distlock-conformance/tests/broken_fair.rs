@@ -21,6 +21,9 @@ enum Bug {
     QueueIgnored,
     /// Keeps a waiter's place for ever: one that vanished blocks the queue for good.
     PlacesNeverExpire,
+    /// Ignores a waiter's leaving: one that gave up blocks the queue until its place
+    /// runs out.
+    LeaveIgnored,
 }
 
 #[derive(Debug)]
@@ -42,7 +45,7 @@ impl LockBackend for Fair {
     }
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         match self.bug {
-            Bug::None => self.store.try_grant_in_turn(request, place).await,
+            Bug::None | Bug::LeaveIgnored => self.store.try_grant_in_turn(request, place).await,
             Bug::QueueIgnored => self.store.try_grant(request).await,
             Bug::PlacesNeverExpire => {
                 let forever = Duration::from_secs(365 * 24 * 3600);
@@ -51,6 +54,9 @@ impl LockBackend for Fair {
         }
     }
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        if self.bug == Bug::LeaveIgnored {
+            return Ok(());
+        }
         self.store.leave_queue(key, owner).await
     }
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -114,6 +120,17 @@ async fn a_vanished_waiter_that_blocks_the_queue_for_ever_is_caught() {
         Bug::None,
         Bug::PlacesNeverExpire,
         "a_vanished_waiter_leaves_the_queue",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_leave_that_is_ignored_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::LeaveIgnored,
+        "a_waiter_that_gives_up_leaves_the_queue_at_once",
     )
     .await;
 }

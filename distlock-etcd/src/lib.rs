@@ -34,9 +34,8 @@
 //!   the up to half a second etcd takes to expire a lease. A call reads the head of the
 //!   queue, its own place and the lock in one transaction beside the keep-alive; the
 //!   head, once the lock is free, takes it as the plain acquire does and deletes its
-//!   place in the same transaction. A fair attempt takes two round trips of latency
-//!   when it waits, three when it is granted (the read, the lock's lease, the
-//!   transaction). A waiter that gives up revokes its place's lease.
+//!   place in the same transaction (after granting the lock's lease, as the plain
+//!   acquire does). A waiter that gives up revokes its place's lease.
 //!
 //! # What it guarantees
 //!

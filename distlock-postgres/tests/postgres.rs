@@ -1,10 +1,14 @@
-//! What the conformance suite does not cover: purging old rows, the durability options,
-//! hostile names, the statement timeout behind PgBouncer, and which releases notify.
+//! What the conformance suite does not cover: purging old rows and old places in the
+//! fair queue, the durability options, hostile names, the statement timeout behind
+//! PgBouncer, and which releases notify.
 //! Each test has a server of its own.
 
 use std::time::Duration;
 
-use distlock_core::{ErrorKind, FenceDurability, LockBackend, LockBackendExt, ReleaseOutcome};
+use distlock_core::{
+    AcquireOutcome, ErrorKind, FenceDurability, LockBackend, LockBackendExt, LockKey, OwnerToken,
+    ReleaseOutcome,
+};
 use distlock_postgres::PostgresBackend;
 use distlock_testservers::{Postgres, ServerHandle};
 
@@ -50,6 +54,52 @@ async fn purging_old_rows_never_lowers_a_fence() {
         second.fence(),
         first.fence()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_deletes_the_places_of_vanished_waiters() {
+    let server = server().await;
+    let backend = PostgresBackend::connect(&format!(
+        "{}?response_timeout_ms=1000&purge=false",
+        server.url()
+    ))
+    .await
+    .expect("connect");
+    let admin = sqlx::PgPool::connect(&server.url()).await.expect("admin");
+    let places = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM public.distlock_locks_queue")
+            .fetch_one(&admin)
+            .await
+            .expect("count")
+    };
+    let key = LockKey::new("queued").expect("key");
+    let holder = backend
+        .acquire_once("queued", Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let waiter = backend
+        .try_acquire_in_turn(
+            &key,
+            Duration::from_secs(10),
+            OwnerToken::random(),
+            Duration::from_millis(100),
+        )
+        .await
+        .expect("queue");
+    assert!(matches!(waiter, AcquireOutcome::Held { .. }), "{waiter:?}");
+    assert_eq!(places().await, 1);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    backend
+        .purge_expired(Duration::from_millis(2000))
+        .await
+        .expect("purge");
+    assert_eq!(
+        places().await,
+        0,
+        "a vanished waiter's place outlived the purge"
+    );
+    backend.release_lease(&holder).await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,11 +1,14 @@
 //! What the conformance suite does not cover: scripts that the server forgot, waiting
-//! for replicas, and the backend's own `Debug` output. Each test has a Redis of its own.
+//! for replicas, the backend's own `Debug` output, and what a fair queue leaves stored.
+//! Each test has a Redis of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::{ErrorKind, LockBackend, LockBackendExt, LockKey, ReleaseOutcome};
+use distlock_core::{
+    AcquireOutcome, ErrorKind, LockBackend, LockBackendExt, LockKey, OwnerToken, ReleaseOutcome,
+};
 use distlock_redis::RedisBackend;
 use distlock_testservers::{Redis, ServerHandle};
 
@@ -212,4 +215,50 @@ async fn fenced_writes_to_the_users_own_keys_keep_the_fence_beside_them() {
             .kind(),
         ErrorKind::InvalidKey
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_its_waiters_left_leaves_no_keys() {
+    let server = server().await;
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let mut admin = admin(&server).await;
+    let queue_keys = || {
+        let mut exists = redis::cmd("EXISTS");
+        exists
+            .arg("distlock:{queued}:queue")
+            .arg("distlock:{queued}:places");
+        exists
+    };
+    let key = LockKey::new("queued").expect("key");
+    let holder = backend
+        .acquire_once("queued", Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    // One waiter leaves, another vanishes with a place of 200 ms.
+    let (leaving, vanishing) = (OwnerToken::random(), OwnerToken::random());
+    let place = Duration::from_millis(200);
+    for owner in [leaving, vanishing] {
+        let outcome = backend
+            .try_acquire_in_turn(&key, Duration::from_secs(10), owner, place)
+            .await
+            .expect("queue");
+        assert!(
+            matches!(outcome, AcquireOutcome::Held { .. }),
+            "{outcome:?}"
+        );
+    }
+    let queued: u32 = queue_keys().query_async(&mut admin).await.expect("exists");
+    assert_eq!(
+        queued, 2,
+        "the queue and the places are kept beside the lock"
+    );
+    backend.leave_queue(&key, &leaving).await.expect("leave");
+    tokio::time::sleep(place + Duration::from_millis(100)).await;
+    let left: u32 = queue_keys().query_async(&mut admin).await.expect("exists");
+    assert_eq!(
+        left, 0,
+        "a queue whose waiters left or vanished is still stored"
+    );
+    backend.release_lease(&holder).await.expect("release");
 }

@@ -106,6 +106,9 @@ cases! {
         const ROUNDS: usize = 6;
         let key = t.key("fair-starve");
         let backends = backends(t, WAITERS).await?;
+        // Held while the waiters make their first calls (setting up a wait can take
+        // more than a round trip), so that every wait counted starts in the queue.
+        let holder = acquire(t, &key, t.long_ttl()).await?;
         let ledger = Arc::new(Ledger::default());
         let worst = Arc::new(Mutex::new((0usize, 0usize)));
         let work = backends.iter().enumerate().map(|(n, backend)| {
@@ -113,7 +116,6 @@ cases! {
                 (fair_client(t, backend), key.clone(), ledger.clone(), worst.clone());
             async move {
                 let client = client?;
-                sleep(Duration::from_millis(20) * u32::try_from(n).unwrap_or(0)).await;
                 for _ in 0..ROUNDS {
                     let asked = ledger.count();
                     let guard = client.lock(key.as_str(), Duration::from_secs(30)).await?;
@@ -132,7 +134,13 @@ cases! {
                 Ok::<_, CaseError>(())
             }
         });
-        for r in join_all(work).await {
+        let release = async {
+            sleep(APART).await;
+            t.backend().release_lease(&holder).await
+        };
+        let (waited, released) = tokio::join!(join_all(work), release);
+        released?;
+        for r in waited {
             r?;
         }
         let (others, who) = *worst.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,6 +200,47 @@ cases! {
         ensure!(
             after + Duration::from_millis(50) >= place,
             "the next waiter was granted {after:?} after the vanished waiter joined, before its place of {place:?} ran out"
+        );
+        Ok(())
+    }
+
+    /// A fair waiter that gives up (its deadline passed, or a try found the key held) leaves the queue at once.
+    #[case(Fairness, needs_fair)]
+    pub async fn a_waiter_that_gives_up_leaves_the_queue_at_once(t: &Target) -> CaseResult {
+        let key = t.key("fair-give-up");
+        let place = t.capabilities().ttl_at_least(Duration::from_secs(3));
+        let holder = acquire(t, &key, t.long_ttl()).await?;
+        let options = LockOptions::new(t.long_ttl())
+            .with_fair(true)
+            .with_queue_place(place);
+        let quitter = client(t, options.clone())?;
+        let gave_up = quitter.lock(key.as_str(), Duration::from_millis(300)).await;
+        ensure!(
+            matches!(&gave_up, Err(e) if e.kind() == ErrorKind::Timeout),
+            "a wait for a held key ended with {:?}, not a timeout",
+            gave_up.map(|g| g.fence())
+        );
+        ensure!(
+            quitter.try_lock(key.as_str()).await?.is_none(),
+            "a fair try was granted a held key"
+        );
+        let next = client(t, options)?;
+        let waiting = async {
+            let guard = next.lock(key.as_str(), place * 3).await?;
+            Ok::<_, Error>((guard, Instant::now()))
+        };
+        let release = async {
+            sleep(Duration::from_millis(300)).await;
+            let at = Instant::now();
+            t.backend().release_lease(&holder).await.map(|_| at)
+        };
+        let (waited, released) = tokio::join!(waiting, release);
+        let ((guard, granted_at), released_at) = (waited?, released?);
+        guard.release().await?;
+        let handoff = granted_at.saturating_duration_since(released_at);
+        ensure!(
+            handoff < place / 2,
+            "the next waiter was granted {handoff:?} after the release: the waiters that gave up still held their places ({place:?})"
         );
         Ok(())
     }
