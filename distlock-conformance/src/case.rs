@@ -35,6 +35,15 @@ pub enum ContractPoint {
     Fairness,
     /// What `LockClient` promises on top: waiting, renewal, the loss signal, guards.
     Client,
+    /// `PermitBackend`'s contract, as a `Semaphore` uses it: the limit, one limit per
+    /// name, fences, places.
+    Semaphore,
+    /// `PermitBackend`'s contract, as a `RwLock` uses it: never a reader with a
+    /// writer, writers first.
+    ReadWrite,
+    /// `PermitBackend`'s contract, as an `Election` uses it: one leader at a time,
+    /// every term observed in order.
+    Election,
 }
 
 impl ContractPoint {
@@ -51,7 +60,10 @@ impl ContractPoint {
             ContractPoint::Errors => 8,
             ContractPoint::RoundTrips => 9,
             ContractPoint::Fairness => 10,
-            ContractPoint::Client => return None,
+            ContractPoint::Client
+            | ContractPoint::Semaphore
+            | ContractPoint::ReadWrite
+            | ContractPoint::Election => return None,
         })
     }
 
@@ -69,6 +81,9 @@ impl ContractPoint {
             ContractPoint::RoundTrips => "round trips",
             ContractPoint::Fairness => "fairness",
             ContractPoint::Client => "the client",
+            ContractPoint::Semaphore => "permits: semaphores",
+            ContractPoint::ReadWrite => "permits: read-write locks",
+            ContractPoint::Election => "permits: elections",
         }
     }
 }

@@ -69,3 +69,9 @@ pub(crate) fn needs_members(t: &Target) -> Option<String> {
 pub(crate) fn needs_fair(t: &Target) -> Option<String> {
     (!t.capabilities().fair).then(|| "the backend has no fair mode (capabilities.fair)".into())
 }
+
+pub(crate) fn needs_permits(t: &Target) -> Option<String> {
+    (!t.capabilities().permits).then(|| {
+        "the backend has no semaphores, read-write locks or elections (capabilities.permits)".into()
+    })
+}

@@ -16,6 +16,7 @@ use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
     ReleaseOutcome, Renewal,
 };
+use crate::permits::PermitBackend;
 use crate::token::OwnerToken;
 
 /// A stream that yields whenever a watched key may have been released.
@@ -157,6 +158,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// The steps of semaphores, read-write locks and elections, for a backend that
+    /// declares [`Capabilities::permits`]: itself, usually. By default `None`.
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        None
+    }
+
     /// Deletes `key` whoever holds it: an operator breaking a stuck lock. The holder
     /// learns it lost the lock at its next renewal. `true` when a lease was removed.
     /// Backends that cannot do this answer [`ErrorKind::Unsupported`].
@@ -202,6 +209,9 @@ macro_rules! forward_backend {
             }
             async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
                 (**self).leave_queue(key, owner).await
+            }
+            fn permits(&self) -> Option<&dyn PermitBackend> {
+                (**self).permits()
             }
         }
     )*};

@@ -110,12 +110,16 @@ pub struct Capabilities {
     /// (contract point 10): what a [`LockClient`](crate::LockClient) in fair mode
     /// ([`LockOptions::with_fair`](crate::LockOptions::with_fair)) needs.
     pub fair: bool,
+    /// Whether [`LockBackend::permits`](crate::LockBackend::permits) gives the steps of
+    /// semaphores, read-write locks and elections ([`PermitBackend`](crate::PermitBackend)),
+    /// keeping their contract.
+    pub permits: bool,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
     /// one round trip per operation, no clock drift, nothing optional (no
-    /// fair mode).
+    /// fair mode, no permits).
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -129,6 +133,7 @@ impl Default for Capabilities {
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,
             fair: false,
+            permits: false,
         }
     }
 }

@@ -14,6 +14,10 @@
 //! - [`LockBackendExt`] does the contract's per-call work once, for every backend:
 //!   TTLs checked, validity counted from before the request, leases built, late grants
 //!   given back. [`WakeRegistry`] is the one registry of waiters per key.
+//! - Beyond the mutex, on backends that declare [`Capabilities::permits`]: a
+//!   [`Semaphore`], a [`RwLock`] (writers first) and leader [`Election`] (campaign,
+//!   observe, resign), each grant a lease held by a [`LockGuard`] with its own fence.
+//!   Their contract is [`PermitBackend`]'s.
 //! - [`MemoryBackend`] is the in-process reference implementation.
 //! - [`FencedStore`] is a resource that refuses writes under a stale fence, atomically
 //!   on its own server; [`LockClient::with_fenced_lock`] hands the work a
@@ -40,6 +44,7 @@ mod fenced;
 mod key;
 mod lease;
 mod memory;
+mod permits;
 mod redact;
 pub mod support;
 mod token;
@@ -47,7 +52,10 @@ mod wake;
 
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
 pub use capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
-pub use client::{LockClient, LockGuard, LockOptions, LossReason};
+pub use client::{
+    Election, Leader, Leadership, LockClient, LockGuard, LockOptions, LossReason, Observation,
+    Observations, RwLock, Semaphore,
+};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{
     check_fence, DynFencedStore, FenceCheck, FencedHandle, FencedStore, FencedStoreExt,
@@ -59,6 +67,7 @@ pub use lease::{
     ReleaseOutcome, Renewal,
 };
 pub use memory::MemoryBackend;
+pub use permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VALUE, TERMS_KEPT};
 pub use redact::redact_url;
 pub use token::{FencingToken, OwnerToken};
 pub use wake::{Registration, WakeRegistry};

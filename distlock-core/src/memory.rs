@@ -13,6 +13,7 @@ use crate::capabilities::{Capabilities, FenceDurability};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
+use crate::permits::{Claim, PermitBackend, PermitHolder, Term, TERMS_KEPT};
 use crate::token::{FencingToken, OwnerToken};
 use crate::wake::WakeRegistry;
 
@@ -51,6 +52,51 @@ struct State {
     last_fence: u64,
     /// Each key's fair waiters, first come first.
     queues: HashMap<LockKey, VecDeque<Place>>,
+    /// Each name's permits (a namespace of their own).
+    permits: HashMap<LockKey, Permits>,
+}
+
+/// One name's permits: its grants, its waiters' places and its recorded terms.
+#[derive(Debug)]
+struct Permits {
+    limit: u32,
+    grants: Vec<PermitGrant>,
+    places: Vec<PermitPlace>,
+    terms: VecDeque<Term>,
+    /// Until when the terms are kept once nothing else is.
+    terms_until: Instant,
+}
+
+#[derive(Debug)]
+struct PermitGrant {
+    owner: OwnerToken,
+    count: u32,
+    fence: FencingToken,
+    expires_at: Instant,
+    value: Option<String>,
+}
+
+#[derive(Debug)]
+struct PermitPlace {
+    owner: OwnerToken,
+    count: u32,
+    until: Instant,
+}
+
+impl Permits {
+    /// Drops what ran out; whether anything is left.
+    fn prune(&mut self, now: Instant) -> bool {
+        self.grants.retain(|g| g.expires_at > now);
+        self.places.retain(|p| p.until > now);
+        if self.terms_until <= now {
+            self.terms.clear();
+        }
+        !(self.grants.is_empty() && self.places.is_empty() && self.terms.is_empty())
+    }
+
+    fn keep_terms(&mut self, until: Instant) {
+        self.terms_until = self.terms_until.max(until);
+    }
 }
 
 /// A fair waiter's place in a key's queue, kept until `until`.
@@ -89,6 +135,7 @@ impl MemoryBackend {
             change_notification: true,
             force_release: true,
             fair: true,
+            permits: true,
             ..Capabilities::default()
         };
         MemoryBackend {
@@ -134,6 +181,7 @@ impl MemoryBackend {
         let keys: Vec<LockKey> = {
             let mut state = self.lock_state();
             state.queues.clear();
+            state.permits.clear();
             state.locks.drain().map(|(k, _)| k).collect()
         };
         for key in keys {
@@ -209,6 +257,101 @@ impl State {
         }
     }
 
+    /// The live state of `name`'s permits, dropping what ran out.
+    fn permits(&mut self, name: &LockKey, now: Instant) -> Option<&mut Permits> {
+        if self.permits.get_mut(name).is_some_and(|p| !p.prune(now)) {
+            self.permits.remove(name);
+        }
+        self.permits.get_mut(name)
+    }
+
+    /// The grant step of permits.
+    fn grant_permits(
+        &mut self,
+        request: &AcquireRequest,
+        claim: &Claim,
+        place: Option<Duration>,
+        now: Instant,
+    ) -> Result<Grant> {
+        let owner = *request.owner();
+        let ttl = request.ttl();
+        self.permits(request.key(), now);
+        let next_fence = self.last_fence + 1;
+        let permits = self
+            .permits
+            .entry(request.key().clone())
+            .or_insert_with(|| Permits {
+                limit: claim.limit(),
+                grants: Vec::new(),
+                places: Vec::new(),
+                terms: VecDeque::new(),
+                terms_until: now,
+            });
+        if permits.grants.is_empty() {
+            permits.limit = claim.limit();
+        } else if permits.limit != claim.limit() {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "{:?} has a limit of {} permits; this claim gives {}",
+                    request.key(),
+                    permits.limit,
+                    claim.limit()
+                ),
+            )
+            .with_backend(NAME));
+        }
+        if let Some(mine) = permits.grants.iter_mut().find(|g| g.owner == owner) {
+            mine.expires_at = now + ttl;
+            return Ok(Grant::Granted(mine.fence));
+        }
+        let used: u64 = permits.grants.iter().map(|g| u64::from(g.count)).sum();
+        let fits = used + u64::from(claim.count()) <= u64::from(claim.limit());
+        let held_back = permits
+            .places
+            .iter()
+            .any(|p| p.owner != owner && p.count > claim.count());
+        if !fits || held_back {
+            if let Some(place) = place {
+                permits.places.retain(|p| p.owner != owner);
+                permits.places.push(PermitPlace {
+                    owner,
+                    count: claim.count(),
+                    until: now + place,
+                });
+            }
+            let remaining = permits
+                .grants
+                .iter()
+                .map(|g| g.expires_at.saturating_duration_since(now))
+                .min();
+            return Ok(Grant::Held { remaining });
+        }
+        let fence = FencingToken::new(next_fence);
+        permits.places.retain(|p| p.owner != owner);
+        permits.grants.push(PermitGrant {
+            owner,
+            count: claim.count(),
+            fence,
+            expires_at: now + ttl,
+            value: claim.value().map(str::to_owned),
+        });
+        if let Some(value) = claim.value() {
+            let previous = permits.terms.back().map_or(0, |t| t.fence.get());
+            permits.terms.push_back(Term {
+                fence,
+                previous,
+                value: value.to_owned(),
+            });
+            while permits.terms.len() > TERMS_KEPT {
+                permits.terms.pop_front();
+            }
+        }
+        permits.keep_terms(now + ttl + ttl);
+        self.last_fence = next_fence;
+        Ok(Grant::Granted(fence))
+    }
+
     /// The live holder of `key`, dropping an expired one.
     fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holder> {
         if self.locks.get(key).is_some_and(|h| h.expires_at <= now) {
@@ -218,8 +361,131 @@ impl State {
     }
 }
 
+/// Where waiters on a name's permits register: apart from the name's lock.
+fn permit_channel(name: &LockKey) -> String {
+    format!("permits\0{name}")
+}
+
+#[async_trait]
+impl PermitBackend for MemoryBackend {
+    async fn try_grant_permits(
+        &self,
+        request: &AcquireRequest,
+        claim: &Claim,
+        place: Option<Duration>,
+    ) -> Result<Grant> {
+        self.reachable().await?;
+        let grant = self
+            .lock_state()
+            .grant_permits(request, claim, place, Instant::now())?;
+        if matches!(grant, Grant::Granted(_)) && claim.value().is_some() {
+            // Observers of an election look again.
+            self.shared.waiters.wake(&permit_channel(request.key()));
+        }
+        Ok(grant)
+    }
+
+    async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let released = {
+            let mut state = self.lock_state();
+            match state.permits(key, now) {
+                Some(permits) => {
+                    let before = permits.grants.len();
+                    permits.grants.retain(|g| g.owner != *owner);
+                    permits.grants.len() < before
+                }
+                None => false,
+            }
+        };
+        if !released {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        self.shared.waiters.wake(&permit_channel(key));
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let Some(permits) = state.permits(request.key(), now) else {
+            return Ok(Renewal::NotHeld);
+        };
+        let until = now + request.ttl();
+        match permits
+            .grants
+            .iter_mut()
+            .find(|g| g.owner == *request.owner())
+        {
+            Some(grant) => {
+                grant.expires_at = until;
+                permits.keep_terms(until + request.ttl());
+                Ok(Renewal::Renewed)
+            }
+            None => Ok(Renewal::NotHeld),
+        }
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.reachable().await?;
+        if let Some(permits) = self.lock_state().permits(key, Instant::now()) {
+            permits.places.retain(|p| p.owner != *owner);
+        }
+        self.shared.waiters.wake(&permit_channel(key));
+        Ok(())
+    }
+
+    async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        let Some(permits) = state.permits(key, now) else {
+            return Ok(Vec::new());
+        };
+        let mut holders: Vec<PermitHolder> = permits
+            .grants
+            .iter()
+            .map(|g| PermitHolder {
+                fence: g.fence,
+                count: g.count,
+                remaining: g.expires_at.saturating_duration_since(now),
+                value: g.value.clone(),
+            })
+            .collect();
+        holders.sort_by_key(|h| h.fence);
+        Ok(holders)
+    }
+
+    async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>> {
+        self.reachable().await?;
+        let mut state = self.lock_state();
+        let Some(permits) = state.permits(key, Instant::now()) else {
+            return Ok(Vec::new());
+        };
+        Ok(permits
+            .terms
+            .iter()
+            .filter(|t| t.fence.get() > after)
+            .cloned()
+            .collect())
+    }
+
+    async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.reachable().await?;
+        Ok(Some(
+            self.shared.waiters.register(&permit_channel(key)).changes,
+        ))
+    }
+}
+
 #[async_trait]
 impl LockBackend for MemoryBackend {
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         NAME
     }

@@ -3,20 +3,6 @@
 
 use super::*;
 
-/// `n` backends to make clients of: the target's, then independent clients of its
-/// server where the target makes them; otherwise the target's own again (each
-/// [`LockClient`] in fair mode is a waiter of its own either way).
-async fn backends(t: &Target, n: usize) -> Result<Vec<Arc<DynLockBackend>>, CaseError> {
-    let mut all = vec![t.backend().clone()];
-    while all.len() < n {
-        match t.another_client().await {
-            Some(client) => all.push(client?),
-            None => all.push(t.backend().clone()),
-        }
-    }
-    Ok(all)
-}
-
 /// A client in fair mode on `backend`, with a TTL that does not run out in a case.
 fn fair_client(t: &Target, backend: &Arc<DynLockBackend>) -> Result<LockClient, CaseError> {
     let options = LockOptions::new(t.long_ttl()).with_fair(true);

@@ -120,6 +120,20 @@ async fn contend(
     Ok(())
 }
 
+/// `n` backends to make clients of: the target's, then independent clients of its
+/// server where the target makes them; otherwise the target's own again (each
+/// [`LockClient`] in fair mode is a waiter of its own either way).
+async fn backends(t: &Target, n: usize) -> Result<Vec<Arc<DynLockBackend>>, CaseError> {
+    let mut all = vec![t.backend().clone()];
+    while all.len() < n {
+        match t.another_client().await {
+            Some(client) => all.push(client?),
+            None => all.push(t.backend().clone()),
+        }
+    }
+    Ok(all)
+}
+
 /// One attempt on `backend`: the lease, or `None` when the key is held.
 async fn grant(
     backend: &Arc<DynLockBackend>,
@@ -203,6 +217,7 @@ pub mod fairness;
 pub mod faults;
 pub mod fencing;
 pub mod partitions;
+pub mod permits;
 pub mod quorum;
 pub mod release;
 pub mod round_trips;
@@ -255,7 +270,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 13] = [
+pub(crate) const AREAS: [&[Case]; 14] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -266,6 +281,7 @@ pub(crate) const AREAS: [&[Case]; 13] = [
     client::CASES,
     clients::CASES,
     fairness::CASES,
+    permits::CASES,
     partitions::CASES,
     faults::CASES,
     quorum::CASES,

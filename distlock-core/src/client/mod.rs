@@ -3,10 +3,12 @@
 
 mod backoff;
 mod deferred;
+mod election;
 mod guard;
 mod local;
 mod options;
 mod reentrant;
+mod shared;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,9 +26,11 @@ use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
 use self::deferred::Starts;
+pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::{LockGuard, LossReason};
 use self::local::{LocalQueues, LocalTurn};
 pub use self::options::LockOptions;
+pub use self::shared::{RwLock, Semaphore};
 
 /// The entry point users touch: takes locks on a backend and hands out guards.
 ///

@@ -1,0 +1,463 @@
+//! Semaphores, read-write locks and elections: `PermitBackend`'s contract, through
+//! the kinds users hold, across clients.
+
+use std::sync::atomic::AtomicU64;
+
+use distlock_core::{Election, Observation, RwLock, Semaphore};
+use futures_util::StreamExt;
+
+use super::*;
+
+/// Options for the kinds' cases: a TTL that does not run out in a case.
+fn options(t: &Target) -> LockOptions {
+    LockOptions::new(t.long_ttl())
+}
+
+/// Options whose lease runs out at a short TTL, without renewal.
+fn lapsing(t: &Target) -> LockOptions {
+    LockOptions::new(t.short_ttl()).with_auto_renew(false)
+}
+
+/// How many are inside at once, and the most there ever were.
+#[derive(Default)]
+struct Occupancy {
+    now: AtomicU64,
+    most: AtomicU64,
+}
+
+impl Occupancy {
+    fn enter(&self, n: u64) -> u64 {
+        let now = self.now.fetch_add(n, Ordering::SeqCst) + n;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        now
+    }
+
+    fn leave(&self, n: u64) {
+        self.now.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    fn now(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn most(&self) -> u64 {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+/// Fences seen, to check that no two grants share one.
+#[derive(Default)]
+struct Fences(Mutex<Vec<u64>>);
+
+impl Fences {
+    fn add(&self, fence: u64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(fence);
+    }
+
+    fn repeated(&self) -> Option<u64> {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        all.sort_unstable();
+        all.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+    }
+}
+
+/// A wait long enough for any handoff in a case.
+const WAIT: Duration = Duration::from_secs(20);
+
+cases! {
+    /// Tasks on several clients share a semaphore of three permits: never more than three hold, three do at once, and no fence repeats.
+    #[case(Semaphore, needs_permits)]
+    pub async fn permits_never_exceed_the_limit_across_clients(t: &Target) -> CaseResult {
+        const LIMIT: u64 = 3;
+        let name = t.key("semaphore");
+        let backends = backends(t, 4).await?;
+        let inside = Arc::new(Occupancy::default());
+        let fences = Arc::new(Fences::default());
+        let work = (0..12).map(|n| {
+            let permits = Semaphore::with_options(
+                backends[n % backends.len()].clone(),
+                name.as_str(),
+                LIMIT as u32,
+                options(t),
+            );
+            let (inside, fences) = (inside.clone(), fences.clone());
+            async move {
+                let permits = permits?;
+                let mut last = 0;
+                for round in 0..4 {
+                    let guard = permits.acquire(WAIT).await?;
+                    let fence = guard.fence().get();
+                    fences.add(fence);
+                    if fence <= last {
+                        return fail(format!("task {n} got fence {fence} after its own {last}"));
+                    }
+                    last = fence;
+                    inside.enter(1);
+                    // The first round holds long enough for every task's first try to land.
+                    let hold = if round == 0 { 200 } else { 2 + rand::random::<u64>() % 5 };
+                    sleep(Duration::from_millis(hold)).await;
+                    inside.leave(1);
+                    guard.release().await?;
+                }
+                Ok(())
+            }
+        });
+        for r in join_all(work).await {
+            r?;
+        }
+        ensure!(
+            inside.most() <= LIMIT,
+            "{} held permits at once, with a limit of {LIMIT}",
+            inside.most()
+        );
+        ensure!(
+            inside.most() == LIMIT,
+            "never more than {} of {LIMIT} permits were held at once, with twelve tasks waiting",
+            inside.most()
+        );
+        if let Some(fence) = fences.repeated() {
+            return fail(format!("two grants had the fence {fence}"));
+        }
+        Ok(())
+    }
+
+    /// Every grant on a name gets a fence above every earlier one, across clients, permits still held and takeovers after expiry.
+    #[case(Semaphore, needs_permits)]
+    pub async fn permit_fences_increase_with_every_grant(t: &Target) -> CaseResult {
+        let name = t.key("permit-fences");
+        let backends = backends(t, 2).await?;
+        let mut held = Vec::new();
+        let mut last = 0;
+        for round in 0..8 {
+            let permits =
+                Semaphore::with_options(backends[round % 2].clone(), name.as_str(), 2, options(t))?;
+            if held.len() == 2 {
+                let oldest: distlock_core::LockGuard = held.remove(0);
+                oldest.release().await?;
+            }
+            let guard = permits.acquire(WAIT).await?;
+            ensure!(
+                guard.fence().get() > last,
+                "round {round}: fence {} after {last}",
+                guard.fence()
+            );
+            last = guard.fence().get();
+            held.push(guard);
+        }
+        for guard in held {
+            guard.release().await?;
+        }
+        // A permit that ran out is taken over with a higher fence.
+        let lapsing = Semaphore::with_options(backends[0].clone(), name.as_str(), 2, lapsing(t))?;
+        let a = lapsing.acquire(WAIT).await?;
+        let b = lapsing.acquire(WAIT).await?;
+        let later = Semaphore::with_options(backends[1].clone(), name.as_str(), 2, options(t))?;
+        let taken = later.acquire(t.short_ttl() * 4 + t.expiry_slack() * 4).await?;
+        ensure!(
+            taken.fence() > a.fence().max(b.fence()),
+            "a takeover after expiry got fence {} after {}",
+            taken.fence(),
+            a.fence().max(b.fence())
+        );
+        drop((a, b));
+        taken.release().await?;
+        Ok(())
+    }
+
+    /// A permit whose lease ran out frees its place for a waiter, and its late release answers not held without touching the new holder.
+    #[case(Semaphore, needs_permits)]
+    pub async fn an_expired_permit_frees_its_place(t: &Target) -> CaseResult {
+        let name = t.key("permit-expiry");
+        let lapsing = Semaphore::with_options(t.backend().clone(), name.as_str(), 1, lapsing(t))?;
+        let waiting = Semaphore::with_options(t.backend().clone(), name.as_str(), 1, options(t))?;
+        let old = lapsing.acquire(WAIT).await?;
+        let started = Instant::now();
+        let new = waiting.acquire(t.short_ttl() * 4 + t.expiry_slack() * 4).await?;
+        let took = started.elapsed();
+        ensure!(
+            took + Duration::from_millis(50) >= t.short_ttl() / 2,
+            "a permit held for {:?} was granted to another after {took:?}",
+            t.short_ttl()
+        );
+        ensure!(old.loss().is_some(), "the old holder was not told it lost its permit");
+        match old.release().await {
+            Err(e) if e.kind() == ErrorKind::NotHeld => {}
+            other => return fail(format!("releasing a lapsed permit gave {other:?}, not NotHeld")),
+        }
+        let holders = waiting.holders().await?;
+        ensure!(
+            holders.len() == 1 && holders[0].fence == new.fence(),
+            "after a late release the holders are {holders:?}"
+        );
+        new.release().await?;
+        Ok(())
+    }
+
+    /// A claim that gives another limit than the held permits of its name is a configuration error, and is accepted once none is held.
+    #[case(Semaphore, needs_permits)]
+    pub async fn a_limit_that_differs_is_refused(t: &Target) -> CaseResult {
+        let name = t.key("permit-limit");
+        let two = Semaphore::with_options(t.backend().clone(), name.as_str(), 2, options(t))?;
+        let three = Semaphore::with_options(t.backend().clone(), name.as_str(), 3, options(t))?;
+        let held = two.acquire(WAIT).await?;
+        match three.try_acquire().await {
+            Err(e) if e.kind() == ErrorKind::Configuration => {}
+            other => {
+                return fail(format!(
+                    "a claim with a limit of 3 on a name held with 2 gave {:?}",
+                    other.map(|g| g.map(|g| g.fence()))
+                ))
+            }
+        }
+        held.release().await?;
+        let now = three.try_acquire().await?;
+        ensure!(now.is_some(), "a free name refused a claim with a new limit");
+        Ok(())
+    }
+
+    /// A waiting claim for many permits is granted while tasks keep taking single permits.
+    #[case(Semaphore, needs_permits)]
+    pub async fn a_large_claim_is_not_starved_by_small_ones(t: &Target) -> CaseResult {
+        let name = t.key("permit-starve");
+        let backends = backends(t, 3).await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Three tasks keep at least one permit of four held at every instant.
+        let small = (0..3).map(|n| {
+            let permits =
+                Semaphore::with_options(backends[n].clone(), name.as_str(), 4, options(t));
+            let stop = stop.clone();
+            async move {
+                let permits = permits?;
+                sleep(Duration::from_millis(40 * n as u64)).await;
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = permits.acquire(WAIT).await?;
+                    sleep(Duration::from_millis(120)).await;
+                    guard.release().await?;
+                }
+                Ok::<_, CaseError>(())
+            }
+        });
+        let large = async {
+            sleep(Duration::from_millis(500)).await;
+            let permits = Semaphore::with_options(t.backend().clone(), name.as_str(), 4, options(t))?;
+            let started = Instant::now();
+            let outcome = permits.acquire_many(4, Duration::from_secs(8)).await;
+            stop.store(true, Ordering::SeqCst);
+            let guard = match outcome {
+                Ok(guard) => guard,
+                Err(e) => return fail(format!("a claim of all four permits was starved: {e}")),
+            };
+            let took = started.elapsed();
+            guard.release().await?;
+            Ok::<_, CaseError>(took)
+        };
+        let (smalls, large) = tokio::join!(join_all(small), large);
+        for r in smalls {
+            r?;
+        }
+        large?;
+        Ok(())
+    }
+
+    /// Readers and writers on several clients: never a reader with a writer, never two writers, and readers do share.
+    #[case(ReadWrite, needs_permits)]
+    pub async fn never_a_reader_with_a_writer(t: &Target) -> CaseResult {
+        let name = t.key("rwlock");
+        let backends = backends(t, 3).await?;
+        let readers = Arc::new(Occupancy::default());
+        let writers = Arc::new(Occupancy::default());
+        let clashes = Arc::new(Mutex::new(Vec::<String>::new()));
+        let work = (0..9).map(|n| {
+            let lock = RwLock::with_options(backends[n % backends.len()].clone(), name.as_str(), options(t));
+            let (readers, writers, clashes) = (readers.clone(), writers.clone(), clashes.clone());
+            async move {
+                let lock = lock?;
+                let writer = n % 3 == 0;
+                for round in 0..4 {
+                    let clash = |what: String| {
+                        clashes.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+                    };
+                    if writer {
+                        let guard = lock.write(WAIT).await?;
+                        let (w, r) = (writers.enter(1), readers.now());
+                        if w > 1 || r > 0 {
+                            clash(format!("a writer with {} other writers and {r} readers", w - 1));
+                        }
+                        sleep(Duration::from_millis(5)).await;
+                        writers.leave(1);
+                        guard.release().await?;
+                    } else {
+                        let guard = lock.read(WAIT).await?;
+                        readers.enter(1);
+                        if writers.now() > 0 {
+                            clash("a reader with a writer".to_owned());
+                        }
+                        let hold = if round == 0 { 150 } else { 5 };
+                        sleep(Duration::from_millis(hold)).await;
+                        if writers.now() > 0 {
+                            clash("a writer came in under a reader".to_owned());
+                        }
+                        readers.leave(1);
+                        guard.release().await?;
+                    }
+                }
+                Ok::<_, CaseError>(())
+            }
+        });
+        for r in join_all(work).await {
+            r?;
+        }
+        let clashes = clashes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ensure!(clashes.is_empty(), "{} clashes: {:?}", clashes.len(), &clashes[..clashes.len().min(5)]);
+        ensure!(readers.most() >= 2, "readers never held the lock together (at most {})", readers.most());
+        Ok(())
+    }
+
+    /// A writer waiting for a reader holds back new readers, and is granted once the reader leaves.
+    #[case(ReadWrite, needs_permits)]
+    pub async fn a_waiting_writer_holds_back_new_readers(t: &Target) -> CaseResult {
+        let name = t.key("rw-writer-first");
+        let backends = backends(t, 3).await?;
+        let lock = |n: usize| RwLock::with_options(backends[n].clone(), name.as_str(), options(t));
+        let (first, writer, late) = (lock(0)?, lock(1)?, lock(2)?);
+        let reading = first.read(WAIT).await?;
+        let waiting = async { writer.write(WAIT).await };
+        let meanwhile = async {
+            // Well after the writer's first call.
+            sleep(Duration::from_millis(500)).await;
+            let late_read = late.try_read().await?;
+            let held_back = late_read.is_none();
+            if let Some(guard) = late_read {
+                guard.release().await?;
+            }
+            reading.release().await?;
+            Ok::<_, CaseError>(held_back)
+        };
+        let (written, held_back) = tokio::join!(waiting, meanwhile);
+        let written = written?;
+        ensure!(held_back?, "a new reader was granted while a writer waited");
+        ensure!(late.try_read().await?.is_none(), "a reader was granted under a writer");
+        written.release().await?;
+        let after = late.try_read().await?;
+        ensure!(after.is_some(), "a reader was refused once the writer left");
+        Ok(())
+    }
+
+    /// A writer that gave up waiting no longer holds back readers.
+    #[case(ReadWrite, needs_permits)]
+    pub async fn a_writer_that_gives_up_no_longer_holds_back_readers(t: &Target) -> CaseResult {
+        let name = t.key("rw-gave-up");
+        let lock = RwLock::with_options(t.backend().clone(), name.as_str(), options(t))?;
+        let reading = lock.read(WAIT).await?;
+        match lock.write(Duration::from_millis(300)).await {
+            Err(e) if e.kind() == ErrorKind::Timeout => {}
+            other => {
+                return fail(format!(
+                    "a write under a reader gave {:?}",
+                    other.map(|g| g.fence())
+                ))
+            }
+        }
+        // Leaving is sent in the background as the wait ends; give it a round trip.
+        let give_up = Instant::now() + Duration::from_secs(1);
+        let read = loop {
+            if let Some(guard) = lock.try_read().await? {
+                break guard;
+            }
+            if Instant::now() > give_up {
+                return fail("readers were held back for a second by a writer that gave up");
+            }
+            sleep(Duration::from_millis(20)).await;
+        };
+        read.release().await?;
+        reading.release().await?;
+        Ok(())
+    }
+
+    /// Candidates on several clients campaign in turn: one leader at a time, each term's fence above the last.
+    #[case(Election, needs_permits)]
+    pub async fn one_leader_at_a_time_across_clients(t: &Target) -> CaseResult {
+        let name = t.key("election");
+        let backends = backends(t, 3).await?;
+        let leaders = Arc::new(Occupancy::default());
+        let last = Arc::new(Mutex::new(0u64));
+        let work = (0..6).map(|n| {
+            let election = Election::with_options(backends[n % backends.len()].clone(), name.as_str(), options(t));
+            let (leaders, last) = (leaders.clone(), last.clone());
+            async move {
+                let election = election?;
+                for _ in 0..3 {
+                    let term = election.campaign(&format!("candidate-{n}"), WAIT).await?;
+                    let at_once = leaders.enter(1);
+                    let fence = term.fence().get();
+                    let previous = std::mem::replace(&mut *last.lock().unwrap_or_else(|p| p.into_inner()), fence);
+                    sleep(Duration::from_millis(3)).await;
+                    leaders.leave(1);
+                    term.resign().await?;
+                    if at_once > 1 {
+                        return fail(format!("{at_once} leaders at once"));
+                    }
+                    if fence <= previous {
+                        return fail(format!("a term's fence {fence} after {previous}"));
+                    }
+                }
+                Ok(())
+            }
+        });
+        for r in join_all(work).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Observers on two clients see every term of quick successive leaders, in order, each once, then the vacancy.
+    #[case(Election, needs_permits)]
+    pub async fn observers_see_every_term_in_order(t: &Target) -> CaseResult {
+        const TERMS: usize = 6;
+        let name = t.key("observed");
+        let backends = backends(t, 2).await?;
+        // Observers that look rarely: only the record of terms lets them see them all.
+        let slow = options(t).with_backoff(Duration::from_secs(1), Duration::from_secs(1));
+        let mut observers = Vec::new();
+        for backend in &backends {
+            let election = Election::with_options(backend.clone(), name.as_str(), slow.clone())?;
+            let mut observer = election.observe();
+            match timeout(WAIT, observer.next()).await {
+                Ok(Some(Ok(Observation::Vacant))) => {}
+                other => return fail(format!("a new election was first observed as {other:?}")),
+            }
+            observers.push(observer);
+        }
+        let candidates = Election::with_options(t.backend().clone(), name.as_str(), options(t))?;
+        let mut elected = Vec::new();
+        for n in 0..TERMS {
+            let term = candidates.campaign(&format!("leader-{n}"), WAIT).await?;
+            elected.push((term.fence(), term.value().to_owned()));
+            term.resign().await?;
+        }
+        for (i, observer) in observers.iter_mut().enumerate() {
+            let mut seen = Vec::new();
+            let give_up = Instant::now() + WAIT;
+            loop {
+                let left = give_up.saturating_duration_since(Instant::now());
+                match timeout(left, observer.next()).await {
+                    Ok(Some(Ok(Observation::Elected(leader)))) => seen.push((leader.fence, leader.value)),
+                    Ok(Some(Ok(Observation::Vacant))) if seen.len() >= TERMS => break,
+                    Ok(Some(Ok(Observation::Vacant))) => {}
+                    Ok(Some(Ok(other))) => {
+                        return fail(format!("observer {i} saw {other:?} after {} terms", seen.len()))
+                    }
+                    Ok(Some(Err(e))) if e.is_retryable() => {}
+                    Ok(Some(Err(e))) => return fail(format!("observer {i}: {e}")),
+                    Ok(None) => return fail(format!("observer {i}'s stream ended")),
+                    Err(_) => break,
+                }
+            }
+            ensure!(
+                seen == elected,
+                "observer {i} saw {seen:?}; the terms were {elected:?}"
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,293 @@
+//! [`Election`]: leader election on a name's single permit, with campaign, observe
+//! and resign.
+
+use std::collections::VecDeque;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use tracing::debug;
+
+use super::shared::Claims;
+use super::{LockGuard, LockOptions};
+use crate::backend::{next_change, ChangeStream, DynLockBackend};
+use crate::error::Result;
+use crate::key::LockKey;
+use crate::permits::{permits_of, Claim, PermitHolder};
+use crate::token::FencingToken;
+
+/// A leader: its term's fencing token, and the value it campaigned with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The term's fencing token: strictly increases from term to term.
+    pub fence: FencingToken,
+    /// The value it campaigned with (an address, say).
+    pub value: String,
+}
+
+/// What an observer of an election sees, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Observation {
+    /// A leader's term began (the first item may be a term that began before the
+    /// observer started).
+    Elected(Leader),
+    /// Nobody leads now: the last leader resigned or its lease ran out, and nobody
+    /// was elected since the observer last looked.
+    Vacant,
+    /// Terms were elected that the backend no longer kept when the observer looked
+    /// (more than [`TERMS_KEPT`](crate::TERMS_KEPT) since the last item): the items
+    /// go on from the oldest kept.
+    Missed,
+}
+
+/// The stream [`Election::observe`] returns. It never ends on its own; errors are
+/// items (a retryable one means the observer will look again).
+pub type Observations = Pin<Box<dyn Stream<Item = Result<Observation>> + Send>>;
+
+/// Leader election across processes: one leader at a time, each term a lease with its
+/// own fencing token, renewal and loss signal.
+///
+/// - [`campaign`](Self::campaign) waits to become the leader, with a value such as
+///   an address, and returns the [`Leadership`];
+/// - [`observe`](Self::observe) streams every term in order, as [`Observation`]s:
+///   every leader, each once, in the order of their fences, even one whose term was
+///   shorter than the observer's look; and when the election is vacant;
+/// - [`Leadership::resign`] ends the term; [`LockGuard::lost`] (through the
+///   leadership) tells the leader when its lease ran out under it.
+///
+/// It is a name's permits with a limit of one, each campaign's value recorded as a
+/// term ([`PermitBackend`](crate::PermitBackend) points 1 and 5).
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use futures_util::StreamExt;
+/// use distlock_core::{Election, MemoryBackend, Observation};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock_core::Result<()> {
+/// let election = Election::new(Arc::new(MemoryBackend::new()), "scheduler")?;
+/// let mut observer = election.observe();
+/// assert_eq!(observer.next().await.transpose()?, Some(Observation::Vacant));
+/// let leadership = election.campaign("10.0.0.7:8080", Duration::from_secs(1)).await?;
+/// let Some(Observation::Elected(leader)) = observer.next().await.transpose()? else {
+///     panic!("an election")
+/// };
+/// assert_eq!((leader.value.as_str(), leader.fence), ("10.0.0.7:8080", leadership.fence()));
+/// leadership.resign().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    claims: Claims,
+}
+
+impl Election {
+    /// An election on `name`, with the default [`LockOptions`] (a term's lease lasts
+    /// 30 s past the leader's last renewal).
+    pub fn new(backend: Arc<DynLockBackend>, name: &str) -> Result<Self> {
+        Self::with_options(backend, name, LockOptions::default())
+    }
+
+    /// An election with `options`; see [`Semaphore::with_options`](crate::Semaphore::with_options).
+    pub fn with_options(
+        backend: Arc<DynLockBackend>,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<Self> {
+        Ok(Election {
+            claims: Claims::new(backend, name, options)?,
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &LockKey {
+        self.claims.name()
+    }
+
+    /// Waits up to `wait` to become the leader, with `value` for observers (at most
+    /// [`MAX_CLAIM_VALUE`](crate::MAX_CLAIM_VALUE) bytes, no NUL: otherwise a
+    /// configuration error).
+    pub async fn campaign(&self, value: &str, wait: Duration) -> Result<Leadership> {
+        let claim = Claim::new(1, 1)?.with_value(value)?;
+        let guard = self.claims.acquire(claim, wait).await?;
+        Ok(Leadership {
+            guard,
+            value: value.to_owned(),
+        })
+    }
+
+    /// Tries once to become the leader: `None` while another leads.
+    pub async fn try_campaign(&self, value: &str) -> Result<Option<Leadership>> {
+        let claim = Claim::new(1, 1)?.with_value(value)?;
+        let guard = self.claims.try_acquire(claim).await?;
+        Ok(guard.map(|guard| Leadership {
+            guard,
+            value: value.to_owned(),
+        }))
+    }
+
+    /// The current leader, if any: a snapshot.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(leader_of(self.claims.holders().await?))
+    }
+
+    /// Every term from now on, in order (see [`Observation`]). It looks when the
+    /// backend reports a change ([`Capabilities::change_notification`](crate::Capabilities::change_notification)),
+    /// and otherwise every [`LockOptions::backoff_max`] (500 ms by default); the
+    /// recorded terms make sure no leader is skipped between looks.
+    pub fn observe(&self) -> Observations {
+        let observer = Observer {
+            backend: self.claims.backend().clone(),
+            name: self.claims.name().clone(),
+            every: self.claims.options().backoff_max(),
+            last: None,
+            vacant: false,
+            ready: VecDeque::new(),
+            changes: None,
+            looked: false,
+        };
+        Box::pin(futures_util::stream::unfold(observer, |mut o| async move {
+            let item = o.next().await;
+            Some((item, o))
+        }))
+    }
+}
+
+fn leader_of(holders: Vec<PermitHolder>) -> Option<Leader> {
+    let holder = holders.into_iter().last()?;
+    Some(Leader {
+        fence: holder.fence,
+        value: holder.value.unwrap_or_default(),
+    })
+}
+
+/// A term as leader: a [`LockGuard`] (its fence, [`lost`](LockGuard::lost) signal and
+/// renewal) and the value it campaigned with. Dropping it resigns in the background.
+#[derive(Debug)]
+#[must_use = "dropping the leadership resigns"]
+pub struct Leadership {
+    guard: LockGuard,
+    value: String,
+}
+
+impl Leadership {
+    /// The value it campaigned with.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// Ends the term, so that another candidate can be elected at once; as
+    /// [`LockGuard::release`] (an [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld)
+    /// error when the term had already run out).
+    pub async fn resign(self) -> Result<()> {
+        self.guard.release().await
+    }
+
+    /// The guard of the term's lease.
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
+impl Deref for Leadership {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+struct Observer {
+    backend: Arc<DynLockBackend>,
+    name: LockKey,
+    every: Duration,
+    /// The fence of the last term reported, or the baseline it started from.
+    last: Option<u64>,
+    vacant: bool,
+    ready: VecDeque<Observation>,
+    changes: Option<ChangeStream>,
+    looked: bool,
+}
+
+impl Observer {
+    async fn next(&mut self) -> Result<Observation> {
+        loop {
+            if let Some(item) = self.ready.pop_front() {
+                return Ok(item);
+            }
+            if self.looked {
+                tokio::select! {
+                    () = tokio::time::sleep(self.every) => {}
+                    change = next_change(&mut self.changes) => {
+                        if change.is_none() {
+                            debug!("change notifications ended; polling instead");
+                            self.changes = None;
+                        }
+                    }
+                }
+            } else if self.backend.capabilities().change_notification {
+                self.changes = match permits_of(&*self.backend)?.watch_permits(&self.name).await {
+                    Ok(changes) => changes,
+                    Err(error) => {
+                        debug!(%error, "cannot watch the election; polling instead");
+                        None
+                    }
+                };
+            }
+            self.looked = true;
+            self.look().await?;
+        }
+    }
+
+    /// Reads the terms since the last one reported, then whether anyone leads.
+    async fn look(&mut self) -> Result<()> {
+        let permits = permits_of(&*self.backend)?;
+        let after = self.last.unwrap_or(0);
+        let terms = permits.terms(&self.name, after).await?;
+        let holders = permits.holders(&self.name).await?;
+        match self.last {
+            None => {
+                // The first look: the current leader, if any, is the first item; the
+                // terms before it are history.
+                let baseline = terms.last().map_or(0, |t| t.fence.get());
+                match leader_of(holders) {
+                    Some(leader) => {
+                        self.last = Some(leader.fence.get().max(baseline));
+                        self.ready.push_back(Observation::Elected(leader));
+                    }
+                    None => {
+                        self.last = Some(baseline);
+                        self.vacant = true;
+                        self.ready.push_back(Observation::Vacant);
+                    }
+                }
+            }
+            Some(last) => {
+                let mut last = last;
+                for term in terms {
+                    // Each term names the one before it: a gap is terms not kept.
+                    if term.previous != last {
+                        self.ready.push_back(Observation::Missed);
+                    }
+                    last = term.fence.get();
+                    self.last = Some(last);
+                    self.vacant = false;
+                    self.ready.push_back(Observation::Elected(Leader {
+                        fence: term.fence,
+                        value: term.value,
+                    }));
+                }
+                if holders.is_empty() && !self.vacant {
+                    self.vacant = true;
+                    self.ready.push_back(Observation::Vacant);
+                }
+            }
+        }
+        Ok(())
+    }
+}

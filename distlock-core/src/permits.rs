@@ -1,0 +1,320 @@
+//! [`PermitBackend`]: the server steps behind semaphores, read-write locks and
+//! leader election, and the contract they keep.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{ChangeStream, DynLockBackend, LockBackend};
+use crate::capabilities::Capabilities;
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
+use crate::token::{FencingToken, OwnerToken};
+
+/// The longest value a [`Claim`] may carry, in bytes.
+pub const MAX_CLAIM_VALUE: usize = 1024;
+
+/// How many terms (grants that carry a value) a backend keeps per name at least, for
+/// [`PermitBackend::terms`].
+pub const TERMS_KEPT: usize = 64;
+
+/// What one grant takes of a name's permits: `count` of its `limit`, and, for an
+/// election, the candidate's value that observers read.
+///
+/// ```
+/// use distlock_core::Claim;
+///
+/// let three_of_ten = Claim::new(3, 10)?;
+/// assert_eq!((three_of_ten.count(), three_of_ten.limit()), (3, 10));
+/// assert!(Claim::new(0, 10).is_err());
+/// assert!(Claim::new(11, 10).is_err());
+/// # Ok::<(), distlock_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    count: u32,
+    limit: u32,
+    value: Option<String>,
+}
+
+impl Claim {
+    /// `count` permits of a name that has `limit`; an [`ErrorKind::Configuration`]
+    /// error unless `1 <= count <= limit`.
+    pub fn new(count: u32, limit: u32) -> Result<Self> {
+        if count == 0 || count > limit {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!("a claim takes from 1 to its limit of permits; asked {count} of {limit}"),
+            ));
+        }
+        Ok(Claim {
+            count,
+            limit,
+            value: None,
+        })
+    }
+
+    /// A claim whose `1 <= count <= limit` the caller has made sure of.
+    pub(crate) const fn checked_already(count: u32, limit: u32) -> Self {
+        Claim {
+            count,
+            limit,
+            value: None,
+        }
+    }
+
+    /// The same claim carrying `value` (an election's candidate, such as its address):
+    /// a [`ErrorKind::Configuration`] error when it is longer than
+    /// [`MAX_CLAIM_VALUE`] bytes or holds a NUL character.
+    pub fn with_value(mut self, value: impl Into<String>) -> Result<Self> {
+        let value = value.into();
+        if value.len() > MAX_CLAIM_VALUE || value.contains('\0') {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "a claim's value is at most {MAX_CLAIM_VALUE} bytes without NUL characters ({} bytes given)",
+                    value.len()
+                ),
+            ));
+        }
+        self.value = Some(value);
+        Ok(self)
+    }
+
+    /// How many permits a grant takes.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// How many permits the name has.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The value observers read, if any.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+}
+
+/// A live grant on a name, as [`PermitBackend::holders`] shows it: never the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitHolder {
+    /// Its fencing token.
+    pub fence: FencingToken,
+    /// How many permits it holds.
+    pub count: u32,
+    /// Its remaining TTL by the server's clock.
+    pub remaining: Duration,
+    /// The value its claim carried.
+    pub value: Option<String>,
+}
+
+/// A grant that carried a value (an election's leader), as the name's record of terms
+/// keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// The grant's fencing token.
+    pub fence: FencingToken,
+    /// The fence of the term recorded before it on the same name; zero for the first.
+    pub previous: u64,
+    /// The value its claim carried.
+    pub value: String,
+}
+
+/// The server steps of the shared kinds: semaphores
+/// ([`Semaphore`](crate::Semaphore)), read-write locks ([`RwLock`](crate::RwLock)) and
+/// leader election ([`Election`](crate::Election)). A backend that has them declares
+/// [`Capabilities::permits`] and returns itself from [`LockBackend::permits`].
+///
+/// Permits live in a namespace of their own: a name used for permits and the same
+/// name used as a [`LockBackend`] key are two different things.
+///
+/// # Contract
+///
+/// Points 2 (server time), 3 (owner tokens), 4 (release), 5 (extend), 7 (validity) and
+/// 8 (errors) of [`LockBackend`]'s contract hold for every grant of permits as for a
+/// lease, each grant being one owner's lease on the name. Besides:
+///
+/// 1. **Limit.** At any instant, the live grants on a name hold at most its limit of
+///    permits in all: a grant of a [`Claim`] of `count` is made only when the
+///    unexpired grants hold at most `limit - count`.
+/// 2. **One limit per name.** A claim whose limit differs from the limit of the live
+///    grants on its name is refused with an [`ErrorKind::Configuration`] error. Once
+///    no grant lives, the next claim sets the limit.
+/// 3. **Fencing.** Every grant on a name gets a fencing token above every earlier
+///    grant's on that name, as in [`LockBackend`]'s point 6; what a data-losing
+///    restart does to it is declared in [`Capabilities::fence_durability`].
+/// 4. **Places.** A claim made with a `place` that is not granted keeps the owner's
+///    place for `place` from now (rounded up as a TTL is), renewed by each call with
+///    the same owner, and taken away by the grant or by
+///    [`leave_queue`](Self::leave_queue). **While another owner keeps a place for a
+///    claim of a larger count, a claim is not granted**, so that a stream of small
+///    claims never starves a large one: a read-write lock's waiting writer holds back
+///    new readers. Claims of equal counts race.
+/// 5. **Terms.** A grant whose claim carries a value is recorded as a [`Term`], with
+///    the fence of the term recorded before it on the name, and the last
+///    [`TERMS_KEPT`] terms of a name are kept at least as long as a grant of the name
+///    lives, or a place is kept.
+#[async_trait]
+pub trait PermitBackend: Send + Sync + fmt::Debug {
+    /// The grant step: in one atomic step on the server, drops the grants and places
+    /// of `request.key()` that ran out, and grants `claim` to `request.owner()` for
+    /// `request.ttl()` if points 1, 2 and 4 allow, minting the next fence; otherwise
+    /// [`Grant::Held`], with the time until the first live grant runs out, and the
+    /// owner's place kept when `place` is given. An owner that already holds a grant
+    /// on the name is granted again, its expiry restarted and its fence kept.
+    async fn try_grant_permits(
+        &self,
+        request: &AcquireRequest,
+        claim: &Claim,
+        place: Option<Duration>,
+    ) -> Result<Grant>;
+
+    /// Releases `owner`'s grant on `key`; as [`LockBackend::release`].
+    async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome>;
+
+    /// Renews `request.owner()`'s grant on `request.key()`; as [`LockBackend::renew`].
+    async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal>;
+
+    /// Takes `owner`'s place on `key` away; harmless when it has none.
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()>;
+
+    /// The live grants on `key`, oldest fence first.
+    async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>>;
+
+    /// The kept terms of `key` whose fence is above `after`, oldest first (point 5).
+    async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>>;
+
+    /// Starts watching `key` for releases and grants, when the backend can
+    /// ([`Capabilities::change_notification`]); as [`LockBackend::watch`].
+    async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let _ = key;
+        Ok(None)
+    }
+}
+
+/// The permits of `backend`, or an [`ErrorKind::Unsupported`] error naming it.
+pub(crate) fn permits_of(backend: &DynLockBackend) -> Result<&dyn PermitBackend> {
+    match backend.permits() {
+        Some(permits) if backend.capabilities().permits => Ok(permits),
+        _ => Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {} backend has no semaphores, read-write locks or elections (capabilities.permits)",
+                backend.name()
+            ),
+        )
+        .with_backend(backend.name().to_owned())),
+    }
+}
+
+/// One claim on a backend's permits, seen as a [`LockBackend`]: each grant of the
+/// claim is a lease on the name, so that [`LockClient`](crate::LockClient)'s waits,
+/// renewal, guards and loss signal serve the shared kinds unchanged. Its "fair mode"
+/// keeps a place (point 4 of [`PermitBackend`]), not a queue: it is only ever used
+/// inside core.
+#[derive(Debug)]
+pub(crate) struct ClaimView {
+    inner: Arc<DynLockBackend>,
+    claim: Claim,
+    capabilities: Capabilities,
+}
+
+impl ClaimView {
+    /// A view of `claim` on `inner`: an [`ErrorKind::Configuration`] error when
+    /// `inner` has no permits.
+    pub(crate) fn new(inner: Arc<DynLockBackend>, claim: Claim) -> Result<Self> {
+        permits_of(&*inner)
+            .map_err(|e| Error::new(ErrorKind::Configuration, e.message().to_owned()))?;
+        let capabilities = Capabilities {
+            fair: true,
+            force_release: false,
+            ..inner.capabilities().clone()
+        };
+        Ok(ClaimView {
+            inner,
+            claim,
+            capabilities,
+        })
+    }
+
+    fn permits(&self) -> Result<&dyn PermitBackend> {
+        permits_of(&*self.inner)
+    }
+}
+
+#[async_trait]
+impl LockBackend for ClaimView {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let permits = self.permits()?;
+        permits.try_grant_permits(request, &self.claim, None).await
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        let permits = self.permits()?;
+        permits
+            .try_grant_permits(request, &self.claim, Some(place))
+            .await
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.permits()?.leave_queue(key, owner).await
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.permits()?.release_permits(key, owner).await
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.permits()?.renew_permits(request).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let holders = self.permits()?.holders(key).await?;
+        Ok(holders.last().map(|h| LockInfo {
+            fence: h.fence,
+            remaining: h.remaining,
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.permits()?.watch_permits(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_refuse_bad_counts_and_values() {
+        assert!(Claim::new(1, 1).is_ok());
+        assert!(Claim::new(u32::MAX, u32::MAX).is_ok());
+        for (count, limit) in [(0, 1), (2, 1), (0, 0)] {
+            assert_eq!(
+                Claim::new(count, limit).map_err(|e| e.kind()),
+                Err(ErrorKind::Configuration)
+            );
+        }
+        let one = Claim::new(1, 1).expect("one of one is a claim");
+        assert!(one.clone().with_value("10.0.0.1:80").is_ok());
+        for bad in ["a\0b".to_owned(), "x".repeat(MAX_CLAIM_VALUE + 1)] {
+            assert_eq!(
+                one.clone().with_value(bad).map_err(|e| e.kind()),
+                Err(ErrorKind::Configuration)
+            );
+        }
+    }
+}
