@@ -96,6 +96,7 @@ impl PostgresBackend {
         capabilities.change_notification = config.notify;
         capabilities.force_release = true;
         capabilities.fair = true;
+        capabilities.permits = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
         let batch_prefix = config.pgbouncer.then(|| {
             config
@@ -236,6 +237,43 @@ impl PostgresBackend {
         })
     }
 
+    /// The statements of this table.
+    pub(crate) fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    /// One statement with `args`, within the response timeout: its rows.
+    pub(crate) async fn statement(&self, statement: &str, args: &[Arg<'_>]) -> Result<Vec<PgRow>> {
+        self.run(self.rows(statement, args)).await
+    }
+
+    /// Listens for the notifications whose payload is `payload`, where notifications
+    /// are on; `None` means "poll".
+    pub(crate) async fn listen(&self, payload: &str) -> Result<Option<ChangeStream>> {
+        if !self.inner.config.notify {
+            return Ok(None);
+        }
+        let mut slot = self.inner.watcher.lock().await;
+        if slot.as_ref().is_none_or(|l| !l.waiters.is_open()) {
+            let cfg = &self.inner.config;
+            let listen = async {
+                let pool = PgPool::connect_lazy_with(cfg.connect.clone());
+                let mut listener = PgListener::connect_with(&pool).await?;
+                listener.listen(&self.inner.sql.channel).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            let listener = tokio::time::timeout(cfg.response_timeout, listen)
+                .await
+                .map_err(|_| timed_out(cfg))?
+                .map_err(|e| from_sqlx(cfg, e))?;
+            *slot = Some(Listener::start(listener));
+        }
+        let Some(listener) = slot.as_ref() else {
+            return Ok(None);
+        };
+        Ok(Some(listener.waiters.register(payload).changes))
+    }
+
     /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
     fn purge_floor(&self) -> Duration {
         self.inner.config.response_timeout * 2
@@ -271,6 +309,7 @@ impl PostgresBackend {
                         Arg::Bytes(bytes) => query.bind(bytes),
                         Arg::Float(value) => query.bind(value),
                         Arg::Int(value) => query.bind(value),
+                        Arg::Bool(value) => query.bind(value),
                     };
                 }
                 sqlx::Executor::fetch_all(conn, query).await
@@ -299,7 +338,7 @@ impl PostgresBackend {
     }
 }
 
-fn ttl_ms(ttl: Duration) -> f64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> f64 {
     ttl.as_secs_f64() * 1000.0
 }
 
@@ -407,35 +446,19 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        if !self.inner.config.notify {
-            return Ok(None);
-        }
-        let mut slot = self.inner.watcher.lock().await;
-        if slot.as_ref().is_none_or(|l| !l.waiters.is_open()) {
-            let cfg = &self.inner.config;
-            let listen = async {
-                let pool = PgPool::connect_lazy_with(cfg.connect.clone());
-                let mut listener = PgListener::connect_with(&pool).await?;
-                listener.listen(&self.inner.sql.channel).await?;
-                Ok::<_, sqlx::Error>(listener)
-            };
-            let listener = tokio::time::timeout(cfg.response_timeout, listen)
-                .await
-                .map_err(|_| timed_out(cfg))?
-                .map_err(|e| from_sqlx(cfg, e))?;
-            *slot = Some(Listener::start(listener));
-        }
-        let Some(listener) = slot.as_ref() else {
+        let Some(changes) = self.listen(key.as_str()).await? else {
             return Ok(None);
         };
-        let registration = listener.waiters.register(key.as_str());
-        drop(slot);
         // Releases notify only names marked as waited for; the mark comes after LISTEN
         // and before the caller's first attempt, so no release in between goes unheard.
         let args = [Arg::Text(key.as_str())];
         self.run(self.rows(&self.inner.sql.mark_waited, &args))
             .await?;
-        Ok(Some(registration.changes))
+        Ok(Some(changes))
+    }
+
+    fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
+        Some(self)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

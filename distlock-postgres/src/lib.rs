@@ -105,6 +105,7 @@ mod backend;
 mod config;
 mod error;
 pub mod fenced;
+mod permits;
 mod pool;
 mod sql;
 

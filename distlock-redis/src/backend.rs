@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::{
     AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result, WakeRegistry,
+    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, PermitBackend, ReleaseOutcome,
+    Renewal, Result, WakeRegistry,
 };
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
@@ -36,7 +36,7 @@ impl Lua {
     }
 }
 
-struct Scripts {
+pub(crate) struct Scripts {
     acquire: Lua,
     release: Lua,
     extend: Lua,
@@ -45,11 +45,16 @@ struct Scripts {
     commit: Lua,
     queued: Lua,
     leave: Lua,
+    pub(crate) permits_acquire: Lua,
+    pub(crate) permits_release: Lua,
+    pub(crate) permits_extend: Lua,
+    pub(crate) permits_leave: Lua,
+    pub(crate) permits_holders: Lua,
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
 /// queue's part, then the plain acquire's, in one script.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 13] = [
     include_str!("scripts/acquire.lua"),
     include_str!("scripts/release.lua"),
     include_str!("scripts/extend.lua"),
@@ -61,11 +66,16 @@ const SOURCES: [&str; 8] = [
         include_str!("scripts/acquire.lua")
     ),
     include_str!("scripts/leave.lua"),
+    include_str!("scripts/permits_acquire.lua"),
+    include_str!("scripts/permits_release.lua"),
+    include_str!("scripts/permits_extend.lua"),
+    include_str!("scripts/permits_leave.lua"),
+    include_str!("scripts/permits_holders.lua"),
 ];
 
 impl Scripts {
     fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit, queued, leave] =
+        let [acquire, release, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders] =
             SOURCES.map(Lua::new);
         Scripts {
             acquire,
@@ -76,6 +86,11 @@ impl Scripts {
             commit,
             queued,
             leave,
+            permits_acquire,
+            permits_release,
+            permits_extend,
+            permits_leave,
+            permits_holders,
         }
     }
 }
@@ -88,15 +103,15 @@ impl Scripts {
 /// loading it when the server has forgotten it. Clones share the connections.
 #[derive(Clone)]
 pub struct RedisBackend {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: RedisConfig,
     capabilities: Capabilities,
-    conn: Conn,
+    pub(crate) conn: Conn,
     client: redis::Client,
-    scripts: Scripts,
+    pub(crate) scripts: Scripts,
     watcher: tokio::sync::Mutex<Option<Subscriber>>,
 }
 
@@ -159,6 +174,7 @@ impl RedisBackend {
         capabilities.change_notification = true;
         capabilities.force_release = true;
         capabilities.fair = true;
+        capabilities.permits = true;
         RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -185,7 +201,7 @@ impl RedisBackend {
         format!("{}released:{{{}}}", self.inner.config.prefix, key)
     }
 
-    fn error(&self, e: redis::RedisError) -> Error {
+    pub(crate) fn error(&self, e: redis::RedisError) -> Error {
         from_redis(&self.inner.config, e)
     }
 
@@ -371,7 +387,7 @@ impl RedisBackend {
 /// The connection every operation is sent on: to one server (reconnecting by itself),
 /// or to a Redis Cluster (following its slots and redirections).
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -420,11 +436,11 @@ fn is_noscript(e: &redis::RedisError) -> bool {
         || e.to_string().contains("NOSCRIPT")
 }
 
-fn millis(ttl: Duration) -> String {
+pub(crate) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
 
-fn parse_u64(text: &str, what: &str) -> Result<u64> {
+pub(crate) fn parse_u64(text: &str, what: &str) -> Result<u64> {
     text.parse().map_err(|_| unexpected(what))
 }
 
@@ -547,7 +563,29 @@ impl LockBackend for RedisBackend {
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        let channel = self.channel(key);
+        self.watch_channel(self.channel(key)).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let deleted: i64 = self
+            .run(
+                &self.inner.scripts.force_release,
+                &[&self.lock_key(key)],
+                &[&self.channel(key)],
+                false,
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+}
+
+impl RedisBackend {
+    /// Waits on `channel`: the release notifications of a lock or of a name's permits.
+    pub(crate) async fn watch_channel(&self, channel: String) -> Result<Option<ChangeStream>> {
         let mut slot = self.inner.watcher.lock().await;
         if slot.as_ref().is_none_or(|s| !s.waiters.is_open()) {
             let pubsub = self
@@ -574,18 +612,6 @@ impl LockBackend for RedisBackend {
             }
         }
         Ok(Some(registration.changes))
-    }
-
-    async fn force_release(&self, key: &LockKey) -> Result<bool> {
-        let deleted: i64 = self
-            .run(
-                &self.inner.scripts.force_release,
-                &[&self.lock_key(key)],
-                &[&self.channel(key)],
-                false,
-            )
-            .await?;
-        Ok(deleted == 1)
     }
 }
 

@@ -160,6 +160,7 @@ mod backend;
 mod config;
 mod error;
 pub mod fenced;
+mod permits;
 mod redlock;
 
 pub use backend::RedisBackend;

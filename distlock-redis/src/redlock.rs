@@ -170,6 +170,9 @@ impl RedlockBackend {
         // A fair queue would have to be kept on every master, with a majority agreeing
         // on its order: not built. Declared, so that a fair client is refused.
         capabilities.fair = false;
+        // Permits are not spread over the masters: no semaphores, read-write locks or
+        // elections on a Redlock.
+        capabilities.permits = false;
         let backend = RedlockBackend {
             inner: Arc::new(Inner {
                 config,
