@@ -25,6 +25,10 @@
 //!   revokes the holder's lease, so the holder's later release reports "not held".
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
+//! - **no permits yet**: semaphores, read-write locks and elections
+//!   ([`PermitBackend`](distlock_core::PermitBackend)) are not built on etcd;
+//!   `capabilities.permits` is false, and those kinds are refused with a configuration
+//!   error.
 //! - **fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //!   orders waiters by revision, as etcd's own Lock API does: a waiter's place is a key
 //!   under `<prefix>\0queue\0<key>\0`, created once, so its creation revision is its

@@ -43,6 +43,17 @@
 //! unless set); a waiter that gives up deletes its row and notifies. The purge deletes
 //! places that ran out long ago with the ended leases.
 //!
+//! **Semaphores, read-write locks and elections**
+//! ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`) live in
+//! four more tables, migrated with the others: `<table>_names` (a name's limit and its
+//! last term), `<table>_permits` (the grants), `<table>_places` and `<table>_terms`.
+//! The grant step is one call of the function `<table>_grant_permits`, one round trip:
+//! it locks the name's row first, and every statement after that reads a fresh
+//! snapshot, so two grants on one name never count the same free permits. Fences come
+//! from the lock table's logged sequence. Every release of permits notifies (a
+//! `permits/<name>` payload on the table's channel). The names and their last 64
+//! terms stay until dropped: `purge_expired` does not delete them.
+//!
 //! Under contention, serialization failures and unique violations (SQLSTATE 40001,
 //! 40P01, 23505) mean "not acquired", never an error.
 //!

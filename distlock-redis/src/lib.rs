@@ -38,6 +38,16 @@
 //! A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
 //! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
 //!
+//! **Semaphores, read-write locks and elections**
+//! ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`): a name's
+//! permits are four keys in one slot, `<prefix>permits{<name>}:grants` (owners by when
+//! their grant runs out, by the server's clock), `:info` (the limit, the fence counter
+//! and each grant's and place's details), `:places` and `:terms`; one script per step.
+//! Each step keeps the keys alive at least twice the TTL it was given, or the place.
+//! Fences are minted as a lock's are (`max(counter + 1, server time in µs)`), so they
+//! fail closed after a restart that lost the keys. Also on a Redis Cluster; not on a
+//! Redlock (below).
+//!
 //! Scripts are called by hash (`EVALSHA`) and loaded again when the server has
 //! forgotten them (after a restart or `SCRIPT FLUSH`).
 //!
@@ -109,7 +119,10 @@
 //!   with jittered backoff, and wakes on a release published by any master;
 //! - **no fair mode**: a queue would have to be kept on every master, with a majority
 //!   agreeing on its order. `capabilities.fair` is false, and a fair client is refused
-//!   with a configuration error.
+//!   with a configuration error;
+//! - **no permits** (semaphores, read-write locks, elections), for the same reason:
+//!   `capabilities.permits` is false, and those kinds are refused with a configuration
+//!   error.
 //!
 //! **Fences.** Each master proposes the next fence from its own counter (one more
 //! than the counter; where the counter is gone, the clock in microseconds rounded

@@ -262,6 +262,20 @@ async fn measure(
             scenarios::s3_across_clients(&backend, true, sizes)
         );
     }
+    if backend.capabilities().permits {
+        for (kind, handoff) in scenarios::Kind::ALL {
+            let label = kind.label();
+            progress(&name, &format!("S1 and S3: {label}"));
+            match scenarios::kind_runs(&backend, kind, handoff, sizes).await {
+                Ok((s1, s3)) => run.kinds.push(report::KindRow {
+                    kind: label,
+                    s1,
+                    s3,
+                }),
+                Err(e) => run.errors.push(format!("{label}: {e}")),
+            }
+        }
+    }
     step!(
         "S4 takeover after a vanished holder",
         s4_takeover,

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{
-    AcquireOutcome, DynLockBackend, Lease, LockBackendExt, LockClient, LockGuard, LockKey,
-    LockOptions,
+    AcquireOutcome, DynLockBackend, Election, Lease, LockBackendExt, LockClient, LockGuard,
+    LockKey, LockOptions, RwLock, Semaphore,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -104,6 +104,133 @@ impl Contender for LockClient {
     async fn give_back(&self, held: LockGuard) -> Result<(), BoxError> {
         Ok(held.release().await?)
     }
+}
+
+/// The kinds beyond the mutex, as the kind scenarios take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One permit of a semaphore with this many.
+    Semaphore(u32),
+    /// A read-write lock's reader.
+    Read,
+    /// A read-write lock's writer.
+    Write,
+    /// An election's candidate.
+    Campaign,
+}
+
+impl Kind {
+    /// The kinds S1 measures, and whether S3 (a handoff of something exclusive)
+    /// measures each.
+    pub(crate) const ALL: [(Kind, bool); 5] = [
+        (Kind::Semaphore(1), true),
+        (Kind::Semaphore(4), false),
+        (Kind::Read, false),
+        (Kind::Write, true),
+        (Kind::Campaign, true),
+    ];
+
+    /// The kind's name in the report.
+    pub(crate) fn label(self) -> String {
+        match self {
+            Kind::Semaphore(n) => format!("semaphore, 1 of {n} permits"),
+            Kind::Read => "read-write lock, reader".into(),
+            Kind::Write => "read-write lock, writer".into(),
+            Kind::Campaign => "election, campaign".into(),
+        }
+    }
+}
+
+/// One kind on a backend, each call on the name it is given, as a user holding a
+/// [`Semaphore`], [`RwLock`] or [`Election`] of that name does.
+#[derive(Clone)]
+pub(crate) struct KindContender {
+    backend: Arc<DynLockBackend>,
+    options: LockOptions,
+    kind: Kind,
+}
+
+impl KindContender {
+    pub(crate) fn new(backend: &Arc<DynLockBackend>, kind: Kind) -> Self {
+        let ttl = backend.capabilities().ttl_at_least(SCENARIO_TTL);
+        KindContender {
+            backend: backend.clone(),
+            options: LockOptions::new(ttl),
+            kind,
+        }
+    }
+
+    /// Tries once (`wait` of `None`) or waits.
+    async fn get(&self, key: &str, wait: Option<Duration>) -> Result<Option<LockGuard>, BoxError> {
+        let (b, o) = (self.backend.clone(), self.options.clone());
+        let guard = match self.kind {
+            Kind::Semaphore(n) => {
+                let permits = Semaphore::with_options(b, key, n, o)?;
+                match wait {
+                    Some(wait) => Some(permits.acquire(wait).await?),
+                    None => permits.try_acquire().await?,
+                }
+            }
+            Kind::Read | Kind::Write => {
+                let lock = RwLock::with_options(b, key, o)?;
+                match (wait, self.kind == Kind::Read) {
+                    (Some(wait), true) => Some(lock.read(wait).await?),
+                    (Some(wait), false) => Some(lock.write(wait).await?),
+                    (None, true) => lock.try_read().await?,
+                    (None, false) => lock.try_write().await?,
+                }
+            }
+            Kind::Campaign => {
+                let election = Election::with_options(b, key, o)?;
+                match wait {
+                    Some(wait) => Some(election.campaign("lockbench", wait).await?),
+                    None => election.try_campaign("lockbench").await?,
+                }
+                .map(|leadership| leadership.into_guard())
+            }
+        };
+        Ok(guard)
+    }
+}
+
+impl Contender for KindContender {
+    type Held = LockGuard;
+
+    async fn try_take(&self, key: &str) -> Result<Option<LockGuard>, BoxError> {
+        self.get(key, None).await
+    }
+
+    async fn take(&self, key: &str, wait: Duration) -> Result<LockGuard, BoxError> {
+        self.get(key, Some(wait))
+            .await?
+            .ok_or_else(|| "a wait ended without a guard".into())
+    }
+
+    async fn give_back(&self, held: LockGuard) -> Result<(), BoxError> {
+        Ok(held.release().await?)
+    }
+}
+
+/// S1 and S3 of one kind: S1 as for the mutex (fresh names, a try then a release);
+/// S3 with [`S3_WAITERS`] waiters, each a contender of its own, where `handoff`.
+pub(crate) async fn kind_runs(
+    backend: &Arc<DynLockBackend>,
+    kind: Kind,
+    handoff: bool,
+    sizes: Sizes,
+) -> Result<(Summary, Option<Summary>), BoxError> {
+    let contender = KindContender::new(backend, kind);
+    let entry = S1Entry::new(kind.label(), contender.clone());
+    let s1 = s1_side_by_side(std::slice::from_ref(&entry), sizes, None)
+        .await
+        .remove(0)?;
+    let s3 = if handoff {
+        let waiters = vec![contender; S3_WAITERS];
+        Some(s3_handoff_on(&waiters, sizes).await?)
+    } else {
+        None
+    };
+    Ok((s1, s3))
 }
 
 /// A client on `backend`, as the scenarios use it (a TTL of at least 10 s).

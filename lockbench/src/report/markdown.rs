@@ -106,6 +106,42 @@ impl Report {
         }
         let _ = writeln!(
             md,
+            "\n## Semaphores, read-write locks and elections\n\nEach kind through its own type (`Semaphore`, `RwLock`, `Election`), on the backends that declare `capabilities.permits`. *S1*: one client at a time on fresh names, a try then a release; *÷ mutex* is that over the mutex client's S1 in the same run. *S3*: 16 waiters, each with a handle of its own, on one name, each holding 1 ms; measured for the kinds whose grant is exclusive (a semaphore of one permit, a writer, a campaign).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| backend | kind | S1 p50 / p99 | S1 ÷ mutex | S3 handoff p50 / p99 | S3 handoffs/s |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+        for b in self.backends.iter().filter(|b| b.started) {
+            if b.kinds.is_empty() {
+                let _ = writeln!(
+                    md,
+                    "| {} | no permits (capabilities.permits) | | | | |",
+                    b.backend
+                );
+            }
+            for k in &b.kinds {
+                let ratio = b
+                    .s1_client
+                    .as_ref()
+                    .filter(|m| m.p50_us > 0.0)
+                    .map_or("—".into(), |m| format!("{:.2}×", k.s1.p50_us / m.p50_us));
+                let s3 = k.s3.as_ref().map_or("— | —".into(), |s| {
+                    format!("{} / {} | {:.0}", ms(s.p50_us), ms(s.p99_us), s.per_sec)
+                });
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} / {} | {ratio} | {s3} |",
+                    b.backend,
+                    k.kind,
+                    ms(k.s1.p50_us),
+                    ms(k.s1.p99_us)
+                );
+            }
+        }
+        let _ = writeln!(
+            md,
             "\n## S2 sweep\n\nCycles per second with 1 to 256 concurrent tasks on one client (`sweep.svg`): where each backend saturates. The floor is the raw lock cycle on the same driver, at the same concurrency and connection count.\n"
         );
         let _ = writeln!(

@@ -27,6 +27,15 @@ pub(crate) struct PeerRow {
     pub(crate) summary: Summary,
 }
 
+/// S1 and S3 of one kind beyond the mutex (semaphore, read-write lock, election).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct KindRow {
+    pub(crate) kind: String,
+    pub(crate) s1: Summary,
+    /// S3, for the kinds whose grant is exclusive.
+    pub(crate) s3: Option<Summary>,
+}
+
 /// S2 at one concurrency: cycles per second of the client, the raw cycle floor and
 /// rslock (on Redis), where each ran.
 #[derive(Debug, Clone, Copy, Serialize, Default)]
@@ -67,6 +76,8 @@ pub(crate) struct BackendRun {
     /// backend has none.
     pub(crate) s3_fair: Option<Summary>,
     pub(crate) s4_takeover: Option<Takeover>,
+    /// S1 and S3 of each kind beyond the mutex, where the backend has permits.
+    pub(crate) kinds: Vec<KindRow>,
     /// The first floor is one round trip; the second, the raw lock cycle.
     pub(crate) floors: Vec<FloorRow>,
     /// Peer libraries on the same server, in the same scenarios.

@@ -1,0 +1,129 @@
+//! The kinds beyond the mutex on the memory backend: what the conformance suite does
+//! not reach (an observer that falls behind the record of terms; bad input).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{
+    Election, ErrorKind, MemoryBackend, Observation, RwLock, Semaphore, MAX_CLAIM_VALUE, TERMS_KEPT,
+};
+use futures_util::StreamExt;
+
+const WAIT: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn an_observer_behind_the_record_is_told_it_missed_terms() {
+    let backend = Arc::new(MemoryBackend::new());
+    let election = Election::new(backend, "behind").expect("an election");
+    let mut observer = election.observe();
+    assert_eq!(
+        observer.next().await.map(|o| o.map_err(|e| e.kind())),
+        Some(Ok(Observation::Vacant))
+    );
+    let mut fences = Vec::new();
+    for n in 0..TERMS_KEPT + 5 {
+        let term = election
+            .campaign(&format!("leader-{n}"), WAIT)
+            .await
+            .expect("elected");
+        fences.push(term.fence());
+        term.resign().await.expect("resigned");
+    }
+    // The observer had not looked: the first five terms are gone from the record.
+    let mut seen = Vec::new();
+    loop {
+        match observer.next().await.expect("an item").expect("no error") {
+            Observation::Missed => seen.push(None),
+            Observation::Elected(leader) => seen.push(Some(leader.fence)),
+            Observation::Vacant => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut expected = vec![None];
+    expected.extend(fences[5..].iter().copied().map(Some));
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn bad_counts_limits_and_values_are_configuration_errors() {
+    let backend = Arc::new(MemoryBackend::new());
+    assert_eq!(
+        Semaphore::new(backend.clone(), "zero", 0)
+            .map(drop)
+            .map_err(|e| e.kind()),
+        Err(ErrorKind::Configuration)
+    );
+    let permits = Semaphore::new(backend.clone(), "three", 3).expect("a semaphore");
+    for count in [0, 4] {
+        assert_eq!(
+            permits
+                .acquire_many(count, WAIT)
+                .await
+                .map(drop)
+                .map_err(|e| e.kind()),
+            Err(ErrorKind::Configuration)
+        );
+    }
+    let election = Election::new(backend.clone(), "values").expect("an election");
+    for bad in ["nul\0".to_owned(), "x".repeat(MAX_CLAIM_VALUE + 1)] {
+        assert_eq!(
+            election
+                .campaign(&bad, WAIT)
+                .await
+                .map(drop)
+                .map_err(|e| e.kind()),
+            Err(ErrorKind::Configuration)
+        );
+    }
+    assert_eq!(
+        RwLock::new(backend, "").map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::InvalidKey)
+    );
+    // A backend without permits is refused when the kind is made.
+    let no_permits = Arc::new(NoPermits(MemoryBackend::new()));
+    assert_eq!(
+        Semaphore::new(no_permits, "x", 1)
+            .map(drop)
+            .map_err(|e| e.kind()),
+        Err(ErrorKind::Configuration)
+    );
+}
+
+/// The memory backend with its permits hidden.
+#[derive(Debug)]
+struct NoPermits(MemoryBackend);
+
+#[async_trait::async_trait]
+impl distlock_core::LockBackend for NoPermits {
+    fn name(&self) -> &str {
+        "no-permits"
+    }
+    fn capabilities(&self) -> &distlock_core::Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_grant(
+        &self,
+        request: &distlock_core::AcquireRequest,
+    ) -> distlock_core::Result<distlock_core::Grant> {
+        self.0.try_grant(request).await
+    }
+    async fn release(
+        &self,
+        key: &distlock_core::LockKey,
+        owner: &distlock_core::OwnerToken,
+    ) -> distlock_core::Result<distlock_core::ReleaseOutcome> {
+        self.0.release(key, owner).await
+    }
+    async fn renew(
+        &self,
+        request: &distlock_core::ExtendRequest,
+    ) -> distlock_core::Result<distlock_core::Renewal> {
+        self.0.renew(request).await
+    }
+    async fn inspect(
+        &self,
+        key: &distlock_core::LockKey,
+    ) -> distlock_core::Result<Option<distlock_core::LockInfo>> {
+        self.0.inspect(key).await
+    }
+}
