@@ -58,7 +58,7 @@ fn send_txn(
 
 /// The lease of an owner: the token's first 63 bits, never zero (zero asks etcd to
 /// choose an ID).
-fn lease_id(owner: &OwnerToken) -> i64 {
+pub(crate) fn lease_id(owner: &OwnerToken) -> i64 {
     let b = owner.as_bytes();
     let raw = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) & i64::MAX;
     raw.max(1)
@@ -66,7 +66,7 @@ fn lease_id(owner: &OwnerToken) -> i64 {
 
 /// The lease that keeps a fair waiter's place: the token's last 63 bits, never zero,
 /// so that it is not the lease of the owner's lock.
-fn place_lease_id(owner: &OwnerToken) -> i64 {
+pub(crate) fn place_lease_id(owner: &OwnerToken) -> i64 {
     let b = owner.as_bytes();
     let raw = i64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]) & i64::MAX;
     raw.max(1)
@@ -140,6 +140,7 @@ impl EtcdBackend {
         capabilities.force_release = true;
         capabilities.extend_any_ttl = false;
         capabilities.fair = true;
+        capabilities.permits = true;
         // A lease grant, then the transaction that creates the key; a keep-alive stream
         // opened, then its message (the owner check runs alongside); one transaction.
         capabilities.round_trips = RoundTrips {
@@ -173,7 +174,7 @@ impl EtcdBackend {
 
     /// Grants the lease `id` for `ttl` (its ID chosen by the owner token): `false` when
     /// a lease of that ID is live already.
-    async fn grant_lease(&self, id: i64, ttl: Duration) -> Result<bool> {
+    pub(crate) async fn grant_lease(&self, id: i64, ttl: Duration) -> Result<bool> {
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         self.request(|mut client| async move {
             match client
@@ -234,7 +235,7 @@ impl EtcdBackend {
     /// again is always safe. The channel's balancer may pick the dead member several
     /// times in a row, so refusals are retried until the deadline, with a short
     /// growing pause; a request refused until then fails with the refusal.
-    async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
+    pub(crate) async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -262,7 +263,7 @@ impl EtcdBackend {
 
     /// Revokes a lease in the background: its keys (if any) are already dealt with,
     /// and an unrevoked lease runs out at its TTL anyway.
-    fn revoke_later(&self, id: i64) {
+    pub(crate) fn revoke_later(&self, id: i64) {
         let mut client = self.client();
         let timeout = self.inner.config.timeout;
         tokio::spawn(async move {
@@ -274,8 +275,59 @@ impl EtcdBackend {
         });
     }
 
+    /// The time left on lease `lease`, zero when it is gone or cannot be read.
+    pub(crate) async fn lease_left(&self, lease: i64) -> Duration {
+        let left = self
+            .request(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await
+            .ok()
+            .and_then(|r| u64::try_from(r.ttl()).ok())
+            .unwrap_or(0);
+        Duration::from_secs(left)
+    }
+
+    /// Watches `key` (with `deletes_only`, for deletions only: a lock's release), or,
+    /// without, every key under the prefix `key` for any change (a name's permits).
+    pub(crate) async fn watch_prefix(
+        &self,
+        key: String,
+        deletes_only: bool,
+    ) -> Result<ChangeStream> {
+        let options = if deletes_only {
+            WatchOptions::new().with_filters([WatchFilterType::NoPut])
+        } else {
+            WatchOptions::new().with_prefix()
+        };
+        let stream = self
+            .request(|mut c| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { c.watch(key, Some(options)).await }
+            })
+            .await?;
+        let changes = futures_util::stream::unfold(stream, move |mut stream| async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(reply)) if reply.canceled() => return None,
+                    Ok(Some(reply)) => {
+                        if !deletes_only
+                            || reply
+                                .events()
+                                .iter()
+                                .any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return Some(((), stream));
+                        }
+                    }
+                    // The stream ended or broke: the waiter polls instead.
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        });
+        Ok(Box::pin(changes))
+    }
+
     /// Keeps the lease `id` alive once: its granted TTL, or `None` when it is gone.
-    async fn keep_alive_once(&self, id: i64) -> Result<Option<Duration>> {
+    pub(crate) async fn keep_alive_once(&self, id: i64) -> Result<Option<Duration>> {
         self.request(|mut client| async move {
             let exchange = async {
                 let (mut keeper, mut stream) = client.lease_keep_alive(id).await?;
@@ -475,47 +527,19 @@ impl LockBackend for EtcdBackend {
             return Ok(None);
         };
         let (revision, lease) = (kv.create_revision(), kv.lease());
-        let left = self
-            .request(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await
-            .ok()
-            .and_then(|r| u64::try_from(r.ttl()).ok())
-            .unwrap_or(0);
         Ok(Some(LockInfo {
             fence: FencingToken::new(u64::try_from(revision).unwrap_or(0)),
-            remaining: Duration::from_secs(left),
+            remaining: self.lease_left(lease).await,
         }))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        let key = self.key(key);
         // Deletions only: a release, a force release, or the lease running out.
-        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        let stream = self
-            .request(|mut c| {
-                let (key, options) = (key.clone(), options.clone());
-                async move { c.watch(key, Some(options)).await }
-            })
-            .await?;
-        let changes = futures_util::stream::unfold(stream, |mut stream| async move {
-            loop {
-                match stream.message().await {
-                    Ok(Some(reply)) if reply.canceled() => return None,
-                    Ok(Some(reply)) => {
-                        if reply
-                            .events()
-                            .iter()
-                            .any(|e| e.event_type() == EventType::Delete)
-                        {
-                            return Some(((), stream));
-                        }
-                    }
-                    // The stream ended or broke: the waiter polls instead.
-                    Ok(None) | Err(_) => return None,
-                }
-            }
-        });
-        Ok(Some(Box::pin(changes)))
+        self.watch_prefix(self.key(key), true).await.map(Some)
+    }
+
+    fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
+        Some(self)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

@@ -25,10 +25,15 @@
 //!   revokes the holder's lease, so the holder's later release reports "not held".
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
-//! - **no permits yet**: semaphores, read-write locks and elections
-//!   ([`PermitBackend`](distlock_core::PermitBackend)) are not built on etcd;
-//!   `capabilities.permits` is false, and those kinds are refused with a configuration
-//!   error.
+//! - **semaphores, read-write locks and elections**
+//!   ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`): a
+//!   name's keys are under `<prefix>\0permits\0<name>\0`: a gate holding the limit,
+//!   a key per grant on the grant's lease (deleted by etcd when it runs out), a key
+//!   per place on a lease of its own, and a key per term. A grant takes its lease,
+//!   reads the name's keys and commits only if the gate has not moved since (a
+//!   transaction that puts the gate again), reading again when another grant came
+//!   first: three round trips. Fences are creation revisions. A name's gate and its
+//!   last 64 terms stay until deleted.
 //! - **fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //!   orders waiters by revision, as etcd's own Lock API does: a waiter's place is a key
 //!   under `<prefix>\0queue\0<key>\0`, created once, so its creation revision is its
@@ -91,6 +96,7 @@ mod backend;
 mod config;
 mod error;
 pub mod fenced;
+mod permits;
 
 pub use backend::EtcdBackend;
 pub use config::{EtcdConfig, SCHEMES};
