@@ -290,16 +290,7 @@ impl State {
         if permits.grants.is_empty() {
             permits.limit = claim.limit();
         } else if permits.limit != claim.limit() {
-            return Err(Error::new(
-                ErrorKind::Configuration,
-                format!(
-                    "{:?} has a limit of {} permits; this claim gives {}",
-                    request.key(),
-                    permits.limit,
-                    claim.limit()
-                ),
-            )
-            .with_backend(NAME));
+            return Err(claim.limit_conflict(request.key(), u64::from(permits.limit), NAME));
         }
         if let Some(mine) = permits.grants.iter_mut().find(|g| g.owner == owner) {
             mine.expires_at = now + ttl;

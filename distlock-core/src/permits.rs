@@ -84,6 +84,20 @@ impl Claim {
         Ok(self)
     }
 
+    /// The error a backend answers when the live grants on `name` have another limit
+    /// (`held`) than this claim (point 2 of [`PermitBackend`]'s contract): a
+    /// non-retryable [`ErrorKind::Configuration`] error naming both.
+    pub fn limit_conflict(&self, name: &LockKey, held: u64, backend: &str) -> Error {
+        Error::new(
+            ErrorKind::Configuration,
+            format!(
+                "{name:?} has a limit of {held} permits; this claim gives {}",
+                self.limit
+            ),
+        )
+        .with_backend(backend.to_owned())
+    }
+
     /// How many permits a grant takes.
     pub fn count(&self) -> u32 {
         self.count

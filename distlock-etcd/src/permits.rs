@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, ChangeStream, Claim, Error, ErrorKind, ExtendRequest, FencingToken, Grant,
-    LockKey, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term,
-    TERMS_KEPT,
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, FencingToken, Grant, LockKey, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term, TERMS_KEPT,
 };
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 
@@ -134,16 +133,11 @@ impl PermitBackend for EtcdBackend {
                 .and_then(|g| std::str::from_utf8(g.value()).ok()?.parse::<u32>().ok());
             if !read.grants.is_empty() && held_limit.is_some_and(|l| l != claim.limit()) {
                 self.revoke_later(id);
-                return Err(Error::new(
-                    ErrorKind::Configuration,
-                    format!(
-                        "{:?} has a limit of {} permits; this claim gives {}",
-                        request.key(),
-                        held_limit.unwrap_or_default(),
-                        claim.limit()
-                    ),
-                )
-                .with_backend("etcd"));
+                return Err(claim.limit_conflict(
+                    request.key(),
+                    held_limit.map(u64::from).unwrap_or_default(),
+                    "etcd",
+                ));
             }
             let used: u64 = read
                 .grants
@@ -162,6 +156,14 @@ impl PermitBackend for EtcdBackend {
                 self.revoke_later(id);
                 if let Some(place) = place {
                     let place_id = place_lease_id(request.owner());
+                    let placed = read
+                        .places
+                        .iter()
+                        .any(|kv| kv.key() == place_key.as_bytes());
+                    if placed && self.keep_alive_once(place_id).await?.is_some() {
+                        // Kept: no put, which would wake every other waiter.
+                        return Ok(Grant::Held { remaining: None });
+                    }
                     self.keep_or_grant(place_id, place).await?;
                     let put = Txn::new().and_then([TxnOp::put(
                         place_key.clone(),

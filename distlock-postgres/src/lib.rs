@@ -51,8 +51,10 @@
 //! it locks the name's row first, and every statement after that reads a fresh
 //! snapshot, so two grants on one name never count the same free permits. Fences come
 //! from the lock table's logged sequence. Every release of permits notifies (a
-//! `permits/<name>` payload on the table's channel). The names and their last 64
-//! terms stay until dropped: `purge_expired` does not delete them.
+//! `permits/<name>` payload on the table's channel). Expired grants and places are
+//! deleted by the next grant on their name; the names, their last 64 terms, and the
+//! expired rows of a name no grant comes to again stay until dropped:
+//! `purge_expired` does not delete them.
 //!
 //! Under contention, serialization failures and unique violations (SQLSTATE 40001,
 //! 40P01, 23505) mean "not acquired", never an error.

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, ChangeStream, Claim, Error, ErrorKind, ExtendRequest, FencingToken, Grant,
-    LockKey, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term,
-    TERMS_KEPT,
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, FencingToken, Grant, LockKey, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term, TERMS_KEPT,
 };
 use sqlx::Row;
 
@@ -204,16 +203,11 @@ impl PermitBackend for PostgresBackend {
                     .and_then(|ms| u64::try_from(ms).ok())
                     .map(Duration::from_millis),
             }),
-            (_, held) => Err(Error::new(
-                ErrorKind::Configuration,
-                format!(
-                    "{:?} has a limit of {} permits; this claim gives {}",
-                    request.key(),
-                    held.unwrap_or_default(),
-                    claim.limit()
-                ),
-            )
-            .with_backend("postgres")),
+            (_, held) => Err(claim.limit_conflict(
+                request.key(),
+                held.and_then(|h| u64::try_from(h).ok()).unwrap_or_default(),
+                "postgres",
+            )),
         }
     }
 

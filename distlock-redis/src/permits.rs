@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::{
-    AcquireRequest, ChangeStream, Claim, Error, ErrorKind, ExtendRequest, FencingToken, Grant,
-    LockKey, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term,
-    TERMS_KEPT,
+    AcquireRequest, ChangeStream, Claim, ErrorKind, ExtendRequest, FencingToken, Grant, LockKey,
+    OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term, TERMS_KEPT,
 };
 
 use crate::backend::{millis, parse_u64, RedisBackend};
@@ -113,15 +112,9 @@ impl PermitBackend for RedisBackend {
             0 => Ok(Grant::Held {
                 remaining: value.parse::<u64>().ok().map(Duration::from_millis),
             }),
-            _ => Err(Error::new(
-                ErrorKind::Configuration,
-                format!(
-                    "{:?} has a limit of {value} permits; this claim gives {}",
-                    request.key(),
-                    claim.limit()
-                ),
-            )
-            .with_backend("redis")),
+            _ => {
+                Err(claim.limit_conflict(request.key(), value.parse().unwrap_or_default(), "redis"))
+            }
         }
     }
 

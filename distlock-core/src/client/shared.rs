@@ -223,7 +223,7 @@ pub struct RwLock {
 }
 
 impl RwLock {
-    /// The limit of an read-write lock's name: a reader takes one permit, a writer
+    /// The limit of a read-write lock's name: a reader takes one permit, a writer
     /// all.
     pub const PERMITS: u32 = u32::MAX;
 
