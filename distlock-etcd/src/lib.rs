@@ -32,7 +32,7 @@
 //!   per place on a lease of its own, and a key per term. A grant takes its lease,
 //!   reads the name's keys and commits only if the gate has not moved since (a
 //!   transaction that puts the gate again), reading again when another grant came
-//!   first: three round trips. Fences are creation revisions. A name's gate and its
+//!   first. Fences are creation revisions. A name's gate and its
 //!   last 64 terms stay until deleted.
 //! - **fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //!   orders waiters by revision, as etcd's own Lock API does: a waiter's place is a key
