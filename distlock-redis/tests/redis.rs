@@ -262,3 +262,42 @@ async fn a_queue_its_waiters_left_leaves_no_keys() {
     );
     backend.release_lease(&holder).await.expect("release");
 }
+
+/// A name's permit keys outlive its last grant (the terms an observer may still read),
+/// then expire: nothing of an election stays stored once its last term is long over.
+#[tokio::test]
+async fn an_elections_keys_are_kept_past_its_last_term_then_expire() {
+    let server = server().await;
+    let backend = Arc::new(RedisBackend::connect(&server.url()).await.expect("connect"));
+    let mut admin = admin(&server).await;
+    let permit_keys = || {
+        let mut exists = redis::cmd("EXISTS");
+        for suffix in ["grants", "info", "places", "terms"] {
+            exists.arg(format!("distlock:permits{{kept}}:{suffix}"));
+        }
+        exists
+    };
+    let ttl = Duration::from_millis(400);
+    let options = distlock_core::LockOptions::new(ttl).with_auto_renew(false);
+    let election =
+        distlock_core::Election::with_options(backend, "kept", options).expect("election");
+    let term = election
+        .campaign("10.0.0.1:80", Duration::from_secs(5))
+        .await
+        .expect("elected");
+    let stored: u32 = permit_keys().query_async(&mut admin).await.expect("exists");
+    assert_eq!(
+        stored, 3,
+        "grants, the name's hash and the terms are stored"
+    );
+    term.resign().await.expect("resigned");
+    let kept: u32 = permit_keys().query_async(&mut admin).await.expect("exists");
+    assert!(
+        kept >= 2,
+        "the terms were dropped with the last grant ({kept} keys left)"
+    );
+    // Kept for twice the TTL from the grant; then nothing is left.
+    tokio::time::sleep(ttl * 2 + Duration::from_millis(200)).await;
+    let left: u32 = permit_keys().query_async(&mut admin).await.expect("exists");
+    assert_eq!(left, 0, "an election long over is still stored");
+}
