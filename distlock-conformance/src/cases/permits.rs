@@ -450,7 +450,11 @@ cases! {
                     Ok(Some(Err(e))) if e.is_retryable() => {}
                     Ok(Some(Err(e))) => return fail(format!("observer {i}: {e}")),
                     Ok(None) => return fail(format!("observer {i}'s stream ended")),
-                    Err(_) => break,
+                    Err(_) => {
+                        return fail(format!(
+                            "observer {i} saw no vacancy after the last resignation; it saw {seen:?}"
+                        ))
+                    }
                 }
             }
             ensure!(
