@@ -89,6 +89,18 @@ impl EtcdBackend {
         Ok(read)
     }
 
+    /// Revokes lease `id` and waits for it; a lease already gone is fine.
+    async fn revoke_now(&self, id: i64) -> Result<()> {
+        self.request(|mut c| async move {
+            match c.lease_revoke(id).await {
+                Ok(_) => Ok(()),
+                Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+    }
+
     async fn keep_or_grant(&self, id: i64, ttl: Duration) -> Result<()> {
         if !self.grant_lease(id, ttl).await? {
             self.keep_alive_once(id).await?;
@@ -153,7 +165,10 @@ impl PermitBackend for EtcdBackend {
                         .is_some_and(|count| count > claim.count())
             });
             if used + u64::from(claim.count()) > u64::from(claim.limit()) || held_back {
-                self.revoke_later(id);
+                // Revoked before answering, not in the background: a wait's next
+                // attempt, with the same owner, takes this lease again, and a revoke
+                // landing after that would take it away under the grant.
+                self.revoke_now(id).await?;
                 if let Some(place) = place {
                     let place_id = place_lease_id(request.owner());
                     let placed = read
@@ -216,7 +231,7 @@ impl PermitBackend for EtcdBackend {
             }
             // Another grant moved the gate between the read and the transaction.
         }
-        self.revoke_later(id);
+        self.revoke_now(id).await?;
         Ok(Grant::Held { remaining: None })
     }
 
