@@ -44,6 +44,8 @@ pub enum ContractPoint {
     /// `PermitBackend`'s contract, as an `Election` uses it: one leader at a time,
     /// every term observed in order.
     Election,
+    /// What operators use beside the contract: listing the held locks.
+    Operator,
 }
 
 impl ContractPoint {
@@ -63,7 +65,8 @@ impl ContractPoint {
             ContractPoint::Client
             | ContractPoint::Semaphore
             | ContractPoint::ReadWrite
-            | ContractPoint::Election => return None,
+            | ContractPoint::Election
+            | ContractPoint::Operator => return None,
         })
     }
 
@@ -84,6 +87,7 @@ impl ContractPoint {
             ContractPoint::Semaphore => "permits: semaphores",
             ContractPoint::ReadWrite => "permits: read-write locks",
             ContractPoint::Election => "permits: elections",
+            ContractPoint::Operator => "operators: listing",
         }
     }
 }

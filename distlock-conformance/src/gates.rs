@@ -12,6 +12,10 @@ pub(crate) fn needs_force_release(t: &Target) -> Option<String> {
         .then(|| "the backend cannot force a release (capabilities.force_release)".into())
 }
 
+pub(crate) fn needs_list(t: &Target) -> Option<String> {
+    (!t.capabilities().list).then(|| "the backend cannot list its locks (capabilities.list)".into())
+}
+
 pub(crate) fn needs_notification(t: &Target) -> Option<String> {
     (!t.capabilities().change_notification)
         .then(|| "the backend has no change notification (capabilities.change_notification)".into())

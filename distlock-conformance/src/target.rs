@@ -440,4 +440,8 @@ impl LockBackend for MemoryLink {
     async fn force_release(&self, key: &LockKey) -> distlock_core::Result<bool> {
         across!(self, self.store.force_release(key))
     }
+
+    async fn scan(&self, prefix: &str) -> distlock_core::Result<Vec<(LockKey, LockInfo)>> {
+        across!(self, self.store.scan(prefix))
+    }
 }

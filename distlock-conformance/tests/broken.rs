@@ -75,6 +75,9 @@ enum Bug {
     TtlFloorUndeclared,
     /// Stores keys cut to 200 bytes (a column too narrow, truncated without an error).
     KeysTruncated,
+    /// Lists every record it keeps, expired leases too (a listing query without the
+    /// expiry filter that every other query has).
+    ListsExpired,
 }
 
 #[derive(Debug)]
@@ -111,6 +114,7 @@ impl Naive {
         caps.fence_durability = FenceDurability::Durable;
         caps.change_notification = true;
         caps.force_release = true;
+        caps.list = true;
         Arc::new(Naive {
             bug,
             caps,
@@ -348,6 +352,26 @@ impl LockBackend for Naive {
         Ok(Some(self.waiters.register(key.as_str()).changes))
     }
 
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        self.round_trip().await;
+        let now = Instant::now();
+        let state = self.state();
+        Ok(state
+            .locks
+            .iter()
+            .filter(|(key, (_, _, exp))| {
+                key.as_str().starts_with(prefix) && (*exp > now || self.bug == Bug::ListsExpired)
+            })
+            .map(|(key, (_, f, exp))| {
+                let info = LockInfo {
+                    fence: FencingToken::new(*f),
+                    remaining: exp.saturating_duration_since(now),
+                };
+                (key.clone(), info)
+            })
+            .collect())
+    }
+
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
         let removed = {
             let mut state = self.state();
@@ -452,4 +476,5 @@ caught! {
     force_release_resets_fences: ForceReleaseResetsFences by fences_increase_across_a_forced_release;
     ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept;
     keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks;
+    lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys;
 }

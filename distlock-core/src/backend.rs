@@ -174,6 +174,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
             format!("the {} backend cannot force a release", self.name()),
         ))
     }
+
+    /// The listing step, for a backend that declares [`Capabilities::list`]: every key
+    /// held now whose name starts with `prefix` (`""`: every key), each with what
+    /// [`inspect`](Self::inspect) shows of it, in any order. Free and expired keys
+    /// are left out; so are the records of queues and permits. A key taken or freed
+    /// while the listing runs may be shown either way. Callers use
+    /// [`LockBackendExt::list`], which checks `prefix` first. By default an
+    /// [`ErrorKind::Unsupported`] error.
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let _ = prefix;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("the {} backend cannot list its locks", self.name()),
+        ))
+    }
 }
 
 macro_rules! forward_backend {
@@ -203,6 +218,9 @@ macro_rules! forward_backend {
             }
             async fn force_release(&self, key: &LockKey) -> Result<bool> {
                 (**self).force_release(key).await
+            }
+            async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+                (**self).scan(prefix).await
             }
             async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
                 (**self).try_grant_in_turn(request, place).await
@@ -321,6 +339,30 @@ pub trait LockBackendExt: LockBackend {
     /// Releases `lease`.
     async fn release_lease(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.release(lease.key(), lease.owner()).await
+    }
+
+    /// The keys held now whose names start with `prefix` (`""`: every key), each with
+    /// its holder's fence and remaining TTL, sorted by key; see
+    /// [`scan`](LockBackend::scan). A non-empty `prefix` is checked as a key is
+    /// ([`ErrorKind::InvalidKey`]) before anything is sent, and an
+    /// [`ErrorKind::Unsupported`] error, with nothing sent, where the backend does not
+    /// declare [`Capabilities::list`].
+    async fn list(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        if !prefix.is_empty() {
+            LockKey::new(prefix)?;
+        }
+        if !self.capabilities().list {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "this backend cannot list its locks (capabilities.list)",
+            )
+            .with_backend(self.name().to_owned()));
+        }
+        let mut held = self.scan(prefix).await?;
+        held.retain(|(key, _)| key.as_str().starts_with(prefix));
+        held.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        held.dedup_by(|a, b| a.0 == b.0);
+        Ok(held)
     }
 
     /// Checks `key`, then tries once to acquire it for `ttl`: `Some(lease)` or `None`

@@ -97,6 +97,10 @@ pub struct Capabilities {
     /// Whether [`LockBackend::force_release`](crate::LockBackend::force_release) is
     /// implemented (an operator breaking a lock).
     pub force_release: bool,
+    /// Whether [`LockBackend::scan`](crate::LockBackend::scan) lists the held keys
+    /// (what [`LockBackendExt::list`](crate::LockBackendExt::list) and `distlock list`
+    /// show).
+    pub list: bool,
     /// Whether [`LockBackendExt::extend`](crate::LockBackendExt::extend) accepts any valid
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
     /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
@@ -119,7 +123,7 @@ pub struct Capabilities {
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
     /// one round trip per operation, no clock drift, nothing optional (no
-    /// fair mode, no permits).
+    /// force release, no listing, no fair mode, no permits).
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -129,6 +133,7 @@ impl Default for Capabilities {
             leases_survive_restart: false,
             change_notification: false,
             force_release: false,
+            list: false,
             extend_any_ttl: true,
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,

@@ -134,6 +134,7 @@ impl MemoryBackend {
             leases_survive_restart: false,
             change_notification: true,
             force_release: true,
+            list: true,
             fair: true,
             permits: true,
             ..Capabilities::default()
@@ -582,5 +583,23 @@ impl LockBackend for MemoryBackend {
             self.shared.waiters.wake(key.as_str());
         }
         Ok(removed)
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let state = self.lock_state();
+        Ok(state
+            .locks
+            .iter()
+            .filter(|(key, h)| key.as_str().starts_with(prefix) && h.expires_at > now)
+            .map(|(key, h)| {
+                let info = LockInfo {
+                    fence: h.fence,
+                    remaining: h.expires_at.saturating_duration_since(now),
+                };
+                (key.clone(), info)
+            })
+            .collect())
     }
 }

@@ -138,6 +138,7 @@ impl EtcdBackend {
         capabilities.leases_survive_restart = true;
         capabilities.change_notification = true;
         capabilities.force_release = true;
+        capabilities.list = true;
         capabilities.extend_any_ttl = false;
         capabilities.fair = true;
         capabilities.permits = true;
@@ -540,6 +541,37 @@ impl LockBackend for EtcdBackend {
 
     fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
         Some(self)
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let start = &self.inner.config.prefix;
+        let range = format!("{start}{prefix}");
+        let reply = self
+            .request(|mut c| {
+                let range = range.clone();
+                async move { c.get(range, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let mut held = Vec::new();
+        for kv in reply.kvs() {
+            // A lock's key holds no NUL (queues and permits do) and lives on a lease.
+            let name = kv
+                .key_str()
+                .ok()
+                .and_then(|k| k.strip_prefix(start.as_str()));
+            let Some(key) = name.and_then(|n| LockKey::new(n).ok()) else {
+                continue;
+            };
+            if kv.lease() == 0 {
+                continue;
+            }
+            let info = LockInfo {
+                fence: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+                remaining: self.lease_left(kv.lease()).await,
+            };
+            held.push((key, info));
+        }
+        Ok(held)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

@@ -95,6 +95,7 @@ impl PostgresBackend {
         capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
         capabilities.change_notification = config.notify;
         capabilities.force_release = true;
+        capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
@@ -459,6 +460,30 @@ impl LockBackend for PostgresBackend {
 
     fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
         Some(self)
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let args = [Arg::Text(prefix)];
+        let rows = self.run(self.rows(&self.inner.sql.list, &args)).await?;
+        let mut held = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let decoded = (|| {
+                Ok::<_, sqlx::Error>((
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<i64, _>(1)?,
+                    row.try_get(2)?,
+                ))
+            })();
+            let (key, raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
+            // A row whose name is no lock key (written by hand, say) is not a lock.
+            let Ok(key) = LockKey::new(key) else { continue };
+            let info = LockInfo {
+                fence: fence(raw),
+                remaining: remaining(ms).unwrap_or_default(),
+            };
+            held.push((key, info));
+        }
+        Ok(held)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

@@ -16,6 +16,7 @@ pub(crate) struct Statements {
     pub(crate) release: String,
     pub(crate) extend: String,
     pub(crate) inspect: String,
+    pub(crate) list: String,
     pub(crate) force_release: String,
     pub(crate) mark_waited: String,
     pub(crate) purge: String,
@@ -173,6 +174,10 @@ impl Statements {
                  RETURNING fence"
             ),
             inspect: format!("SELECT fence, {remaining_ms} FROM {t} WHERE key = $1 AND expires_at > clock_timestamp()"),
+            list: format!(
+                "SELECT key, fence, {remaining_ms} FROM {t} \
+                 WHERE left(key, char_length($1)) = $1 AND expires_at > clock_timestamp()"
+            ),
             force_release: format!(
                 "WITH ended AS ( \
                    UPDATE {t} SET expires_at = clock_timestamp() \
@@ -289,6 +294,7 @@ mod tests {
             &sql.release,
             &sql.extend,
             &sql.inspect,
+            &sql.list,
             &sql.force_release,
             &sql.mark_waited,
             &sql.purge,

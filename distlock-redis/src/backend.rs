@@ -173,6 +173,7 @@ impl RedisBackend {
         capabilities.leases_survive_restart = false;
         capabilities.change_notification = true;
         capabilities.force_release = true;
+        capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = true;
         RedisBackend {
@@ -313,6 +314,50 @@ impl RedisBackend {
         Ok(Some((info, owner)))
     }
 
+    /// The keys whose lock records exist here under `prefix`, free or not: `SCAN` on
+    /// one server (in batches, so the server is never blocked for long), `KEYS` on a
+    /// Redis Cluster, which sends it to every master and joins their answers (each
+    /// master walks its keys at once).
+    pub(crate) async fn lock_keys(&self, prefix: &str) -> Result<Vec<LockKey>> {
+        let start = format!("{}{{", self.inner.config.prefix);
+        let pattern = format!("{}{}*}}", glob_escape(&start), glob_escape(prefix));
+        let mut conn = self.inner.conn.clone();
+        let mut found: Vec<String> = Vec::new();
+        if matches!(conn, Conn::Cluster(_)) {
+            found = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.error(e))?;
+        } else {
+            let mut cursor = 0u64;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                found.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        // A lock's record is exactly `<prefix>{key}`: its fence counter and queue keys
+        // end otherwise, and a name that is no lock key is not one of ours.
+        Ok(found
+            .iter()
+            .filter_map(|full| full.strip_prefix(&start)?.strip_suffix('}'))
+            .filter_map(|name| LockKey::new(name).ok())
+            .filter(|key| key.as_str().starts_with(prefix))
+            .collect())
+    }
+
     /// The acquire step: plain, or in turn with a place in the key's queue that lasts
     /// `place`.
     async fn grant(&self, request: &AcquireRequest, place: Option<Duration>) -> Result<Grant> {
@@ -429,6 +474,18 @@ fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
         .set_response_timeout(Some(config.response_timeout))
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_millis(500))
+}
+
+/// `text` with the characters a Redis glob pattern gives meaning to escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -568,6 +625,16 @@ impl LockBackend for RedisBackend {
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let mut held = Vec::new();
+        for key in self.lock_keys(prefix).await? {
+            if let Some((info, _owner)) = self.holder(&key).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

@@ -486,6 +486,41 @@ impl LockBackend for RedlockBackend {
         Ok(Some(merged))
     }
 
+    /// The keys a majority of masters could hold, each shown as
+    /// [`inspect`](LockBackend::inspect) shows it: held only where a majority agrees.
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let timeout = self.inner.config.node_timeout(Duration::MAX);
+        let shared_prefix = prefix.to_owned();
+        let mut replies = self.fan_out(timeout, |m| {
+            let prefix = shared_prefix.clone();
+            async move { m.lock_keys(&prefix).await }
+        });
+        let mut tally = self.tally();
+        let mut answered = 0;
+        let mut keys: Vec<LockKey> = Vec::new();
+        while let Some((_, reply)) = replies.next().await {
+            match reply {
+                Ok(found) => {
+                    answered += 1;
+                    keys.extend(found);
+                }
+                Err(e) => tally.errors.push(e),
+            }
+        }
+        if answered < tally.quorum {
+            return Err(tally.error("cannot list the locks", answered));
+        }
+        keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        keys.dedup();
+        let mut held = Vec::new();
+        for key in keys {
+            if let Some(info) = self.inspect(&key).await? {
+                held.push((key, info));
+            }
+        }
+        Ok(held)
+    }
+
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
         let timeout = self.inner.config.node_timeout(Duration::MAX);
         let shared_key = key.clone();

@@ -216,6 +216,7 @@ pub mod extend;
 pub mod fairness;
 pub mod faults;
 pub mod fencing;
+pub mod operator;
 pub mod partitions;
 pub mod permits;
 pub mod quorum;
@@ -270,7 +271,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 14] = [
+pub(crate) const AREAS: [&[Case]; 15] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -279,6 +280,7 @@ pub(crate) const AREAS: [&[Case]; 14] = [
     errors::CASES,
     round_trips::CASES,
     client::CASES,
+    operator::CASES,
     clients::CASES,
     fairness::CASES,
     permits::CASES,
