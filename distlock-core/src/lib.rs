@@ -32,6 +32,32 @@
 //! Every grant therefore carries a [`FencingToken`] that strictly increases per key;
 //! give it to the protected resource, and have the resource refuse writes with a token
 //! smaller than one it has already seen: a [`FencedStore`] is such a resource.
+//!
+//! # Metrics and traces
+//!
+//! With the `metrics` feature, [`LockClient`] records each lock through the
+//! [`metrics`](https://docs.rs/metrics) facade, to the recorder the service installed
+//! (a Prometheus exporter, say). Every series has a `backend` label (the backend's
+//! [`name`](LockBackend::name)); with [`LockOptions::with_key_labels`] also a `key`
+//! label (off by default: each key is then a series of its own). Semaphores,
+//! read-write locks and elections are counted as locks are.
+//!
+//! | metric | kind | labels | what |
+//! | --- | --- | --- | --- |
+//! | `distlock_acquisitions_total` | counter | `outcome`: `acquired`, `busy`, `timeout`, `error` | calls to [`lock`](LockClient::lock) and [`try_lock`](LockClient::try_lock) (and the calls built on them), by how they ended |
+//! | `distlock_wait_seconds` | histogram | `outcome` | how long each of those calls took |
+//! | `distlock_held` | gauge | | leases held now by this process |
+//! | `distlock_hold_seconds` | histogram | | how long each lease was held, from its grant to its release or loss |
+//! | `distlock_renewals_total` | counter | `result`: `renewed`, `not_held`, `failed` | renewals, automatic and by [`LockGuard::extend`] |
+//! | `distlock_losses_total` | counter | `reason`: `not_held`, `renewal_failed`, `expired` | leases lost while held ([`LossReason`]) |
+//!
+//! Traces come through `tracing`, whatever the feature. Each call to take a lock is an
+//! info-level span, `lock_acquire` or `lock_try_acquire`, with the fields `key`,
+//! `backend`, and, once the call ends, `outcome` (as above) and `fence` (when
+//! acquired). A grant is an info-level event, `"lock acquired"`, and a loss a
+//! warning, `"lock lost: <reason>"` with a `reason` field (as above); both carry the
+//! key, the backend and the fence. A renewal that fails is a warning; renewals,
+//! releases and waits are otherwise debug-level.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

@@ -784,3 +784,78 @@ async fn outside_a_reentrant_scope_a_holder_waits_for_itself() {
         .await;
     held.release().await.expect("release");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_of_duration_max_waits_as_long_as_it_takes_without_overflow() {
+    let (memory, client) = setup(LockOptions::new(TTL).with_auto_renew(false));
+    let first = client
+        .lock("forever", Duration::MAX)
+        .await
+        .expect("a free key");
+    let other = LockClient::new(Arc::new(memory.clone()));
+    let waiter = tokio::spawn(async move { other.lock("forever", Duration::MAX).await });
+    // The holder's lease runs out at its ttl; the waiter then gets the key.
+    sleep(TTL * 2).await;
+    let second = waiter
+        .await
+        .expect("no panic")
+        .expect("granted after the expiry");
+    assert!(second.fence() > first.fence());
+    drop(first);
+}
+
+#[tokio::test]
+async fn listing_checks_its_prefix_and_sorts_what_is_held() {
+    let memory = MemoryBackend::new();
+    let ttl = Duration::from_secs(5);
+    for key in ["jobs/b", "jobs/a", "other"] {
+        memory
+            .acquire_once(key, ttl)
+            .await
+            .expect("free")
+            .expect("granted");
+    }
+    let listed = memory.list("jobs/").await.expect("listed");
+    let keys: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["jobs/a", "jobs/b"]);
+    assert_eq!(memory.list("").await.expect("listed").len(), 3);
+    let bad = memory
+        .list("jobs/\u{7}")
+        .await
+        .map(drop)
+        .map_err(|e| e.kind());
+    assert_eq!(bad, Err(ErrorKind::InvalidKey));
+    let unsupported = Unlisted(MemoryBackend::new())
+        .list("")
+        .await
+        .map(drop)
+        .map_err(|e| e.kind());
+    assert_eq!(unsupported, Err(ErrorKind::Unsupported));
+}
+
+/// A backend that declares no listing.
+#[derive(Debug)]
+struct Unlisted(MemoryBackend);
+
+#[async_trait]
+impl LockBackend for Unlisted {
+    fn name(&self) -> &str {
+        "unlisted"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        static CAPABILITIES: std::sync::OnceLock<Capabilities> = std::sync::OnceLock::new();
+        CAPABILITIES.get_or_init(Capabilities::default)
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.0.try_grant(request).await
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.0.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.0.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.0.inspect(key).await
+    }
+}

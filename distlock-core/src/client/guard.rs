@@ -14,6 +14,7 @@ use crate::backend::{next_change, DynLockBackend, LockBackendExt};
 use crate::client::deferred::{Deferred, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
+use crate::client::telemetry::{self, RenewalResult};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
@@ -62,6 +63,8 @@ struct Shared {
     /// This guard's turn at the key among its client's own tasks: passed on when the
     /// lock is lost, or once a release has been applied.
     turn: std::sync::Mutex<Option<LocalTurn>>,
+    /// When the lease was granted: the start of its hold time.
+    granted: Instant,
 }
 
 impl Shared {
@@ -76,13 +79,23 @@ impl Shared {
     /// Records the loss once; the first reason wins. A real loss (not a release)
     /// passes the local turn on at once: the lock is no longer this guard's.
     fn mark_lost(&self, reason: LossReason) {
-        self.status.send_if_modified(|s| {
+        let first = self.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
             s.lost = Some(reason);
             true
         });
+        if first {
+            telemetry::ended(
+                self.backend.name(),
+                self.key(),
+                &self.options,
+                self.fence(),
+                reason,
+                self.granted.elapsed(),
+            );
+        }
         if reason != LossReason::Released {
             self.pass_turn();
         }
@@ -105,7 +118,14 @@ impl Shared {
 
     /// One extend round trip, applied to the status.
     async fn extend(&self, ttl: Duration) -> Result<()> {
-        match self.backend.extend(&self.lease, ttl).await? {
+        let outcome = self.backend.extend(&self.lease, ttl).await;
+        let result = match &outcome {
+            Ok(ExtendOutcome::Extended(_)) => RenewalResult::Renewed,
+            Ok(ExtendOutcome::NotHeld) => RenewalResult::NotHeld,
+            Err(_) => RenewalResult::Failed,
+        };
+        self.renewed(result);
+        match outcome? {
             ExtendOutcome::Extended(lease) => {
                 self.set_valid_until(lease.valid_until());
                 Ok(())
@@ -115,6 +135,10 @@ impl Shared {
                 Err(not_held(self.key()))
             }
         }
+    }
+
+    fn renewed(&self, result: RenewalResult) {
+        telemetry::renewal(self.backend.name(), self.key(), &self.options, result);
     }
 }
 
@@ -217,7 +241,14 @@ impl LockGuard {
             }),
             turn: std::sync::Mutex::new(turn),
             lease,
+            granted,
         });
+        telemetry::granted(
+            shared.backend.name(),
+            shared.key(),
+            &shared.options,
+            shared.fence(),
+        );
         let loss_at = valid_until
             .checked_sub(shared.options.loss_margin())
             .unwrap_or(valid_until);
@@ -475,7 +506,6 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             } else {
                 LossReason::Expired
             };
-            warn!(%reason, "lock lost");
             shared.mark_lost(reason);
             return;
         }
@@ -507,10 +537,8 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         }
         match timeout_at(loss_at, shared.extend(options.ttl())).await {
             Ok(Ok(())) => next_renewal = Instant::now() + interval,
-            Ok(Err(error)) if error.kind() == ErrorKind::NotHeld => {
-                warn!(reason = %LossReason::NotHeld, "lock lost");
-                return;
-            }
+            // The loss is recorded, and reported, by the extend.
+            Ok(Err(error)) if error.kind() == ErrorKind::NotHeld => return,
             Ok(Err(error)) => {
                 // A transient fault is not a loss while validity remains.
                 warn!(%error, "renewal failed; retrying while the lease is valid");
@@ -518,6 +546,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             }
             Err(_elapsed) => {
                 // Loop once more: the deadline check above records the loss.
+                shared.renewed(RenewalResult::Failed);
                 next_renewal = Instant::now();
             }
         }

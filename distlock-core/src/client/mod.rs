@@ -9,6 +9,7 @@ mod local;
 mod options;
 mod reentrant;
 mod shared;
+mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,6 +32,17 @@ pub use self::guard::{LockGuard, LossReason};
 use self::local::{LocalQueues, LocalTurn};
 pub use self::options::LockOptions;
 pub use self::shared::{RwLock, Semaphore};
+use self::telemetry::Outcome;
+
+/// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
+/// wait of a century, never an overflow.
+fn deadline_after(wait: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    let now = Instant::now();
+    now.checked_add(wait.min(CENTURY))
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
 
 /// The entry point users touch: takes locks on a backend and hands out guards.
 ///
@@ -89,6 +101,7 @@ impl Waiter {
 impl LockClient {
     /// A client with the default [`LockOptions`] (30 s TTL, auto-renewal on).
     pub fn new(backend: Arc<DynLockBackend>) -> Self {
+        telemetry::describe();
         LockClient {
             backend,
             options: LockOptions::default(),
@@ -115,6 +128,7 @@ impl LockClient {
                 ),
             ));
         }
+        telemetry::describe();
         Ok(LockClient {
             backend,
             options,
@@ -178,47 +192,94 @@ impl LockClient {
         if let Some(guard) = reentrant::reenter(&self.local, &key) {
             return Ok(Some(guard));
         }
-        let span =
-            tracing::debug_span!("lock_try_acquire", key = %key, backend = self.backend.name());
+        let span = tracing::info_span!(
+            "lock_try_acquire",
+            key = %key,
+            backend = self.backend.name(),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
         async {
-            let mut waiter = if self.options.fair() {
-                Waiter::queued(self, &key)
-            } else {
-                let Ok(turn) = self.local.of(&key).try_lock_owned() else {
-                    return Ok(None);
-                };
-                Waiter::Racing(Some(turn))
+            let result = self.try_lock_once(&key).await;
+            let outcome = match &result {
+                Ok(Some(_)) => Outcome::Acquired,
+                Ok(None) => Outcome::Busy,
+                Err(error) => Outcome::of_error(error),
             };
-            match self.attempt(&key, &mut waiter).await? {
-                Attempt::Acquired(guard) => Ok(Some(guard)),
-                Attempt::Busy { .. } => {
-                    if let Waiter::Queued { owner, pending } = &mut waiter {
-                        // Nothing was granted: leave the queue now, not a place later.
-                        if self.backend.leave_queue(&key, owner).await.is_ok() {
-                            pending.disarm();
-                        }
-                    }
-                    Ok(None)
-                }
-            }
+            telemetry::acquisition(
+                self.backend.name(),
+                &key,
+                &self.options,
+                outcome,
+                started.elapsed(),
+            );
+            result
         }
         .instrument(span)
         .await
+    }
+
+    /// One try, in the caller's span.
+    async fn try_lock_once(&self, key: &LockKey) -> Result<Option<LockGuard>> {
+        let mut waiter = if self.options.fair() {
+            Waiter::queued(self, key)
+        } else {
+            let Ok(turn) = self.local.of(key).try_lock_owned() else {
+                return Ok(None);
+            };
+            Waiter::Racing(Some(turn))
+        };
+        match self.attempt(key, &mut waiter).await? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Busy { .. } => {
+                if let Waiter::Queued { owner, pending } = &mut waiter {
+                    // Nothing was granted: leave the queue now, not a place later.
+                    if self.backend.leave_queue(key, owner).await.is_ok() {
+                        pending.disarm();
+                    }
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// Waits up to `wait` for the lock. Between attempts it sleeps with exponential
     /// backoff and full jitter, or until the backend reports a release when it can;
     /// never longer than the holder's remaining TTL. Transient backend errors are
     /// retried until the deadline. An [`ErrorKind::Timeout`] error when the deadline
-    /// passes.
+    /// passes. `Duration::MAX` waits for as long as it takes.
     ///
     /// Dropping the returned future at any point leaves no renewal task running, and
     /// a grant whose reply was still in flight is released in the background.
     pub async fn lock(&self, key: &str, wait: Duration) -> Result<LockGuard> {
         let key = LockKey::new(key)?;
-        let deadline = Instant::now() + wait;
-        let span = tracing::debug_span!("lock_acquire", key = %key, backend = self.backend.name());
-        self.lock_until(key, deadline).instrument(span).await
+        let deadline = deadline_after(wait);
+        let span = tracing::info_span!(
+            "lock_acquire",
+            key = %key,
+            backend = self.backend.name(),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        async {
+            let result = self.lock_until(key.clone(), deadline).await;
+            let outcome = match &result {
+                Ok(_) => Outcome::Acquired,
+                Err(error) => Outcome::of_error(error),
+            };
+            telemetry::acquisition(
+                self.backend.name(),
+                &key,
+                &self.options,
+                outcome,
+                started.elapsed(),
+            );
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
@@ -247,7 +308,7 @@ impl LockClient {
             let mut remaining = None;
             match self.attempt(&key, &mut waiter).await {
                 Ok(Attempt::Acquired(guard)) => {
-                    debug!(fence = %guard.fence(), attempts, "acquired");
+                    debug!(attempts, "acquired");
                     return Ok(guard);
                 }
                 Ok(Attempt::Busy { remaining: r }) => remaining = r,

@@ -20,6 +20,7 @@ pub struct LockOptions {
     backoff_max: Duration,
     fair: bool,
     queue_place: Duration,
+    key_labels: bool,
 }
 
 impl Default for LockOptions {
@@ -34,6 +35,7 @@ impl Default for LockOptions {
             backoff_max: Duration::from_millis(500),
             fair: false,
             queue_place: Duration::from_secs(3),
+            key_labels: false,
         }
     }
 }
@@ -114,6 +116,20 @@ impl LockOptions {
     pub fn with_queue_place(mut self, place: Duration) -> Self {
         self.queue_place = place;
         self
+    }
+
+    /// Whether the client's metrics carry the lock's key as a `key` label (off by
+    /// default). Each key is then a series of its own in every metric: turn it on only
+    /// where the keys are few and fixed, never for keys made per request or per
+    /// record. See the crate docs' section on metrics.
+    pub fn with_key_labels(mut self, on: bool) -> Self {
+        self.key_labels = on;
+        self
+    }
+
+    /// Whether metrics carry the key as a label.
+    pub fn key_labels(&self) -> bool {
+        self.key_labels
     }
 
     /// The lease TTL.

@@ -1,0 +1,321 @@
+//! `distlock`: run a command under a distributed lock, and look at or break locks, on
+//! any backend distlock connects to by URL. See the README for the exit codes.
+
+mod duration;
+mod run;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use distlock::{DynLockBackend, Error, ErrorKind, LockBackendExt, LockInfo, LockKey};
+
+use crate::duration::parse_duration;
+
+/// The exit codes `distlock` gives of its own. `run` otherwise exits with its
+/// command's code.
+pub(crate) mod exit {
+    /// `run`: the lock was busy (`--no-wait`, or `--wait` ran out), as `flock` exits;
+    /// `--conflict-exit-code` changes it. `force-release`: nothing was held.
+    pub(crate) const BUSY: u8 = 1;
+    /// Bad arguments or configuration: a URL, a key, a duration, a TTL (EX_USAGE).
+    pub(crate) const USAGE: u8 = 64;
+    /// The backend failed or could not be reached (EX_UNAVAILABLE).
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// `run`: the lock was lost while the command ran, and the command was stopped
+    /// (EX_TEMPFAIL: its work may be unfinished, and can be tried again).
+    pub(crate) const LOST: u8 = 75;
+    /// `run`: the command could not be executed.
+    pub(crate) const NOT_EXECUTABLE: u8 = 126;
+    /// `run`: the command was not found.
+    pub(crate) const NOT_FOUND: u8 = 127;
+}
+
+/// Distributed locks from the command line: run a command while holding a lock
+/// (renewed all along, and the command stopped if the lock is lost), or look at and
+/// break locks.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, about, long_about = None)]
+struct Cli {
+    /// The backend's URL: memory://, redis://, rediss://, redis-cluster://, redlock://,
+    /// postgres://, etcd://, etcds://.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
+    url: Option<String>,
+
+    /// Log what the client does to stderr: -v for grants, losses and renewal
+    /// failures, -vv for every step.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs a command while holding KEY, renewing the lock until it exits.
+    ///
+    /// The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment, and runs in
+    /// a process group of its own: if the lock is lost it is sent SIGTERM, then SIGKILL
+    /// after --grace, and distlock exits with 75. Otherwise distlock exits with the
+    /// command's own code (128+N when signal N ended it). SIGINT, SIGTERM and SIGHUP
+    /// sent to distlock are passed on to the command.
+    Run(RunArgs),
+    /// Shows who holds KEY: its fence and remaining TTL.
+    Inspect {
+        /// The lock's key.
+        key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists the held locks whose keys start with PREFIX (every one without).
+    List {
+        /// The start of the keys to list.
+        prefix: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Breaks KEY's lock whoever holds it; its holder learns of the loss at its next
+    /// renewal. Asks first, unless given --yes.
+    ForceRelease {
+        /// The lock's key.
+        key: String,
+        /// Do not ask.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock's key.
+    pub(crate) key: String,
+    /// How long to wait for the lock (500ms, 30s, 5m, 1h); without it, as long as it
+    /// takes.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Do not wait: exit at once if the lock is held.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
+    /// The lease's TTL: how long the lock outlives a distlock that vanished. It is
+    /// renewed every third of it.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// How long the command has to exit after SIGTERM, once the lock is lost, before
+    /// SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub(crate) grace: Duration,
+    /// The exit code when the lock is busy (flock's -E).
+    #[arg(long, short = 'E', default_value_t = exit::BUSY)]
+    pub(crate) conflict_exit_code: u8,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub(crate) command: Vec<String>,
+}
+
+/// One line to stderr, as every message of distlock's own is.
+pub(crate) fn say(message: impl std::fmt::Display) {
+    eprintln!("distlock: {message}");
+}
+
+/// The exit code of an error: its kind decides.
+pub(crate) fn code_of(error: &Error) -> u8 {
+    match error.kind() {
+        ErrorKind::InvalidKey
+        | ErrorKind::InvalidTtl
+        | ErrorKind::InvalidInput
+        | ErrorKind::Configuration
+        | ErrorKind::Unsupported => exit::USAGE,
+        _ => exit::UNAVAILABLE,
+    }
+}
+
+/// Reports `error` on one line (distlock's errors never show a password) and gives
+/// its exit code.
+pub(crate) fn failed(error: &Error) -> u8 {
+    say(format_args!("error: {error}"));
+    code_of(error)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line, as every error: clap's first (the usage follows with --help).
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap_or_default();
+            let line = line.strip_prefix("error: ").unwrap_or(line);
+            say(format_args!("error: {line} (see --help)"));
+            return ExitCode::from(exit::USAGE);
+        }
+        Err(e) => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    if cli.verbose > 0 {
+        let level = if cli.verbose > 1 {
+            tracing_subscriber::filter::LevelFilter::DEBUG
+        } else {
+            tracing_subscriber::filter::LevelFilter::INFO
+        };
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .init();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            say(format_args!("error: cannot start the runtime: {e}"));
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli));
+    // Whatever is still running in the background (a release on drop) is not waited
+    // for: a lease left behind runs out at its TTL.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    ExitCode::from(code)
+}
+
+async fn dispatch(cli: Cli) -> u8 {
+    let Some(url) = cli.url else {
+        say("error: no backend: give --url or set DISTLOCK_URL");
+        return exit::USAGE;
+    };
+    // Check what needs no server before connecting.
+    let key = match &cli.command {
+        Command::Run(args) => Some(args.key.as_str()),
+        Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
+        Command::List { .. } => None,
+    };
+    let key = match key.map(LockKey::new).transpose() {
+        Ok(key) => key,
+        Err(e) => return failed(&e),
+    };
+    let backend = match distlock::connect(&url).await {
+        Ok(backend) => backend,
+        Err(e) => return failed(&e),
+    };
+    let result = match (cli.command, key) {
+        (Command::Run(args), _) => return run::run(backend, args).await,
+        (Command::Inspect { json, .. }, Some(key)) => inspect(&backend, &key, json).await,
+        (Command::List { prefix, json }, _) => list(&backend, prefix.as_deref(), json).await,
+        (Command::ForceRelease { yes, .. }, Some(key)) => force_release(&backend, &key, yes).await,
+        (_, None) => unreachable!("every command but list has a key"),
+    };
+    result.unwrap_or_else(|e| failed(&e))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn held_json(key: &LockKey, info: Option<&LockInfo>) -> serde_json::Value {
+    match info {
+        Some(info) => serde_json::json!({
+            "key": key.as_str(),
+            "held": true,
+            "fence": info.fence.get(),
+            "ttl_ms": millis(info.remaining),
+        }),
+        None => serde_json::json!({ "key": key.as_str(), "held": false }),
+    }
+}
+
+async fn inspect(backend: &Arc<DynLockBackend>, key: &LockKey, json: bool) -> Result<u8, Error> {
+    let info = backend.inspect(key).await?;
+    if json {
+        println!("{}", held_json(key, info.as_ref()));
+    } else {
+        match info {
+            Some(info) => println!(
+                "{key}: held, fence {}, {} left",
+                info.fence,
+                seconds(info.remaining)
+            ),
+            None => println!("{key}: free"),
+        }
+    }
+    Ok(0)
+}
+
+async fn list(
+    backend: &Arc<DynLockBackend>,
+    prefix: Option<&str>,
+    json: bool,
+) -> Result<u8, Error> {
+    let held = backend.list(prefix.unwrap_or("")).await?;
+    if json {
+        let all: Vec<_> = held.iter().map(|(k, i)| held_json(k, Some(i))).collect();
+        println!("{}", serde_json::Value::Array(all));
+    } else {
+        for (key, info) in &held {
+            println!(
+                "{key}\tfence {}\t{} left",
+                info.fence,
+                seconds(info.remaining)
+            );
+        }
+    }
+    Ok(0)
+}
+
+async fn force_release(
+    backend: &Arc<DynLockBackend>,
+    key: &LockKey,
+    yes: bool,
+) -> Result<u8, Error> {
+    if !yes {
+        let Some(info) = backend.inspect(key).await? else {
+            say(format_args!("{key} is not held"));
+            return Ok(exit::BUSY);
+        };
+        if !std::io::stdin().is_terminal() {
+            say("error: refusing to break a lock without asking: give --yes, or run from a terminal");
+            return Ok(exit::USAGE);
+        }
+        eprint!(
+            "distlock: break {key}, held with fence {} for {} more? [y/N] ",
+            info.fence,
+            seconds(info.remaining)
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let read = tokio::task::spawn_blocking(move || {
+            std::io::stdin()
+                .lock()
+                .read_line(&mut answer)
+                .map(|_| answer)
+        })
+        .await;
+        let answer = match read {
+            Ok(Ok(answer)) => answer,
+            _ => String::new(),
+        };
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            say("not broken");
+            return Ok(exit::BUSY);
+        }
+    }
+    if backend.force_release(key).await? {
+        say(format_args!("broke {key}"));
+        Ok(0)
+    } else {
+        say(format_args!("{key} is not held"));
+        Ok(exit::BUSY)
+    }
+}

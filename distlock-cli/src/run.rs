@@ -1,0 +1,185 @@
+//! `distlock run`: a command under a lock, stopped if the lock is lost.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{DynLockBackend, ErrorKind, LockClient, LockGuard, LockOptions};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{exit, failed, say, RunArgs};
+
+/// Takes the lock, runs the command, and gives the exit code.
+pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
+    let client = match LockClient::with_options(backend, LockOptions::new(args.ttl)) {
+        Ok(client) => client,
+        Err(e) => return failed(&e),
+    };
+    let guard = match take(&client, &args).await {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            say(format_args!("{} is held by another holder", args.key));
+            return args.conflict_exit_code;
+        }
+        Err(e) => return failed(&e),
+    };
+    let fence = guard.fence();
+    let mut command = Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("DISTLOCK_KEY", &args.key)
+        .env("DISTLOCK_FENCE", fence.to_string())
+        // A group of its own, so that a stop reaches whatever the command started.
+        .process_group(0);
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => exit::NOT_EXECUTABLE,
+                _ => exit::UNAVAILABLE,
+            };
+            say(format_args!("error: cannot run {:?}: {e}", args.command[0]));
+            let _ = guard.release().await;
+            return code;
+        }
+    };
+    supervise(child, guard, &args).await
+}
+
+/// The guard: at once, within `--wait`, or whenever the lock comes free. `None` when
+/// the lock stayed busy.
+async fn take(client: &LockClient, args: &RunArgs) -> distlock::Result<Option<LockGuard>> {
+    if args.no_wait {
+        return client.try_lock(&args.key).await;
+    }
+    match client
+        .lock(&args.key, args.wait.unwrap_or(Duration::MAX))
+        .await
+    {
+        Ok(guard) => Ok(Some(guard)),
+        Err(e) if e.kind() == ErrorKind::Timeout && args.wait.is_some() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits for the command, passing on the signals distlock gets, and stops it if the
+/// lock is lost.
+async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs) -> u8 {
+    let Some(group) = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+    else {
+        // The command has already been reaped: nothing to supervise.
+        return finish(child.wait().await, guard, args).await;
+    };
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let mut signals = Signals::new();
+    loop {
+        tokio::select! {
+            status = child.wait() => return finish(status, guard, args).await,
+            reason = &mut lost => {
+                say(format_args!(
+                    "the lock {} was lost ({reason}); stopping the command",
+                    args.key
+                ));
+                stop(&mut child, group, args.grace).await;
+                drop(guard);
+                return exit::LOST;
+            }
+            Some(received) = signals.next() => {
+                // Passed on; the command decides, and its exit ends the run.
+                let _ = killpg(group, received);
+            }
+        }
+    }
+}
+
+/// The run's code once the command exited by itself: the command's own, unless the
+/// release found that the lock had been lost meanwhile.
+async fn finish(status: std::io::Result<ExitStatus>, guard: LockGuard, args: &RunArgs) -> u8 {
+    let release = guard.release().await;
+    let code = match status {
+        Ok(status) => code_of(status),
+        Err(e) => {
+            say(format_args!("error: lost track of the command: {e}"));
+            exit::UNAVAILABLE
+        }
+    };
+    match release {
+        Ok(()) => code,
+        Err(e) if e.kind() == ErrorKind::NotHeld => {
+            say(format_args!(
+                "the lock {} was lost before the command finished: its work may have overlapped another holder's",
+                args.key
+            ));
+            exit::LOST
+        }
+        Err(e) => {
+            // The command finished under a lease nobody reported lost; it runs out at
+            // its TTL.
+            say(format_args!("warning: the release failed: {e}"));
+            code
+        }
+    }
+}
+
+/// SIGTERM to the command's group, then SIGKILL once `grace` has passed.
+async fn stop(child: &mut Child, group: Pid, grace: Duration) {
+    let _ = killpg(group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+        // The leader is gone; what it started may linger in the group.
+        let _ = killpg(group, Signal::SIGKILL);
+        return;
+    }
+    say("the command did not stop within the grace period; killing it");
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// A shell's exit code for a status: the code, or 128+N for signal N.
+fn code_of(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
+        (None, None) => exit::UNAVAILABLE,
+    }
+}
+
+/// The signals distlock passes on to its command.
+struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        let wanted = [
+            (Signal::SIGINT, SignalKind::interrupt()),
+            (Signal::SIGTERM, SignalKind::terminate()),
+            (Signal::SIGHUP, SignalKind::hangup()),
+        ];
+        let streams = wanted
+            .into_iter()
+            .filter_map(|(name, kind)| signal(kind).ok().map(|s| (name, s)))
+            .collect();
+        Signals { streams }
+    }
+
+    /// The next signal received; pending forever if none can be.
+    async fn next(&mut self) -> Option<Signal> {
+        if self.streams.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.streams.iter_mut().map(|(name, stream)| {
+            let name = *name;
+            Box::pin(async move { stream.recv().await.map(|()| name) })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
+}

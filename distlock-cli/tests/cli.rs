@@ -1,0 +1,410 @@
+//! The `distlock` binary end to end: against real Redis, PostgreSQL and etcd servers,
+//! and its exit codes and errors against the memory backend.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use distlock_conformance::ServerControl;
+use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle};
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, timeout, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// `distlock` on `url`, with its output captured and nothing on its stdin.
+fn distlock(url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env("DISTLOCK_URL", url)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `distlock` to its end, which must come within a minute.
+async fn finish(url: &str, args: &[&str]) -> Output {
+    let run = distlock(url, args).output();
+    timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap_or_else(|_| panic!("distlock {args:?} ran over a minute"))
+        .expect("distlock runs")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or(-1)
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// A directory of the test's own for its commands' marks.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "distlock-cli-{name}-{}-{:x}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    hasher.finish()
+}
+
+/// Waits until `path` exists: a command's sign that it runs.
+async fn appears(path: &Path, within: Duration) {
+    let give_up = Instant::now() + within;
+    while !path.exists() {
+        assert!(
+            Instant::now() < give_up,
+            "{} did not appear within {within:?}",
+            path.display()
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A `distlock run` under way; its code once it ends, which must come `within`.
+async fn ends(child: Child, within: Duration) -> Output {
+    timeout(within, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("distlock run did not end within {within:?}"))
+        .expect("distlock runs")
+}
+
+/// Whether process `pid` still exists.
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+async fn end_to_end(server: &'static dyn Server) {
+    let handle = ServerHandle::start(server)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", server.name()));
+    let url = handle.url();
+    let dir = scratch(server.name());
+    runs_never_overlap(&url, &dir).await;
+    a_busy_lock_exits_like_flock_and_signals_reach_the_command(&url, &dir).await;
+    force_release_stops_the_holders_command(&url, &dir).await;
+    a_paused_server_stops_the_command(&url, &dir, &handle).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Four `run`s of one key, each a command that fails if another is inside: all get
+/// their turn, one at a time, with increasing fences.
+async fn runs_never_overlap(url: &str, dir: &Path) {
+    let script = r#"mkdir "$0/inside" || exit 99
+echo "$DISTLOCK_KEY $DISTLOCK_FENCE" >> "$0/fences"
+sleep 0.3
+rmdir "$0/inside""#;
+    let dir_arg = dir.to_str().expect("a UTF-8 path");
+    let started = Instant::now();
+    let runs: Vec<Child> = (0..4)
+        .map(|_| {
+            distlock(
+                url,
+                &[
+                    "run",
+                    "--ttl",
+                    "2s",
+                    "--wait",
+                    "60s",
+                    "cli/overlap",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                    dir_arg,
+                ],
+            )
+            .spawn()
+            .expect("distlock starts")
+        })
+        .collect();
+    for run in runs {
+        let output = ends(run, Duration::from_secs(60)).await;
+        assert_eq!(
+            code(&output),
+            0,
+            "a run failed (99: two inside at once): {}",
+            stderr(&output)
+        );
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1200),
+        "four 0.3 s runs overlapped"
+    );
+    let fences = std::fs::read_to_string(dir.join("fences")).expect("fences written");
+    let fences: Vec<u64> = fences
+        .lines()
+        .map(|l| {
+            let (key, fence) = l.split_once(' ').expect("key and fence");
+            assert_eq!(key, "cli/overlap");
+            fence.parse().expect("a fence")
+        })
+        .collect();
+    assert_eq!(fences.len(), 4, "{fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not increasing: {fences:?}"
+    );
+}
+
+async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, dir: &Path) {
+    let dir_arg = dir.to_str().expect("a UTF-8 path");
+    let holder = distlock(
+        url,
+        &[
+            "run",
+            "--ttl",
+            "2s",
+            "cli/busy",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$0/busy"; exec sleep 60"#,
+            dir_arg,
+        ],
+    )
+    .spawn()
+    .expect("distlock starts");
+    appears(&dir.join("busy"), Duration::from_secs(20)).await;
+
+    let started = Instant::now();
+    let output = finish(url, &["run", "--no-wait", "cli/busy", "--", "true"]).await;
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(stderr(&output).contains("held"), "{}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let output = finish(url, &["run", "-n", "-E", "3", "cli/busy", "--", "true"]).await;
+    assert_eq!(code(&output), 3, "{}", stderr(&output));
+    let started = Instant::now();
+    let output = finish(url, &["run", "--wait", "1s", "cli/busy", "--", "true"]).await;
+    assert_eq!(code(&output), 1, "{}", stderr(&output));
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    let shown = json(&finish(url, &["inspect", "--json", "cli/busy"]).await);
+    assert_eq!(shown["held"], true, "{shown}");
+    assert!(shown["fence"].as_u64().is_some_and(|f| f > 0), "{shown}");
+    let ttl_ms = shown["ttl_ms"].as_u64().expect("ttl_ms");
+    assert!(ttl_ms <= 2000, "{shown}");
+    let listed = json(&finish(url, &["list", "--json", "cli/b"]).await);
+    let keys: Vec<&str> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|l| l["key"].as_str())
+        .collect();
+    assert_eq!(keys, ["cli/busy"], "{listed}");
+    let text = finish(url, &["list", "cli/"]).await;
+    assert!(
+        String::from_utf8_lossy(&text.stdout).starts_with("cli/busy\tfence "),
+        "{text:?}"
+    );
+
+    // SIGTERM to distlock reaches the command, whose exit ends the run and the lock.
+    let pid = holder
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .expect("a pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    let output = ends(holder, Duration::from_secs(20)).await;
+    assert_eq!(code(&output), 128 + 15, "{}", stderr(&output));
+    let shown = json(&finish(url, &["inspect", "--json", "cli/busy"]).await);
+    assert_eq!(
+        shown["held"], false,
+        "released once the command ended: {shown}"
+    );
+}
+
+async fn force_release_stops_the_holders_command(url: &str, dir: &Path) {
+    let dir_arg = dir.to_str().expect("a UTF-8 path");
+    // A command that ignores SIGTERM: SIGKILL ends it after the grace period.
+    let script = r#"trap "" TERM; echo $$ > "$0/pid"; while :; do sleep 0.1; done"#;
+    let holder = distlock(
+        url,
+        &[
+            "run",
+            "--ttl",
+            "2s",
+            "--grace",
+            "1s",
+            "cli/broken",
+            "--",
+            "sh",
+            "-c",
+            script,
+            dir_arg,
+        ],
+    )
+    .spawn()
+    .expect("distlock starts");
+    appears(&dir.join("pid"), Duration::from_secs(20)).await;
+    sleep(Duration::from_millis(100)).await;
+    let pid: i32 = std::fs::read_to_string(dir.join("pid"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+
+    // Without --yes, and no terminal to ask on: refused, the lock untouched.
+    let refused = finish(url, &["force-release", "cli/broken"]).await;
+    assert_eq!(code(&refused), 64, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    assert_eq!(
+        json(&finish(url, &["inspect", "--json", "cli/broken"]).await)["held"],
+        true
+    );
+
+    let broken_at = Instant::now();
+    let broke = finish(url, &["force-release", "--yes", "cli/broken"]).await;
+    assert_eq!(code(&broke), 0, "{}", stderr(&broke));
+    let output = ends(holder, Duration::from_secs(20)).await;
+    assert_eq!(code(&output), 75, "{}", stderr(&output));
+    assert!(stderr(&output).contains("was lost"), "{}", stderr(&output));
+    // Noticed at the next renewal (a third of the ttl) or sooner, then a 1 s grace.
+    assert!(
+        broken_at.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        broken_at.elapsed()
+    );
+    assert!(!alive(pid), "the command outlived its run");
+    let again = finish(url, &["force-release", "--yes", "cli/broken"]).await;
+    assert_eq!(code(&again), 1, "nothing to break: {}", stderr(&again));
+}
+
+async fn a_paused_server_stops_the_command(url: &str, dir: &Path, server: &ServerHandle) {
+    let dir_arg = dir.to_str().expect("a UTF-8 path");
+    let script = r#"trap 'echo stopped > "$0/stopped"; exit 0' TERM; touch "$0/paused"; while :; do sleep 0.1; done"#;
+    let holder = distlock(
+        url,
+        &[
+            "run",
+            "--ttl",
+            "2s",
+            "--grace",
+            "5s",
+            "cli/paused",
+            "--",
+            "sh",
+            "-c",
+            script,
+            dir_arg,
+        ],
+    )
+    .spawn()
+    .expect("distlock starts");
+    appears(&dir.join("paused"), Duration::from_secs(20)).await;
+    server.pause().await.expect("paused");
+    let paused_at = Instant::now();
+    let output = timeout(Duration::from_secs(30), holder.wait_with_output()).await;
+    server.unpause().await.expect("unpaused");
+    let output = output
+        .expect("run did not stop its command within 30 s of the pause")
+        .expect("distlock runs");
+    // The command exits 0 on SIGTERM; the run's code says the lock was lost.
+    assert_eq!(code(&output), 75, "{}", stderr(&output));
+    assert!(
+        dir.join("stopped").exists(),
+        "the command was not sent SIGTERM"
+    );
+    // Lost a loss margin before the 2 s lease runs out, not later.
+    assert!(
+        paused_at.elapsed() < Duration::from_secs(2) + Duration::from_secs(5),
+        "{:?}",
+        paused_at.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_end_to_end() {
+    end_to_end(&Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_end_to_end() {
+    end_to_end(&Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_end_to_end() {
+    end_to_end(&Etcd).await;
+}
+
+#[tokio::test]
+async fn exit_codes_and_one_line_errors_without_a_server() {
+    let memory = "memory://";
+    let own = finish(memory, &["run", "k", "--", "sh", "-c", "exit 7"]).await;
+    assert_eq!(code(&own), 7);
+    let signalled = finish(memory, &["run", "k", "--", "sh", "-c", "kill -9 $$"]).await;
+    assert_eq!(code(&signalled), 128 + 9);
+    let missing = finish(memory, &["run", "k", "--", "distlock-no-such-command"]).await;
+    assert_eq!(code(&missing), 127, "{}", stderr(&missing));
+    let env = finish(
+        memory,
+        &[
+            "run",
+            "jobs/x",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$DISTLOCK_KEY $DISTLOCK_FENCE""#,
+        ],
+    )
+    .await;
+    let shown = String::from_utf8_lossy(&env.stdout);
+    assert!(
+        shown.starts_with("jobs/x ") && shown.trim().ends_with(char::is_numeric),
+        "{shown}"
+    );
+    let free = json(&finish(memory, &["inspect", "--json", "k"]).await);
+    assert_eq!(free, serde_json::json!({ "key": "k", "held": false }));
+    let nothing = finish(memory, &["force-release", "--yes", "k"]).await;
+    assert_eq!(code(&nothing), 1);
+
+    for (args, url) in [
+        (&["run", "--ttl", "2x", "k", "--", "true"][..], memory),
+        (&["run", "k"][..], memory),
+        (&["run", "bad\u{7}key", "--", "true"][..], memory),
+        (&["run", "--ttl", "0s", "k", "--", "true"][..], memory),
+        (&["list"][..], "mongodb://app:s3cret@db.invalid/x"),
+        (
+            &["run", "k", "--", "true"][..],
+            "redis://:s3cret@127.0.0.1:1?wait_replicas=x",
+        ),
+    ] {
+        let output = finish(url, args).await;
+        let err = stderr(&output);
+        assert_eq!(code(&output), 64, "{args:?} on {url}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.starts_with("distlock: error: "), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+    // A server that refuses connections (loopback): unavailable, not a hang.
+    let started = Instant::now();
+    let output = finish("redis://:s3cret@127.0.0.1:1", &["run", "k", "--", "true"]).await;
+    let err = stderr(&output);
+    assert_eq!(code(&output), 69, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let output = finish("", &["run", "k", "--", "true"]).await;
+    assert_eq!(code(&output), 64, "{}", stderr(&output));
+}

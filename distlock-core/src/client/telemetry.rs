@@ -1,0 +1,197 @@
+//! What the client reports of each lock: its metrics (feature `metrics`, through the
+//! `metrics` facade) and its tracing events, each in one place. The names and labels
+//! are listed in the crate docs.
+
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use crate::client::guard::LossReason;
+use crate::client::options::LockOptions;
+use crate::error::{Error, ErrorKind};
+use crate::key::LockKey;
+use crate::token::FencingToken;
+
+/// How a call to take a lock ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A guard was handed out.
+    Acquired,
+    /// A single try found the lock held.
+    Busy,
+    /// The wait's deadline passed.
+    Timeout,
+    /// Another error ended the call.
+    Error,
+}
+
+impl Outcome {
+    pub(crate) fn of_error(error: &Error) -> Self {
+        if error.kind() == ErrorKind::Timeout {
+            Outcome::Timeout
+        } else {
+            Outcome::Error
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Busy => "busy",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// How one renewal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewalResult {
+    Renewed,
+    NotHeld,
+    Failed,
+}
+
+impl RenewalResult {
+    fn as_str(self) -> &'static str {
+        match self {
+            RenewalResult::Renewed => "renewed",
+            RenewalResult::NotHeld => "not_held",
+            RenewalResult::Failed => "failed",
+        }
+    }
+}
+
+/// A loss reason as a label value.
+fn reason_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::NotHeld => "not_held",
+        LossReason::RenewalFailed => "renewal_failed",
+        LossReason::Expired => "expired",
+        LossReason::Released => "released",
+    }
+}
+
+/// The labels every metric of one lock carries: the backend, and the key where asked.
+#[cfg(feature = "metrics")]
+fn labels(backend: &str, key: &LockKey, options: &LockOptions) -> Vec<metrics::Label> {
+    let mut labels = vec![metrics::Label::new("backend", backend.to_owned())];
+    if options.key_labels() {
+        labels.push(metrics::Label::new("key", key.as_str().to_owned()));
+    }
+    labels
+}
+
+#[cfg(feature = "metrics")]
+fn with(
+    mut labels: Vec<metrics::Label>,
+    name: &'static str,
+    value: &'static str,
+) -> Vec<metrics::Label> {
+    labels.push(metrics::Label::new(name, value));
+    labels
+}
+
+/// Describes the metrics to the recorder in force: their help text and units.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        use metrics::Unit;
+        metrics::describe_counter!(
+            "distlock_acquisitions_total",
+            "Calls to take a lock, by outcome: acquired, busy, timeout, error"
+        );
+        metrics::describe_histogram!(
+            "distlock_wait_seconds",
+            Unit::Seconds,
+            "How long a call to take a lock took, by outcome"
+        );
+        metrics::describe_histogram!(
+            "distlock_hold_seconds",
+            Unit::Seconds,
+            "How long a lease was held, from its grant to its release or loss"
+        );
+        metrics::describe_counter!(
+            "distlock_renewals_total",
+            "Renewals of held leases, by result: renewed, not_held, failed"
+        );
+        metrics::describe_counter!(
+            "distlock_losses_total",
+            "Leases lost while held, by reason: not_held, renewal_failed, expired"
+        );
+        metrics::describe_gauge!("distlock_held", "Leases held now");
+    }
+}
+
+/// A call to take a lock ended after `waited`.
+pub(crate) fn acquisition(
+    backend: &str,
+    key: &LockKey,
+    options: &LockOptions,
+    outcome: Outcome,
+    waited: Duration,
+) {
+    let span = tracing::Span::current();
+    span.record("outcome", outcome.as_str());
+    #[cfg(feature = "metrics")]
+    {
+        let labels = with(labels(backend, key, options), "outcome", outcome.as_str());
+        metrics::counter!("distlock_acquisitions_total", labels.clone()).increment(1);
+        metrics::histogram!("distlock_wait_seconds", labels).record(waited.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (backend, key, options, waited);
+}
+
+/// A lease was granted and a guard now holds it.
+pub(crate) fn granted(backend: &str, key: &LockKey, options: &LockOptions, fence: FencingToken) {
+    tracing::Span::current().record("fence", fence.get());
+    info!(%key, backend, %fence, "lock acquired");
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("distlock_held", labels(backend, key, options)).increment(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = options;
+}
+
+/// A held lease ended after `held`: released by its owner, or lost for `reason`.
+pub(crate) fn ended(
+    backend: &str,
+    key: &LockKey,
+    options: &LockOptions,
+    fence: FencingToken,
+    reason: LossReason,
+    held: Duration,
+) {
+    let held_ms = held.as_millis() as u64;
+    if reason == LossReason::Released {
+        debug!(%key, backend, %fence, held_ms, "lock released");
+    } else {
+        warn!(%key, backend, %fence, held_ms, reason = reason_label(reason), "lock lost: {reason}");
+    }
+    #[cfg(feature = "metrics")]
+    {
+        let labels = labels(backend, key, options);
+        metrics::gauge!("distlock_held", labels.clone()).decrement(1.0);
+        metrics::histogram!("distlock_hold_seconds", labels.clone()).record(held.as_secs_f64());
+        if reason != LossReason::Released {
+            let labels = with(labels, "reason", reason_label(reason));
+            metrics::counter!("distlock_losses_total", labels).increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = options;
+}
+
+/// One renewal of a held lease ended.
+pub(crate) fn renewal(backend: &str, key: &LockKey, options: &LockOptions, result: RenewalResult) {
+    if result == RenewalResult::Failed {
+        debug!(%key, backend, "renewal failed");
+    }
+    #[cfg(feature = "metrics")]
+    {
+        let labels = with(labels(backend, key, options), "result", result.as_str());
+        metrics::counter!("distlock_renewals_total", labels).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (key, options, result.as_str());
+}
