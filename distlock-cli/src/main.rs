@@ -58,8 +58,8 @@ enum Command {
     /// Runs a command while holding KEY, renewing the lock until it exits.
     ///
     /// The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment, and runs in
-    /// a process group of its own: if the lock is lost it is sent SIGTERM, then SIGKILL
-    /// after --grace, and distlock exits with 75. Otherwise distlock exits with the
+    /// a process group of its own (unless --foreground): if the lock is lost it is sent
+    /// SIGTERM, then SIGKILL after --grace, and distlock exits with 75. Otherwise distlock exits with the
     /// command's own code (128+N when signal N ended it). SIGINT, SIGTERM and SIGHUP
     /// sent to distlock are passed on to the command.
     Run(RunArgs),
@@ -95,7 +95,7 @@ pub(crate) struct RunArgs {
     /// The lock's key.
     pub(crate) key: String,
     /// How long to wait for the lock (500ms, 30s, 5m, 1h); without it, as long as it
-    /// takes.
+    /// takes, through a server that stops answering for a while too.
     #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
     /// Do not wait: exit at once if the lock is held.
@@ -109,6 +109,10 @@ pub(crate) struct RunArgs {
     /// SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub(crate) grace: Duration,
+    /// Keep the command in distlock's own process group, so that it can read from the
+    /// terminal; a stop then reaches the command alone, not what it started.
+    #[arg(long)]
+    pub(crate) foreground: bool,
     /// The exit code when the lock is busy (flock's -E).
     #[arg(long, short = 'E', default_value_t = exit::BUSY)]
     pub(crate) conflict_exit_code: u8,

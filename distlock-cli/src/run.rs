@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{DynLockBackend, ErrorKind, LockClient, LockGuard, LockOptions};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
@@ -32,9 +32,11 @@ pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
     command
         .args(&args.command[1..])
         .env("DISTLOCK_KEY", &args.key)
-        .env("DISTLOCK_FENCE", fence.to_string())
+        .env("DISTLOCK_FENCE", fence.to_string());
+    if !args.foreground {
         // A group of its own, so that a stop reaches whatever the command started.
-        .process_group(0);
+        command.process_group(0);
+    }
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -70,13 +72,18 @@ async fn take(client: &LockClient, args: &RunArgs) -> distlock::Result<Option<Lo
 /// Waits for the command, passing on the signals distlock gets, and stops it if the
 /// lock is lost.
 async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs) -> u8 {
-    let Some(group) = child
+    let Some(pid) = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw)
     else {
         // The command has already been reaped: nothing to supervise.
         return finish(child.wait().await, guard, args).await;
+    };
+    let target = if args.foreground {
+        Target::Process(pid)
+    } else {
+        Target::Group(pid)
     };
     let lost = guard.lost();
     tokio::pin!(lost);
@@ -89,13 +96,13 @@ async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs) -> u8 {
                     "the lock {} was lost ({reason}); stopping the command",
                     args.key
                 ));
-                stop(&mut child, group, args.grace).await;
+                stop(&mut child, target, args.grace).await;
                 drop(guard);
                 return exit::LOST;
             }
             Some(received) = signals.next() => {
                 // Passed on; the command decides, and its exit ends the run.
-                let _ = killpg(group, received);
+                target.send(received);
             }
         }
     }
@@ -130,16 +137,36 @@ async fn finish(status: std::io::Result<ExitStatus>, guard: LockGuard, args: &Ru
     }
 }
 
-/// SIGTERM to the command's group, then SIGKILL once `grace` has passed.
-async fn stop(child: &mut Child, group: Pid, grace: Duration) {
-    let _ = killpg(group, Signal::SIGTERM);
+/// Where distlock's signals go: the command's process group, or the command alone
+/// (`--foreground`).
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Group(Pid),
+    Process(Pid),
+}
+
+impl Target {
+    fn send(self, signal: Signal) {
+        // An error means it is gone already.
+        let _ = match self {
+            Target::Group(group) => killpg(group, signal),
+            Target::Process(pid) => kill(pid, signal),
+        };
+    }
+}
+
+/// SIGTERM to the command, then SIGKILL once `grace` has passed.
+async fn stop(child: &mut Child, target: Target, grace: Duration) {
+    target.send(Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_ok() {
-        // The leader is gone; what it started may linger in the group.
-        let _ = killpg(group, Signal::SIGKILL);
+        // The leader is gone; what it started may linger in its group.
+        if let Target::Group(_) = target {
+            target.send(Signal::SIGKILL);
+        }
         return;
     }
     say("the command did not stop within the grace period; killing it");
-    let _ = killpg(group, Signal::SIGKILL);
+    target.send(Signal::SIGKILL);
     let _ = child.wait().await;
 }
 

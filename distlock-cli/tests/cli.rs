@@ -86,6 +86,30 @@ async fn ends(child: Child, within: Duration) -> Output {
         .expect("distlock runs")
 }
 
+/// `distlock run OPTIONS KEY -- sh -c SCRIPT DIR` under way (the script finds `DIR` in
+/// `$0`).
+fn run_script(url: &str, dir: &Path, options: &[&str], key: &str, script: &str) -> Child {
+    let dir = dir.to_str().expect("a UTF-8 path");
+    let mut args = vec!["run"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[key, "--", "sh", "-c", script, dir]);
+    distlock(url, &args).spawn().expect("distlock starts")
+}
+
+/// [`run_script`], once its script has made `mark` in `dir`: it holds the lock.
+async fn holding(
+    url: &str,
+    dir: &Path,
+    options: &[&str],
+    key: &str,
+    script: &str,
+    mark: &str,
+) -> Child {
+    let holder = run_script(url, dir, options, key, script);
+    appears(&dir.join(mark), Duration::from_secs(20)).await;
+    holder
+}
+
 /// Whether process `pid` still exists.
 fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
@@ -111,29 +135,10 @@ async fn runs_never_overlap(url: &str, dir: &Path) {
 echo "$DISTLOCK_KEY $DISTLOCK_FENCE" >> "$0/fences"
 sleep 0.3
 rmdir "$0/inside""#;
-    let dir_arg = dir.to_str().expect("a UTF-8 path");
     let started = Instant::now();
+    let options = ["--ttl", "2s", "--wait", "60s"];
     let runs: Vec<Child> = (0..4)
-        .map(|_| {
-            distlock(
-                url,
-                &[
-                    "run",
-                    "--ttl",
-                    "2s",
-                    "--wait",
-                    "60s",
-                    "cli/overlap",
-                    "--",
-                    "sh",
-                    "-c",
-                    script,
-                    dir_arg,
-                ],
-            )
-            .spawn()
-            .expect("distlock starts")
-        })
+        .map(|_| run_script(url, dir, &options, "cli/overlap", script))
         .collect();
     for run in runs {
         let output = ends(run, Duration::from_secs(60)).await;
@@ -165,24 +170,8 @@ rmdir "$0/inside""#;
 }
 
 async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, dir: &Path) {
-    let dir_arg = dir.to_str().expect("a UTF-8 path");
-    let holder = distlock(
-        url,
-        &[
-            "run",
-            "--ttl",
-            "2s",
-            "cli/busy",
-            "--",
-            "sh",
-            "-c",
-            r#"touch "$0/busy"; exec sleep 60"#,
-            dir_arg,
-        ],
-    )
-    .spawn()
-    .expect("distlock starts");
-    appears(&dir.join("busy"), Duration::from_secs(20)).await;
+    let script = r#"touch "$0/busy"; exec sleep 60"#;
+    let holder = holding(url, dir, &["--ttl", "2s"], "cli/busy", script, "busy").await;
 
     let started = Instant::now();
     let output = finish(url, &["run", "--no-wait", "cli/busy", "--", "true"]).await;
@@ -235,29 +224,10 @@ async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, d
 }
 
 async fn force_release_stops_the_holders_command(url: &str, dir: &Path) {
-    let dir_arg = dir.to_str().expect("a UTF-8 path");
     // A command that ignores SIGTERM: SIGKILL ends it after the grace period.
-    let script = r#"trap "" TERM; echo $$ > "$0/pid"; while :; do sleep 0.1; done"#;
-    let holder = distlock(
-        url,
-        &[
-            "run",
-            "--ttl",
-            "2s",
-            "--grace",
-            "1s",
-            "cli/broken",
-            "--",
-            "sh",
-            "-c",
-            script,
-            dir_arg,
-        ],
-    )
-    .spawn()
-    .expect("distlock starts");
-    appears(&dir.join("pid"), Duration::from_secs(20)).await;
-    sleep(Duration::from_millis(100)).await;
+    let script = r#"trap "" TERM; echo $$ > "$0/pid.new"; mv "$0/pid.new" "$0/pid"; while :; do sleep 0.1; done"#;
+    let options = ["--ttl", "2s", "--grace", "1s"];
+    let holder = holding(url, dir, &options, "cli/broken", script, "pid").await;
     let pid: i32 = std::fs::read_to_string(dir.join("pid"))
         .expect("pid")
         .trim()
@@ -291,27 +261,9 @@ async fn force_release_stops_the_holders_command(url: &str, dir: &Path) {
 }
 
 async fn a_paused_server_stops_the_command(url: &str, dir: &Path, server: &ServerHandle) {
-    let dir_arg = dir.to_str().expect("a UTF-8 path");
     let script = r#"trap 'echo stopped > "$0/stopped"; exit 0' TERM; touch "$0/paused"; while :; do sleep 0.1; done"#;
-    let holder = distlock(
-        url,
-        &[
-            "run",
-            "--ttl",
-            "2s",
-            "--grace",
-            "5s",
-            "cli/paused",
-            "--",
-            "sh",
-            "-c",
-            script,
-            dir_arg,
-        ],
-    )
-    .spawn()
-    .expect("distlock starts");
-    appears(&dir.join("paused"), Duration::from_secs(20)).await;
+    let options = ["--ttl", "2s", "--grace", "5s"];
+    let holder = holding(url, dir, &options, "cli/paused", script, "paused").await;
     server.pause().await.expect("paused");
     let paused_at = Instant::now();
     let output = timeout(Duration::from_secs(30), holder.wait_with_output()).await;
@@ -373,6 +325,20 @@ async fn exit_codes_and_one_line_errors_without_a_server() {
     assert!(
         shown.starts_with("jobs/x ") && shown.trim().ends_with(char::is_numeric),
         "{shown}"
+    );
+    // A process group of its own, unless --foreground.
+    let group = r#"test "$(cut -d' ' -f5 /proc/$$/stat)" "$0" "$(cut -d' ' -f5 /proc/$PPID/stat)""#;
+    let own = finish(memory, &["run", "k", "--", "sh", "-c", group, "!="]).await;
+    assert_eq!(code(&own), 0, "the command shares distlock's group");
+    let shared = finish(
+        memory,
+        &["run", "--foreground", "k", "--", "sh", "-c", group, "="],
+    )
+    .await;
+    assert_eq!(
+        code(&shared),
+        0,
+        "--foreground: the command has a group of its own"
     );
     let free = json(&finish(memory, &["inspect", "--json", "k"]).await);
     assert_eq!(free, serde_json::json!({ "key": "k", "held": false }));

@@ -48,6 +48,13 @@
 //! fail closed after a restart that lost the keys. Also on a Redis Cluster; not on a
 //! Redlock (below).
 //!
+//! **Listing** (`capabilities.list`, what `distlock list` shows): the lock records
+//! under the prefix are found with `SCAN` on one server, in batches that never block
+//! it for long; on a Redis Cluster with `KEYS` on every master (each master walks all
+//! its keys at once: list rarely on a large cluster); on a Redlock on every master,
+//! keeping each key a majority agrees on. Then each key is inspected, one round trip
+//! each.
+//!
 //! Scripts are called by hash (`EVALSHA`) and loaded again when the server has
 //! forgotten them (after a restart or `SCRIPT FLUSH`).
 //!

@@ -189,9 +189,6 @@ impl LockClient {
     /// when no waiter is queued ahead of it, and leaves the queue when it is not.
     pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
         let key = LockKey::new(key)?;
-        if let Some(guard) = reentrant::reenter(&self.local, &key) {
-            return Ok(Some(guard));
-        }
         let span = tracing::info_span!(
             "lock_try_acquire",
             key = %key,
@@ -199,21 +196,29 @@ impl LockClient {
             fence = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        self.observed(&key, span, self.try_lock_once(&key), Option::is_some)
+            .await
+    }
+
+    /// Runs one call to take `key` in `span`, and reports how it ended (see the crate
+    /// docs' "Metrics and traces"): acquired when `got` says so of its result.
+    async fn observed<T>(
+        &self,
+        key: &LockKey,
+        span: tracing::Span,
+        call: impl Future<Output = Result<T>>,
+        got: fn(&T) -> bool,
+    ) -> Result<T> {
         let started = Instant::now();
         async {
-            let result = self.try_lock_once(&key).await;
+            let result = call.await;
             let outcome = match &result {
-                Ok(Some(_)) => Outcome::Acquired,
-                Ok(None) => Outcome::Busy,
+                Ok(value) if got(value) => Outcome::Acquired,
+                Ok(_) => Outcome::Busy,
                 Err(error) => Outcome::of_error(error),
             };
-            telemetry::acquisition(
-                self.backend.name(),
-                &key,
-                &self.options,
-                outcome,
-                started.elapsed(),
-            );
+            let waited = started.elapsed();
+            telemetry::acquisition(self.backend.name(), key, &self.options, outcome, waited);
             result
         }
         .instrument(span)
@@ -222,6 +227,9 @@ impl LockClient {
 
     /// One try, in the caller's span.
     async fn try_lock_once(&self, key: &LockKey) -> Result<Option<LockGuard>> {
+        if let Some(guard) = reentrant::reenter(&self.local, key) {
+            return Ok(Some(guard));
+        }
         let mut waiter = if self.options.fair() {
             Waiter::queued(self, key)
         } else {
@@ -262,24 +270,8 @@ impl LockClient {
             fence = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let started = Instant::now();
-        async {
-            let result = self.lock_until(key.clone(), deadline).await;
-            let outcome = match &result {
-                Ok(_) => Outcome::Acquired,
-                Err(error) => Outcome::of_error(error),
-            };
-            telemetry::acquisition(
-                self.backend.name(),
-                &key,
-                &self.options,
-                outcome,
-                started.elapsed(),
-            );
-            result
-        }
-        .instrument(span)
-        .await
+        self.observed(&key, span, self.lock_until(key.clone(), deadline), |_| true)
+            .await
     }
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
