@@ -198,6 +198,12 @@ async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, d
         .filter_map(|l| l["key"].as_str())
         .collect();
     assert_eq!(keys, ["cli/busy"], "{listed}");
+    let shown = finish(url, &["inspect", "cli/busy"]).await;
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.starts_with("cli/busy: held, fence ") && shown.ends_with(" s left\n"),
+        "{shown}"
+    );
     let text = finish(url, &["list", "cli/"]).await;
     assert!(
         String::from_utf8_lossy(&text.stdout).starts_with("cli/busy\tfence "),
@@ -309,6 +315,22 @@ async fn exit_codes_and_one_line_errors_without_a_server() {
     assert_eq!(code(&signalled), 128 + 9);
     let missing = finish(memory, &["run", "k", "--", "distlock-no-such-command"]).await;
     assert_eq!(code(&missing), 127, "{}", stderr(&missing));
+    let dir = scratch("exit-codes");
+    let not_executable = dir.join("not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\n").expect("written");
+    let path = not_executable.to_str().expect("a UTF-8 path");
+    let refused = finish(memory, &["run", "k", "--", path]).await;
+    assert_eq!(code(&refused), 126, "{}", stderr(&refused));
+    let _ = std::fs::remove_dir_all(&dir);
+    // -v: grants (and losses) on stderr.
+    let logged = finish(memory, &["-v", "run", "k", "--", "true"]).await;
+    assert!(
+        stderr(&logged).contains("lock acquired"),
+        "{}",
+        stderr(&logged)
+    );
+    let quiet = finish(memory, &["run", "k", "--", "true"]).await;
+    assert_eq!(stderr(&quiet), "", "without -v, nothing");
     let env = finish(
         memory,
         &[
@@ -340,6 +362,8 @@ async fn exit_codes_and_one_line_errors_without_a_server() {
         0,
         "--foreground: the command has a group of its own"
     );
+    let text = finish(memory, &["inspect", "k"]).await;
+    assert_eq!(String::from_utf8_lossy(&text.stdout), "k: free\n");
     let free = json(&finish(memory, &["inspect", "--json", "k"]).await);
     assert_eq!(free, serde_json::json!({ "key": "k", "held": false }));
     let nothing = finish(memory, &["force-release", "--yes", "k"]).await;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::{
-    ErrorKind, LockBackend, LockClient, LockKey, LockOptions, LossReason, MemoryBackend,
+    ErrorKind, LockBackend, LockClient, LockKey, LockOptions, LossReason, MemoryBackend, Semaphore,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
@@ -249,20 +249,37 @@ fn keys_are_labels_only_when_asked_for() {
     let backend = Arc::new(MemoryBackend::new());
     let snapshotter = recorded(async move {
         let options = LockOptions::new(TTL).with_key_labels(true);
-        let (client, _) = clients(&backend, options);
+        let (client, _) = clients(&backend, options.clone());
         let guard = client
             .lock("reports", Duration::from_secs(1))
             .await
             .expect("free");
+        // A renewal by hand is counted as an automatic one is.
+        guard.extend(TTL).await.expect("held");
         guard.release().await.expect("held");
+        // The kinds are counted as locks are, by their name.
+        let permits =
+            Semaphore::with_options(backend.clone(), "reports", 2, options).expect("a semaphore");
+        let permit = permits
+            .try_acquire()
+            .await
+            .expect("free")
+            .expect("a permit");
+        permit.release().await.expect("held");
     });
     let all = series(&snapshotter);
+    let renewed = [
+        ("backend", "memory"),
+        ("key", "reports"),
+        ("result", "renewed"),
+    ];
+    assert_eq!(count(&all, "distlock_renewals_total", &renewed), 1);
     let pairs = [
         ("backend", "memory"),
         ("key", "reports"),
         ("outcome", "acquired"),
     ];
-    assert_eq!(count(&all, "distlock_acquisitions_total", &pairs), 1);
+    assert_eq!(count(&all, "distlock_acquisitions_total", &pairs), 2);
     assert_eq!(
         samples(
             &all,
@@ -270,7 +287,7 @@ fn keys_are_labels_only_when_asked_for() {
             &[("backend", "memory"), ("key", "reports")]
         )
         .len(),
-        1
+        2
     );
 }
 
