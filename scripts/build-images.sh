@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the local server image that the conformance harness uses when the official
 # images (redis, postgres, etcd) cannot be pulled: a Debian bookworm tree made by
-# debootstrap with redis-server, postgresql-15, pgbouncer and etcd-server, imported
-# with `docker import`. One image serves them all; the harness picks the entrypoint
-# (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-etcd). PgBouncer has
+# debootstrap with redis-server, postgresql-15, pgbouncer, etcd-server and zookeeper,
+# imported with `docker import`. One image serves them all; the harness picks the
+# entrypoint (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-etcd,
+# distlock-zookeeper). PgBouncer has
 # no official image: the harness always runs it from this one. Each server's own
 # client is in it too (redis-cli, pg_isready and psql, etcdctl): the harness checks
 # readiness and kills connections with them, inside the container. Where the harness
@@ -37,7 +38,7 @@ trap 'umount -l "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"
 
 echo "build-images: debootstrap $SUITE (minbase) into $root"
-debootstrap --variant=minbase --include=redis-server,postgresql-15,pgbouncer,etcd-server,etcd-client,procps \
+debootstrap --variant=minbase --include=redis-server,postgresql-15,pgbouncer,etcd-server,etcd-client,zookeeper,default-jre-headless,netcat-openbsd,procps \
   "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log"; exit 1; }
 
@@ -138,6 +139,37 @@ fi
 exec /usr/bin/etcd --name "${DISTLOCK_ETCD_NAME:-default}" --data-dir /var/lib/etcd/data \
   --listen-client-urls http://0.0.0.0:2379 \
   --advertise-client-urls "${DISTLOCK_ETCD_ADVERTISE:-http://127.0.0.1:2379}" "$@"
+SH
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-zookeeper" <<'SH'
+#!/bin/sh
+# ZooKeeper (Debian's zookeeper package) serving clients on 2181, with TTL nodes
+# enabled (zookeeper.extendedTypesEnabled) and the four-letter words the harness checks
+# readiness with; data in /var/lib/zookeeper survives a restart. In an ensemble,
+# DISTLOCK_ZK_ID is this server's id and DISTLOCK_ZK_SERVERS its members'
+# "server.N=host:2888:3888;2181" lines, separated by spaces.
+set -e
+DATA=/var/lib/zookeeper/data
+mkdir -p "$DATA" /etc/zookeeper/distlock
+cat > /etc/zookeeper/distlock/zoo.cfg <<CFG
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$DATA
+clientPort=2181
+4lw.commands.whitelist=ruok,srvr,stat,mntr
+admin.enableServer=false
+CFG
+if [ -n "${DISTLOCK_ZK_SERVERS:-}" ]; then
+  echo "${DISTLOCK_ZK_ID:-1}" > "$DATA/myid"
+  echo "quorumListenOnAllIPs=true" >> /etc/zookeeper/distlock/zoo.cfg
+  for line in $DISTLOCK_ZK_SERVERS; do echo "$line" >> /etc/zookeeper/distlock/zoo.cfg; done
+fi
+# Debian's zookeeper.jar names its dependencies in its manifest; slf4j-simple logs to
+# stderr, where the harness reads the line that says the server started.
+exec java -Xmx256m -Dzookeeper.extendedTypesEnabled=true -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+  -cp /etc/zookeeper/distlock:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+  org.apache.zookeeper.server.quorum.QuorumPeerMain /etc/zookeeper/distlock/zoo.cfg
 SH
 
 echo "build-images: importing $IMAGE"

@@ -132,6 +132,21 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// Starts watching for the moment `owner`, a fair waiter on `key` (contract point
+    /// 10), may be at the head of the queue with the key free: what wakes it, and only
+    /// it, where the backend can tell waiters apart (a waiter watching only its
+    /// predecessor, so that a release wakes one waiter rather than the herd). Called,
+    /// as [`watch`](Self::watch) is, before the attempts it is to wake, so the owner
+    /// may not be queued yet. By default [`watch`](Self::watch) on `key`.
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        let _ = owner;
+        self.watch(key).await
+    }
+
     /// The fair acquisition step (contract point 10), for backends that declare
     /// [`Capabilities::fair`]: in one atomic step on the server, drops the waiters of
     /// `request.key()` whose place ran out, puts `request.owner()` at the tail of the
@@ -215,6 +230,9 @@ macro_rules! forward_backend {
             }
             async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
                 (**self).watch(key).await
+            }
+            async fn watch_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<Option<ChangeStream>> {
+                (**self).watch_in_turn(key, owner).await
             }
             async fn force_release(&self, key: &LockKey) -> Result<bool> {
                 (**self).force_release(key).await

@@ -45,6 +45,7 @@ pub mod redis;
 pub mod redlock;
 mod sockets;
 mod tls;
+pub mod zookeeper;
 
 use std::fmt;
 use std::future::Future;
@@ -66,6 +67,7 @@ pub use proxy::Proxy;
 pub use redis::{cluster_target, Redis, RedisCluster};
 pub use redlock::{redlock_target, RedisMasters};
 pub use tls::TlsMaterial;
+pub use zookeeper::{ZooKeeper, ZooKeeperEnsemble};
 
 /// One kind of server the harness can start: everything that differs between them.
 pub trait Server: Send + Sync + fmt::Debug + 'static {

@@ -291,7 +291,7 @@ impl LockClient {
                 )
             })?))
         };
-        let mut changes = self.watch(&key).await;
+        let mut changes = self.watch(&key, &waiter).await;
         let mut backoff = Backoff::new(self.options.backoff_initial(), self.options.backoff_max());
         let mut last_error: Option<Error> = None;
         let mut attempts = 0u32;
@@ -408,11 +408,16 @@ impl LockClient {
             .await
     }
 
-    async fn watch(&self, key: &LockKey) -> Option<ChangeStream> {
+    /// What wakes `waiter`: the key's releases, or, for a fair waiter, its turn.
+    async fn watch(&self, key: &LockKey, waiter: &Waiter) -> Option<ChangeStream> {
         if !self.backend.capabilities().change_notification {
             return None;
         }
-        match self.backend.watch(key).await {
+        let changes = match waiter {
+            Waiter::Racing(_) => self.backend.watch(key).await,
+            Waiter::Queued { owner, .. } => self.backend.watch_in_turn(key, owner).await,
+        };
+        match changes {
             Ok(changes) => changes,
             Err(error) => {
                 debug!(%error, "cannot watch the key; polling instead");

@@ -1,0 +1,50 @@
+//! Turning zookeeper-client's errors into distlock's.
+
+use distlock_core::{support, Error, ErrorKind};
+use zookeeper_client::Error as ZkError;
+
+use crate::config::ZooKeeperConfig;
+
+/// Whether the session behind the client is over for good (expired, closed, or refused
+/// its credentials), so that the next call needs a new one.
+pub(crate) fn ends_session(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::SessionExpired | ZkError::ClientClosed | ZkError::AuthFailed
+    )
+}
+
+/// Maps a driver error to a distlock error of the right kind, keeping the (scrubbed)
+/// driver text as the source.
+pub(crate) fn from_zk(config: &ZooKeeperConfig, e: ZkError) -> Error {
+    let kind = match &e {
+        ZkError::NoAuth | ZkError::AuthFailed => ErrorKind::Authentication,
+        ZkError::ConnectionLoss
+        | ZkError::Timeout
+        | ZkError::NoHosts
+        | ZkError::SessionExpired
+        | ZkError::SessionMoved
+        | ZkError::ClientClosed
+        | ZkError::Throttled
+        | ZkError::NotReadOnly => ErrorKind::Unavailable,
+        ZkError::Unimplemented => {
+            return Error::new(
+                ErrorKind::Configuration,
+                "the server does not accept TTL nodes: start ZooKeeper (3.5.3 or later) with \
+                 -Dzookeeper.extendedTypesEnabled=true",
+            )
+            .with_backend("zookeeper");
+        }
+        _ => ErrorKind::Backend,
+    };
+    support::driver_error(kind, "zookeeper", config.scrub(e.to_string()))
+}
+
+/// The operation did not finish within the timeout.
+pub(crate) fn timed_out(config: &ZooKeeperConfig) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("no answer within {:?}", config.timeout),
+    )
+    .with_backend("zookeeper")
+}
