@@ -145,7 +145,8 @@ install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-zookeeper" <<'SH'
 #!/bin/sh
 # ZooKeeper (Debian's zookeeper package) serving clients on 2181, with TTL nodes
 # enabled (zookeeper.extendedTypesEnabled) and the four-letter words the harness checks
-# readiness with; data in /var/lib/zookeeper survives a restart. In an ensemble,
+# readiness with, and empty container and run-out TTL nodes deleted within a second
+# or so; data in /var/lib/zookeeper survives a restart. In an ensemble,
 # DISTLOCK_ZK_ID is this server's id and DISTLOCK_ZK_SERVERS its members'
 # "server.N=host:2888:3888;2181" lines, separated by spaces.
 set -e
@@ -167,7 +168,10 @@ if [ -n "${DISTLOCK_ZK_SERVERS:-}" ]; then
 fi
 # Debian's zookeeper.jar names its dependencies in its manifest; slf4j-simple logs to
 # stderr, where the harness reads the line that says the server started.
+# Empty container nodes and run-out TTL nodes are deleted every second, not every
+# minute, so that what a test leaves is gone soon after.
 exec java -Xmx256m -Dzookeeper.extendedTypesEnabled=true -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+  -Dznode.container.checkIntervalMs=1000 -Dznode.container.maxPerMinute=600000 \
   -cp /etc/zookeeper/distlock:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
   org.apache.zookeeper.server.quorum.QuorumPeerMain /etc/zookeeper/distlock/zoo.cfg
 SH

@@ -40,7 +40,7 @@ pub(crate) mod exit {
 #[command(name = "distlock", version, about, long_about = None)]
 struct Cli {
     /// The backend's URL: memory://, redis://, rediss://, redis-cluster://, redlock://,
-    /// postgres://, etcd://, etcds://.
+    /// postgres://, etcd://, etcds://, zookeeper://, zk://.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
     url: Option<String>,
 
@@ -206,7 +206,7 @@ async fn dispatch(cli: Cli) -> u8 {
         Ok(key) => key,
         Err(e) => return failed(&e),
     };
-    let backend = match distlock::connect(&url).await {
+    let backend = match connector().connect(&url).await {
         Ok(backend) => backend,
         Err(e) => return failed(&e),
     };
@@ -218,6 +218,17 @@ async fn dispatch(cli: Cli) -> u8 {
         (_, None) => unreachable!("every command but list has a key"),
     };
     result.unwrap_or_else(|e| failed(&e))
+}
+
+/// The backends this build connects to: distlock's own, and ZooKeeper's (feature
+/// `zookeeper`), which is built outside distlock and joins by its schemes.
+fn connector() -> distlock::Connector {
+    let connector = distlock::Connector::new();
+    #[cfg(feature = "zookeeper")]
+    let connector = connector.with_backend(distlock_zookeeper::SCHEMES, |url| async move {
+        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
+    });
+    connector
 }
 
 fn millis(d: Duration) -> u64 {

@@ -6,7 +6,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use distlock_conformance::ServerControl;
-use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle};
+use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle, ZooKeeper};
 use tokio::process::{Child, Command};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -304,6 +304,11 @@ async fn postgres_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_end_to_end() {
     end_to_end(&Etcd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_end_to_end() {
+    end_to_end(&ZooKeeper).await;
 }
 
 #[tokio::test]

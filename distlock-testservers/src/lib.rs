@@ -155,7 +155,7 @@ pub enum ConnectionKill {
 
 /// Every server a backend is compared on, in a fixed order. ([`PgBouncer`] is a way
 /// to reach PostgreSQL, tested by the PostgreSQL backend's own tests, not listed here.)
-pub const ALL: [&dyn Server; 3] = [&Redis, &Postgres, &Etcd];
+pub const ALL: [&dyn Server; 4] = [&Redis, &Postgres, &Etcd, &ZooKeeper];
 
 /// The server named `name`.
 pub fn by_name(name: &str) -> Option<&'static dyn Server> {

@@ -129,16 +129,16 @@ impl ServerControl for Every {
 /// and slowed to all members at once, and the requests of an operation sent to all
 /// members at once, with their replies, count one round trip ([`Proxy::start_group`]).
 #[derive(Debug)]
-struct Links(Vec<Arc<Proxy>>);
+pub(crate) struct Links(Vec<Arc<Proxy>>);
 
 impl Links {
-    async fn start(members: &[Arc<ServerHandle>]) -> Result<Self, BoxError> {
+    pub(crate) async fn start(members: &[Arc<ServerHandle>]) -> Result<Self, BoxError> {
         let ports: Vec<u16> = members.iter().map(|m| m.host_port()).collect();
         let proxies = Proxy::start_group(&ports).await?;
         Ok(Links(proxies.into_iter().map(Arc::new).collect()))
     }
 
-    fn ports(&self) -> Vec<u16> {
+    pub(crate) fn ports(&self) -> Vec<u16> {
         self.0.iter().map(|p| p.port()).collect()
     }
 

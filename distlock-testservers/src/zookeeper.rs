@@ -1,24 +1,32 @@
 //! ZooKeeper, one server or an ensemble, with TTL nodes enabled; data survives a
 //! restart.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
+use distlock_core::{BoxError, DynLockBackend, LockBackend};
+use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::handle::{HarnessError, ServerHandle};
+use crate::redlock::{Every, Links};
 use crate::{ConnectionKill, ImageSource, Server};
 
 /// ZooKeeper serving clients on 2181, without authentication, with TTL nodes enabled
-/// (`zookeeper.extendedTypesEnabled`) and the four-letter words `srvr`, `ruok`,
-/// `stat` and `mntr`.
+/// (`zookeeper.extendedTypesEnabled`), empty container nodes and run-out TTL nodes
+/// deleted every second (`znode.container.checkIntervalMs`; a minute by default), and
+/// the four-letter words `srvr`, `ruok`, `stat` and `mntr`.
 #[derive(Debug, Clone, Copy)]
 pub struct ZooKeeper;
 
 /// The server's system properties, for the official image (the local image's
 /// entrypoint sets the same).
-const JVMFLAGS: &str = "-Dzookeeper.extendedTypesEnabled=true";
+const JVMFLAGS: &str = "-Dzookeeper.extendedTypesEnabled=true \
+    -Dznode.container.checkIntervalMs=1000 -Dznode.container.maxPerMinute=600000";
 const WORDS: &str = "srvr,ruok,stat,mntr";
 
 impl Server for ZooKeeper {
@@ -82,7 +90,9 @@ impl Server for ZooKeeper {
 /// or killed on its own.
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
-    members: Vec<ServerHandle>,
+    members: Vec<Arc<ServerHandle>>,
+    /// The members stopped by [`stop_leader`](Self::stop_leader).
+    stopped: Vec<usize>,
 }
 
 impl ZooKeeperEnsemble {
@@ -115,22 +125,91 @@ impl ZooKeeperEnsemble {
         }))
         .await;
         let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(ZooKeeperEnsemble { members })
+        Ok(ZooKeeperEnsemble {
+            members: members.into_iter().map(Arc::new).collect(),
+            stopped: Vec::new(),
+        })
     }
 
     /// The members, in order.
-    pub fn members(&self) -> &[ServerHandle] {
+    pub fn members(&self) -> &[Arc<ServerHandle>] {
         &self.members
     }
 
-    /// `zookeeper://127.0.0.1:P1,127.0.0.1:P2,...`: every member.
+    /// `zookeeper://127.0.0.1:P1,127.0.0.1:P2,...`: every member, stopped ones too.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.host_port()))
+        let ports: Vec<u16> = self.members.iter().map(|m| m.host_port()).collect();
+        url_of(&ports)
+    }
+
+    /// Stops the leader (a kill, as a crash), waits until the others have elected a
+    /// new one, and answers the index of the member stopped.
+    pub async fn stop_leader(&mut self) -> Result<usize, BoxError> {
+        let leader = self.leader().await.ok_or("the ensemble has no leader")?;
+        self.members[leader].kill().await?;
+        self.stopped.push(leader);
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.leader().await {
+                Some(new) if new != leader => return Ok(leader),
+                _ if tokio::time::Instant::now() >= give_up => {
+                    return Err("no new leader within 60 s".into())
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// The conformance target for a backend on the ensemble: the backend `connect`
+    /// makes from [`url`](Self::url) (every member, any stopped by
+    /// [`stop_leader`](Self::stop_leader) included, as a client's configuration would
+    /// still name it), more clients of it, clients behind a proxy per member whose
+    /// links are cut and slowed as one, and control over the running members as one
+    /// server (paused, restarted or killed together). No round-trip meter: a client
+    /// talks to whichever member it reached. The target owns the ensemble.
+    pub async fn target<B, F, Fut>(self, connect: F) -> Result<Target, BoxError>
+    where
+        B: LockBackend + 'static,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+    {
+        let url = self.url();
+        let backend = connect(url.clone()).await?;
+        let connect = Arc::new(connect);
+        let running: Vec<Arc<ServerHandle>> = (0..self.members.len())
+            .filter(|i| !self.stopped.contains(i))
+            .map(|i| self.members[i].clone())
             .collect();
-        format!("zookeeper://{}", hosts.join(","))
+        let all = self.members.clone();
+        let ensemble = Arc::new(self);
+        let linked = {
+            let (connect, ensemble) = (connect.clone(), ensemble.clone());
+            move || -> BoxFuture<'static, Result<LinkedClient, BoxError>> {
+                let (connect, all, _keep) = (connect.clone(), all.clone(), ensemble.clone());
+                Box::pin(async move {
+                    let links = Links::start(&all).await?;
+                    let backend: Arc<DynLockBackend> =
+                        Arc::new(connect(url_of(&links.ports())).await?);
+                    let link: Arc<dyn LinkControl> = Arc::new(links);
+                    Ok((backend, link))
+                })
+            }
+        };
+        let clients = {
+            let (connect, url) = (connect.clone(), url.clone());
+            move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
+                let (connect, url, _keep) = (connect.clone(), url.clone(), ensemble.clone());
+                Box::pin(async move {
+                    let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
+                    Ok(backend)
+                })
+            }
+        };
+        let control: Arc<dyn ServerControl> = Arc::new(Every(running));
+        Ok(Target::new(Arc::new(backend))
+            .with_clients(clients)
+            .with_links(linked)
+            .with_control(control))
     }
 
     /// The index of the member that is the leader now, asked of each member with the
@@ -143,6 +222,11 @@ impl ZooKeeperEnsemble {
         }
         None
     }
+}
+
+fn url_of(ports: &[u16]) -> String {
+    let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    format!("zookeeper://{}", hosts.join(","))
 }
 
 /// What `srvr` on 127.0.0.1:`port` says the server's mode is.

@@ -93,23 +93,7 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A key as one path segment: `k-` and the key with every byte outside
-/// `[A-Za-z0-9._~-]` percent-encoded, so that `/`, `.`/`..`, and characters ZooKeeper
-/// refuses in a path never reach it.
-fn encode_key(key: &str) -> String {
-    let mut out = String::with_capacity(key.len() + 2);
-    out.push_str("k-");
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The key a segment made by [`encode_key`] names; `None` for any other node.
+/// The key a segment made by [`encode_key`](crate::config::encode_key) names; `None` for any other node.
 fn decode_key(segment: &str) -> Option<LockKey> {
     let encoded = segment.strip_prefix("k-")?;
     let mut bytes = Vec::with_capacity(encoded.len());
@@ -235,7 +219,7 @@ impl Inner {
     }
 
     fn dir(&self, key: &LockKey) -> String {
-        format!("{}/{}", self.config.root, encode_key(key.as_str()))
+        self.config.key_node(key)
     }
 
     fn lease_path(&self, key: &LockKey, owner: &OwnerToken) -> String {
@@ -471,40 +455,72 @@ impl ZooKeeperBackend {
     }
 
     /// A stream that yields when the node [`watched`](Self::watched) picks is deleted
-    /// (a renewal's change only re-arms it), or at once when nothing is ahead.
+    /// (a renewal's change only re-arms it). With nothing ahead it yields once, at
+    /// first; after that, only when a node under the key comes or goes, so that a
+    /// waiter is never woken again and again by nothing.
     fn changes(&self, key: &LockKey, owner: Option<&OwnerToken>) -> ChangeStream {
         let state = (
             self.inner.clone(),
             self.inner.dir(key),
             owner.map(OwnerToken::to_hex),
+            false,
         );
-        Box::pin(futures_util::stream::unfold(state, |state| async move {
-            let (inner, dir, owner) = &state;
-            loop {
-                let client = inner.client().await.ok()?;
-                let target = tokio::time::timeout(
-                    inner.config.timeout,
-                    Self::watched(&client, dir, owner.as_deref()),
-                )
-                .await
-                .ok()?
-                .ok()?;
-                let Some(path) = target else {
-                    break;
-                };
-                let (stat, watcher) = client.check_and_watch_stat(&path).await.ok()?;
-                if stat.is_none() {
-                    break;
+        Box::pin(futures_util::stream::unfold(
+            state,
+            |mut state| async move {
+                let (inner, dir, owner, told) = &mut state;
+                // Whether what was watched changed: with nothing ahead after that, the
+                // waiter is told (a release's write, then its delete, fires the watch at
+                // the write).
+                let mut fired = false;
+                loop {
+                    let client = inner.client().await.ok()?;
+                    let target = tokio::time::timeout(
+                        inner.config.timeout,
+                        Self::watched(&client, dir, owner.as_deref()),
+                    )
+                    .await
+                    .ok()?
+                    .ok()?;
+                    let watcher = match target {
+                        Some(path) => match client.check_and_watch_stat(&path).await.ok()? {
+                            (Some(_), watcher) => watcher,
+                            (None, _) => break,
+                        },
+                        None if !*told || fired => break,
+                        // Told already: wait for a node under the key to come or go (or
+                        // for the key's node itself, while there is none).
+                        None => match client.list_and_watch_children(dir).await {
+                            Ok((_, watcher)) => watcher,
+                            Err(ZkError::NoNode) => client.check_and_watch_stat(dir).await.ok()?.1,
+                            Err(_) => return None,
+                        },
+                    };
+                    let event = watcher.changed().await;
+                    fired = true;
+                    match event.event_type {
+                        EventType::NodeDataChanged => continue,
+                        EventType::Session if event.session_state.is_terminated() => return None,
+                        EventType::NodeChildrenChanged | EventType::NodeCreated => {
+                            let client = inner.client().await.ok()?;
+                            let ahead = tokio::time::timeout(
+                                inner.config.timeout,
+                                Self::watched(&client, dir, owner.as_deref()),
+                            )
+                            .await
+                            .ok()?
+                            .ok()?;
+                            if ahead.is_none() {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    }
                 }
-                let event = watcher.changed().await;
-                match event.event_type {
-                    EventType::NodeDataChanged => continue,
-                    EventType::Session if event.session_state.is_terminated() => return None,
-                    _ => break,
-                }
-            }
-            Some(((), state))
-        }))
+                *told = true;
+                Some(((), state))
+            },
+        ))
     }
 }
 
@@ -781,6 +797,7 @@ impl LockBackend for ZooKeeperBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::encode_key;
 
     #[test]
     fn keys_are_one_path_segment_and_come_back() {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use distlock_core::{support, Error, Result};
+use distlock_core::{support, Error, LockKey, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["zookeeper", "zk"];
@@ -36,6 +36,22 @@ pub struct ZooKeeperConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) max_clock_skew: Duration,
+}
+
+/// A key as one path segment: `k-` and the key with every byte outside
+/// `[A-Za-z0-9._~-]` percent-encoded, so that `/`, `.`/`..`, and characters ZooKeeper
+/// refuses in a path never reach it.
+pub(crate) fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 2);
+    out.push_str("k-");
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn config_error(message: impl Into<String>) -> Error {
@@ -151,6 +167,13 @@ impl ZooKeeperConfig {
     /// The node under which every lock lives.
     pub fn root(&self) -> &str {
         &self.root
+    }
+
+    /// The node under which `key`'s leases and places live: the root, then `k-` and
+    /// the key with every byte outside `[A-Za-z0-9._~-]` percent-encoded (so `/`
+    /// becomes `%2F`). ZooKeeper deletes it once it has been left empty.
+    pub fn key_node(&self, key: &LockKey) -> String {
+        format!("{}/{}", self.root, encode_key(key.as_str()))
     }
 
     pub(crate) fn scrub(&self, text: String) -> String {

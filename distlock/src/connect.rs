@@ -1,9 +1,13 @@
 //! Choosing a backend by URL, so that a service swaps backends by changing one setting.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use distlock_core::{redact_url, DynLockBackend, Error, ErrorKind, MemoryBackend, Result};
+use distlock_core::{
+    redact_url, DynLockBackend, Error, ErrorKind, LockBackend, MemoryBackend, Result,
+};
 
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Configuration, message.into())
@@ -29,11 +33,134 @@ pub fn schemes() -> Vec<&'static str> {
     backends.concat()
 }
 
-#[cfg(not(all(feature = "redis", feature = "postgres", feature = "etcd")))]
-fn not_built(scheme: &str, feature: &str) -> Error {
-    config_error(format!(
-        "the {scheme}:// scheme needs distlock's `{feature}` feature, which this build lacks"
-    ))
+/// What connects to one URL scheme's backend.
+type Factory = Arc<
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Arc<DynLockBackend>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Which backend each URL scheme connects to: the backends of this build, and any a
+/// service adds, its own or a third party's, so that those too are chosen by URL.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock::Result<()> {
+/// use distlock::{Connector, MemoryBackend};
+///
+/// // A third party's backend joins under its own scheme.
+/// let connector = Connector::new()
+///     .with_backend(&["mine"], |_url| async { Ok(MemoryBackend::new()) });
+/// let backend = connector.connect("mine://anything").await?;
+/// assert_eq!(backend.name(), "memory");
+/// assert!(connector.schemes().contains(&"mine".to_owned()));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Connector {
+    /// The schemes, in the order they were added; a later one wins.
+    entries: Vec<(String, Factory)>,
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("schemes", &self.schemes())
+            .finish()
+    }
+}
+
+impl Default for Connector {
+    fn default() -> Self {
+        Connector::new()
+    }
+}
+
+impl Connector {
+    /// The backends of this build: `memory://`, and each backend whose feature is on
+    /// (see [`connect`]).
+    pub fn new() -> Self {
+        let connector = Connector {
+            entries: Vec::new(),
+        }
+        .with_backend(&["memory"], |_| async { Ok(MemoryBackend::new()) });
+        #[cfg(feature = "redis")]
+        let connector = connector
+            .with_backend(&["redis", "rediss", "redis-cluster"], |url| async move {
+                distlock_redis::RedisBackend::connect(&url).await
+            })
+            .with_backend(&["redlock", "redlocks"], |url| async move {
+                distlock_redis::RedlockBackend::connect(&url).await
+            });
+        #[cfg(feature = "postgres")]
+        let connector = connector.with_backend(distlock_postgres::SCHEMES, |url| async move {
+            distlock_postgres::PostgresBackend::connect(&url).await
+        });
+        #[cfg(feature = "etcd")]
+        let connector = connector.with_backend(distlock_etcd::SCHEMES, |url| async move {
+            distlock_etcd::EtcdBackend::connect(&url).await
+        });
+        connector
+    }
+
+    /// Adds a backend under `schemes`: `connect` makes it from the whole URL. A scheme
+    /// added before, by this build or an earlier call, now connects to this backend.
+    pub fn with_backend<B, F, Fut>(mut self, schemes: &[&str], connect: F) -> Self
+    where
+        B: LockBackend + 'static,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<B>> + Send + 'static,
+    {
+        let connect = Arc::new(connect);
+        let factory: Factory = Arc::new(move |url| {
+            let made = connect(url);
+            Box::pin(async move {
+                let backend: Arc<DynLockBackend> = Arc::new(made.await?);
+                Ok(backend)
+            })
+        });
+        for scheme in schemes {
+            self.entries.retain(|(s, _)| s != scheme);
+            self.entries.push(((*scheme).to_owned(), factory.clone()));
+        }
+        self
+    }
+
+    /// The schemes it connects to, in the order they were added.
+    pub fn schemes(&self) -> Vec<String> {
+        self.entries.iter().map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Connects to the backend `url` names, by its scheme. An unknown scheme is an
+    /// [`ErrorKind::Configuration`] error that names it (and the feature that would
+    /// add it, for one of distlock's own); no error shows the URL's password.
+    pub async fn connect(&self, url: &str) -> Result<Arc<DynLockBackend>> {
+        let Some((scheme, _)) = url.split_once("://") else {
+            return Err(config_error(format!(
+                "{} is not a backend URL: expected scheme://..., with a scheme among {:?}",
+                redact_url(url),
+                self.schemes()
+            )));
+        };
+        if let Some((_, factory)) = self.entries.iter().find(|(s, _)| s == scheme) {
+            return factory(url.to_owned()).await;
+        }
+        let feature = match scheme {
+            "redis" | "rediss" | "redis-cluster" | "redlock" | "redlocks" => Some("redis"),
+            "postgres" | "postgresql" => Some("postgres"),
+            "etcd" | "etcds" => Some("etcd"),
+            _ => None,
+        };
+        Err(config_error(match feature {
+            Some(feature) => format!(
+                "the {scheme}:// scheme needs distlock's `{feature}` feature, which this build lacks"
+            ),
+            None => format!(
+                "unknown backend scheme {scheme:?}: this build knows {:?}",
+                self.schemes()
+            ),
+        }))
+    }
 }
 
 /// Connects to the backend a URL names, by its scheme:
@@ -48,50 +175,10 @@ fn not_built(scheme: &str, feature: &str) -> Error {
 ///
 /// The rest of the URL is the backend's own (see each backend's config). An unknown
 /// scheme is an [`ErrorKind::Configuration`] error that names it; no error shows the
-/// URL's password.
+/// URL's password. Other backends (a third party's, such as `distlock-zookeeper`)
+/// join through a [`Connector`].
 pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
-    let Some((scheme, _)) = url.split_once("://") else {
-        return Err(config_error(format!(
-            "{} is not a backend URL: expected scheme://..., with a scheme among {:?}",
-            redact_url(url),
-            schemes()
-        )));
-    };
-    match scheme {
-        "memory" => Ok(Arc::new(MemoryBackend::new())),
-        "redis" | "rediss" | "redis-cluster" => {
-            #[cfg(feature = "redis")]
-            return Ok(Arc::new(distlock_redis::RedisBackend::connect(url).await?));
-            #[cfg(not(feature = "redis"))]
-            return Err(not_built(scheme, "redis"));
-        }
-        "redlock" | "redlocks" => {
-            #[cfg(feature = "redis")]
-            return Ok(Arc::new(
-                distlock_redis::RedlockBackend::connect(url).await?,
-            ));
-            #[cfg(not(feature = "redis"))]
-            return Err(not_built(scheme, "redis"));
-        }
-        "postgres" | "postgresql" => {
-            #[cfg(feature = "postgres")]
-            return Ok(Arc::new(
-                distlock_postgres::PostgresBackend::connect(url).await?,
-            ));
-            #[cfg(not(feature = "postgres"))]
-            return Err(not_built(scheme, "postgres"));
-        }
-        "etcd" | "etcds" => {
-            #[cfg(feature = "etcd")]
-            return Ok(Arc::new(distlock_etcd::EtcdBackend::connect(url).await?));
-            #[cfg(not(feature = "etcd"))]
-            return Err(not_built(scheme, "etcd"));
-        }
-        other => Err(config_error(format!(
-            "unknown backend scheme {other:?}: this build knows {:?}",
-            schemes()
-        ))),
-    }
+    Connector::new().connect(url).await
 }
 
 /// A backend setting for a service's configuration (a file, or the environment):
@@ -126,6 +213,12 @@ impl BackendConfig {
     /// Connects to the backend; see [`connect`].
     pub async fn connect(&self) -> Result<Arc<DynLockBackend>> {
         connect(&self.url).await
+    }
+
+    /// Connects to the backend through `connector`, which may know schemes beyond
+    /// this build's.
+    pub async fn connect_with(&self, connector: &Connector) -> Result<Arc<DynLockBackend>> {
+        connector.connect(&self.url).await
     }
 }
 

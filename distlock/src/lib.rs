@@ -36,7 +36,7 @@
 
 mod connect;
 
-pub use connect::{connect, schemes, BackendConfig};
+pub use connect::{connect, schemes, BackendConfig, Connector};
 pub use distlock_core::*;
 
 /// The Redis backend (feature `redis`).

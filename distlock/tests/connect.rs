@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock::{connect, BackendConfig, ErrorKind, LockClient, LockOptions};
+use distlock::{connect, BackendConfig, Connector, ErrorKind, LockClient, LockOptions};
 use distlock_testservers::ServerHandle;
 
 #[tokio::test]
@@ -23,6 +23,32 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         url: "postgres://app:s3cret@db/app".into(),
     };
     assert!(!format!("{config:?}").contains("s3cret"));
+    // Without the backend that serves it, a scheme is unknown; a connector that adds
+    // it connects, and its own errors keep the password out.
+    let url = "zookeeper://app:s3cret@127.0.0.1:1/locks?timeout_ms=oops";
+    let err = connect(url).await.expect_err("unknown");
+    assert!(err.to_string().contains("\"zookeeper\""), "{err}");
+    let connector = Connector::new().with_backend(distlock_zookeeper::SCHEMES, |url| async move {
+        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
+    });
+    assert!(connector.schemes().contains(&"zk".to_owned()));
+    let err = connector.connect(url).await.expect_err("bad parameter");
+    assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(
+        shown.contains("timeout_ms") && !shown.contains("s3cret"),
+        "{shown}"
+    );
+    // A scheme added again connects to the later backend.
+    let replaced = Connector::new().with_backend(&["memory"], |_| async {
+        Err::<distlock::MemoryBackend, _>(distlock::Error::new(ErrorKind::Unsupported, "replaced"))
+    });
+    let err = replaced.connect("memory://").await.expect_err("replaced");
+    assert_eq!(err.kind(), ErrorKind::Unsupported);
+    assert_eq!(
+        replaced.schemes().iter().filter(|s| *s == "memory").count(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,8 +67,15 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     urls.push(("redlock".to_owned(), masters.url(), None));
+    // ZooKeeper's backend is built outside distlock: it joins by its schemes.
+    let connector = Connector::new().with_backend(distlock_zookeeper::SCHEMES, |url| async move {
+        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
+    });
     for (name, url, _server) in &urls {
-        let backend = connect(url).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let backend = connector
+            .connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(backend.name(), name);
         let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(2));
         let client = LockClient::with_options(backend, LockOptions::new(ttl)).expect("options");

@@ -321,3 +321,71 @@ pub(crate) async fn etcd(endpoint: &str) -> Result<Vec<S1Entry>, BoxError> {
         ),
     ])
 }
+
+/// ZooKeeper: an `exists` of the root; or a lock node created as a TTL node (failing
+/// when it exists) then deleted at the version created, as a lock with a node per
+/// lease must write.
+#[derive(Clone)]
+struct ZooKeeperFloor {
+    client: zookeeper_client::Client,
+    exists: bool,
+}
+
+impl Contender for ZooKeeperFloor {
+    type Held = Option<String>;
+
+    async fn try_take(&self, key: &str) -> Result<Option<Self::Held>, BoxError> {
+        if self.exists {
+            self.client.check_stat("/").await?;
+            return Ok(Some(None));
+        }
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        let path = format!("{ZK_FLOOR_DIR}/{:016x}", hasher.finish());
+        let options = zookeeper_client::CreateMode::Persistent
+            .with_acls(zookeeper_client::Acls::anyone_all())
+            .with_ttl(Duration::from_secs(30));
+        match self
+            .client
+            .create(&path, owner().as_bytes(), &options)
+            .await
+        {
+            Ok(_) => Ok(Some(Some(path))),
+            Err(zookeeper_client::Error::NodeExists) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn take(&self, _: &str, _: Duration) -> Result<Self::Held, BoxError> {
+        no_waiting()
+    }
+
+    async fn give_back(&self, held: Self::Held) -> Result<(), BoxError> {
+        if let Some(path) = held {
+            self.client.delete(&path, Some(0)).await?;
+        }
+        Ok(())
+    }
+}
+
+const ZK_FLOOR_DIR: &str = "/lockbench-floor";
+
+/// ZooKeeper's floors, on the zookeeper-client the backend uses: a round trip, and
+/// the raw cycle of a TTL node created and deleted.
+pub(crate) async fn zookeeper(servers: &str) -> Result<Vec<S1Entry>, BoxError> {
+    let client = zookeeper_client::Client::connect(servers).await?;
+    let options =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.mkdir(ZK_FLOOR_DIR, &options).await?;
+    let floor = |exists| ZooKeeperFloor {
+        client: client.clone(),
+        exists,
+    };
+    Ok(vec![
+        S1Entry::new("exists (one round trip)", floor(true)),
+        S1Entry::new(
+            "create TTL node (fails if present) + delete at its version",
+            floor(false),
+        ),
+    ])
+}

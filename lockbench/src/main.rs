@@ -107,6 +107,17 @@ fn backend_names() -> Vec<&'static str> {
 const SEVERAL_SERVERS: [(&str, usize); 3] =
     [("redlock-3", 3), ("redlock-5", 5), ("redis-cluster", 0)];
 
+/// Connects to the backend a URL names: distlock's own backends, and ZooKeeper's,
+/// which is built outside distlock and joins by its schemes.
+pub(crate) async fn connect(url: &str) -> distlock::Result<Arc<DynLockBackend>> {
+    distlock::Connector::new()
+        .with_backend(distlock_zookeeper::SCHEMES, |url| async move {
+            distlock_zookeeper::ZooKeeperBackend::connect(&url).await
+        })
+        .connect(url)
+        .await
+}
+
 fn progress(backend: &str, what: &str) {
     eprintln!("lockbench [{backend}] {what}");
 }
@@ -344,6 +355,10 @@ async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError
     match server.name() {
         "redis" => floors::redis(url).await,
         "postgres" => floors::postgres(url).await,
+        "zookeeper" => {
+            let servers = url.trim_start_matches("zookeeper://");
+            floors::zookeeper(servers.split(['/', '?']).next().unwrap_or_default()).await
+        }
         _ => {
             let first = url
                 .trim_start_matches("etcd://")
@@ -363,11 +378,11 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     progress(kind.name(), "starting the server");
     // The target the backends' own tests run the suite on: control, round-trip meter
     // and wrong credentials included.
-    let connect = |url: String| async move { distlock::connect(&url).await };
+    let connect = |url: String| async move { crate::connect(&url).await };
     let (url, target) = match external_url(kind) {
         Some(url) => {
             run.server = format!("external ({})", kind.url_variable());
-            match distlock::connect(&url).await {
+            match crate::connect(&url).await {
                 Ok(backend) => (url, Target::new(backend)),
                 Err(e) => {
                     run.server = format!("external, but connecting failed: {e}");
@@ -404,7 +419,7 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     };
     // The scenarios get a backend of their own, connected directly: the target's sits
     // behind one more pointer (it is generic over the backend's type).
-    let backend = match distlock::connect(&url).await {
+    let backend = match crate::connect(&url).await {
         Ok(backend) => backend,
         Err(e) => {
             run.server = format!("started, but connecting failed: {e}");
@@ -451,7 +466,7 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     } else {
         format!("{url}{separator}{options}")
     };
-    let measured = match distlock::connect(&storage_url).await {
+    let measured = match crate::connect(&storage_url).await {
         Ok(backend) => {
             storage::measure(
                 kind.name(),
@@ -490,7 +505,7 @@ async fn run_several_servers(name: &str, masters: usize, sizes: Sizes) -> Backen
         ..Default::default()
     };
     progress(name, "starting the servers");
-    let connect = |url: String| async move { distlock::connect(&url).await };
+    let connect = |url: String| async move { crate::connect(&url).await };
     let mut beside = Beside::default();
     let started = if masters > 0 {
         match distlock_testservers::RedisMasters::start(masters).await {
@@ -530,7 +545,7 @@ async fn run_several_servers(name: &str, masters: usize, sizes: Sizes) -> Backen
             return run;
         }
     };
-    let backend = match distlock::connect(&url).await {
+    let backend = match crate::connect(&url).await {
         Ok(backend) => backend,
         Err(e) => {
             run.server = format!("started, but connecting failed: {e}");

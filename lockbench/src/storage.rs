@@ -45,6 +45,9 @@ pub(crate) fn bound(server: &str, quick: bool) -> (&'static str, Duration) {
             "purge_every_ms=1000&response_timeout_ms=1000",
             Duration::from_secs(6),
         ),
+        // A key's node is a container: ZooKeeper deletes it once empty, at its next
+        // check (every second on the test servers; every minute by default).
+        ("zookeeper", _) => ("", Duration::from_secs(5)),
         // A key goes with its lease: on release, or at the TTL.
         _ => ("", Duration::from_secs(4)),
     }
@@ -95,6 +98,11 @@ enum Counter {
     Redis(redis::aio::MultiplexedConnection),
     Postgres(sqlx::PgPool),
     Etcd(Box<etcd_client::Client>),
+    /// The session, and the backend's configuration (where its key nodes live).
+    ZooKeeper(
+        zookeeper_client::Client,
+        Box<distlock_zookeeper::ZooKeeperConfig>,
+    ),
 }
 
 impl Counter {
@@ -106,6 +114,11 @@ impl Counter {
                     .await?,
             ),
             "postgres" => Counter::Postgres(sqlx::PgPool::connect(url).await?),
+            "zookeeper" => {
+                let config = distlock_zookeeper::ZooKeeperConfig::from_url(url)?;
+                let client = zookeeper_client::Client::connect(&config.servers().join(",")).await?;
+                Counter::ZooKeeper(client, Box::new(config))
+            }
             _ => {
                 let endpoints: Vec<String> = url
                     .trim_start_matches("etcd://")
@@ -163,6 +176,14 @@ impl Counter {
                     .get(format!("distlock/{prefix}"), Some(options))
                     .await?;
                 Ok(u64::try_from(reply.count())?)
+            }
+            // A key's node: `<root>/k-<the key, percent-encoded>`; the prefix encodes
+            // to a prefix of it.
+            Counter::ZooKeeper(client, config) => {
+                let node = config.key_node(&LockKey::new(prefix)?);
+                let (root, segment) = node.rsplit_once('/').unwrap_or_default();
+                let children = client.list_children(root).await?;
+                Ok(children.iter().filter(|c| c.starts_with(segment)).count() as u64)
             }
         }
     }

@@ -244,9 +244,9 @@ async fn target(name: &str) -> Result<(Target, String), BoxError> {
     let Some(kind) = distlock_testservers::by_name(name) else {
         return Ok((Target::memory(), "in process".into()));
     };
-    let connect = |url: String| async move { distlock::connect(&url).await };
+    let connect = |url: String| async move { crate::connect(&url).await };
     if let Some(url) = external_url(kind) {
-        let backend = distlock::connect(&url).await?;
+        let backend = crate::connect(&url).await?;
         return Ok((
             Target::new(backend),
             format!(

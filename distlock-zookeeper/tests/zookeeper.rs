@@ -1,0 +1,279 @@
+//! What the conformance suite does not cover: a held lock through the loss of the
+//! ensemble's leader, fair waiters that each watch only their predecessor (and plain
+//! waiters, who all watch the holder), what a vanished holder leaves, the fixed TTL of
+//! a renewal, and an unreachable server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock_core::{
+    AcquireOutcome, ChangeStream, ErrorKind, ExtendOutcome, LockBackend, LockBackendExt,
+    LockClient, LockKey, LockOptions, OwnerToken,
+};
+use distlock_testservers::{ServerHandle, ZooKeeper, ZooKeeperEnsemble};
+use distlock_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
+    let mut ensemble = ZooKeeperEnsemble::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = Arc::new(
+        ZooKeeperBackend::connect(&ensemble.url())
+            .await
+            .expect("connect"),
+    );
+    let ttl = Duration::from_secs(5);
+    let client = LockClient::with_options(backend.clone(), LockOptions::new(ttl)).expect("options");
+    let guard = client
+        .lock("ledger", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let fence = guard.fence();
+    let stopped = Instant::now();
+    let leader = ensemble.stop_leader().await.expect("stop the leader");
+
+    // Two TTLs later the lock is still held, renewed through the new leader.
+    tokio::time::sleep((ttl * 2).saturating_sub(stopped.elapsed())).await;
+    assert!(
+        guard.is_held(),
+        "the lock was lost with the leader (member {leader}): {:?}",
+        guard.loss()
+    );
+    let key = LockKey::new("ledger").expect("key");
+    let info = backend.inspect(&key).await.expect("inspect").expect("held");
+    assert_eq!(info.fence, fence, "the fence changed across the failover");
+    // Another client, on the same ensemble with its leader gone, is refused.
+    let other = ZooKeeperBackend::connect(&ensemble.url())
+        .await
+        .expect("another client");
+    let refused = other.acquire_once("ledger", ttl).await.expect("try");
+    assert!(refused.is_none(), "a second holder during the failover");
+
+    guard.release().await.expect("release");
+    let next = other
+        .acquire_once("ledger", ttl)
+        .await
+        .expect("acquire after failover")
+        .expect("free after release");
+    assert!(next.fence() > fence, "{:?} after {:?}", next.fence(), fence);
+}
+
+/// Spawns a task that reports `name` each time `changes` yields.
+fn report(name: &'static str, mut changes: ChangeStream, to: mpsc::UnboundedSender<&'static str>) {
+    tokio::spawn(async move {
+        while changes.next().await.is_some() {
+            if to.send(name).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// The names reported within `within`.
+async fn woken(
+    from: &mut mpsc::UnboundedReceiver<&'static str>,
+    within: Duration,
+) -> Vec<&'static str> {
+    let until = tokio::time::Instant::now() + within;
+    let mut names = Vec::new();
+    while let Ok(Some(name)) = tokio::time::timeout_at(until, from.recv()).await {
+        names.push(name);
+    }
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_first_fair_waiter_only_and_every_plain_one() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let connect = || async {
+        ZooKeeperBackend::connect(&server.url())
+            .await
+            .expect("connect")
+    };
+    let key = LockKey::new("herd").expect("key");
+    let (ttl, place) = (Duration::from_secs(30), Duration::from_secs(30));
+    let holder = connect().await;
+    let AcquireOutcome::Acquired(held) = holder.try_acquire(&key, ttl).await.expect("hold") else {
+        panic!("a fresh key was held");
+    };
+
+    // Three fair waiters, each on a session of its own, queued in order.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for name in ["a", "b", "c"] {
+        let backend = connect().await;
+        let owner = OwnerToken::random();
+        let outcome = backend
+            .try_acquire_in_turn(&key, ttl, owner, place)
+            .await
+            .expect("queue");
+        assert!(
+            matches!(outcome, AcquireOutcome::Held { .. }),
+            "{name}: {outcome:?}"
+        );
+        let changes = backend
+            .watch_in_turn(&key, &owner)
+            .await
+            .expect("watch")
+            .expect("a stream");
+        report(name, changes, tx.clone());
+        waiters.push((backend, owner));
+    }
+    assert_eq!(
+        woken(&mut rx, Duration::from_millis(500)).await,
+        Vec::<&str>::new()
+    );
+
+    // The release wakes the head of the queue, and no one else.
+    holder.release_lease(&held).await.expect("release");
+    assert_eq!(woken(&mut rx, Duration::from_secs(1)).await, ["a"]);
+    // The head takes the lock, leaving the queue: that wakes the next, only.
+    let (a, a_owner) = &waiters[0];
+    let AcquireOutcome::Acquired(a_lease) = a
+        .try_acquire_in_turn(&key, ttl, *a_owner, place)
+        .await
+        .expect("in turn")
+    else {
+        panic!("the head of the queue was refused a free key");
+    };
+    // (a's own stream may see its own nodes come and go; it is done waiting.)
+    let woke = woken(&mut rx, Duration::from_secs(1)).await;
+    assert!(woke.contains(&"b") && !woke.contains(&"c"), "{woke:?}");
+    // c, queued behind b, still waits; the holder's renewals wake no one.
+    assert!(matches!(
+        a.extend(&a_lease, ttl).await.expect("extend"),
+        ExtendOutcome::Extended(_)
+    ));
+    assert_eq!(
+        woken(&mut rx, Duration::from_millis(500)).await,
+        Vec::<&str>::new()
+    );
+    // b, woken, finds the lock held: it waits on the holder, still ahead of c.
+    let (b, b_owner) = &waiters[1];
+    let outcome = b
+        .try_acquire_in_turn(&key, ttl, *b_owner, place)
+        .await
+        .expect("b");
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { .. }),
+        "{outcome:?}"
+    );
+
+    // Plain waiters have no place in a queue: each watches the holder, and one release
+    // wakes them all.
+    let mut plain = Vec::new();
+    for name in ["x", "y", "z"] {
+        let backend = connect().await;
+        let changes = backend.watch(&key).await.expect("watch").expect("a stream");
+        report(name, changes, tx.clone());
+        plain.push(backend);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.release_lease(&a_lease).await.expect("release");
+    let woke = woken(&mut rx, Duration::from_secs(1)).await;
+    for plain in ["x", "y", "z", "b"] {
+        assert!(
+            woke.contains(&plain),
+            "{plain} slept through the release: {woke:?}"
+        );
+    }
+    assert!(
+        !woke.contains(&"c"),
+        "c was woken by a release while b is ahead: {woke:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_holder_leaves_nothing_once_its_ttl_has_run_out() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = ZooKeeperBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let key = LockKey::new("vanished/holder").expect("key");
+    let lease = backend
+        .acquire_once(key.as_str(), Duration::from_secs(1))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let node = ZooKeeperConfig::from_url(&server.url())
+        .expect("config")
+        .key_node(&key);
+    let servers = format!("127.0.0.1:{}", server.host_port());
+    let raw = zookeeper_client::Client::connect(&servers)
+        .await
+        .expect("raw client");
+    let children = raw.list_children(&node).await.expect("the key's node");
+    assert_eq!(children, [format!("l-{}", lease.owner().to_hex())]);
+    // Never released and never judged by a contender: the server deletes the lease's
+    // TTL node once it has run out, then the key's emptied container node (each at
+    // its next check, every second on the test server).
+    drop(backend);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        if raw.check_stat(&node).await.expect("stat").is_none() {
+            break;
+        }
+        assert!(Instant::now() < give_up, "{node} is still there 10 s on");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_renews_to_the_granted_ttl_only() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = ZooKeeperBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    assert!(!backend.capabilities().extend_any_ttl);
+    let lease = backend
+        .acquire_once("fixed", Duration::from_secs(3))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let err = backend
+        .extend(&lease, Duration::from_secs(10))
+        .await
+        .expect_err("another ttl");
+    assert_eq!(err.kind(), ErrorKind::InvalidTtl, "{err}");
+    let renewed = backend
+        .extend(&lease, Duration::from_secs(3))
+        .await
+        .expect("the granted ttl");
+    assert!(
+        matches!(renewed, ExtendOutcome::Extended(ref l) if l.fence() == lease.fence()),
+        "{renewed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_typed_error_in_bounded_time() {
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let started = Instant::now();
+    let err = ZooKeeperBackend::connect(&format!(
+        "zookeeper://127.0.0.1:{port}?connect_timeout_ms=1000&timeout_ms=1000"
+    ))
+    .await
+    .expect_err("nothing listens there");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
