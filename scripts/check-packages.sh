@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-published=(distlock-core distlock-redis distlock-postgres distlock-etcd distlock-conformance distlock distlock-cli)
+published=(distlock-core distlock-redis distlock-postgres distlock-etcd distlock-zookeeper distlock-conformance distlock distlock-cli)
 for crate in "${published[@]}"; do
   files=$(cargo package --list --allow-dirty --offline -p "$crate")
   for file in README.md LICENSE-MIT LICENSE-APACHE; do

@@ -455,72 +455,42 @@ impl ZooKeeperBackend {
     }
 
     /// A stream that yields when the node [`watched`](Self::watched) picks is deleted
-    /// (a renewal's change only re-arms it). With nothing ahead it yields once, at
-    /// first; after that, only when a node under the key comes or goes, so that a
-    /// waiter is never woken again and again by nothing.
+    /// (a renewal's write only re-arms it), and at once when nothing is ahead: the
+    /// waiter asks for its next item after an attempt that found the key held, so
+    /// nothing ahead now means the key was freed since.
     fn changes(&self, key: &LockKey, owner: Option<&OwnerToken>) -> ChangeStream {
         let state = (
             self.inner.clone(),
             self.inner.dir(key),
             owner.map(OwnerToken::to_hex),
-            false,
         );
-        Box::pin(futures_util::stream::unfold(
-            state,
-            |mut state| async move {
-                let (inner, dir, owner, told) = &mut state;
-                // Whether what was watched changed: with nothing ahead after that, the
-                // waiter is told (a release's write, then its delete, fires the watch at
-                // the write).
-                let mut fired = false;
-                loop {
-                    let client = inner.client().await.ok()?;
-                    let target = tokio::time::timeout(
-                        inner.config.timeout,
-                        Self::watched(&client, dir, owner.as_deref()),
-                    )
-                    .await
-                    .ok()?
-                    .ok()?;
-                    let watcher = match target {
-                        Some(path) => match client.check_and_watch_stat(&path).await.ok()? {
-                            (Some(_), watcher) => watcher,
-                            (None, _) => break,
-                        },
-                        None if !*told || fired => break,
-                        // Told already: wait for a node under the key to come or go (or
-                        // for the key's node itself, while there is none).
-                        None => match client.list_and_watch_children(dir).await {
-                            Ok((_, watcher)) => watcher,
-                            Err(ZkError::NoNode) => client.check_and_watch_stat(dir).await.ok()?.1,
-                            Err(_) => return None,
-                        },
-                    };
-                    let event = watcher.changed().await;
-                    fired = true;
-                    match event.event_type {
-                        EventType::NodeDataChanged => continue,
-                        EventType::Session if event.session_state.is_terminated() => return None,
-                        EventType::NodeChildrenChanged | EventType::NodeCreated => {
-                            let client = inner.client().await.ok()?;
-                            let ahead = tokio::time::timeout(
-                                inner.config.timeout,
-                                Self::watched(&client, dir, owner.as_deref()),
-                            )
-                            .await
-                            .ok()?
-                            .ok()?;
-                            if ahead.is_none() {
-                                break;
-                            }
-                        }
-                        _ => break,
-                    }
+        Box::pin(futures_util::stream::unfold(state, |state| async move {
+            let (inner, dir, owner) = &state;
+            loop {
+                let client = inner.client().await.ok()?;
+                let target = tokio::time::timeout(
+                    inner.config.timeout,
+                    Self::watched(&client, dir, owner.as_deref()),
+                )
+                .await
+                .ok()?
+                .ok()?;
+                let Some(path) = target else {
+                    break;
+                };
+                let watcher = match client.check_and_watch_stat(&path).await.ok()? {
+                    (Some(_), watcher) => watcher,
+                    (None, _) => break,
+                };
+                let event = watcher.changed().await;
+                match event.event_type {
+                    EventType::NodeDataChanged => continue,
+                    EventType::Session if event.session_state.is_terminated() => return None,
+                    _ => break,
                 }
-                *told = true;
-                Some(((), state))
-            },
-        ))
+            }
+            Some(((), state))
+        }))
     }
 }
 

@@ -1,4 +1,135 @@
-//! The ZooKeeper backend of distlock. (Docs below.)
+//! The ZooKeeper backend of distlock, written as a third party would write one: on
+//! the public API of `distlock-core` only, and tested by the public conformance suite.
+//!
+//! ```no_run
+//! # async fn demo() -> distlock_core::Result<()> {
+//! use std::sync::Arc;
+//! use distlock_core::LockClient;
+//! use distlock_zookeeper::ZooKeeperBackend;
+//!
+//! let backend = ZooKeeperBackend::connect("zookeeper://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181").await?;
+//! let client = LockClient::new(Arc::new(backend));
+//! # Ok(()) }
+//! ```
+//!
+//! It is not a feature of the `distlock` facade: a service adds it to a
+//! `distlock::Connector` under its [`SCHEMES`], and then chooses it by URL like any
+//! other backend.
+//!
+//! # How a lease maps onto ZooKeeper
+//!
+//! ZooKeeper's own expiry is per *session*, not per lock, so the first question is
+//! what a lease's TTL becomes. There were three choices:
+//!
+//! - **Ephemeral nodes (the session is the lease)**, as Curator's `InterProcessMutex`
+//!   does. The node lives as long as the client's session, whatever TTL was asked:
+//!   a live client that never renews holds the lock for ever, and a session that
+//!   expires (a client cut off for the session timeout) frees the lock *before* the TTL
+//!   the holder was told, so another client can take it while the holder still counts
+//!   on its validity: contract points 1 and 2 both fail. A session per lease, with the
+//!   TTL as its timeout, would cost a connection per lock and is still bounded by the
+//!   server's `minSessionTimeout`/`maxSessionTimeout` (by default 4 s to 40 s).
+//! - **TTL nodes** (ZooKeeper 3.5.3 and later, with
+//!   `-Dzookeeper.extendedTypesEnabled=true`): a persistent node that the server deletes
+//!   once it has gone unmodified for its TTL. The TTL is per node, and a renewal is a
+//!   write. But the server deletes it lazily, at its next check
+//!   (`znode.container.checkIntervalMs`, a minute by default), so it cannot be what
+//!   decides when another client may take the key.
+//! - **What this backend does**: a lease is a TTL node of the lease's TTL (so the
+//!   server cleans up after a client that vanished), and *expiry is judged by the
+//!   server's clock* from the node's modification time: a lease is live while
+//!   `now ≤ mtime + ttl`, where `now` is the modification time of a write this request
+//!   made (its own node's creation, or a write to the root node). Both times come from
+//!   the leader's clock, never a client's. A contender that finds an expired lease
+//!   deletes it, only at the version it judged, and a renewal that finds its own lease
+//!   already expired deletes it and answers "not held". The cost: a TTL node's TTL is
+//!   fixed when it is created, so a lease renews only to the TTL it was granted
+//!   (`capabilities.extend_any_ttl` is false, as on etcd); and the server must have TTL
+//!   nodes enabled (otherwise every grant is an
+//!   [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error that
+//!   says so).
+//!
+//! # Nodes
+//!
+//! Under the root (`/distlock` unless the URL gives a path), each key has a container
+//! node, `k-<the key, percent-encoded>` ([`ZooKeeperConfig::key_node`]), which
+//! ZooKeeper deletes once it is empty. In it:
+//!
+//! - `l-<owner token>`: a lease, a TTL node holding its TTL. The path names the
+//!   acquisition, so it is never reused: a delete or a write to it can only ever touch
+//!   that one acquisition's lease.
+//! - `p-<owner token>`: a fair waiter's place, a TTL node of the place's duration,
+//!   written again on every call of its waiter.
+//!
+//! The holder is the **live lease created first** (lowest creation zxid).
+//!
+//! - **acquire** creates its lease node and lists the key's nodes in the same round
+//!   trip, then reads the leases created before it. None live: granted (the expired
+//!   ones are deleted first, each only at the version judged). One live: its node is
+//!   deleted again, and the answer is "held" with the holder's remaining TTL. For a
+//!   key with no node yet, the key's node and the lease are created in one `multi`.
+//! - **the fence is the lease node's creation zxid**: durable, cluster-wide, and
+//!   strictly increasing, since a lease is granted only once every lease created
+//!   before it is gone ([`FenceDurability::Durable`](distlock_core::FenceDurability)).
+//! - **release deletes the owner's node only, with a version check**: it reads the
+//!   node, then in one `multi` writes it at the version read (the write tells the
+//!   server's time) and deletes it at the next version. An expired lease is deleted
+//!   too, and reported "not held"; a renewal in between makes it read again.
+//! - **extend** reads the lease and writes it at the version read; the write's time
+//!   says whether the lease had already run out before it.
+//! - **waiters watch only their predecessor**: a fair waiter
+//!   ([`LockOptions::with_fair`](distlock_core::LockOptions::with_fair)) watches the
+//!   place queued just before its own, and the head of the queue watches the holder's
+//!   lease, so a release wakes one waiter, not the herd
+//!   ([`LockBackend::watch_in_turn`](distlock_core::LockBackend::watch_in_turn)). A
+//!   plain waiter has no place: every plain waiter watches the holder, and a release
+//!   wakes them all, as on the other backends. A renewal (a write to the lease) does
+//!   not wake a waiter.
+//! - **inspect, list and force release** write the root node once (an empty write)
+//!   to learn the server's time, then read the key's leases: ZooKeeper has no other
+//!   way to tell a client the time.
+//! - **fair mode** (contract point 10): a call makes or refreshes the waiter's place
+//!   and reads the key's nodes; the waiter at the head of the live places, with no
+//!   live lease, takes the lock as a plain acquire does, then deletes its place.
+//!
+//! # What it guarantees
+//!
+//! The contract of [`distlock_core::LockBackend`], proved by the conformance suite on
+//! a real server (its fault cases included) and on a three-member ensemble whose
+//! leader was stopped, and by tests of a held lock through the loss of the leader and
+//! of waiters woken one at a time.
+//!
+//! # What it does not guarantee, or does differently
+//!
+//! - **The ensemble's clocks**: a lease's expiry is judged from times the leader
+//!   wrote. After a change of leader, times from two servers' clocks meet, so each
+//!   lease's validity is shortened by `max_clock_skew_ms` (10 ms by default; see
+//!   [`ClockDrift`](distlock_core::ClockDrift)). Run the members under NTP.
+//! - **extend renews to the granted TTL** only (above).
+//! - **Round trips** (contract point 9, as the suite's proxy counts them): acquire
+//!   takes up to four (this client sends the create and the listing as two writes,
+//!   which count two; then the read of the leases ahead; then a delete), and more in
+//!   two rare cases: a lease judged expired is renewed at that moment (one more), or
+//!   the same acquisition is retried after its reply was lost (its node is then
+//!   refreshed and listed again, two more). Release takes two, extend two. The
+//!   capabilities declare four, two and two.
+//! - **No semaphores, read-write locks or elections** (`capabilities.permits` is
+//!   false): their cases are reported as not run.
+//! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this
+//!   backend creates are open to that identity alone. A wrong password is not refused
+//!   at connect (ZooKeeper's digest scheme has no login); it is refused by the nodes'
+//!   ACLs, as an [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication)
+//!   error. The wrong-credentials case of the suite is not run.
+//! - **What a vanished client leaves**: its lease is free for others at its TTL, and
+//!   its nodes are deleted by the server at the next check after that (a minute by
+//!   default; every second on distlock's test servers, which set
+//!   `-Dznode.container.checkIntervalMs=1000`).
+//!
+//! # Configuration
+//!
+//! See [`ZooKeeperConfig`]: `zookeeper://host:port[,host:port...][/root]`, digest
+//! credentials, timeouts and the clock-skew allowance. Credentials are redacted in
+//! `Debug` output and errors.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
