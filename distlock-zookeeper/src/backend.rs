@@ -268,6 +268,18 @@ async fn read_nodes(
     Ok(nodes)
 }
 
+/// The owner's own lease node at `path`, as read: its data and what it says; `None`
+/// when it is gone (or holds something else).
+async fn own_lease(
+    client: &Client,
+    path: &str,
+) -> std::result::Result<Option<(Vec<u8>, Node)>, ZkError> {
+    let Some((data, stat)) = gone(client.get_data(path).await)? else {
+        return Ok(None);
+    };
+    Ok(parse_node("", "l-", &data, stat).map(|node| (data, node)))
+}
+
 /// The children of `dir`, none when it does not exist.
 async fn children(client: &Client, dir: &str) -> std::result::Result<Vec<String>, ZkError> {
     Ok(gone(client.list_children(dir).await)?.unwrap_or_default())
@@ -527,12 +539,10 @@ impl LockBackend for ZooKeeperBackend {
                 // A renewal between the read and the delete changes the version: read
                 // again, a few times.
                 for _ in 0..5 {
-                    let Some((data, stat)) = gone(client.get_data(&me).await)? else {
+                    let Some((data, node)) = own_lease(&client, &me).await? else {
                         return Ok(ReleaseOutcome::NotHeld);
                     };
-                    let Some(node) = parse_node("", "l-", &data, stat) else {
-                        return Ok(ReleaseOutcome::NotHeld);
-                    };
+                    let stat = node.stat;
                     // The delete, only of the version read; the write before it tells
                     // the server's time, to say whether the lease had already run out.
                     let mut multi = client.new_multi_writer();
@@ -574,12 +584,10 @@ impl LockBackend for ZooKeeperBackend {
                 // Another renewal of the same lease between the read and the write
                 // changes the version: read again, a few times.
                 for _ in 0..5 {
-                    let Some((data, stat)) = gone(client.get_data(&me).await)? else {
+                    let Some((data, node)) = own_lease(&client, &me).await? else {
                         return Ok(Renewal::NotHeld);
                     };
-                    let Some(node) = parse_node("", "l-", &data, stat) else {
-                        return Ok(Renewal::NotHeld);
-                    };
+                    let stat = node.stat;
                     if node.fence() != fence {
                         return Ok(Renewal::NotHeld);
                     }
