@@ -7,7 +7,7 @@
 //! results folder.
 //!
 //! ```text
-//! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd] [--require-all]
+//! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all]
 //! lockbench torture [--quick | --full] [--out DIR] [--backends ...] [--require-all]
 //! ```
 //!
@@ -71,12 +71,13 @@ pub(crate) struct RunOptions {
     /// The folder the results are written into.
     #[arg(long, default_value = "results")]
     pub(crate) out: String,
-    /// The backends to run, in order: memory, every server of distlock-testservers,
+    /// The backends to run, in order: memory, every server of distlock-testservers
+    /// (ZooKeeper through a `distlock::Connector`),
     /// Redlock over 3 and 5 Redis masters, and a 3-master Redis Cluster.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,redis,postgres,etcd,redlock-3,redlock-5,redis-cluster",
+        default_value = "memory,redis,postgres,etcd,zookeeper,redlock-3,redlock-5,redis-cluster",
         value_parser = PossibleValuesParser::new(backend_names()),
     )]
     pub(crate) backends: Vec<String>,
