@@ -15,7 +15,7 @@ pub const SCHEMES: &[&str] = &["zookeeper", "zk"];
 /// - `zk://` is the same;
 /// - several servers, comma-separated, are members of one ensemble;
 /// - user and password are ZooKeeper `digest` credentials: the nodes this backend
-///   creates are then readable and writable by that identity only (`creator_all`);
+///   creates then carry the `creator_all` ACL (not tested against a server here);
 ///   without them, by anyone (`world:anyone`);
 /// - the path (default `/distlock`) is the node under which every lock lives;
 /// - `timeout_ms` (default 5000) bounds each operation, `connect_timeout_ms` (default

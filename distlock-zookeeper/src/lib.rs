@@ -116,10 +116,11 @@
 //! - **No semaphores, read-write locks or elections** (`capabilities.permits` is
 //!   false): their cases are reported as not run.
 //! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this
-//!   backend creates are open to that identity alone. A wrong password is not refused
-//!   at connect (ZooKeeper's digest scheme has no login); it is refused by the nodes'
-//!   ACLs, as an [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication)
-//!   error. The wrong-credentials case of the suite is not run.
+//!   backend creates carry the `creator_all` ACL, and a refusal by an ACL (`NoAuth`)
+//!   maps to an [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication)
+//!   error. A wrong password is not refused at connect (ZooKeeper's digest scheme has
+//!   no login). None of this is tested against a server here: the test servers run
+//!   without authentication, and the suite's wrong-credentials case is not run.
 //! - **What a vanished client leaves**: its lease is free for others at its TTL, and
 //!   its nodes are deleted by the server at the next check after that (a minute by
 //!   default; every second on distlock's test servers, which set
