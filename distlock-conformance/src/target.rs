@@ -37,6 +37,13 @@ pub trait ServerControl: Send + Sync + fmt::Debug {
     async fn kill_connections(&self) -> Result<(), BoxError> {
         Err("this server cannot kill client connections".into())
     }
+    /// Returns once the server serves requests, or an error saying why it does not
+    /// (for a harness that must not inject a fault into a server still coming back
+    /// from the last one). The default answers at once: a control that cannot tell
+    /// is taken at its word that each method returns with the change done.
+    async fn ready(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
 }
 
 /// Control over the network between one client and its server, for the partition

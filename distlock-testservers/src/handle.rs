@@ -378,4 +378,8 @@ impl ServerControl for ServerHandle {
             ConnectionKill::LocalSockets => sockets::kill_local_connections(self.host_port).await,
         }
     }
+
+    async fn ready(&self) -> Result<(), BoxError> {
+        Ok(self.wait_ready(READY_WITHIN).await?)
+    }
 }

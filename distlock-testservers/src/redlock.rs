@@ -123,6 +123,9 @@ impl ServerControl for Every {
     async fn kill_connections(&self) -> Result<(), BoxError> {
         self.each(|m| m.kill_connections()).await
     }
+    async fn ready(&self) -> Result<(), BoxError> {
+        self.each(ServerControl::ready).await
+    }
 }
 
 /// A client's proxies to every member, as one link and one meter: the link is cut

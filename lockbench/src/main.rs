@@ -23,6 +23,7 @@ mod floors;
 mod meter;
 mod peers;
 mod report;
+mod rows;
 mod scenarios;
 mod stats;
 mod storage;
@@ -41,6 +42,16 @@ use distlock_testservers::{external_url, Server, ServerHandle};
 
 use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint};
 use crate::scenarios::{Primitives, S1Entry, Sizes};
+
+/// The exit code of a run in which a safety or contract check failed: a violation
+/// the run saw on a backend (a torture check, a conformance case).
+pub(crate) const EXIT_VIOLATION: u8 = 1;
+
+/// The exit code of a run whose checks all held but whose harness could not do what
+/// its mode promises: a server not started (with `--require-all`), a fault not
+/// injected as often as promised, a scenario that could not be measured. (2 is a
+/// command-line error.)
+pub(crate) const EXIT_HARNESS: u8 = 3;
 
 /// Any error of a measurement: the report shows its text.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -77,7 +88,7 @@ pub(crate) struct RunOptions {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "memory,redis,postgres,etcd,zookeeper,redlock-3,redlock-5,redis-cluster",
+        default_value = DEFAULT_BACKENDS,
         value_parser = PossibleValuesParser::new(backend_names()),
     )]
     pub(crate) backends: Vec<String>,
@@ -85,6 +96,10 @@ pub(crate) struct RunOptions {
     #[arg(long)]
     pub(crate) require_all: bool,
 }
+
+/// The backends every run goes through unless `--backends` says otherwise.
+pub(crate) const DEFAULT_BACKENDS: &str =
+    "memory,redis,postgres,etcd,zookeeper,redlock-3,redlock-5,redis-cluster";
 
 /// The runs besides the comparison.
 #[derive(Debug, clap::Subcommand)]
@@ -95,18 +110,13 @@ enum Command {
 }
 
 /// The backends lockbench can run: memory, every server the test servers know, and
-/// the Redis backend over several servers.
-fn backend_names() -> Vec<&'static str> {
+/// the Redis backend over several servers (see [`rows`]).
+pub(crate) fn backend_names() -> Vec<&'static str> {
     let mut names = vec!["memory"];
     names.extend(distlock_testservers::ALL.map(|server| server.name()));
-    names.extend(SEVERAL_SERVERS.map(|(name, _)| name));
+    names.extend(rows::SEVERAL_SERVERS.map(|(name, _)| name));
     names
 }
-
-/// The Redis backend over several servers: Redlock over that many independent
-/// masters, or a Redis Cluster of three masters (0).
-const SEVERAL_SERVERS: [(&str, usize); 3] =
-    [("redlock-3", 3), ("redlock-5", 5), ("redis-cluster", 0)];
 
 /// Connects to the backend a URL names: distlock's own backends, and ZooKeeper's,
 /// which is built outside distlock and joins by its schemes.
@@ -427,6 +437,10 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
             return run;
         }
     };
+    if let Err(e) = rows::Row::Server(kind).check(&*backend, 1) {
+        run.server = format!("not run: {e}");
+        return run;
+    }
     run.started = true;
     // Redis reports its process's CPU time (`INFO cpu`): read around each scenario,
     // the report can then tell a gap in the server's work from a gap in the client's.
@@ -497,62 +511,39 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     run
 }
 
-/// Runs the scenarios and the suite on Redlock over `masters` independent Redis
-/// masters (beside rslock on the same masters), or on a Redis Cluster (`masters` 0),
-/// every server reached at its address on their Docker network.
-async fn run_several_servers(name: &str, masters: usize, sizes: Sizes) -> BackendRun {
+/// Runs the scenarios and the suite on Redlock over independent Redis masters (beside
+/// rslock on the same masters), or on a Redis Cluster, as `row` says, every server
+/// reached at its address on their Docker network.
+async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
     let mut run = BackendRun {
         backend: name.into(),
         ..Default::default()
     };
     progress(name, "starting the servers");
-    let connect = |url: String| async move { crate::connect(&url).await };
     let mut beside = Beside::default();
-    let started = if masters > 0 {
-        match distlock_testservers::RedisMasters::start(masters).await {
-            Ok(servers) => {
-                let members = servers
-                    .members()
-                    .iter()
-                    .filter_map(|m| m.direct_url())
-                    .collect::<Vec<_>>();
-                beside.rslock = Some(peers::Rslock::new(members));
-                let url = servers.direct_url();
-                let target = distlock_testservers::redlock_target(servers, connect).await;
-                run.server = format!(
-                    "{masters} independent masters in containers, reached at their addresses on a Docker network (no port proxy)"
-                );
-                url.ok_or_else(|| "the masters' network addresses are unknown".into())
-                    .and_then(|url| target.map(|t| (url, t)))
-            }
-            Err(e) => Err(e.into()),
-        }
-    } else {
-        match distlock_testservers::RedisCluster::start(3).await {
-            Ok(cluster) => {
-                let url = cluster.url();
-                run.server = "a cluster of 3 masters in containers, reached at their addresses on a Docker network (no port proxy)".into();
-                distlock_testservers::cluster_target(cluster, connect)
-                    .await
-                    .map(|t| (url, t))
-            }
-            Err(e) => Err(e.into()),
-        }
-    };
-    let (url, target): (String, Target) = match started {
-        Ok(started) => started,
+    let opened = match rows::open_several(row).await {
+        Ok(opened) => opened,
         Err(e) => {
             run.server = format!("not started: {e}");
             return run;
         }
     };
-    let backend = match crate::connect(&url).await {
+    run.server = opened.server;
+    if let rows::Row::Redlock { .. } = row {
+        beside.rslock = Some(peers::Rslock::new(opened.member_urls));
+    }
+    let backend = match crate::connect(&opened.url).await {
         Ok(backend) => backend,
         Err(e) => {
             run.server = format!("started, but connecting failed: {e}");
             return run;
         }
     };
+    if let Err(e) = row.check(&*backend, opened.servers) {
+        run.server = format!("not run: {e}");
+        return run;
+    }
+    let target = opened.target;
     run.started = true;
     measure(&mut run, backend, target, sizes, None, beside).await;
     run
@@ -571,14 +562,12 @@ async fn main() -> ExitCode {
     };
     let mut runs = Vec::new();
     for name in &args.backends {
-        let several = SEVERAL_SERVERS.iter().find(|(n, _)| n == name);
-        let run = match distlock_testservers::by_name(name) {
-            None if several.is_some() => {
-                let masters = several.map_or(0, |(_, m)| *m);
-                run_several_servers(name, masters, sizes).await
+        let run = match rows::Row::parse(name) {
+            Ok(row @ (rows::Row::Redlock { .. } | rows::Row::Cluster { .. })) => {
+                run_several_servers(name, row, sizes).await
             }
-            None => {
-                let memory = MemoryBackend::new();
+            Ok(rows::Row::Memory) => {
+                let memory: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
                 let mut run = BackendRun {
                     backend: "memory".into(),
                     server: "in process".into(),
@@ -587,10 +576,15 @@ async fn main() -> ExitCode {
                 };
                 let target = Target::memory();
                 let beside = Beside::default();
-                measure(&mut run, Arc::new(memory), target, sizes, None, beside).await;
+                measure(&mut run, memory, target, sizes, None, beside).await;
                 run
             }
-            Some(server) => run_server_backend(server, sizes).await,
+            Ok(rows::Row::Server(server)) => run_server_backend(server, sizes).await,
+            Err(e) => BackendRun {
+                backend: name.clone(),
+                server: format!("not run: {e}"),
+                ..Default::default()
+            },
         };
         runs.push(run);
     }
@@ -633,28 +627,33 @@ async fn main() -> ExitCode {
     println!("{summary}");
     println!("The whole report: {}", out.join("report.md").display());
 
-    let mut failed = false;
+    let (mut violated, mut harness) = (false, false);
     for b in &report.backends {
         if !b.started {
-            eprintln!("lockbench: {} was not started: {}", b.backend, b.server);
-            failed |= args.require_all;
+            eprintln!("lockbench: {} was not run: {}", b.backend, b.server);
+            harness |= args.require_all;
         }
         if !b.errors.is_empty() {
-            eprintln!("lockbench: {} had errors: {:?}", b.backend, b.errors);
-            failed = true;
+            eprintln!(
+                "lockbench: {}: harness: not measured: {:?}",
+                b.backend, b.errors
+            );
+            harness = true;
         }
         if let Some(conformance) = b.conformance.as_ref().filter(|c| !c.failed.is_empty()) {
             for (case, why) in &conformance.failed {
                 eprintln!(
-                    "lockbench: {} failed conformance case {case}: {why}",
+                    "lockbench: {}: VIOLATED: conformance case {case}: {why}",
                     b.backend
                 );
             }
-            failed = true;
+            violated = true;
         }
     }
-    if failed {
-        ExitCode::FAILURE
+    if violated {
+        ExitCode::from(EXIT_VIOLATION)
+    } else if harness {
+        ExitCode::from(EXIT_HARNESS)
     } else {
         ExitCode::SUCCESS
     }

@@ -1,18 +1,124 @@
 //! The faults a torture run injects, on a schedule: through the target's own server
 //! control and the links of its clients, as the conformance suite's fault cases do.
+//!
+//! A fault the harness cannot inject is the harness's outcome, never a safety
+//! finding: the injector waits until the servers serve again before each attempt,
+//! tries a fault [`ATTEMPTS`] times, and reports one that still fails as not injected,
+//! with why.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use distlock::{BoxError, Capabilities, FenceDurability};
 use distlock_conformance::{LinkControl, ServerControl};
-use tokio::time::{sleep, Instant};
+use futures_util::future::join_all;
+use tokio::time::{sleep, timeout, Instant};
 
 use super::history::{Fault, FaultKind};
+
+/// How many times a fault is tried before it is reported as not injected.
+pub(crate) const ATTEMPTS: usize = 3;
+
+/// How long the injector waits for the servers to serve before an attempt.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
+/// Which of a target's servers its server faults land on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FaultScope {
+    /// Its one server, or every server it runs on.
+    Whole,
+    /// `members` of Redlock's `of` masters, fewer than a majority: the contract must
+    /// hold through such faults whatever the capabilities declare, so none is
+    /// excused.
+    Minority { of: usize, members: usize },
+    /// One of a cluster's `of` masters: the keys it serves go through the fault, as a
+    /// single server's would, under the capabilities' declarations.
+    OneOf { of: usize },
+}
+
+impl fmt::Display for FaultScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultScope::Whole => f.write_str("the server"),
+            FaultScope::Minority { of, members } => {
+                write!(f, "{members} of {of} masters (a minority)")
+            }
+            FaultScope::OneOf { of } => write!(f, "1 of {of} cluster masters"),
+        }
+    }
+}
+
+/// Several servers as one, for the server faults: each call goes to every one.
+#[derive(Debug)]
+pub(crate) struct Members(pub(crate) Vec<Arc<dyn ServerControl>>);
+
+impl Members {
+    async fn each<'a, F>(&'a self, op: F) -> Result<(), BoxError>
+    where
+        F: Fn(
+            &'a Arc<dyn ServerControl>,
+        ) -> futures_util::future::BoxFuture<'a, Result<(), BoxError>>,
+    {
+        join_all(self.0.iter().map(op)).await.into_iter().collect()
+    }
+}
+
+#[async_trait]
+impl ServerControl for Members {
+    async fn pause(&self) -> Result<(), BoxError> {
+        self.each(|m| m.pause()).await
+    }
+    async fn unpause(&self) -> Result<(), BoxError> {
+        self.each(|m| m.unpause()).await
+    }
+    async fn restart(&self) -> Result<(), BoxError> {
+        self.each(|m| m.restart()).await
+    }
+    async fn kill(&self) -> Result<(), BoxError> {
+        self.each(|m| m.kill()).await
+    }
+    async fn start(&self) -> Result<(), BoxError> {
+        self.each(|m| m.start()).await
+    }
+    fn can_kill_connections(&self) -> bool {
+        self.0.iter().all(|m| m.can_kill_connections())
+    }
+    async fn kill_connections(&self) -> Result<(), BoxError> {
+        self.each(|m| m.kill_connections()).await
+    }
+    async fn ready(&self) -> Result<(), BoxError> {
+        self.each(|m| m.ready()).await
+    }
+}
+
+/// A fault the schedule could not inject after every attempt: the harness's outcome.
+#[derive(Debug, Clone)]
+pub(crate) struct NotInjected {
+    pub(crate) kind: FaultKind,
+    pub(crate) attempts: usize,
+    /// The last attempt's error.
+    pub(crate) last: String,
+}
+
+impl fmt::Display for NotInjected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: not injected in {} attempts; the last said: {}",
+            self.kind.label(),
+            self.attempts,
+            self.last
+        )
+    }
+}
 
 /// What the schedule can reach.
 pub(crate) struct Injector {
     pub(crate) control: Option<Arc<dyn ServerControl>>,
+    /// Which servers `control` reaches.
+    pub(crate) scope: FaultScope,
     pub(crate) links: Vec<Arc<dyn LinkControl>>,
     pub(crate) ttl: Duration,
     pub(crate) start: Instant,
@@ -33,6 +139,62 @@ impl Injector {
                 _ => self.control.is_some(),
             })
             .collect()
+    }
+
+    /// Injects `kind`, waiting first until the servers serve; an attempt that fails
+    /// is healed (links healed, the servers unpaused and started) and tried again,
+    /// up to `attempts` times. The fault as it happened and the attempts it took, or
+    /// what kept it from being injected.
+    pub(crate) async fn inject_retrying(
+        &self,
+        kind: FaultKind,
+        capabilities: &Capabilities,
+        attempts: usize,
+    ) -> Result<(Fault, usize), NotInjected> {
+        let mut last = String::new();
+        for attempt in 1..=attempts {
+            if attempt > 1 {
+                self.recover().await;
+            }
+            if let Some(control) = &self.control {
+                match timeout(READY_WITHIN, control.ready()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        last = format!("the servers were not ready: {e}");
+                        continue;
+                    }
+                    Err(_) => {
+                        last = format!("the servers were not ready within {READY_WITHIN:?}");
+                        continue;
+                    }
+                }
+            }
+            match self.inject(kind, capabilities).await {
+                Ok(fault) => return Ok((fault, attempt)),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(NotInjected {
+            kind,
+            attempts,
+            last,
+        })
+    }
+
+    /// After a failed attempt: heals the links, unpauses and starts the servers (a
+    /// fault that failed halfway may have left them paused or down), then pauses
+    /// a little.
+    async fn recover(&self) {
+        self.heal_all().await;
+        if let Some(control) = &self.control {
+            if !matches!(
+                timeout(Duration::from_secs(5), control.ready()).await,
+                Ok(Ok(()))
+            ) {
+                let _ = control.start().await;
+            }
+        }
+        sleep(self.ttl.min(Duration::from_secs(2))).await;
     }
 
     /// Injects one fault and waits out its length; the fault as it happened.
@@ -79,7 +241,10 @@ impl Injector {
             kind,
             start: at(begun),
             end: at(Instant::now()),
-            declared: declared(kind, capabilities),
+            declared: match self.scope {
+                FaultScope::Minority { .. } => None,
+                FaultScope::Whole | FaultScope::OneOf { .. } => declared(kind, capabilities),
+            },
         })
     }
 
@@ -108,4 +273,122 @@ fn declared(kind: FaultKind, capabilities: &Capabilities) -> Option<String> {
         said.push("fences may go back (capabilities.fence_durability is BestEffort)");
     }
     (!said.is_empty()).then(|| said.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A server control whose restart is refused `refusals` times, then done.
+    #[derive(Debug)]
+    struct Refusing {
+        refusals: AtomicUsize,
+        restarts: AtomicUsize,
+        readiness_asked: AtomicUsize,
+    }
+
+    impl Refusing {
+        fn new(refusals: usize) -> Arc<Self> {
+            Arc::new(Refusing {
+                refusals: AtomicUsize::new(refusals),
+                restarts: AtomicUsize::new(0),
+                readiness_asked: AtomicUsize::new(0),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl ServerControl for Refusing {
+        async fn pause(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn unpause(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn restart(&self) -> Result<(), BoxError> {
+            let left = self.refusals.load(Ordering::SeqCst);
+            if left > 0 {
+                self.refusals.store(left - 1, Ordering::SeqCst);
+                return Err("exec process exited with code 2, expected 0".into());
+            }
+            self.restarts.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn kill(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn start(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn ready(&self) -> Result<(), BoxError> {
+            self.readiness_asked.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn injector(control: Arc<Refusing>, scope: FaultScope) -> Injector {
+        Injector {
+            control: Some(control),
+            scope,
+            links: Vec::new(),
+            ttl: Duration::from_millis(20),
+            start: Instant::now(),
+        }
+    }
+
+    fn restart_loses_leases() -> Capabilities {
+        let mut capabilities = Capabilities::default();
+        capabilities.leases_survive_restart = false;
+        capabilities
+    }
+
+    #[tokio::test]
+    async fn a_refused_injection_is_tried_again_once_the_server_is_ready() {
+        let control = Refusing::new(1);
+        let injector = injector(control.clone(), FaultScope::Whole);
+        let (fault, attempts) = injector
+            .inject_retrying(FaultKind::Restart, &restart_loses_leases(), ATTEMPTS)
+            .await
+            .expect("no error");
+        assert_eq!(attempts, 2);
+        assert_eq!(fault.kind, FaultKind::Restart);
+        assert_eq!(control.restarts.load(Ordering::SeqCst), 1);
+        // Asked before each attempt, and once while recovering from the refusal.
+        assert!(control.readiness_asked.load(Ordering::SeqCst) >= 2);
+        assert!(
+            fault.declared.is_some(),
+            "a whole server's restart declares"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_injection_refused_every_time_is_not_injected_and_says_why() {
+        let control = Refusing::new(usize::MAX);
+        let injector = injector(control.clone(), FaultScope::Whole);
+        let not = injector
+            .inject_retrying(FaultKind::Restart, &restart_loses_leases(), ATTEMPTS)
+            .await
+            .expect_err("an error");
+        assert_eq!((not.kind, not.attempts), (FaultKind::Restart, ATTEMPTS));
+        let said = not.to_string();
+        assert!(
+            said.contains("restart: not injected in 3 attempts") && said.contains("code 2"),
+            "{said}"
+        );
+        assert_eq!(control.restarts.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_minority_fault_excuses_nothing() {
+        let control = Refusing::new(0);
+        let scope = FaultScope::Minority { of: 3, members: 1 };
+        let (fault, _) = injector(control, scope)
+            .inject_retrying(FaultKind::Restart, &restart_loses_leases(), ATTEMPTS)
+            .await
+            .expect("no error");
+        assert_eq!(fault.declared, None);
+        assert_eq!(scope.to_string(), "1 of 3 masters (a minority)");
+    }
 }

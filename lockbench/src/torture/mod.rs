@@ -36,15 +36,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{DynLockBackend, LockKey};
-use distlock_conformance::{LinkControl, Target};
+use distlock_conformance::{LinkControl, ServerControl, Target};
 use distlock_testservers::{external_url, Postgres, ServerHandle};
 use serde::Serialize;
 use tokio::time::{sleep, timeout, Instant};
 
-use self::faults::Injector;
+use self::faults::{FaultScope, Injector, Members};
 use self::history::{Findings, History};
 use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
+use crate::rows::Row;
 use crate::{progress, BoxError, RunOptions};
 
 /// Many clients, faults on a schedule, and a fenced register that must refuse every
@@ -126,13 +127,23 @@ struct TortureRun {
     lock_errors: usize,
     /// Faults the schedule could not inject on this target, and why.
     unavailable: Vec<String>,
+    /// Which servers the server faults reach.
+    fault_scope: String,
     /// Faults the backend's capabilities say it cannot keep the contract through, and
     /// what they say.
     declared: Vec<String>,
     findings: Findings,
-    /// Every check that failed, with the part of the history that broke it; and what
-    /// kept the run from completing.
+    /// Faults that took more than one attempt to inject.
+    retried: Vec<String>,
+    /// Faults the schedule tried and could not inject, and why: the harness's
+    /// outcome, never a safety finding.
+    not_injected: Vec<String>,
+    /// Every safety check that failed, with the part of the history that broke it.
     failures: Vec<String>,
+    /// What the harness could not do as the mode promises: a fault injected fewer
+    /// times than promised, a run that could not complete or fell short of its lock
+    /// operations, a row that is not the backend it names.
+    harness: Vec<String>,
 }
 
 /// Runs the torture run on every backend asked for and writes its report.
@@ -164,22 +175,25 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
             ..TortureRun::default()
         };
         let started = async {
-            let (target, server) = target(name).await?;
+            let row = Row::parse(name)?;
+            let opened = target(row).await?;
+            // A row is exactly what ran: its backend must be the one it names.
+            row.check(&**opened.target.backend(), opened.servers)
+                .map_err(|e| format!("not the backend it names: {e}"))?;
             progress(name, "torture: starting the fenced register");
-            let register = FencedRegister::start(name, &register_url).await?;
-            Ok::<_, BoxError>((target, server, register))
+            let register = FencedRegister::start(row, &register_url).await?;
+            Ok::<_, BoxError>((opened, register))
         };
         match started.await {
-            Ok((target, server, register)) => {
-                run.server = server;
+            Ok((opened, register)) => {
+                run.server = opened.server.clone();
                 run.register = register.server.clone();
                 run.started = true;
-                if let Err(e) = torture(&mut run, &target, &control, &register, plan).await {
-                    run.failures
-                        .push(format!("the run could not complete: {e}"));
+                if let Err(e) = torture(&mut run, &opened, &control, &register, plan).await {
+                    run.harness.push(format!("the run could not complete: {e}"));
                 }
             }
-            Err(e) => run.server = format!("not started: {e}"),
+            Err(e) => run.server = format!("not run: {e}"),
         }
         runs.push(run);
     }
@@ -203,24 +217,59 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!("{markdown}");
-    let mut failed = false;
     for run in &runs {
         if !run.started {
             eprintln!(
-                "lockbench torture: {} was not started: {}",
+                "lockbench torture: {} was not run: {}",
                 run.backend, run.server
             );
-            failed |= args.require_all;
         }
         for failure in &run.failures {
-            eprintln!("lockbench torture: {}: {failure}", run.backend);
-            failed = true;
+            eprintln!("lockbench torture: {}: VIOLATED: {failure}", run.backend);
+        }
+        for said in &run.harness {
+            eprintln!("lockbench torture: {}: harness: {said}", run.backend);
         }
     }
-    if failed {
-        ExitCode::FAILURE
+    ExitCode::from(exit_code(&runs, args.require_all))
+}
+
+/// Each available fault injected fewer than `rounds` times, said as the harness's
+/// outcome.
+fn short_of_promise(
+    kinds: &[history::FaultKind],
+    faults: &[history::Fault],
+    rounds: usize,
+) -> Vec<String> {
+    kinds
+        .iter()
+        .filter_map(|kind| {
+            let injected = faults.iter().filter(|f| f.kind == *kind).count();
+            (injected < rounds).then(|| {
+                format!(
+                    "the fault {} was injected {injected} times of the {rounds} this mode promises",
+                    kind.label()
+                )
+            })
+        })
+        .collect()
+}
+
+/// The run's exit code: [`crate::EXIT_VIOLATION`] when a safety check failed on any
+/// backend; otherwise [`crate::EXIT_HARNESS`] when the harness could not do what the
+/// mode promises (a fault not injected as often as promised, a run cut short, a row
+/// not the backend it names, or, with `--require-all`, a backend not run); 0 when
+/// every check held on every backend that ran.
+fn exit_code(runs: &[TortureRun], require_all: bool) -> u8 {
+    if runs.iter().any(|r| !r.failures.is_empty()) {
+        crate::EXIT_VIOLATION
+    } else if runs
+        .iter()
+        .any(|r| !r.harness.is_empty() || (require_all && !r.started))
+    {
+        crate::EXIT_HARNESS
     } else {
-        ExitCode::SUCCESS
+        0
     }
 }
 
@@ -238,39 +287,98 @@ async fn register_server() -> Result<(Option<ServerHandle>, String), BoxError> {
     Ok((Some(handle), url))
 }
 
-/// The target for `name`, as the conformance suite gets it: controls and links
-/// included where the server was started here.
-async fn target(name: &str) -> Result<(Target, String), BoxError> {
-    let Some(kind) = distlock_testservers::by_name(name) else {
-        return Ok((Target::memory(), "in process".into()));
+/// A row's target for the torture run, and where its server faults land.
+struct Opened {
+    target: Target,
+    /// Where it runs, for the report.
+    server: String,
+    /// How many lock servers it runs on.
+    servers: usize,
+    /// The server faults' control and what it reaches.
+    faults: Option<(Arc<dyn ServerControl>, FaultScope)>,
+}
+
+/// The target `row` names, as its own tests get it (controls and links included
+/// where the servers were started here), on servers of its own: never another
+/// backend in its place.
+async fn target(row: Row) -> Result<Opened, BoxError> {
+    let whole = |target: &Target| {
+        target
+            .control()
+            .cloned()
+            .map(|control| (control, FaultScope::Whole))
     };
-    let connect = |url: String| async move { crate::connect(&url).await };
-    if let Some(url) = external_url(kind) {
-        let backend = crate::connect(&url).await?;
-        return Ok((
-            Target::new(backend),
-            format!(
-                "external ({}): no faults can be injected",
-                kind.url_variable()
-            ),
-        ));
+    match row {
+        Row::Memory => {
+            let target = Target::memory();
+            let faults = whole(&target);
+            Ok(Opened {
+                target,
+                server: "in process".into(),
+                servers: 0,
+                faults,
+            })
+        }
+        Row::Server(kind) => {
+            let connect = |url: String| async move { crate::connect(&url).await };
+            if let Some(url) = external_url(kind) {
+                let backend = crate::connect(&url).await?;
+                return Ok(Opened {
+                    target: Target::new(backend),
+                    server: format!(
+                        "external ({}): no faults can be injected",
+                        kind.url_variable()
+                    ),
+                    servers: 1,
+                    faults: None,
+                });
+            }
+            let handle = ServerHandle::start(kind).await?;
+            let server = format!("container, {:?} image", handle.image_source());
+            let target = distlock_testservers::target_on(handle, connect).await?;
+            let faults = whole(&target);
+            Ok(Opened {
+                target,
+                server,
+                servers: 1,
+                faults,
+            })
+        }
+        Row::Redlock { .. } | Row::Cluster { .. } => {
+            let several = crate::rows::open_several(row).await?;
+            let members = several.fault_members.len();
+            let faults = (members > 0).then(|| {
+                let control: Arc<dyn ServerControl> = Arc::new(Members(several.fault_members));
+                let scope = match row {
+                    Row::Redlock { .. } => FaultScope::Minority {
+                        of: several.servers,
+                        members,
+                    },
+                    _ => FaultScope::OneOf {
+                        of: several.servers,
+                    },
+                };
+                (control, scope)
+            });
+            Ok(Opened {
+                target: several.target,
+                server: several.server,
+                servers: several.servers,
+                faults,
+            })
+        }
     }
-    let handle = ServerHandle::start(kind).await?;
-    let server = format!("container, {:?} image", handle.image_source());
-    Ok((
-        distlock_testservers::target_on(handle, connect).await?,
-        server,
-    ))
 }
 
 /// One backend's run.
 async fn torture(
     run: &mut TortureRun,
-    target: &Target,
+    opened: &Opened,
     control: &Control,
     register: &FencedRegister,
     plan: Plan,
 ) -> Result<(), BoxError> {
+    let target = &opened.target;
     let capabilities = target.capabilities().clone();
     let ttl = capabilities.ttl_at_least(Duration::from_secs(1));
     run.ttl_ms = ttl.as_millis();
@@ -312,8 +420,14 @@ async fn torture(
         .map(|(i, client)| tokio::spawn(workload::holder(work.clone(), i, client)))
         .collect();
 
+    let (control, scope) = match &opened.faults {
+        Some((control, scope)) => (Some(control.clone()), *scope),
+        None => (None, FaultScope::Whole),
+    };
+    run.fault_scope = scope.to_string();
     let injector = Injector {
-        control: target.control().cloned(),
+        control,
+        scope,
         links,
         ttl,
         start,
@@ -349,14 +463,21 @@ async fn torture(
             if stopped() || start.elapsed() > plan.limit {
                 break 'schedule;
             }
-            match injector.inject(kind, &capabilities).await {
-                Ok(fault) => faults.push(fault),
-                Err(e) => {
+            match injector
+                .inject_retrying(kind, &capabilities, faults::ATTEMPTS)
+                .await
+            {
+                Ok((fault, attempts)) => {
+                    if attempts > 1 {
+                        run.retried
+                            .push(format!("{}: injected at attempt {attempts}", kind.label()));
+                    }
+                    faults.push(fault);
+                }
+                Err(not) => {
                     injector.heal_all().await;
-                    run.failures.push(format!(
-                        "the fault {} could not be injected: {e}",
-                        kind.label()
-                    ));
+                    progress(&run.backend, &format!("torture: {not}"));
+                    run.not_injected.push(not.to_string());
                 }
             }
         }
@@ -432,8 +553,10 @@ async fn torture(
     };
     run.findings = history.check();
     run.failures.extend(run.findings.failures());
+    run.harness
+        .extend(short_of_promise(&kinds, &history.faults, plan.rounds));
     if run.findings.lock_ops < plan.min_lock_ops {
-        run.failures.push(format!(
+        run.harness.push(format!(
             "{} lock operations, short of the {} this mode needs (in {:.0} s)",
             run.findings.lock_ops, plan.min_lock_ops, run.seconds
         ));
@@ -484,9 +607,9 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     );
     let _ = writeln!(
         md,
-        "| backend | ttl | seconds | lock ops | paused holds | faults | stale writes accepted | lost updates, fenced | fence regressions | unsignalled past validity | overlapping holders | leases left | declared | lost updates, unfenced control |"
+        "| backend | ttl | seconds | lock ops | paused holds | faults | faults not injected | stale writes accepted | lost updates, fenced | fence regressions | unsignalled past validity | overlapping holders | leases left | declared | lost updates, unfenced control |"
     );
-    let _ = writeln!(md, "|{}", " --- |".repeat(14));
+    let _ = writeln!(md, "|{}", " --- |".repeat(15));
     for run in runs {
         let f = &run.findings;
         let list = |map: &std::collections::BTreeMap<String, usize>| {
@@ -502,22 +625,23 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         if !run.started {
             let _ = writeln!(
                 md,
-                "| {} | not started: {} |{}",
+                "| {} | {} |{}",
                 run.backend,
                 run.server,
-                " |".repeat(12)
+                " |".repeat(13)
             );
             continue;
         }
         let _ = writeln!(
             md,
-            "| {} | {} ms | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} ms | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             run.backend,
             run.ttl_ms,
             run.seconds,
             f.lock_ops,
             f.paused_holds,
             list(&f.faults),
+            run.not_injected.len(),
             f.stale_writes.len(),
             f.lost_updates_fenced,
             f.fence_regressions.len(),
@@ -532,9 +656,10 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     for run in runs.iter().filter(|r| r.started) {
         let _ = writeln!(
             md,
-            "- **{}** ({}; fenced register: {}): {} lock operations failed under the faults (retried).{}",
+            "- **{}** ({}; server faults on {}; fenced register: {}): {} lock operations failed under the faults (retried).{}",
             run.backend,
             run.server,
+            run.fault_scope,
             run.register,
             run.lock_errors,
             if run.unavailable.is_empty() {
@@ -546,9 +671,118 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         for declared in &run.declared {
             let _ = writeln!(md, "  - declared by its capabilities: {declared}");
         }
+        for retried in &run.retried {
+            let _ = writeln!(md, "  - retried: {retried}");
+        }
+        for not in &run.not_injected {
+            let _ = writeln!(md, "  - not injected: {not}");
+        }
         for failure in &run.failures {
-            let _ = writeln!(md, "  - FAILED: {failure}");
+            let _ = writeln!(md, "  - VIOLATED: {failure}");
+        }
+        for said in &run.harness {
+            let _ = writeln!(md, "  - HARNESS: {said}");
         }
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::history::{Fault, FaultKind};
+    use super::*;
+
+    fn ran() -> TortureRun {
+        TortureRun {
+            backend: "postgres".into(),
+            started: true,
+            ..TortureRun::default()
+        }
+    }
+
+    #[test]
+    fn a_fault_not_injected_is_the_harness_s_outcome_not_a_violation() {
+        let fault = |kind| Fault {
+            kind,
+            start: 0.0,
+            end: 1.0,
+            declared: None,
+        };
+        let kinds = [FaultKind::Pause, FaultKind::KillConnections];
+        let mut run = ran();
+        run.not_injected
+            .push("connections killed: not injected in 3 attempts".into());
+        run.harness = short_of_promise(&kinds, &[fault(FaultKind::Pause)], 1);
+        assert_eq!(
+            run.harness,
+            ["the fault connections killed was injected 0 times of the 1 this mode promises"]
+        );
+        assert_eq!(exit_code(&[ran(), run.clone()], false), crate::EXIT_HARNESS);
+        let md = markdown("quick", Plan::quick(), &[run.clone()]);
+        assert!(md.contains("HARNESS: the fault connections killed"), "{md}");
+        assert!(!md.contains("VIOLATED"), "{md}");
+
+        // Every promised fault injected: nothing is said.
+        let all = [fault(FaultKind::Pause), fault(FaultKind::KillConnections)];
+        assert!(short_of_promise(&kinds, &all, 1).is_empty());
+        assert_eq!(short_of_promise(&kinds, &all, 2).len(), 2);
+    }
+
+    /// Each default row, opened as the torture run opens it on servers started here,
+    /// is the backend it names on as many servers as it names, with its server
+    /// faults on its own servers.
+    #[tokio::test]
+    async fn every_default_row_runs_the_backend_it_names() {
+        for name in crate::DEFAULT_BACKENDS.split(',') {
+            let row = Row::parse(name).expect("no error");
+            let opened = target(row).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let backend = opened.target.backend();
+            row.check(&**backend, opened.servers)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(backend.name(), row.backend_name(), "{name}");
+            let scope = opened.faults.as_ref().map(|(_, scope)| *scope);
+            let expected = match row {
+                Row::Redlock { masters } => FaultScope::Minority {
+                    of: masters,
+                    members: (masters - 1) / 2,
+                },
+                Row::Cluster { masters } => FaultScope::OneOf { of: masters },
+                Row::Memory | Row::Server(_) => FaultScope::Whole,
+            };
+            assert_eq!(scope, Some(expected), "{name}");
+            let said = if row.servers() == 0 {
+                "in process"
+            } else {
+                "container"
+            };
+            assert!(opened.server.contains(said), "{name}: {}", opened.server);
+        }
+    }
+
+    #[test]
+    fn exit_codes_tell_a_violation_from_the_harness_and_from_a_clean_run() {
+        assert_eq!(exit_code(&[ran(), ran()], true), 0);
+        let mut violated = ran();
+        violated.failures.push("fence regression on key 0".into());
+        let mut harness = ran();
+        harness.harness.push("the run could not complete".into());
+        assert_eq!(
+            exit_code(std::slice::from_ref(&violated), false),
+            crate::EXIT_VIOLATION
+        );
+        // A violation outranks the harness's outcome.
+        assert_eq!(
+            exit_code(&[harness.clone(), violated], false),
+            crate::EXIT_VIOLATION
+        );
+        assert_eq!(exit_code(&[harness], false), crate::EXIT_HARNESS);
+        let not_run = TortureRun {
+            backend: "redlock-3".into(),
+            server: "not run: no Docker".into(),
+            ..TortureRun::default()
+        };
+        assert_eq!(exit_code(std::slice::from_ref(&not_run), false), 0);
+        assert_eq!(exit_code(&[not_run], true), crate::EXIT_HARNESS);
+        assert_ne!(crate::EXIT_VIOLATION, crate::EXIT_HARNESS);
+    }
 }

@@ -2,8 +2,10 @@
 //! itself, so that a fault on the lock server does not touch them:
 //!
 //! - The **fenced** register is distlock's own fenced-store adapter of the backend's
-//!   kind, on a server of its own: `RedisStore` on a second Redis, `PostgresStore` on
-//!   a second PostgreSQL, `EtcdStore` on a second etcd, `MemoryStore` for memory.
+//!   kind, on a server of its own: `RedisStore` on a Redis of its own (for Redis,
+//!   Redlock and the cluster), `PostgresStore` on a second PostgreSQL, `EtcdStore` on
+//!   a second etcd, `MemoryStore` for memory and for ZooKeeper, which has no fenced
+//!   adapter yet (the report says so).
 //!   Holders read it with a claiming read and write it under their fence; the run
 //!   logs each operation the adapter accepted, with when it was sent and when it
 //!   answered, and counts the writes it accepted.
@@ -25,6 +27,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
 use super::history::{Logged, Totals};
+use crate::rows::Row;
 use crate::BoxError;
 
 /// The fenced register's store for one backend's run, and what runs it.
@@ -37,10 +40,17 @@ pub(crate) struct FencedRegister {
 }
 
 impl FencedRegister {
-    /// The adapter of `backend`'s kind, on a server other than the lock server: a new
-    /// container for Redis and etcd, the control's PostgreSQL server for PostgreSQL.
-    pub(crate) async fn start(backend: &str, control_url: &str) -> Result<Self, BoxError> {
-        let (store, server, handle): (Arc<DynFencedStore>, &str, _) = match backend {
+    /// The adapter of `row`'s kind, on a server other than the lock servers: a new
+    /// container for the Redis family (one Redis, Redlock, a cluster) and etcd, the
+    /// control's PostgreSQL server for PostgreSQL. The in-process store stands only
+    /// where no adapter of the kind exists (memory; ZooKeeper), and the report names
+    /// it.
+    pub(crate) async fn start(row: Row, control_url: &str) -> Result<Self, BoxError> {
+        let family = match row {
+            Row::Redlock { .. } | Row::Cluster { .. } => "redis",
+            _ => row.backend_name(),
+        };
+        let (store, server, handle): (Arc<DynFencedStore>, &str, _) = match family {
             "redis" => {
                 let handle = ServerHandle::start(&Redis).await?;
                 let lock_backend = distlock::redis::RedisBackend::connect(&handle.url()).await?;
@@ -68,7 +78,12 @@ impl FencedRegister {
                     None,
                 )
             }
-            _ => (Arc::new(MemoryStore::new()), "MemoryStore in process", None),
+            "memory" | "zookeeper" => (
+                Arc::new(MemoryStore::new()),
+                "MemoryStore in process (no fenced adapter of this kind)",
+                None,
+            ),
+            other => return Err(format!("no fenced register for a {other:?} backend").into()),
         };
         Ok(FencedRegister {
             store,

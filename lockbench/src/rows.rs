@@ -1,0 +1,215 @@
+//! What each row name of a report stands for, and the check that a row ran the
+//! backend it names.
+//!
+//! A row is exactly what ran: a name lockbench does not know is an error, never a
+//! stand-in, and once a row's target is open its backend's own name and the servers
+//! it runs on are compared with what the row name promises. A run whose target fails
+//! that check is not run under that name.
+
+use distlock::DynLockBackend;
+use std::sync::Arc;
+
+use distlock_conformance::{ServerControl, Target};
+use distlock_testservers::{RedisCluster, RedisMasters, Server};
+
+use crate::BoxError;
+
+/// The Redis backend over several servers: Redlock over that many independent
+/// masters, or a Redis Cluster of three masters.
+pub(crate) const SEVERAL_SERVERS: [(&str, Row); 3] = [
+    ("redlock-3", Row::Redlock { masters: 3 }),
+    ("redlock-5", Row::Redlock { masters: 5 }),
+    ("redis-cluster", Row::Cluster { masters: 3 }),
+];
+
+/// What a row name stands for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Row {
+    /// distlock's in-process backend.
+    Memory,
+    /// One server of `distlock-testservers` and its backend.
+    Server(&'static dyn Server),
+    /// `RedlockBackend` over `masters` independent Redis masters.
+    Redlock { masters: usize },
+    /// `RedisBackend` on a Redis Cluster of `masters` masters.
+    Cluster { masters: usize },
+}
+
+impl Row {
+    /// The row `name` stands for: an unknown name is an error, never a stand-in.
+    pub(crate) fn parse(name: &str) -> Result<Row, String> {
+        if name == "memory" {
+            return Ok(Row::Memory);
+        }
+        if let Some(server) = distlock_testservers::by_name(name) {
+            return Ok(Row::Server(server));
+        }
+        SEVERAL_SERVERS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, row)| *row)
+            .ok_or_else(|| {
+                format!(
+                    "no backend is named {name:?}; known: {}",
+                    crate::backend_names().join(", ")
+                )
+            })
+    }
+
+    /// The name the row's backend gives itself ([`distlock::LockBackend::name`]).
+    pub(crate) fn backend_name(&self) -> &'static str {
+        match self {
+            Row::Memory => "memory",
+            Row::Server(server) => server.name(),
+            Row::Redlock { .. } => "redlock",
+            Row::Cluster { .. } => "redis",
+        }
+    }
+
+    /// How many lock servers the row runs on (0 for the in-process backend).
+    pub(crate) fn servers(&self) -> usize {
+        match self {
+            Row::Memory => 0,
+            Row::Server(_) => 1,
+            Row::Redlock { masters } | Row::Cluster { masters } => *masters,
+        }
+    }
+
+    /// Whether `backend`, running on `servers` lock servers, is what this row names;
+    /// if not, what differs.
+    pub(crate) fn check(&self, backend: &DynLockBackend, servers: usize) -> Result<(), String> {
+        let (expected, found) = (self.backend_name(), backend.name());
+        if expected != found {
+            return Err(format!(
+                "the row's backend calls itself {found:?}, where the row names a {expected:?} backend"
+            ));
+        }
+        if servers != self.servers() {
+            return Err(format!(
+                "the row's backend runs on {servers} lock servers, where the row names {}",
+                self.servers()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A several-server row's target, on servers started for it.
+pub(crate) struct Several {
+    /// The conformance target (it owns the servers).
+    pub(crate) target: Target,
+    /// The backend's URL, every server at its address on their Docker network.
+    pub(crate) url: String,
+    /// Each master's own `redis://` URL there.
+    pub(crate) member_urls: Vec<String>,
+    /// How many lock servers were started.
+    pub(crate) servers: usize,
+    /// The servers the torture run's server faults land on: a minority of Redlock's
+    /// masters (so a majority always keeps its leases), one of a cluster's masters.
+    pub(crate) fault_members: Vec<Arc<dyn ServerControl>>,
+    /// Where it runs, for the report.
+    pub(crate) server: String,
+}
+
+/// Starts the servers of a [`Row::Redlock`] or [`Row::Cluster`] row and opens its
+/// target, as its own tests do; another row is an error.
+pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
+    let connect = |url: String| async move { crate::connect(&url).await };
+    match row {
+        Row::Redlock { masters } => {
+            let started = RedisMasters::start(masters).await?;
+            let member_urls: Vec<String> = started
+                .members()
+                .iter()
+                .filter_map(|m| m.direct_url())
+                .collect();
+            let servers = started.members().len();
+            let url = started
+                .direct_url()
+                .ok_or("the masters' network addresses are unknown")?;
+            let minority = (servers - 1) / 2;
+            let fault_members = started.members()[..minority]
+                .iter()
+                .cloned()
+                .map(|m| -> Arc<dyn ServerControl> { m })
+                .collect();
+            Ok(Several {
+                target: distlock_testservers::redlock_target(started, connect).await?,
+                url,
+                member_urls,
+                servers,
+                fault_members,
+                server: format!(
+                    "{servers} independent masters in containers, reached at their addresses on a Docker network (no port proxy)"
+                ),
+            })
+        }
+        Row::Cluster { masters } => {
+            let cluster = RedisCluster::start(masters).await?;
+            let url = cluster.url();
+            let member_urls = cluster.urls();
+            let servers = cluster.members().len();
+            let fault_members = cluster.members()[..1]
+                .iter()
+                .cloned()
+                .map(|m| -> Arc<dyn ServerControl> { m })
+                .collect();
+            Ok(Several {
+                target: distlock_testservers::cluster_target(cluster, connect).await?,
+                url,
+                member_urls,
+                servers,
+                fault_members,
+                server: format!(
+                    "a cluster of {servers} masters in containers, reached at their addresses on a Docker network (no port proxy)"
+                ),
+            })
+        }
+        Row::Memory | Row::Server(_) => {
+            Err(format!("{row:?} is not a row of several servers").into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use distlock::MemoryBackend;
+
+    use super::*;
+
+    #[test]
+    fn every_known_name_is_its_own_row_and_no_other_name_is_memory() {
+        for name in crate::backend_names() {
+            let row = Row::parse(name).expect(name);
+            match row {
+                Row::Memory => assert_eq!(name, "memory"),
+                Row::Server(server) => assert_eq!(server.name(), name),
+                Row::Redlock { masters } => assert_eq!(name, format!("redlock-{masters}")),
+                Row::Cluster { masters } => {
+                    assert_eq!((name, masters), ("redis-cluster", 3))
+                }
+            }
+        }
+        let unknown = Row::parse("redlock-7").expect_err("an error");
+        assert!(unknown.contains("redlock-7") && unknown.contains("known: memory"));
+    }
+
+    #[test]
+    fn a_stand_in_is_caught_by_name_or_by_its_servers() {
+        let memory: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
+        for name in [
+            "redlock-3",
+            "redlock-5",
+            "redis-cluster",
+            "redis",
+            "zookeeper",
+        ] {
+            let row = Row::parse(name).expect("no error");
+            let said = row.check(&*memory, row.servers()).expect_err("an error");
+            assert!(said.contains("\"memory\""), "{name}: {said}");
+        }
+        Row::Memory.check(&*memory, 0).expect("no error");
+        let servers = Row::Memory.check(&*memory, 1).expect_err("an error");
+        assert!(servers.contains("runs on 1 lock servers"), "{servers}");
+    }
+}
