@@ -65,7 +65,7 @@ pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
 pub use redis::{cluster_target, Redis, RedisCluster};
-pub use redlock::{redlock_target, RedisMasters};
+pub use redlock::{redlock_target, Every, RedisMasters};
 pub use tls::TlsMaterial;
 pub use zookeeper::{ZooKeeper, ZooKeeperEnsemble};
 

@@ -273,5 +273,5 @@ where
     Ok(distlock_conformance::Target::new(Arc::new(backend))
         .with_clients(connector(url))
         .with_wrong_credentials(secret, connector(wrong))
-        .with_control(Arc::new(crate::redlock::Every(cluster.members))))
+        .with_control(Arc::new(crate::redlock::Every::new(cluster.members))))
 }

@@ -82,21 +82,38 @@ fn redlock_url(password: &str, ports: &[u16]) -> String {
     format!("redlock://:{password}@{}", hosts.join(","))
 }
 
-/// Every member at once: a Redlock's or a cluster's servers as one, for the suite's
-/// fault cases.
+/// Several servers as one, for fault cases and fault schedules: each call goes to
+/// every server at once and succeeds when it succeeds on each (a Redlock's masters,
+/// a cluster's members, or any subset of them, such as a minority of masters).
 #[derive(Debug)]
-pub(crate) struct Every(pub(crate) Vec<Arc<ServerHandle>>);
+pub struct Every(Vec<Arc<dyn ServerControl>>);
 
 impl Every {
-    async fn each<'a, F, Fut>(&'a self, op: F) -> Result<(), BoxError>
+    /// The servers `members`, as one.
+    pub fn new<C: ServerControl + 'static>(members: impl IntoIterator<Item = Arc<C>>) -> Self {
+        Every(
+            members
+                .into_iter()
+                .map(|m| -> Arc<dyn ServerControl> { m })
+                .collect(),
+        )
+    }
+
+    /// How many servers it reaches.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it reaches no server.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    async fn each<'a, F>(&'a self, op: F) -> Result<(), BoxError>
     where
-        F: Fn(&'a ServerHandle) -> Fut,
-        Fut: Future<Output = Result<(), BoxError>> + 'a,
+        F: Fn(&'a Arc<dyn ServerControl>) -> BoxFuture<'a, Result<(), BoxError>>,
     {
-        join_all(self.0.iter().map(|m| op(m)))
-            .await
-            .into_iter()
-            .collect()
+        join_all(self.0.iter().map(op)).await.into_iter().collect()
     }
 }
 
@@ -124,7 +141,7 @@ impl ServerControl for Every {
         self.each(|m| m.kill_connections()).await
     }
     async fn ready(&self) -> Result<(), BoxError> {
-        self.each(ServerControl::ready).await
+        self.each(|m| m.ready()).await
     }
 }
 
@@ -251,6 +268,6 @@ where
         .with_clients(connector(masters.url()))
         .with_links(linked)
         .with_wrong_credentials(secret, connector(wrong))
-        .with_control(Arc::new(Every(members)))
+        .with_control(Arc::new(Every::new(members)))
         .with_members(controls, member_linked))
 }

@@ -205,7 +205,7 @@ impl ZooKeeperEnsemble {
                 })
             }
         };
-        let control: Arc<dyn ServerControl> = Arc::new(Every(running));
+        let control: Arc<dyn ServerControl> = Arc::new(Every::new(running));
         Ok(Target::new(Arc::new(backend))
             .with_clients(clients)
             .with_links(linked)

@@ -40,7 +40,7 @@ use distlock::{DynLockBackend, MemoryBackend};
 use distlock_conformance::{run_suite, Outcome, Target};
 use distlock_testservers::{external_url, Server, ServerHandle};
 
-use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint};
+use crate::report::{BackendRun, Conformance, FloorRole, FloorRow, PeerRow, Report, SweepPoint};
 use crate::scenarios::{Primitives, S1Entry, Sizes};
 
 /// The exit code of a run in which a safety or contract check failed: a violation
@@ -141,7 +141,7 @@ struct Beside {
     rslock: Option<peers::Rslock>,
 }
 
-const RSLOCK: &str = "rslock 0.10";
+pub(crate) const RSLOCK: &str = "rslock 0.10";
 
 /// Runs the scenarios (S1 side by side with the floors and peers), then the
 /// conformance suite, on one backend.
@@ -200,10 +200,11 @@ async fn measure(
     let s1_client = take("client");
     let s1_primitives = take("primitives");
     let mut floors = Vec::new();
-    for entry in entries.iter().skip(2).take(floor_count) {
+    for (i, entry) in entries.iter().skip(2).take(floor_count).enumerate() {
         if let Some(summary) = take("floor") {
             floors.push(FloorRow {
                 name: entry.name.clone(),
+                role: FloorRole::of_index(i),
                 summary,
             });
         }

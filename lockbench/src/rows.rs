@@ -9,8 +9,8 @@
 use distlock::DynLockBackend;
 use std::sync::Arc;
 
-use distlock_conformance::{ServerControl, Target};
-use distlock_testservers::{RedisCluster, RedisMasters, Server};
+use distlock_conformance::Target;
+use distlock_testservers::{RedisCluster, RedisMasters, Server, ServerHandle};
 
 use crate::BoxError;
 
@@ -106,7 +106,7 @@ pub(crate) struct Several {
     pub(crate) servers: usize,
     /// The servers the torture run's server faults land on: a minority of Redlock's
     /// masters (so a majority always keeps its leases), one of a cluster's masters.
-    pub(crate) fault_members: Vec<Arc<dyn ServerControl>>,
+    pub(crate) fault_members: Vec<Arc<ServerHandle>>,
     /// Where it runs, for the report.
     pub(crate) server: String,
 }
@@ -128,11 +128,7 @@ pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
                 .direct_url()
                 .ok_or("the masters' network addresses are unknown")?;
             let minority = (servers - 1) / 2;
-            let fault_members = started.members()[..minority]
-                .iter()
-                .cloned()
-                .map(|m| -> Arc<dyn ServerControl> { m })
-                .collect();
+            let fault_members = started.members()[..minority].to_vec();
             Ok(Several {
                 target: distlock_testservers::redlock_target(started, connect).await?,
                 url,
@@ -149,11 +145,7 @@ pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
             let url = cluster.url();
             let member_urls = cluster.urls();
             let servers = cluster.members().len();
-            let fault_members = cluster.members()[..1]
-                .iter()
-                .cloned()
-                .map(|m| -> Arc<dyn ServerControl> { m })
-                .collect();
+            let fault_members = cluster.members()[..1].to_vec();
             Ok(Several {
                 target: distlock_testservers::cluster_target(cluster, connect).await?,
                 url,

@@ -556,6 +556,12 @@ pub(crate) struct Takeover {
     pub(crate) takeover_ms: Vec<f64>,
     /// The largest of those, less the TTL.
     pub(crate) worst_over_ttl_ms: f64,
+    /// The smallest of those, less the TTL: below minus the slack is a takeover
+    /// before the vanished holder's lease could have expired, a safety bug.
+    pub(crate) earliest_over_ttl_ms: f64,
+    /// How much earlier than the TTL a takeover may come: the backend's TTL
+    /// granularity and its clock-drift allowance for the TTL.
+    pub(crate) slack_ms: f64,
 }
 
 /// S4: a holder takes the lock and vanishes without releasing; a waiter takes over.
@@ -582,9 +588,14 @@ pub(crate) async fn s4_takeover(
     }
     let ttl_ms = ttl.as_secs_f64() * 1e3;
     let worst = takeover_ms.iter().copied().fold(0.0, f64::max) - ttl_ms;
+    let earliest = takeover_ms.iter().copied().fold(f64::INFINITY, f64::min) - ttl_ms;
+    let capabilities = backend.capabilities();
+    let slack = capabilities.ttl_granularity + capabilities.clock_drift.allowance(ttl);
     Ok(Takeover {
         ttl_ms,
         takeover_ms,
         worst_over_ttl_ms: worst,
+        earliest_over_ttl_ms: earliest,
+        slack_ms: slack.as_secs_f64() * 1e3,
     })
 }

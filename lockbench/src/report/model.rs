@@ -5,10 +5,35 @@ use serde::Serialize;
 use crate::scenarios::Takeover;
 use crate::stats::Summary;
 
+/// What a floor is the floor of: the report's targets look floors up by it, never
+/// by their place in the list (a floor that failed leaves no gap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) enum FloorRole {
+    /// One round trip on the driver (`PING`, `SELECT 1`, a `get`, `exists`).
+    RoundTrip,
+    /// The raw lock cycle on the same driver.
+    Cycle,
+    /// Another floor, shown beside the others.
+    Other,
+}
+
+impl FloorRole {
+    /// The role of the `i`th floor a backend's floors list (the round trip first,
+    /// then the cycle).
+    pub(crate) fn of_index(i: usize) -> Self {
+        match i {
+            0 => FloorRole::RoundTrip,
+            1 => FloorRole::Cycle,
+            _ => FloorRole::Other,
+        }
+    }
+}
+
 /// A floor, as reported.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct FloorRow {
     pub(crate) name: String,
+    pub(crate) role: FloorRole,
     pub(crate) summary: Summary,
 }
 
@@ -78,7 +103,7 @@ pub(crate) struct BackendRun {
     pub(crate) s4_takeover: Option<Takeover>,
     /// S1 and S3 of each kind beyond the mutex, where the backend has permits.
     pub(crate) kinds: Vec<KindRow>,
-    /// The first floor is one round trip; the second, the raw lock cycle.
+    /// The floors measured, each with its role (one round trip, the raw lock cycle).
     pub(crate) floors: Vec<FloorRow>,
     /// Peer libraries on the same server, in the same scenarios.
     pub(crate) peers: Vec<PeerRow>,
@@ -103,11 +128,18 @@ pub(crate) struct Report {
 impl BackendRun {
     /// The first floor: one round trip.
     pub(crate) fn round_trip(&self) -> Option<&Summary> {
-        self.floors.first().map(|f| &f.summary)
+        self.floor(FloorRole::RoundTrip)
     }
 
-    /// The second floor: the raw lock cycle.
+    /// The raw lock cycle's floor.
     pub(crate) fn cycle_floor(&self) -> Option<&Summary> {
-        self.floors.get(1).map(|f| &f.summary)
+        self.floor(FloorRole::Cycle)
+    }
+
+    fn floor(&self, role: FloorRole) -> Option<&Summary> {
+        self.floors
+            .iter()
+            .find(|f| f.role == role)
+            .map(|f| &f.summary)
     }
 }

@@ -10,13 +10,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use distlock::{BoxError, Capabilities, FenceDurability};
 use distlock_conformance::{LinkControl, ServerControl};
-use futures_util::future::join_all;
 use tokio::time::{sleep, timeout, Instant};
 
-use super::history::{Fault, FaultKind};
+use super::history::{Excuses, Fault, FaultKind};
 
 /// How many times a fault is tried before it is reported as not injected.
 pub(crate) const ATTEMPTS: usize = 3;
@@ -47,49 +45,6 @@ impl fmt::Display for FaultScope {
             }
             FaultScope::OneOf { of } => write!(f, "1 of {of} cluster masters"),
         }
-    }
-}
-
-/// Several servers as one, for the server faults: each call goes to every one.
-#[derive(Debug)]
-pub(crate) struct Members(pub(crate) Vec<Arc<dyn ServerControl>>);
-
-impl Members {
-    async fn each<'a, F>(&'a self, op: F) -> Result<(), BoxError>
-    where
-        F: Fn(
-            &'a Arc<dyn ServerControl>,
-        ) -> futures_util::future::BoxFuture<'a, Result<(), BoxError>>,
-    {
-        join_all(self.0.iter().map(op)).await.into_iter().collect()
-    }
-}
-
-#[async_trait]
-impl ServerControl for Members {
-    async fn pause(&self) -> Result<(), BoxError> {
-        self.each(|m| m.pause()).await
-    }
-    async fn unpause(&self) -> Result<(), BoxError> {
-        self.each(|m| m.unpause()).await
-    }
-    async fn restart(&self) -> Result<(), BoxError> {
-        self.each(|m| m.restart()).await
-    }
-    async fn kill(&self) -> Result<(), BoxError> {
-        self.each(|m| m.kill()).await
-    }
-    async fn start(&self) -> Result<(), BoxError> {
-        self.each(|m| m.start()).await
-    }
-    fn can_kill_connections(&self) -> bool {
-        self.0.iter().all(|m| m.can_kill_connections())
-    }
-    async fn kill_connections(&self) -> Result<(), BoxError> {
-        self.each(|m| m.kill_connections()).await
-    }
-    async fn ready(&self) -> Result<(), BoxError> {
-        self.each(|m| m.ready()).await
     }
 }
 
@@ -223,7 +178,9 @@ impl Injector {
             }
             FaultKind::Latency => {
                 let link = link();
-                link.set_latency(self.ttl / 20).await?;
+                // Each way a fifth of the TTL: a round trip above a third of it, the
+                // renewal's period.
+                link.set_latency(self.ttl / 5).await?;
                 sleep(self.ttl * 2).await;
                 link.set_latency(Duration::ZERO).await?;
             }
@@ -245,6 +202,10 @@ impl Injector {
                 FaultScope::Minority { .. } => None,
                 FaultScope::Whole | FaultScope::OneOf { .. } => declared(kind, capabilities),
             },
+            excuses: match self.scope {
+                FaultScope::Minority { .. } => Excuses::default(),
+                FaultScope::Whole | FaultScope::OneOf { .. } => excuses(kind, capabilities),
+            },
         })
     }
 
@@ -257,6 +218,18 @@ impl Injector {
         if let Some(control) = &self.control {
             let _ = control.unpause().await;
         }
+    }
+}
+
+/// What the backend's capabilities excuse through `kind`: only a restart or a kill
+/// can lose data, and only what the capabilities declare.
+fn excuses(kind: FaultKind, capabilities: &Capabilities) -> Excuses {
+    if !matches!(kind, FaultKind::Restart | FaultKind::KillAndStart) {
+        return Excuses::default();
+    }
+    Excuses {
+        leases_lost: !capabilities.leases_survive_restart,
+        fences_back: capabilities.fence_durability == FenceDurability::BestEffort,
     }
 }
 
@@ -278,6 +251,8 @@ fn declared(kind: FaultKind, capabilities: &Capabilities) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
 
     use super::*;
 

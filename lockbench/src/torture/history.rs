@@ -14,6 +14,9 @@ use serde::Serialize;
 pub(crate) enum HoldKind {
     /// Held through a `LockGuard`: renewed, stops at the loss signal.
     Guarded,
+    /// Held through a `LockGuard` for several TTLs, renewed, writing all along; stops
+    /// at the loss signal.
+    Long,
     /// A bare lease, then a pause past its TTL without renewing (a stopped process).
     Paused,
 }
@@ -84,9 +87,32 @@ pub(crate) struct Fault {
     pub(crate) start: f64,
     pub(crate) end: f64,
     /// Where the backend's capabilities say it cannot keep the contract through this
-    /// fault: what they say. Violations that start inside the fault's window are
-    /// counted as declared, not hidden.
+    /// fault: what they say (for the report).
     pub(crate) declared: Option<String>,
+    /// What those declarations excuse, each only for the violation it declares.
+    pub(crate) excuses: Excuses,
+}
+
+/// What a fault's declarations excuse: each one violation, inside the fault's window,
+/// and nothing else. A holder going on past its validity without the loss signal and
+/// a stale write the fenced register accepted are never excused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct Excuses {
+    /// Leases may be lost (`leases_survive_restart` is false): excuses an overlap
+    /// whose earlier holder was granted before the fault ended and whose later holder
+    /// was granted inside the fault's window.
+    pub(crate) leases_lost: bool,
+    /// Fences may go back (`fence_durability` is `BestEffort`): excuses a fence
+    /// regression whose request was sent inside the fault's window. Never on a
+    /// backend declaring `Durable` or `FailsClosed`.
+    pub(crate) fences_back: bool,
+}
+
+/// The violations a declaration can excuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Excusable {
+    Overlap,
+    FenceRegression,
 }
 
 /// One operation the fenced register accepted: a claiming read or a write, when it
@@ -132,6 +158,10 @@ pub(crate) struct History {
 pub(crate) struct Findings {
     pub(crate) holds: usize,
     pub(crate) paused_holds: usize,
+    /// Guarded holds that lasted several TTLs, renewed.
+    pub(crate) long_holds: usize,
+    /// Of those, the ones a fault's window fell inside.
+    pub(crate) long_holds_faulted: usize,
     /// Acquisitions and releases.
     pub(crate) lock_ops: usize,
     pub(crate) faults: BTreeMap<String, usize>,
@@ -141,7 +171,8 @@ pub(crate) struct Findings {
     pub(crate) unsignalled: Vec<String>,
     pub(crate) overlaps: Vec<String>,
     pub(crate) leases_left: Vec<String>,
-    /// Violations inside a declared fault's window, by the fault's kind.
+    /// Violations a declared fault excused, by the fault, its window and the
+    /// violation.
     pub(crate) declared: BTreeMap<String, usize>,
     pub(crate) lost_updates_unfenced: i64,
 }
@@ -170,14 +201,18 @@ impl Findings {
                 self.lost_updates_fenced
             ));
         }
-        if self.lost_updates_unfenced <= 0 {
-            out.push(
-                "the unfenced control lost no update: the workload never put a stale holder \
-                 against a newer one, so the run proved nothing"
-                    .into(),
-            );
-        }
         out
+    }
+
+    /// Whether the run proved nothing: the unfenced control lost no update, so the
+    /// workload never put a stale holder against a newer one. The harness's outcome,
+    /// not the backend's violation.
+    pub(crate) fn proved_nothing(&self) -> Option<String> {
+        (self.lost_updates_unfenced <= 0).then(|| {
+            "the unfenced control lost no update: the workload never put a stale holder \
+             against a newer one, so the run proved nothing"
+                .into()
+        })
     }
 }
 
@@ -195,6 +230,13 @@ impl History {
             leases_left: self.leases_left.clone(),
             ..Findings::default()
         };
+        for hold in self.holds.iter().filter(|h| h.kind == HoldKind::Long) {
+            f.long_holds += 1;
+            let inside = |fault: &&Fault| fault.start < hold.ended && fault.end > hold.granted;
+            if self.faults.iter().any(|fault| inside(&fault)) {
+                f.long_holds_faulted += 1;
+            }
+        }
         for fault in &self.faults {
             *f.faults.entry(fault.kind.label().into()).or_default() += 1;
         }
@@ -207,38 +249,57 @@ impl History {
         f
     }
 
-    /// The declared fault whose window holds `at`, if any.
-    fn declared_at(&self, at: f64) -> Option<&Fault> {
+    /// The fault that excuses `what`, if one does: one whose declarations cover
+    /// that violation, with `at` inside its window (from its start to its end plus
+    /// the aftermath), and for an overlap an earlier holder granted before it ended.
+    fn excusing(&self, what: Excusable, at: f64, earlier_granted: f64) -> Option<&Fault> {
         self.faults.iter().find(|fault| {
-            fault.declared.is_some() && at >= fault.start && at <= fault.end + self.aftermath
+            let covered = match what {
+                Excusable::Overlap => fault.excuses.leases_lost && earlier_granted <= fault.end,
+                Excusable::FenceRegression => fault.excuses.fences_back,
+            };
+            covered && at >= fault.start && at <= fault.end + self.aftermath
         })
     }
 
-    /// Counts a violation starting at `at`: declared, or pushed onto `list`.
+    /// Counts a violation starting at `at`: excused by a declared fault, or pushed
+    /// onto `list`.
     fn violation(
         &self,
         declared: &mut BTreeMap<String, usize>,
         list: &mut Vec<String>,
-        at: f64,
-        what: String,
+        (what, at, earlier_granted): (Excusable, f64, f64),
+        said: String,
     ) {
-        match self.declared_at(at) {
-            Some(fault) => *declared.entry(fault.kind.label().into()).or_default() += 1,
-            None => list.push(what),
+        match self.excusing(what, at, earlier_granted) {
+            Some(fault) => {
+                let name = match what {
+                    Excusable::Overlap => "overlap",
+                    Excusable::FenceRegression => "fence regression",
+                };
+                let window = format!(
+                    "{} {name} in its window {:.1}–{:.1} s",
+                    fault.kind.label(),
+                    fault.start,
+                    fault.end + self.aftermath
+                );
+                *declared.entry(window).or_default() += 1;
+            }
+            None => list.push(said),
         }
     }
 
-    /// A write the fenced register accepted although an operation under a larger
-    /// fence had been accepted, and had answered, before the write was sent (the
-    /// store is linearizable, so it had seen that fence); and a key whose stored fence
-    /// ended below the largest fence the register accepted for it.
+    /// A write or claiming read the fenced register accepted although an operation
+    /// under a larger fence had been accepted, and had answered, before it was sent
+    /// (the store is linearizable, so it had seen that fence); and a key whose stored
+    /// fence ended below the largest fence the register accepted for it.
     fn stale_writes(&self, f: &mut Findings) {
         let keys = self.log.iter().map(|op| op.key + 1).max().unwrap_or(0);
         for key in 0..keys {
             let ops: Vec<&Logged> = self.log.iter().filter(|op| op.key == key).collect();
             let mut by_completed = ops.clone();
             by_completed.sort_by(|a, b| a.completed.total_cmp(&b.completed));
-            let mut writes: Vec<&Logged> = ops.iter().copied().filter(|op| op.write).collect();
+            let mut writes: Vec<&Logged> = ops.clone();
             writes.sort_by(|a, b| a.invoked.total_cmp(&b.invoked));
             let (mut done, mut highest) = (0, None::<&Logged>);
             for write in writes {
@@ -251,7 +312,8 @@ impl History {
                 }
                 if let Some(seen) = highest.filter(|h| write.fence < h.fence) {
                     f.stale_writes.push(format!(
-                        "key {key}: a write under fence {} sent at {:.3}s was accepted after fence {} was, at {:.3}s",
+                        "key {key}: a {} under fence {} sent at {:.3}s was accepted after fence {} was, at {:.3}s",
+                        if write.write { "write" } else { "claiming read" },
                         write.fence, write.invoked, seen.fence, seen.completed
                     ));
                 }
@@ -289,7 +351,12 @@ impl History {
                         "key {}: client {} was granted fence {} (sent at {:.3} s) after client {}'s grant of fence {} had completed at {:.3} s",
                         hold.key, hold.client, hold.fence, hold.sent, earlier.client, earlier.fence, earlier.granted
                     );
-                    self.violation(&mut f.declared, &mut f.fence_regressions, hold.sent, what);
+                    self.violation(
+                        &mut f.declared,
+                        &mut f.fence_regressions,
+                        (Excusable::FenceRegression, hold.sent, earlier.granted),
+                        what,
+                    );
                 }
             }
             let mut fences: Vec<u64> = holds.iter().map(|h| h.fence).collect();
@@ -303,25 +370,24 @@ impl History {
         }
     }
 
+    /// A holder that went on past its validity without the loss signal: never
+    /// excused, whatever the capabilities declare.
     fn unsignalled(&self, f: &mut Findings) {
         for hold in &self.holds {
             if let Some(past) = hold.unsignalled {
-                let what = format!(
+                f.unsignalled.push(format!(
                     "key {}: client {} (fence {}) went on {:.1} ms past its validity without the loss signal, at {:.3} s",
                     hold.key, hold.client, hold.fence, past * 1e3, hold.ended
-                );
-                self.violation(&mut f.declared, &mut f.unsignalled, hold.ended, what);
+                ));
             }
         }
     }
 
-    /// Two guarded holders of one key that both believed they held it at once.
+    /// Two holders of one key that both believed they held it at once: guarded holds
+    /// until they released or were told, paused ones until their validity ran out.
     fn overlaps(&self, f: &mut Findings) {
         for holds in self.by_key() {
-            let mut guarded: Vec<&Hold> = holds
-                .into_iter()
-                .filter(|h| h.kind == HoldKind::Guarded)
-                .collect();
+            let mut guarded = holds;
             guarded.sort_by(|a, b| a.granted.total_cmp(&b.granted));
             let mut longest: Option<&Hold> = None;
             for hold in guarded {
@@ -330,7 +396,12 @@ impl History {
                         "key {}: client {} (fence {}) held it from {:.3} s while client {} (fence {}) still did, until {:.3} s",
                         hold.key, hold.client, hold.fence, hold.granted, earlier.client, earlier.fence, earlier.ended
                     );
-                    self.violation(&mut f.declared, &mut f.overlaps, hold.granted, what);
+                    self.violation(
+                        &mut f.declared,
+                        &mut f.overlaps,
+                        (Excusable::Overlap, hold.granted, earlier.granted),
+                        what,
+                    );
                 }
                 if longest.is_none_or(|e| hold.ended > e.ended) {
                     longest = Some(hold);
@@ -447,30 +518,230 @@ mod tests {
     }
 
     #[test]
-    fn a_control_without_lost_updates_fails_the_run() {
+    fn a_control_without_lost_updates_proves_nothing() {
         let mut h = clean();
+        assert_eq!(h.check().proved_nothing(), None);
         h.unfenced[0].value = 2;
-        assert_eq!(h.check().failures().len(), 1);
+        let f = h.check();
+        assert!(f.failures().is_empty(), "{:?}", f.failures());
+        assert!(f
+            .proved_nothing()
+            .is_some_and(|said| said.contains("lost no update")));
     }
 
+    fn restart(start: f64, end: f64, excuses: Excuses) -> Fault {
+        Fault {
+            kind: FaultKind::Restart,
+            start,
+            end,
+            declared: Some("declared".into()),
+            excuses,
+        }
+    }
+
+    const LEASES_LOST: Excuses = Excuses {
+        leases_lost: true,
+        fences_back: false,
+    };
+
+    const FENCES_BACK: Excuses = Excuses {
+        leases_lost: false,
+        fences_back: true,
+    };
+
     #[test]
-    fn violations_inside_a_declared_fault_are_counted_as_declared() {
+    fn an_overlap_is_excused_only_by_declared_lease_loss_inside_its_window() {
         let mut h = clean();
         h.holds.push(hold(2, 3, 0.26, 0.27, 0.4));
         h.holds[1].ended = 0.5;
-        h.faults.push(Fault {
-            kind: FaultKind::Restart,
-            start: 0.2,
-            end: 0.22,
-            declared: Some("leases are lost".into()),
+        // Client 1 was granted at 0.25, before the restart ended; client 2 at 0.27.
+        h.faults.push(restart(0.245, 0.26, LEASES_LOST));
+        let f = h.check();
+        assert!(f.overlaps.is_empty(), "{:?}", f.overlaps);
+        assert_eq!(
+            f.declared.get("restart overlap in its window 0.2–1.3 s"),
+            Some(&1),
+            "{:?}",
+            f.declared
+        );
+        // Declared fences going back do not excuse an overlap.
+        h.faults[0].excuses = FENCES_BACK;
+        assert_eq!(h.check().overlaps.len(), 1);
+        // Nor does lease loss when the earlier holder was granted after the fault
+        // ended (its lease was never on the restarted server's lost data).
+        h.faults[0] = restart(0.2, 0.22, LEASES_LOST);
+        assert_eq!(h.check().overlaps.len(), 1);
+        // Nor outside the window.
+        h.faults[0] = restart(5.0, 5.0, LEASES_LOST);
+        assert_eq!(h.check().overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_fence_regression_is_excused_only_where_fences_are_declared_best_effort() {
+        let mut h = clean();
+        // Sent after fence 2 was granted, given fence 1 again... as fence 0.5 cannot
+        // be, a lower fence: 1 is taken, so the regression is its own fence 1 reused.
+        h.holds.push(hold(2, 1, 0.4, 0.45, 0.5));
+        h.faults.push(restart(0.35, 0.36, LEASES_LOST));
+        let f = h.check();
+        // A backend declaring Durable or FailsClosed: never excused, whatever else
+        // it declares (the order, and the reuse).
+        assert_eq!(f.fence_regressions.len(), 2, "{:?}", f.fence_regressions);
+        assert!(f.declared.is_empty(), "{:?}", f.declared);
+        h.faults[0].excuses = FENCES_BACK;
+        let f = h.check();
+        assert_eq!(
+            f.declared
+                .get("restart fence regression in its window 0.3–1.4 s"),
+            Some(&1),
+            "{:?}",
+            f.declared
+        );
+        // The reuse of a fence is counted apart from the order, and is never excused.
+        assert_eq!(f.fence_regressions.len(), 1, "{:?}", f.fence_regressions);
+        assert!(f.fence_regressions[0].contains("granted twice"));
+    }
+
+    #[test]
+    fn an_unsignalled_holder_is_never_excused() {
+        let mut h = clean();
+        h.holds[0].unsignalled = Some(0.01);
+        h.faults.push(restart(
+            0.0,
+            1.0,
+            Excuses {
+                leases_lost: true,
+                fences_back: true,
+            },
+        ));
+        let f = h.check();
+        assert_eq!(f.unsignalled.len(), 1);
+        assert!(f.declared.is_empty());
+    }
+
+    /// Three keys, guarded, long and paused holds interleaved: clean, then each check
+    /// broken on one key at a time, and found on that key alone.
+    fn several_keys() -> History {
+        let on = |key, kind, mut h: Hold| {
+            h.key = key;
+            h.kind = kind;
+            h
+        };
+        let logged_on = |key, mut op: Logged| {
+            op.key = key;
+            op
+        };
+        History {
+            holds: vec![
+                on(0, HoldKind::Guarded, hold(0, 1, 0.0, 0.1, 0.2)),
+                on(1, HoldKind::Long, hold(1, 1, 0.0, 0.1, 3.0)),
+                on(2, HoldKind::Paused, hold(2, 7, 0.0, 0.1, 1.1)),
+                on(0, HoldKind::Paused, hold(3, 2, 0.3, 0.35, 1.35)),
+                on(1, HoldKind::Guarded, hold(4, 2, 2.0, 3.1, 3.2)),
+                on(2, HoldKind::Guarded, hold(5, 8, 1.0, 1.2, 1.3)),
+            ],
+            faults: vec![Fault {
+                kind: FaultKind::Pause,
+                start: 1.0,
+                end: 2.5,
+                declared: None,
+                excuses: Excuses::default(),
+            }],
+            log: vec![
+                logged_on(0, logged(1, false, 0.11, 0.12)),
+                logged_on(0, logged(1, true, 0.13, 0.14)),
+                logged_on(1, logged(1, true, 0.5, 0.51)),
+                logged_on(1, logged(1, true, 2.9, 2.91)),
+                logged_on(2, logged(8, true, 1.21, 1.22)),
+            ],
+            stored_fences: vec![1, 1, 8],
+            fenced: vec![Totals::default(); 3],
+            unfenced: vec![Totals {
+                value: 1,
+                writes: 2,
+            }],
+            aftermath: 2.0,
+            ..History::default()
+        }
+    }
+
+    #[test]
+    fn several_keys_and_every_kind_of_hold_pass_when_clean() {
+        let f = several_keys().check();
+        assert!(f.failures().is_empty(), "{:?}", f.failures());
+        assert_eq!(
+            (f.paused_holds, f.long_holds, f.long_holds_faulted),
+            (2, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_paused_holder_overlapping_within_its_validity_is_found() {
+        let mut h = several_keys();
+        // Key 0: granted at 1.0, inside the paused holder's validity (to 1.35).
+        h.holds.push(Hold {
+            key: 0,
+            ..hold(6, 3, 0.9, 1.0, 1.1)
         });
         let f = h.check();
-        assert!(f.overlaps.is_empty());
-        assert_eq!(f.declared.get("restart"), Some(&1));
-        // The same overlap outside the window is a violation.
-        h.faults[0].start = 5.0;
-        h.faults[0].end = 5.0;
-        assert_eq!(h.check().overlaps.len(), 1);
+        assert_eq!(f.overlaps.len(), 1, "{:?}", f.overlaps);
+        assert!(f.overlaps[0].starts_with("key 0: client 6 (fence 3)"));
+        assert_eq!(f.failures().len(), 1, "{:?}", f.failures());
+    }
+
+    #[test]
+    fn a_long_holder_overlapped_and_a_regression_on_another_key_are_found_there() {
+        let mut h = several_keys();
+        // Key 1: granted at 2.0, while the long holder held it (to 3.0).
+        h.holds.push(Hold {
+            key: 1,
+            ..hold(6, 3, 1.9, 2.0, 2.05)
+        });
+        // Key 2: sent after fence 8's grant completed, granted fence 7 again.
+        h.holds.push(Hold {
+            key: 2,
+            ..hold(7, 6, 1.25, 1.31, 1.32)
+        });
+        let f = h.check();
+        assert_eq!(f.overlaps.len(), 1, "{:?}", f.overlaps);
+        assert!(f.overlaps[0].starts_with("key 1: client 6"));
+        assert_eq!(f.fence_regressions.len(), 1, "{:?}", f.fence_regressions);
+        assert!(f.fence_regressions[0].starts_with("key 2: client 7 was granted fence 6"));
+    }
+
+    #[test]
+    fn a_stale_claiming_read_is_found_as_a_stale_write_is() {
+        let mut h = several_keys();
+        // Key 2: a claim under fence 7, sent after fence 8's write was accepted.
+        h.log.push(Logged {
+            key: 2,
+            ..logged(7, false, 1.3, 1.31)
+        });
+        let f = h.check();
+        assert_eq!(f.stale_writes.len(), 1, "{:?}", f.stale_writes);
+        assert!(
+            f.stale_writes[0].contains("key 2: a claiming read under fence 7"),
+            "{:?}",
+            f.stale_writes
+        );
+    }
+
+    #[test]
+    fn the_last_attempt_s_send_time_orders_grants() {
+        // A waiting guard whose first attempt went out before fence 2's grant, and
+        // whose last after it: granted fence 1 again is a regression only by the
+        // last attempt.
+        let mut h = clean();
+        h.holds.push(hold(2, 1, 0.05, 0.4, 0.45));
+        let f = h.check();
+        assert_eq!(
+            f.fence_regressions.len(),
+            1,
+            "reuse only: {:?}",
+            f.fence_regressions
+        );
+        h.holds[2].sent = 0.3;
+        assert_eq!(h.check().fence_regressions.len(), 2);
     }
 
     #[test]

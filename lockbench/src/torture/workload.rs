@@ -14,6 +14,9 @@ use super::history::{Hold, HoldKind};
 use super::register::Registers;
 use crate::BoxError;
 
+/// The share of a long-holding client's guarded holds that are long.
+const LONG_SHARE: f64 = 0.25;
+
 /// What every holder of one run shares.
 pub(crate) struct Workload {
     pub(crate) keys: Vec<LockKey>,
@@ -21,6 +24,13 @@ pub(crate) struct Workload {
     pub(crate) registers: Registers,
     /// The share of holds that pause past their TTL without renewing.
     pub(crate) pause_share: f64,
+    /// How many clients (the first ones) hold a quarter of their guarded holds for
+    /// several TTLs, renewed, writing all along; the others hold briefly, so that the keys a
+    /// long holder is not holding keep turning over.
+    pub(crate) long_clients: usize,
+    /// The backend's clock-drift allowance for a lease of `ttl`: a grant's validity
+    /// is its request's send time plus `ttl` less this.
+    pub(crate) drift: Duration,
     /// The longest a guarded holder works.
     pub(crate) work_max: Duration,
     pub(crate) start: Instant,
@@ -116,18 +126,25 @@ async fn write(
 }
 
 /// A holder through a guard: waits for the lock, works (stopping at the loss signal),
-/// and writes unless it was told it lost the lock. `Ok(false)` when no lock was had.
+/// and writes unless it was told it lost the lock. A quarter of the holds of the
+/// long-holding clients are long: they last two to four TTLs, renewed by the guard, and write every
+/// quarter TTL, so that faults land inside them; each write is checked when it is
+/// sent. `Ok(false)` when no lock was had.
 async fn guarded(
     work: &Workload,
     client: usize,
     key: usize,
     locks: &LockClient,
 ) -> Result<bool, BoxError> {
-    let sent = Instant::now();
+    let first_sent = Instant::now();
     let Ok(guard) = locks.lock(work.keys[key].as_str(), work.ttl * 4).await else {
         return Ok(false);
     };
     let granted = Instant::now();
+    // The grant's validity is its request's send time plus the TTL less the drift
+    // allowance: so the last attempt's send time, for a guard that waited.
+    let sent =
+        (guard.valid_until() - work.ttl.saturating_sub(work.drift)).clamp(first_sent, granted);
     let fence = guard.fence().get();
     // When the loss was signalled, watched from the grant on.
     let lost = guard.lost();
@@ -135,23 +152,32 @@ async fn guarded(
         let reason = lost.await;
         (Instant::now(), reason)
     });
-    let values = read(work, key, fence).await?;
-    let pause = work.work_max.mul_f64(rand::random::<f64>());
-    let told = tokio::select! {
-        () = sleep(pause) => false,
-        _ = guard.lost() => true,
+    let long = client < work.long_clients && rand::random_bool(LONG_SHARE);
+    let (pause, writes) = if long {
+        (work.ttl / 4, 8 + rand::random_range(0..8))
+    } else {
+        (work.work_max.mul_f64(rand::random::<f64>()), 1)
     };
     let mut unsignalled = None;
-    if !told {
+    for _ in 0..writes {
+        let values = read(work, key, fence).await?;
+        let told = tokio::select! {
+            () = sleep(pause) => false,
+            _ = guard.lost() => true,
+        };
+        if told {
+            break;
+        }
         // Going on: the holder must either still be valid or have been told.
         let (loss, valid_until) = (guard.loss(), guard.valid_until());
         let now = Instant::now();
-        if loss.is_none() && now >= valid_until {
+        if loss.is_none() && now >= valid_until && unsignalled.is_none() {
             unsignalled = Some((now - valid_until).as_secs_f64());
         }
-        if loss.is_none() {
-            write(work, key, fence, values).await?;
+        if loss.is_some() {
+            break;
         }
+        write(work, key, fence, values).await?;
     }
     // A guard knows itself held until its validity runs out at the latest, whenever
     // the task watching the signal gets to run.
@@ -166,7 +192,11 @@ async fn guarded(
     work.record(Hold {
         client,
         key,
-        kind: HoldKind::Guarded,
+        kind: if long {
+            HoldKind::Long
+        } else {
+            HoldKind::Guarded
+        },
         fence,
         sent: work.at(sent),
         granted: work.at(granted),
