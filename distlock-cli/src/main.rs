@@ -88,6 +88,17 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Checks that the backend answers, for readiness probes: connects, makes one
+    /// round trip and prints its latency. Exits 0 when it answered; 69 when it could
+    /// not be reached or did not answer within --timeout; 64 for a bad URL.
+    Health {
+        /// The longest the check may take, connecting included.
+        #[arg(long, value_parser = parse_duration, default_value = "10s")]
+        timeout: Duration,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -200,12 +211,15 @@ async fn dispatch(cli: Cli) -> u8 {
     let key = match &cli.command {
         Command::Run(args) => Some(args.key.as_str()),
         Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
-        Command::List { .. } => None,
+        Command::List { .. } | Command::Health { .. } => None,
     };
     let key = match key.map(LockKey::new).transpose() {
         Ok(key) => key,
         Err(e) => return failed(&e),
     };
+    if let Command::Health { timeout, json } = cli.command {
+        return health(&url, timeout, json).await;
+    }
     let backend = match connector().connect(&url).await {
         Ok(backend) => backend,
         Err(e) => return failed(&e),
@@ -215,9 +229,47 @@ async fn dispatch(cli: Cli) -> u8 {
         (Command::Inspect { json, .. }, Some(key)) => inspect(&backend, &key, json).await,
         (Command::List { prefix, json }, _) => list(&backend, prefix.as_deref(), json).await,
         (Command::ForceRelease { yes, .. }, Some(key)) => force_release(&backend, &key, yes).await,
-        (_, None) => unreachable!("every command but list has a key"),
+        (Command::Health { .. }, _) => unreachable!("answered before connecting"),
+        (_, None) => unreachable!("every command but list and health has a key"),
     };
     result.unwrap_or_else(|e| failed(&e))
+}
+
+/// `distlock health`: connects and makes one round trip within `limit`.
+async fn health(url: &str, limit: Duration, json: bool) -> u8 {
+    let checked = tokio::time::timeout(limit, async {
+        let backend = connector().connect(url).await?;
+        distlock::LockClient::new(backend).health().await
+    })
+    .await;
+    let health = match checked {
+        Ok(Ok(health)) => health,
+        Ok(Err(e)) => return failed(&e),
+        Err(_) => {
+            say(format_args!(
+                "error: no answer within {} (--timeout)",
+                seconds(limit)
+            ));
+            return exit::UNAVAILABLE;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "backend": health.backend(),
+                "ok": true,
+                "latency_ms": health.latency().as_secs_f64() * 1e3,
+            })
+        );
+    } else {
+        println!(
+            "{}: ok, one round trip in {:.2} ms",
+            health.backend(),
+            health.latency().as_secs_f64() * 1e3
+        );
+    }
+    0
 }
 
 /// The backends this build connects to: distlock's own, and ZooKeeper's (feature

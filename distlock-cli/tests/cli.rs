@@ -125,7 +125,40 @@ async fn end_to_end(server: &'static dyn Server) {
     a_busy_lock_exits_like_flock_and_signals_reach_the_command(&url, &dir).await;
     force_release_stops_the_holders_command(&url, &dir).await;
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
+    health_answers_and_fails_while_the_server_is_down(server.name(), &url, &handle).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `distlock health` exits 0 with the round trip's latency on a server that answers,
+/// and 69 within its --timeout, on one line with no password, on one that is down.
+async fn health_answers_and_fails_while_the_server_is_down(
+    name: &str,
+    url: &str,
+    handle: &ServerHandle,
+) {
+    let ok = finish(url, &["health"]).await;
+    assert_eq!(code(&ok), 0, "{}", stderr(&ok));
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        said.starts_with(&format!("{name}: ok, one round trip in ")),
+        "{said}"
+    );
+    let as_json = json(&finish(url, &["health", "--json"]).await);
+    assert_eq!(as_json["backend"], name);
+    assert!(as_json["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    handle.kill().await.expect("killed");
+    let started = Instant::now();
+    let down = finish(url, &["health", "--timeout", "5s"]).await;
+    assert_eq!(code(&down), 69, "{}", stderr(&down));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let said = stderr(&down);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(!said.contains(handle.password()), "{said}");
+    handle.start().await.expect("started again");
 }
 
 /// Four `run`s of one key, each a command that fails if another is inside: all get
@@ -314,6 +347,11 @@ async fn zookeeper_end_to_end() {
 #[tokio::test]
 async fn exit_codes_and_one_line_errors_without_a_server() {
     let memory = "memory://";
+    let healthy = finish(memory, &["health"]).await;
+    assert_eq!(code(&healthy), 0, "{}", stderr(&healthy));
+    // Nothing listens on port 1 of this machine.
+    let nobody = finish("redis://127.0.0.1:1", &["health", "--timeout", "3s"]).await;
+    assert_eq!(code(&nobody), 69, "{}", stderr(&nobody));
     let own = finish(memory, &["run", "k", "--", "sh", "-c", "exit 7"]).await;
     assert_eq!(code(&own), 7);
     let signalled = finish(memory, &["run", "k", "--", "sh", "-c", "kill -9 $$"]).await;

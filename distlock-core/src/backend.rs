@@ -204,7 +204,20 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
             format!("the {} backend cannot list its locks", self.name()),
         ))
     }
+
+    /// One round trip to the server, for health checks: `Ok` when it answered. The
+    /// default inspects the key `distlock-health` (which nothing holds), a read on
+    /// most backends; a backend with a cheaper request (`PING`, `SELECT 1`) may
+    /// answer with it. Errors are typed as the backend's others are:
+    /// [`ErrorKind::Unavailable`] when the server cannot be reached.
+    async fn ping(&self) -> Result<()> {
+        let key = LockKey::new(HEALTH_KEY)?;
+        self.inspect(&key).await.map(|_| ())
+    }
 }
+
+/// The key [`LockBackend::ping`]'s default inspects.
+const HEALTH_KEY: &str = "distlock-health";
 
 macro_rules! forward_backend {
     ($($ptr:ty),*) => {$(
@@ -239,6 +252,9 @@ macro_rules! forward_backend {
             }
             async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
                 (**self).scan(prefix).await
+            }
+            async fn ping(&self) -> Result<()> {
+                (**self).ping().await
             }
             async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
                 (**self).try_grant_in_turn(request, place).await

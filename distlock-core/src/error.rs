@@ -44,6 +44,11 @@ pub enum ErrorKind {
     Unsupported,
     /// The server answered something the backend did not expect.
     Backend,
+    /// The client's circuit breaker is open: recent calls found the backend
+    /// unavailable, so this one failed at once without reaching it (see
+    /// [`crate::BreakerOptions`]). Retryable: the message says for how long it stays
+    /// open.
+    CircuitOpen,
 }
 
 impl ErrorKind {
@@ -62,12 +67,16 @@ impl ErrorKind {
             ErrorKind::Configuration => "configuration error",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Backend => "backend error",
+            ErrorKind::CircuitOpen => "circuit open",
         }
     }
 
     /// Whether an error of this kind is retryable when nothing more is known.
     fn retryable_by_default(self) -> bool {
-        matches!(self, ErrorKind::Unavailable | ErrorKind::Timeout)
+        matches!(
+            self,
+            ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::CircuitOpen
+        )
     }
 }
 

@@ -50,6 +50,7 @@
 //! | `distlock_hold_seconds` | histogram | | how long each lease was held, from its grant to its release or loss |
 //! | `distlock_renewals_total` | counter | `result`: `renewed`, `not_held`, `failed` | renewals, automatic and by [`LockGuard::extend`] |
 //! | `distlock_losses_total` | counter | `reason`: `not_held`, `renewal_failed`, `expired` | leases lost while held ([`LossReason`]) |
+//! | `distlock_breaker_transitions_total` | counter | `state`: `open`, `half-open`, `closed` | changes of a client's circuit breaker ([`LockOptions::with_circuit_breaker`]), by the state entered; each is also a warning in the log |
 //!
 //! Traces come through `tracing`, whatever the feature. Each call to take a lock is an
 //! info-level span, `lock_acquire` or `lock_try_acquire`, with the fields `key`,
@@ -79,8 +80,8 @@ mod wake;
 pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
 pub use capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
 pub use client::{
-    Election, Leader, Leadership, LockClient, LockGuard, LockOptions, LossReason, Observation,
-    Observations, RwLock, Semaphore,
+    BreakerOptions, BreakerState, Election, Health, Leader, Leadership, LockClient, LockGuard,
+    LockOptions, LossReason, Observation, Observations, RwLock, Semaphore,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{

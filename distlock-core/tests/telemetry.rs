@@ -245,6 +245,44 @@ fn every_outcome_renewal_loss_and_hold_is_counted_by_backend() {
 }
 
 #[test]
+fn circuit_breaker_transitions_are_counted_by_state() {
+    let backend = Arc::new(MemoryBackend::new());
+    let options = LockOptions::new(TTL).with_circuit_breaker(distlock_core::BreakerOptions::new(
+        2,
+        Duration::from_millis(100),
+    ));
+    let snapshotter = recorded({
+        let backend = backend.clone();
+        async move {
+            let client = LockClient::with_options(backend.clone(), options).expect("options");
+            backend.stop();
+            for _ in 0..2 {
+                let e = client.try_lock("k").await.expect_err("down");
+                assert_eq!(e.kind(), ErrorKind::Unavailable);
+            }
+            let open = client.try_lock("k").await.expect_err("open");
+            assert_eq!(open.kind(), ErrorKind::CircuitOpen);
+            backend.start();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let guard = client.try_lock("k").await.expect("probe").expect("free");
+            guard.release().await.expect("released");
+        }
+    });
+    let all = series(&snapshotter);
+    for state in ["open", "half-open", "closed"] {
+        assert_eq!(
+            count(
+                &all,
+                "distlock_breaker_transitions_total",
+                &[("backend", "memory"), ("state", state)]
+            ),
+            1,
+            "{state}: {all:?}"
+        );
+    }
+}
+
+#[test]
 fn keys_are_labels_only_when_asked_for() {
     let backend = Arc::new(MemoryBackend::new());
     let snapshotter = recorded(async move {

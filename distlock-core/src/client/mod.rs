@@ -2,6 +2,7 @@
 //! on top of any [`LockBackend`](crate::LockBackend).
 
 mod backoff;
+mod breaker;
 mod deferred;
 mod election;
 mod guard;
@@ -26,6 +27,8 @@ use crate::lease::AcquireOutcome;
 use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
+use self::breaker::Breaker;
+pub use self::breaker::{BreakerOptions, BreakerState};
 use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::{LockGuard, LossReason};
@@ -68,6 +71,32 @@ pub struct LockClient {
     options: LockOptions,
     local: Arc<LocalQueues>,
     starts: Starts,
+    breaker: Option<Arc<Breaker>>,
+}
+
+/// What [`LockClient::health`] found: the backend answered one round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    backend: String,
+    latency: Duration,
+    breaker: Option<BreakerState>,
+}
+
+impl Health {
+    /// The backend's name ([`LockBackend::name`](crate::LockBackend::name)).
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// How long the round trip took.
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+
+    /// The client's circuit breaker's state, when it has one.
+    pub fn breaker(&self) -> Option<BreakerState> {
+        self.breaker
+    }
 }
 
 enum Attempt {
@@ -107,6 +136,7 @@ impl LockClient {
             options: LockOptions::default(),
             local: Arc::default(),
             starts: Starts::default(),
+            breaker: None,
         }
     }
 
@@ -129,11 +159,31 @@ impl LockClient {
             ));
         }
         telemetry::describe();
+        let breaker = options
+            .circuit_breaker()
+            .map(|b| Arc::new(Breaker::new(b, backend.name())));
         Ok(LockClient {
             backend,
             options,
             local: Arc::default(),
             starts: Starts::default(),
+            breaker,
+        })
+    }
+
+    /// One round trip to the backend ([`LockBackend::ping`](crate::LockBackend::ping)),
+    /// for readiness probes: its latency, the backend's name and the circuit
+    /// breaker's state. The round trip goes out whatever the breaker's state, and
+    /// does not change it. An error (typed as the backend's, [`ErrorKind::Unavailable`]
+    /// for a server that cannot be reached) when the backend does not answer within
+    /// its own time-outs.
+    pub async fn health(&self) -> Result<Health> {
+        let started = Instant::now();
+        self.backend.ping().await?;
+        Ok(Health {
+            backend: self.backend.name().to_owned(),
+            latency: started.elapsed(),
+            breaker: self.breaker.as_ref().map(|b| b.state()),
         })
     }
 
@@ -304,6 +354,8 @@ impl LockClient {
                     return Ok(guard);
                 }
                 Ok(Attempt::Busy { remaining: r }) => remaining = r,
+                // The breaker is open: fail at once, not at the deadline.
+                Err(error) if error.kind() == ErrorKind::CircuitOpen => return Err(error),
                 Err(error) if error.is_retryable() => {
                     debug!(%error, "attempt failed; retrying until the deadline");
                     last_error = Some(error);
@@ -430,6 +482,17 @@ impl LockClient {
     /// until a guard owns it, so that a dropped future leaves nothing behind: by a
     /// cleanup of its own for a racing attempt, by the wait's for a queued one.
     async fn attempt(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
+        let Some(breaker) = &self.breaker else {
+            return self.attempt_unguarded(key, waiter).await;
+        };
+        let admission = breaker.admit()?;
+        let result = self.attempt_unguarded(key, waiter).await;
+        admission.record(&result);
+        result
+    }
+
+    /// One attempt, whatever the circuit breaker's state.
+    async fn attempt_unguarded(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
         let ttl = self.options.ttl();
         let (owner, mut racing) = match waiter {
             Waiter::Racing(_) => {

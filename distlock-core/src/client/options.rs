@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::breaker::BreakerOptions;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How a [`LockClient`](crate::LockClient) takes and keeps locks.
@@ -21,6 +22,7 @@ pub struct LockOptions {
     fair: bool,
     queue_place: Duration,
     key_labels: bool,
+    circuit_breaker: Option<BreakerOptions>,
 }
 
 impl Default for LockOptions {
@@ -36,6 +38,7 @@ impl Default for LockOptions {
             fair: false,
             queue_place: Duration::from_secs(3),
             key_labels: false,
+            circuit_breaker: None,
         }
     }
 }
@@ -178,8 +181,51 @@ impl LockOptions {
     }
 
     /// Checks that the timings fit together: a configuration error otherwise.
+    /// Turns the circuit breaker on (it is off by default): after
+    /// [`failures`](BreakerOptions::failures) consecutive acquisition attempts found
+    /// the backend unavailable, acquisitions fail at once with
+    /// [`ErrorKind::CircuitOpen`] for [`open_for`](BreakerOptions::open_for), then
+    /// one probe call decides whether it closes again. Renewals and releases of
+    /// leases already held never wait on it. State changes are logged (warn) and
+    /// counted in `distlock_breaker_transitions_total`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{BreakerOptions, ErrorKind, LockClient, LockOptions, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let options = LockOptions::new(Duration::from_secs(30))
+    ///     // Open after 5 attempts in a row find the backend unavailable; stay open 5 s.
+    ///     .with_circuit_breaker(BreakerOptions::new(5, Duration::from_secs(5)));
+    /// let locks = LockClient::with_options(Arc::new(MemoryBackend::new()), options)?;
+    /// match locks.lock("jobs/nightly", Duration::from_secs(10)).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     // Failed at once, without a call: the message says how long it stays open.
+    ///     Err(e) if e.kind() == ErrorKind::CircuitOpen => eprintln!("shedding: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// let health = locks.health().await?; // one round trip, whatever the breaker says
+    /// println!("{} answered in {:?}", health.backend(), health.latency());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_circuit_breaker(mut self, breaker: BreakerOptions) -> Self {
+        self.circuit_breaker = Some(breaker);
+        self
+    }
+
+    /// The circuit breaker's settings, when it is on.
+    pub fn circuit_breaker(&self) -> Option<BreakerOptions> {
+        self.circuit_breaker
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::new(ErrorKind::Configuration, msg));
+        if let Some(breaker) = &self.circuit_breaker {
+            breaker.validate()?;
+        }
         if self.ttl.is_zero() {
             return bad("the ttl must be greater than zero".into());
         }

@@ -120,6 +120,10 @@ pub(crate) fn describe() {
             "Leases lost while held, by reason: not_held, renewal_failed, expired"
         );
         metrics::describe_gauge!("distlock_held", "Leases held now");
+        metrics::describe_counter!(
+            "distlock_breaker_transitions_total",
+            "Changes of a client's circuit breaker, by the state entered: open, half-open, closed"
+        );
     }
 }
 
@@ -194,4 +198,19 @@ pub(crate) fn renewal(backend: &str, key: &LockKey, options: &LockOptions, resul
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (key, options, result.as_str());
+}
+
+/// A client's circuit breaker entered the state `to` (open, half-open, closed).
+pub(crate) fn breaker(backend: &str, to: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "distlock_breaker_transitions_total",
+        vec![
+            metrics::Label::new("backend", backend.to_owned()),
+            metrics::Label::new("state", to),
+        ]
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (backend, to);
 }

@@ -1,0 +1,307 @@
+//! The client's circuit breaker: after a run of calls that found the backend
+//! unavailable, acquisitions fail at once for a while instead of each waiting out
+//! its own time-outs, then one probe call finds out whether the backend is back.
+//!
+//! Opt-in, through [`LockOptions::with_circuit_breaker`](crate::LockOptions::with_circuit_breaker).
+//! It gates acquisitions only (`lock`, `try_lock`, `with_lock` and their kin): a
+//! lease already held is never cut short by it, since its renewals and its release go
+//! to the backend whatever the breaker's state, and the holder is told of a loss by
+//! its validity as without a breaker.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// When a client's circuit breaker opens and how long it stays open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerOptions {
+    failures: u32,
+    open_for: Duration,
+}
+
+impl Default for BreakerOptions {
+    /// Opens after 5 consecutive failures, for 5 s.
+    fn default() -> Self {
+        BreakerOptions {
+            failures: 5,
+            open_for: Duration::from_secs(5),
+        }
+    }
+}
+
+impl BreakerOptions {
+    /// Opens after `failures` consecutive acquisition attempts that failed with
+    /// [`ErrorKind::Unavailable`] or a backend [`ErrorKind::Timeout`], and stays open
+    /// for `open_for` before one probe call is let through.
+    pub fn new(failures: u32, open_for: Duration) -> Self {
+        BreakerOptions { failures, open_for }
+    }
+
+    /// How many consecutive failures open the breaker.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// How long the breaker stays open before a probe call is let through.
+    pub fn open_for(&self) -> Duration {
+        self.open_for
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.failures == 0 || self.open_for.is_zero() {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "the circuit breaker needs at least 1 failure and an open time above zero (got {} and {:?})",
+                    self.failures, self.open_for
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A circuit breaker's state, as [`LockClient::health`](crate::LockClient::health)
+/// reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BreakerState {
+    /// Calls go through.
+    Closed,
+    /// Calls fail at once with [`ErrorKind::CircuitOpen`] until `until`.
+    Open {
+        /// When the next call is let through as a probe.
+        until: Instant,
+    },
+    /// The open time is over: the next call, or the one under way, is the probe that
+    /// closes the breaker again or opens it for another round.
+    HalfOpen,
+}
+
+#[derive(Debug)]
+enum State {
+    Closed { failures: u32 },
+    Open { until: Instant, failures: u32 },
+    HalfOpen { probing: bool },
+}
+
+/// One client's breaker, shared by its clones.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    options: BreakerOptions,
+    backend: String,
+    state: Mutex<State>,
+}
+
+/// A call the breaker let through; tell it how the call went with
+/// [`Admission::record`]. A probe dropped without a result (its call was cancelled)
+/// lets the next call probe instead.
+pub(crate) struct Admission<'a> {
+    breaker: &'a Breaker,
+    probe: bool,
+    recorded: bool,
+}
+
+impl Breaker {
+    pub(crate) fn new(options: BreakerOptions, backend: &str) -> Self {
+        Breaker {
+            options,
+            backend: backend.to_owned(),
+            state: Mutex::new(State::Closed { failures: 0 }),
+        }
+    }
+
+    fn state_lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets a call through, or fails at once with [`ErrorKind::CircuitOpen`] while
+    /// the breaker is open (or a probe is under way).
+    pub(crate) fn admit(&self) -> Result<Admission<'_>> {
+        let mut state = self.state_lock();
+        let probe = match &*state {
+            State::Closed { .. } => false,
+            State::Open { until, failures } => {
+                let now = Instant::now();
+                if now < *until {
+                    return Err(self.open_error(*until - now, *failures));
+                }
+                *state = State::HalfOpen { probing: true };
+                self.changed("half-open");
+                true
+            }
+            State::HalfOpen { probing: true } => {
+                return Err(Error::new(
+                    ErrorKind::CircuitOpen,
+                    "the circuit breaker is half-open and its probe call is under way",
+                )
+                .with_backend(self.backend.clone()));
+            }
+            State::HalfOpen { probing: false } => {
+                *state = State::HalfOpen { probing: true };
+                true
+            }
+        };
+        Ok(Admission {
+            breaker: self,
+            probe,
+            recorded: false,
+        })
+    }
+
+    fn open_error(&self, remaining: Duration, failures: u32) -> Error {
+        Error::new(
+            ErrorKind::CircuitOpen,
+            format!(
+                "the circuit breaker is open for {remaining:?} more, after {failures} consecutive calls found the backend unavailable; calls fail at once until then"
+            ),
+        )
+        .with_backend(self.backend.clone())
+    }
+
+    /// The state now.
+    pub(crate) fn state(&self) -> BreakerState {
+        match &*self.state_lock() {
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { until, .. } if Instant::now() < *until => {
+                BreakerState::Open { until: *until }
+            }
+            State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    fn changed(&self, to: &'static str) {
+        warn!(backend = %self.backend, state = to, "circuit breaker {to}");
+        super::telemetry::breaker(&self.backend, to);
+    }
+}
+
+/// Whether an error means the backend could not be reached or did not answer: what
+/// the breaker counts. Every other answer, an error included, shows it is there.
+fn unreachable(error: &Error) -> bool {
+    matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Timeout)
+}
+
+impl Admission<'_> {
+    /// Records how the call went.
+    pub(crate) fn record<T>(mut self, result: &Result<T>) {
+        self.recorded = true;
+        let failed = result.as_ref().err().is_some_and(unreachable);
+        let breaker = self.breaker;
+        let mut state = breaker.state_lock();
+        let opened = |failures| State::Open {
+            until: Instant::now() + breaker.options.open_for,
+            failures,
+        };
+        let next = match (&*state, failed) {
+            (State::Closed { failures }, true) => {
+                let failures = failures + 1;
+                if failures >= breaker.options.failures {
+                    breaker.changed("open");
+                    opened(failures)
+                } else {
+                    State::Closed { failures }
+                }
+            }
+            (State::HalfOpen { .. }, true) if self.probe => {
+                breaker.changed("open");
+                opened(breaker.options.failures)
+            }
+            (State::HalfOpen { .. }, false) if self.probe => {
+                breaker.changed("closed");
+                State::Closed { failures: 0 }
+            }
+            (State::Closed { .. }, false) => State::Closed { failures: 0 },
+            // A call let through before the breaker opened, ending after: the state
+            // the other calls brought about stands.
+            _ => return,
+        };
+        *state = next;
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.recorded {
+            let mut state = self.breaker.state_lock();
+            if let State::HalfOpen { probing: true } = *state {
+                *state = State::HalfOpen { probing: false };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable() -> Result<()> {
+        Err(Error::new(ErrorKind::Unavailable, "connection refused"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_failures_probes_once_and_closes() {
+        let breaker = Breaker::new(BreakerOptions::new(3, Duration::from_secs(5)), "redis");
+        for _ in 0..2 {
+            breaker.admit().expect("closed").record(&unavailable());
+        }
+        // A success in between starts the count again.
+        breaker.admit().expect("closed").record(&Ok(()));
+        for _ in 0..3 {
+            breaker.admit().expect("closed").record(&unavailable());
+        }
+        let open = breaker.admit().err().expect("open");
+        assert_eq!(open.kind(), ErrorKind::CircuitOpen);
+        assert!(open.is_retryable());
+        assert!(open.to_string().contains("open for"), "{open}");
+        assert!(matches!(breaker.state(), BreakerState::Open { .. }));
+
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(breaker.state(), BreakerState::HalfOpen);
+        let probe = breaker.admit().expect("the probe");
+        // One probe at a time.
+        let second = breaker.admit().err().expect("a probe is under way");
+        assert_eq!(second.kind(), ErrorKind::CircuitOpen);
+        probe.record(&unavailable());
+        assert!(breaker.admit().is_err(), "open again");
+
+        tokio::time::advance(Duration::from_secs(5)).await;
+        breaker.admit().expect("the probe").record(&Ok(()));
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        breaker.admit().expect("closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_unreachable_counts_and_a_cancelled_probe_lets_another_probe() {
+        let breaker = Breaker::new(BreakerOptions::new(1, Duration::from_secs(1)), "etcd");
+        breaker
+            .admit()
+            .expect("closed")
+            .record(&Err::<(), _>(Error::new(ErrorKind::NotHeld, "not held")));
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        breaker
+            .admit()
+            .expect("closed")
+            .record(&Err::<(), _>(Error::new(ErrorKind::Timeout, "no answer")));
+        assert!(matches!(breaker.state(), BreakerState::Open { .. }));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(breaker.admit().expect("the probe"));
+        breaker.admit().expect("another probe");
+    }
+
+    #[test]
+    fn bad_options_are_a_configuration_error() {
+        for options in [
+            BreakerOptions::new(0, Duration::from_secs(1)),
+            BreakerOptions::new(3, Duration::ZERO),
+        ] {
+            let error = options.validate().expect_err("refused");
+            assert_eq!(error.kind(), ErrorKind::Configuration);
+        }
+        BreakerOptions::default().validate().expect("the defaults");
+    }
+}
