@@ -7,21 +7,26 @@
 //! random time, and writes back one more than it read, with its fence:
 //!
 //! - most holders hold through a `LockGuard` (renewed; they stop when told the lock
-//!   is lost);
+//!   is lost); two clients hold a quarter of their holds for several TTLs, writing
+//!   all along, so that faults land inside holds that outlive their TTL;
 //! - some take a bare lease and are frozen past its TTL without renewing, as a paused
 //!   process would be, then write as if nothing had happened.
 //!
 //! The fenced register is distlock's fenced-store adapter of the backend's kind on a
 //! server of its own (see [`register`]); the unfenced one, the control, is a row in a
-//! PostgreSQL server of its own. Faults cycle on a schedule: the server
+//! PostgreSQL server of its own. Every row runs the backend it names on servers
+//! started for it (see [`crate::rows`]). Faults cycle on a schedule: the server
 //! paused past the TTL, one client partitioned, latency on one client, the server's
-//! connections killed, the server restarted, killed and started.
+//! connections killed, the server restarted, killed and started (on Redlock, a
+//! minority of its masters; on a cluster, one master). A fault the harness cannot
+//! inject is retried, then reported as the harness's outcome, never as a finding.
 //!
 //! The checker then reports: stale writes the fenced register accepted, updates it
 //! lost, fence regressions per key, holders that went on past their validity without
-//! the loss signal, guarded holders that overlapped, and leases left on the server
-//! after the run: each must be 0, except inside the window of a fault the backend's
-//! capabilities declare it cannot keep through, where they are counted as declared.
+//! the loss signal, holders that overlapped, and leases left on the server after the
+//! run: each must be 0. A fault the capabilities declare the backend cannot keep
+//! through excuses only the violation declared, inside its window, and the report
+//! lists each (see [`history::Excuses`]).
 //! The unfenced control must lose updates: that shows the workload does put stale
 //! holders against newer ones, and that the checker sees it.
 
