@@ -25,7 +25,8 @@ use crate::error::{ends_session, from_zk, timed_out};
 const MIN_TTL: Duration = Duration::from_millis(50);
 
 /// A lock backend on ZooKeeper (3.5.3 or later, with TTL nodes enabled); see the
-/// crate's docs for how the contract maps onto it.
+/// crate's docs for how the contract maps onto it. Clones share the session.
+#[derive(Clone)]
 pub struct ZooKeeperBackend {
     inner: Arc<Inner>,
     capabilities: Capabilities,
@@ -337,6 +338,21 @@ impl ZooKeeperBackend {
     /// The configuration it was made with.
     pub fn config(&self) -> &ZooKeeperConfig {
         &self.inner.config
+    }
+
+    /// Runs one operation on the backend's session, within its timeout, with its
+    /// errors mapped as the backend's are (for the fenced store).
+    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, ZkError>>,
+    {
+        self.inner.run(op).await
+    }
+
+    /// The options of a persistent node with the backend's ACLs.
+    pub(crate) fn persistent(&self) -> CreateOptions<'static> {
+        CreateMode::Persistent.with_acls(self.inner.acls())
     }
 
     /// The plain grant: creates the owner's lease node, then reads the leases created

@@ -88,6 +88,11 @@
 //! - **inspect, list and force release** write the root node once (an empty write)
 //!   to learn the server's time, then read the key's leases: ZooKeeper has no other
 //!   way to tell a client the time.
+//! - **fenced resources**: [`fenced::ZooKeeperStore`] keeps a resource's fence and
+//!   value in one persistent node, `<root>/fenced/k-<resource>`, and takes each step
+//!   as a write conditional on the version it compared (see its docs). It passes the
+//!   fenced-store suite on a real ZooKeeper, and is the torture run's register on
+//!   ZooKeeper.
 //! - **fair mode** (contract point 10): a call makes or refreshes the waiter's place
 //!   and reads the key's nodes; the waiter at the head of the live places, with no
 //!   live lease, takes the lock as a plain acquire does, then deletes its place.
@@ -138,6 +143,7 @@
 mod backend;
 mod config;
 mod error;
+pub mod fenced;
 
 pub use backend::ZooKeeperBackend;
 pub use config::{ZooKeeperConfig, SCHEMES};

@@ -3,7 +3,8 @@
 //! A [`FencingToken`] protects nothing until the resource checks it. A
 //! [`FencedStore`] is a store that does, atomically, on its own server; the adapters
 //! for the stores people write to are beside each backend (`distlock_redis::fenced`,
-//! `distlock_postgres::fenced`, `distlock_etcd::fenced`), and [`FileStore`] writes
+//! `distlock_postgres::fenced`, `distlock_etcd::fenced`, and outside distlock
+//! `distlock_zookeeper::fenced`), and [`FileStore`] writes
 //! files on one host. [`FencedHandle`] pairs a store with a guard's fence, and
 //! [`LockClient::with_fenced_lock`](crate::LockClient::with_fenced_lock) hands one to
 //! the work, so that writes under the lock go through the check by default.

@@ -4,8 +4,8 @@
 //! - The **fenced** register is distlock's own fenced-store adapter of the backend's
 //!   kind, on a server of its own: `RedisStore` on a Redis of its own (for Redis,
 //!   Redlock and the cluster), `PostgresStore` on a second PostgreSQL, `EtcdStore` on
-//!   a second etcd, `MemoryStore` for memory and for ZooKeeper, which has no fenced
-//!   adapter yet (the report says so).
+//!   a second etcd, `ZooKeeperStore` on a second ZooKeeper, `MemoryStore` for
+//!   memory.
 //!   Holders read it with a claiming read and write it under their fence; the run
 //!   logs each operation the adapter accepted, with when it was sent and when it
 //!   answered, and counts the writes it accepted.
@@ -22,7 +22,9 @@ use distlock::etcd::fenced::EtcdStore;
 use distlock::postgres::fenced::PostgresStore;
 use distlock::redis::fenced::RedisStore;
 use distlock::{DynFencedStore, ErrorKind, FencedStoreExt, FencingToken, MemoryStore};
-use distlock_testservers::{Etcd, Redis, ServerHandle};
+use distlock_testservers::{Etcd, Redis, ServerHandle, ZooKeeper};
+use distlock_zookeeper::fenced::ZooKeeperStore;
+use distlock_zookeeper::ZooKeeperBackend;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
@@ -41,10 +43,9 @@ pub(crate) struct FencedRegister {
 
 impl FencedRegister {
     /// The adapter of `row`'s kind, on a server other than the lock servers: a new
-    /// container for the Redis family (one Redis, Redlock, a cluster) and etcd, the
-    /// control's PostgreSQL server for PostgreSQL. The in-process store stands only
-    /// where no adapter of the kind exists (memory; ZooKeeper), and the report names
-    /// it.
+    /// container for the Redis family (one Redis, Redlock, a cluster), etcd and
+    /// ZooKeeper, the control's PostgreSQL server for PostgreSQL, and the in-process
+    /// store for the in-process backend.
     pub(crate) async fn start(row: Row, control_url: &str) -> Result<Self, BoxError> {
         let family = match row {
             Row::Redlock { .. } | Row::Cluster { .. } => "redis",
@@ -78,11 +79,16 @@ impl FencedRegister {
                     None,
                 )
             }
-            "memory" | "zookeeper" => (
-                Arc::new(MemoryStore::new()),
-                "MemoryStore in process (no fenced adapter of this kind)",
-                None,
-            ),
+            "zookeeper" => {
+                let handle = ServerHandle::start(&ZooKeeper).await?;
+                let lock_backend = ZooKeeperBackend::connect(&handle.url()).await?;
+                (
+                    Arc::new(ZooKeeperStore::new(&lock_backend)),
+                    "ZooKeeperStore on a ZooKeeper of its own",
+                    Some(handle),
+                )
+            }
+            "memory" => (Arc::new(MemoryStore::new()), "MemoryStore in process", None),
             other => return Err(format!("no fenced register for a {other:?} backend").into()),
         };
         Ok(FencedRegister {
