@@ -339,22 +339,30 @@ store_cases! {
                 let mut last = 0u64;
                 let mut seen = BTreeSet::new();
                 while stop.load(Ordering::SeqCst) == 0 {
-                    if let Ok(Some(now)) = watch_store.inspect(&r).await {
-                        let fence = now.fence.get();
-                        if fence < last {
+                    match watch_store.inspect(&r).await {
+                        Ok(None) => {}
+                        Err(e) => {
                             problems.lock().map(|mut p| p.push(format!(
-                                "the stored fence went down from {last} to {fence}"
+                                "inspecting the resource while the writers wrote failed: {e}"
                             ))).ok();
                         }
-                        let expected = fence.to_string().into_bytes();
-                        if now.value.as_deref() != Some(&expected[..]) {
-                            problems.lock().map(|mut p| p.push(format!(
-                                "fence {fence} was stored with another writer's value {:?}",
-                                now.value.as_deref().map(String::from_utf8_lossy)
-                            ))).ok();
+                        Ok(Some(now)) => {
+                            let fence = now.fence.get();
+                            if fence < last {
+                                problems.lock().map(|mut p| p.push(format!(
+                                    "the stored fence went down from {last} to {fence}"
+                                ))).ok();
+                            }
+                            let expected = fence.to_string().into_bytes();
+                            if now.value.as_deref() != Some(&expected[..]) {
+                                problems.lock().map(|mut p| p.push(format!(
+                                    "fence {fence} was stored with another writer's value {:?}",
+                                    now.value.as_deref().map(String::from_utf8_lossy)
+                                ))).ok();
+                            }
+                            last = last.max(fence);
+                            seen.insert(fence);
                         }
-                        last = last.max(fence);
-                        seen.insert(fence);
                     }
                     tokio::task::yield_now().await;
                 }
@@ -367,10 +375,14 @@ store_cases! {
             stop.store(1, Ordering::SeqCst);
             results
         };
-        let (results, _) = tokio::join!(all, watcher);
+        let (results, seen) = tokio::join!(all, watcher);
         for result in results {
             result?;
         }
+        ensure!(
+            seen >= 2,
+            "the watcher saw {seen} distinct fences while the writers wrote: it watched nothing move, so the order it checks was never put to the test"
+        );
         let top = WRITERS * EACH;
         let now = stored(t, &r).await?;
         let problems = problems.lock().map(|p| p.clone()).unwrap_or_default();

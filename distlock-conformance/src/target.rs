@@ -37,6 +37,12 @@ pub trait ServerControl: Send + Sync + fmt::Debug {
     async fn kill_connections(&self) -> Result<(), BoxError> {
         Err("this server cannot kill client connections".into())
     }
+    /// [`kill_connections`](Self::kill_connections), and how many connections it
+    /// closed when the control can tell (`None` when it cannot), so that a fault
+    /// case can check that the fault happened. The default tells nothing.
+    async fn kill_connections_counted(&self) -> Result<Option<usize>, BoxError> {
+        self.kill_connections().await.map(|()| None)
+    }
     /// Returns once the server serves requests, or an error saying why it does not
     /// (for a harness that must not inject a fault into a server still coming back
     /// from the last one). The default answers at once: a control that cannot tell

@@ -303,6 +303,17 @@ impl ServerHandle {
         Ok(())
     }
 
+    /// Runs `command` inside the container; what it printed on standard output when
+    /// it exited 0, otherwise an error with its exit code.
+    pub(crate) async fn exec_output(&self, command: ExecCommand) -> Result<String, BoxError> {
+        let mut run = self
+            .container
+            .exec(command.with_cmd_ready_condition(CmdWaitFor::exit_code(0)))
+            .await?;
+        let out = run.stdout_to_vec().await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
     /// Asks the server's own client, inside the container, whether the server serves
     /// requests. `Ok` when it does.
     pub async fn probe(&self) -> Result<(), BoxError> {
@@ -373,9 +384,26 @@ impl ServerControl for ServerHandle {
     }
 
     async fn kill_connections(&self) -> Result<(), BoxError> {
+        self.kill_connections_counted().await.map(drop)
+    }
+
+    async fn kill_connections_counted(&self) -> Result<Option<usize>, BoxError> {
         match self.server.connection_kill(&self.password) {
-            ConnectionKill::Exec(command) => self.exec(command).await,
-            ConnectionKill::LocalSockets => sockets::kill_local_connections(self.host_port).await,
+            ConnectionKill::Exec(command) => {
+                let said = self.exec_output(command).await?;
+                let count = said.trim().parse().map_err(|_| -> BoxError {
+                    format!(
+                        "the {} connection kill printed {:?}, not the number it closed",
+                        self.server.name(),
+                        said.trim()
+                    )
+                    .into()
+                })?;
+                Ok(Some(count))
+            }
+            ConnectionKill::LocalSockets => {
+                Ok(Some(sockets::kill_local_connections(self.host_port).await?))
+            }
         }
     }
 

@@ -146,7 +146,8 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
 /// How a server's client connections are closed.
 #[derive(Debug)]
 pub enum ConnectionKill {
-    /// A command of the server's own, run inside the container.
+    /// A command of the server's own, run inside the container, that prints the
+    /// number of connections it closed (and nothing else) on standard output.
     Exec(ExecCommand),
     /// The server has none: this machine aborts its connections to the server's port
     /// (`ss -K`), where the kernel and the process's rights allow it.

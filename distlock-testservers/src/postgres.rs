@@ -85,8 +85,10 @@ impl Server for Postgres {
         let sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
         ConnectionKill::Exec(
+            // -tA: the count alone, so that the harness reads how many it closed.
             ExecCommand::new([
                 "psql",
+                "-tA",
                 "-h",
                 "127.0.0.1",
                 "-U",

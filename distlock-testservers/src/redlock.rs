@@ -140,6 +140,17 @@ impl ServerControl for Every {
     async fn kill_connections(&self) -> Result<(), BoxError> {
         self.each(|m| m.kill_connections()).await
     }
+    async fn kill_connections_counted(&self) -> Result<Option<usize>, BoxError> {
+        let counts = join_all(self.0.iter().map(|m| m.kill_connections_counted())).await;
+        let mut total = Some(0);
+        for count in counts {
+            total = match (total, count?) {
+                (Some(t), Some(c)) => Some(t + c),
+                _ => None,
+            };
+        }
+        Ok(total)
+    }
     async fn ready(&self) -> Result<(), BoxError> {
         self.each(|m| m.ready()).await
     }

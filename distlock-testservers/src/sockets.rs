@@ -55,7 +55,7 @@ async fn local_connections(port: u16) -> Result<std::collections::BTreeSet<Strin
 /// `CAP_NET_ADMIN`); their owners' next read or write fails. An error when any of the
 /// connections open before is still open after; clients that connect again at once
 /// make new connections, which are not counted.
-pub(crate) async fn kill_local_connections(port: u16) -> Result<(), BoxError> {
+pub(crate) async fn kill_local_connections(port: u16) -> Result<usize, BoxError> {
     let before = local_connections(port).await?;
     let killed = tokio::process::Command::new("ss")
         .arg("-K")
@@ -71,7 +71,7 @@ pub(crate) async fn kill_local_connections(port: u16) -> Result<(), BoxError> {
         )
         .into());
     }
-    Ok(())
+    Ok(before.len())
 }
 
 /// Whether [`kill_local_connections`] works on this machine: tried once, on a

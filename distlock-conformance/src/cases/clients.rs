@@ -71,15 +71,21 @@ cases! {
         Ok(())
     }
 
-    /// Another client sees the holder, cannot take, release or extend its lease, and takes the key once released.
+    /// Another client sees the holder, cannot take, release or extend its lease (not with an owner token of its own, nor with its own earlier lease of the key), and takes the key once released.
     #[case(OwnerTokens, needs_clients)]
     pub async fn a_lease_is_untouched_by_other_clients(t: &Target) -> CaseResult {
         let clients = clients(t, 2).await?;
         let (holder, other) = (&clients[0], &clients[1]);
         let key = t.key("other-client");
-        let lease = grant(holder, &key, t.long_ttl())
+        // The other client held the key first; its lease ran out.
+        let earlier = grant(other, &key, t.short_ttl())
             .await?
             .ok_or_else(|| CaseError::Failed("a fresh key was held".into()))?;
+        sleep(earlier.valid_until().saturating_duration_since(Instant::now()) + t.expiry_slack())
+            .await;
+        let lease = grant(holder, &key, t.long_ttl())
+            .await?
+            .ok_or_else(|| CaseError::Failed("an expired key was held".into()))?;
         ensure!(
             grant(other, &key, t.long_ttl()).await?.is_none(),
             "another client acquired a held key"
@@ -94,6 +100,15 @@ cases! {
         ensure!(
             stranger == ReleaseOutcome::NotHeld,
             "another client's release answered {stranger:?}"
+        );
+        let extended = other.extend(&earlier, t.renewal_ttl(&earlier)).await?;
+        ensure!(
+            extended == ExtendOutcome::NotHeld,
+            "another client extended its expired lease of the held key: {extended:?}"
+        );
+        ensure!(
+            holder_fence(t, &key).await? == Some(lease.fence().get()),
+            "another client's extend changed the holder's lease"
         );
         ensure!(
             matches!(

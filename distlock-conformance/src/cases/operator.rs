@@ -44,7 +44,10 @@ cases! {
                 2,
                 LockOptions::new(ttl),
             )?;
-            Some(semaphore.try_acquire().await?)
+            let Some(permit) = semaphore.try_acquire().await? else {
+                return fail("a fresh semaphore of 2 refused its first permit");
+            };
+            Some(permit)
         } else {
             None
         };
@@ -80,7 +83,7 @@ cases! {
             bad == Err(ErrorKind::InvalidKey),
             "a prefix with a control character gave {bad:?}"
         );
-        if let Some(Some(permit)) = permit {
+        if let Some(permit) = permit {
             permit.release().await?;
         }
         for lease in [a, b, outside] {

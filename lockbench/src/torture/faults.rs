@@ -184,7 +184,13 @@ impl Injector {
                 sleep(self.ttl * 2).await;
                 link.set_latency(Duration::ZERO).await?;
             }
-            FaultKind::KillConnections => control()?.kill_connections().await?,
+            FaultKind::KillConnections => {
+                // A kill that closed no connection did not happen: tried again, then
+                // reported as not injected.
+                if control()?.kill_connections_counted().await? == Some(0) {
+                    return Err("the connection kill closed no connection".into());
+                }
+            }
             FaultKind::Restart => control()?.restart().await?,
             FaultKind::KillAndStart => {
                 let control = control()?;

@@ -214,14 +214,19 @@ async fn paused(
     key: usize,
     backend: &Arc<DynLockBackend>,
 ) -> Result<bool, BoxError> {
-    let sent = Instant::now();
-    let lease = match backend.try_acquire(&work.keys[key], work.ttl).await {
-        Ok(AcquireOutcome::Acquired(lease)) => lease,
-        Ok(AcquireOutcome::Held { .. }) => {
-            sleep(Duration::from_millis(2)).await;
-            return Ok(true);
+    // It tries for up to a TTL, as a busy key would otherwise leave the run with few
+    // paused holders, and the unfenced control with little to lose.
+    let give_up = Instant::now() + work.ttl;
+    let (sent, lease) = loop {
+        let sent = Instant::now();
+        match backend.try_acquire(&work.keys[key], work.ttl).await {
+            Ok(AcquireOutcome::Acquired(lease)) => break (sent, lease),
+            Ok(AcquireOutcome::Held { .. }) if Instant::now() < give_up => {
+                sleep(Duration::from_millis(5)).await;
+            }
+            Ok(AcquireOutcome::Held { .. }) => return Ok(true),
+            Err(_) => return Ok(false),
         }
-        Err(_) => return Ok(false),
     };
     let granted = Instant::now();
     let fence = lease.fence().get();
