@@ -10,19 +10,20 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::{RoundTripMeter, ServerControl, Target};
+use distlock_conformance::{LinkControl, RoundTripMeter, ServerControl, Target};
 use distlock_core::{
     AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, Error, ErrorKind,
     ExtendRequest, FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey,
     OwnerToken, ReleaseOutcome, Renewal, Result, WakeRegistry,
 };
 use futures_util::future::BoxFuture;
-use tokio::time::{sleep, Instant};
+use tokio::sync::watch;
+use tokio::time::{sleep, timeout, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {
@@ -78,10 +79,71 @@ enum Bug {
     /// Lists every record it keeps, expired leases too (a listing query without the
     /// expiry filter that every other query has).
     ListsExpired,
+    /// Extends whoever holds the key (`PEXPIRE key ttl` with no owner check).
+    ExtendIgnoresOwner,
+    /// Takes over an expired record keeping its fence (an upsert that sets the owner
+    /// and the expiry, and forgets the fence column).
+    TakeoverKeepsFence,
+    /// Keeps each key's fence counter in a cache of the 8 keys used last, so a key's
+    /// counter starts again once evicted (counters kept with an eviction policy).
+    FenceCountersEvicted,
+    /// Checks the owner, then writes the whole record in a second round trip (GET,
+    /// then `SET key owner PX ttl`): a release in the gap is undone.
+    ExtendRewritesRecord,
+    /// Answers "released" and deletes nothing (a DEL of a key spelt another way).
+    ReleaseLeavesRecord,
+    /// Answers "renewed" and leaves the expiry where it was (a PEXPIRE of a key spelt
+    /// another way).
+    ExtendDoesNotProlong,
+    /// Queues the owners that asked for a held key and hands the key to the first of
+    /// them on release, whether it still waits or not (a server-side queue without
+    /// leaving).
+    QueuesWithoutLeaving,
+    /// Refuses TTLs under a second as zero, the minimum it declares included (a TTL
+    /// kept in whole seconds, rounded down, then checked).
+    ShortTtlsRefused,
+    /// Answers a renewal the server has not answered within 50 ms from what the client
+    /// remembers: "renewed" (an optimistic cache of its own leases).
+    RenewsFromCacheWhenSlow,
+    /// Answers a renewal the server has not answered within 50 ms with "not held" (a
+    /// time-out taken for a lost lease).
+    SlowRenewalIsNotHeld,
+    /// Reports a server that refuses connections as a permanent backend error, not as
+    /// unavailable and retryable.
+    UntypedErrors,
+    /// Never reconnects once its connection is closed: every later call fails.
+    NoReconnect,
+    /// Stops waiting for an acquire's reply after 100 ms and answers a time-out,
+    /// leaving whatever the request takes when it lands on the server (a timeout per
+    /// server with no release after it).
+    GivesUpLeavingTheGrant,
+}
+
+/// The simulated server's state beyond its data: paused, down, and which generation
+/// of connections it keeps open (a kill of connections starts a new one).
+#[derive(Debug)]
+struct Server {
+    paused: watch::Sender<bool>,
+    down: AtomicBool,
+    generation: AtomicU64,
+    clients: AtomicUsize,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            paused: watch::Sender::new(false),
+            down: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            clients: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Naive {
+    /// This client itself, for a request that goes on after its caller gave up.
+    me: Weak<Naive>,
     bug: Bug,
     caps: Capabilities,
     /// The "server": the locks and the fence counter, shared by every client.
@@ -90,12 +152,21 @@ struct Naive {
     own_counter: Mutex<u64>,
     waiters: Arc<WakeRegistry>,
     trips: Arc<Trips>,
+    server: Arc<Server>,
+    /// The generation of this client's connection: behind the server's, it was closed.
+    connection: AtomicU64,
+    /// This client's network link: cut, and the one-way latency.
+    link: Arc<watch::Sender<(bool, Duration)>>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<LockKey, (OwnerToken, u64, Instant)>,
     counter: u64,
+    /// Per-key counters, the last used last, for `FenceCountersEvicted`.
+    counters: Vec<(LockKey, u64)>,
+    /// The owners that asked for each held key, for `QueuesWithoutLeaving`.
+    queues: HashMap<LockKey, Vec<(OwnerToken, Duration)>>,
 }
 
 /// The round trips every Naive backend has made, for the round-trip case's meter.
@@ -115,19 +186,30 @@ impl Naive {
         caps.change_notification = true;
         caps.force_release = true;
         caps.list = true;
-        Arc::new(Naive {
+        // Above a round trip (1 ms) and a timer's tick, so that the shortest lease can
+        // be granted before it runs out.
+        caps.min_ttl = Duration::from_millis(10);
+        Arc::new_cyclic(|me| Naive {
+            me: me.clone(),
             bug,
             caps,
             state: Arc::default(),
             own_counter: Mutex::new(0),
             waiters: Arc::default(),
             trips: Arc::default(),
+            server: Arc::new(Server {
+                clients: AtomicUsize::new(1),
+                ..Server::default()
+            }),
+            connection: AtomicU64::new(0),
+            link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
         })
     }
 
     /// Another client of the same server; what it shares depends on the bug.
     fn another_client(&self) -> Arc<Self> {
-        Arc::new(Naive {
+        Arc::new_cyclic(|me| Naive {
+            me: me.clone(),
             bug: self.bug,
             caps: self.caps.clone(),
             state: if self.bug == Bug::StatePerClient {
@@ -142,18 +224,55 @@ impl Naive {
                 self.waiters.clone()
             },
             trips: self.trips.clone(),
+            server: self.server.clone(),
+            connection: {
+                self.server.clients.fetch_add(1, Ordering::SeqCst);
+                AtomicU64::new(self.server.generation.load(Ordering::SeqCst))
+            },
+            link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
         })
     }
 
-    /// A network round trip of `length`, so that check-then-act bugs have a gap to
-    /// fall into; counted by the target's meter.
-    async fn trip_of(&self, length: Duration) {
+    /// A network round trip of `length` (plus the link's latency both ways), so that
+    /// check-then-act bugs have a gap to fall into; counted by the target's meter.
+    /// It waits while the link is cut or the server paused, and fails while the server
+    /// is down or once this client's connection was closed (it reconnects on the next
+    /// call, unless that is the bug).
+    async fn trip_of(&self, length: Duration) -> Result<()> {
         self.trips.0.fetch_add(1, Ordering::SeqCst);
-        sleep(length).await;
+        let mut link = self.link.subscribe();
+        let _ = link.wait_for(|(cut, _)| !cut).await;
+        let latency = link.borrow().1;
+        sleep(latency).await;
+        if self.server.down.load(Ordering::SeqCst) {
+            return Err(if self.bug == Bug::UntypedErrors {
+                Error::new(ErrorKind::Backend, "connection refused").with_retryable(false)
+            } else {
+                Error::new(ErrorKind::Unavailable, "connection refused")
+            });
+        }
+        let current = self.server.generation.load(Ordering::SeqCst);
+        if self.connection.load(Ordering::SeqCst) != current {
+            if self.bug != Bug::NoReconnect {
+                self.connection.store(current, Ordering::SeqCst);
+            }
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "connection reset by peer",
+            ));
+        }
+        let _ = self
+            .server
+            .paused
+            .subscribe()
+            .wait_for(|paused| !paused)
+            .await;
+        sleep(length + latency).await;
+        Ok(())
     }
 
-    async fn round_trip(&self) {
-        self.trip_of(Duration::from_millis(1)).await;
+    async fn round_trip(&self) -> Result<()> {
+        self.trip_of(Duration::from_millis(1)).await
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -211,7 +330,16 @@ impl Naive {
         }
     }
 
-    fn next_fence(&self, state: &mut State) -> u64 {
+    fn next_fence(&self, state: &mut State, key: &LockKey) -> u64 {
+        if self.bug == Bug::FenceCountersEvicted {
+            let kept = state.counters.iter().position(|(k, _)| k == key);
+            let last = kept.map_or(0, |i| state.counters.remove(i).1);
+            if state.counters.len() == 8 {
+                state.counters.remove(0);
+            }
+            state.counters.push((key.clone(), last + 1));
+            return last + 1;
+        }
         if self.bug == Bug::FenceFromCoarseClock {
             let since_epoch = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -249,15 +377,69 @@ impl LockBackend for Naive {
     }
 
     async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
-        self.round_trip().await;
+        if let (Bug::GivesUpLeavingTheGrant, Some(me)) = (self.bug, self.me.upgrade()) {
+            let request = r.clone();
+            let sent = tokio::spawn(async move { me.grant(&request).await });
+            return match timeout(Duration::from_millis(100), sent).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(e)) => Err(Error::new(ErrorKind::Backend, e.to_string())),
+                Err(_) => Err(Error::new(ErrorKind::Timeout, "no reply within 100 ms")),
+            };
+        }
+        self.grant(r).await
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.release_step(key, owner).await
+    }
+
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.renew_step(r).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inspect_step(key).await
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        Ok(Some(self.waiters.register(key.as_str()).changes))
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        self.scan_step(prefix).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        self.force_release_step(key).await
+    }
+}
+
+/// The server's side of each step, as the buggy backend does it.
+impl Naive {
+    async fn grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        self.round_trip().await?;
+        if self.bug == Bug::ShortTtlsRefused && r.ttl() < Duration::from_secs(1) {
+            return Err(Error::new(ErrorKind::InvalidTtl, "the ttl is 0 s"));
+        }
         if self.holder(r.key()).is_some() {
+            if self.bug == Bug::QueuesWithoutLeaving {
+                let mut state = self.state();
+                let queue = state.queues.entry(self.stored(r.key())).or_default();
+                if !queue.iter().any(|(o, _)| o == r.owner()) {
+                    queue.push((*r.owner(), r.ttl()));
+                }
+            }
             return Ok(Grant::Held { remaining: None });
         }
         if self.bug == Bug::NonAtomicAcquire {
-            self.round_trip().await;
+            self.round_trip().await?;
         }
         let mut state = self.state();
-        let fence = self.next_fence(&mut state);
+        let expired = state.locks.get(&self.stored(r.key())).map(|(_, f, _)| *f);
+        let fence = match expired {
+            Some(kept) if self.bug == Bug::TakeoverKeepsFence => kept,
+            _ => self.next_fence(&mut state, r.key()),
+        };
         state.locks.insert(
             self.stored(r.key()),
             (*r.owner(), fence, self.expiry(r.ttl())),
@@ -265,8 +447,8 @@ impl LockBackend for Naive {
         Ok(Grant::Granted(FencingToken::new(fence)))
     }
 
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.round_trip().await;
+    async fn release_step(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.round_trip().await?;
         if self.bug == Bug::ReleaseByOwnerOnly {
             let now = Instant::now();
             let mut state = self.state();
@@ -288,10 +470,24 @@ impl LockBackend for Naive {
             .is_some_and(|(o, _)| self.same_owner(&o, owner));
         if self.bug == Bug::NonAtomicRelease && held {
             // The DEL, a second (slow) round trip after the GET.
-            self.trip_of(Duration::from_millis(20)).await;
+            self.trip_of(Duration::from_millis(20)).await?;
         }
-        let delete = held || self.bug == Bug::ReleaseWithoutOwnerCheck;
+        let delete = (held || self.bug == Bug::ReleaseWithoutOwnerCheck)
+            && self.bug != Bug::ReleaseLeavesRecord;
         if delete && self.state().locks.remove(&self.stored(key)).is_some() {
+            if self.bug == Bug::QueuesWithoutLeaving {
+                let mut state = self.state();
+                let next = state
+                    .queues
+                    .get_mut(&self.stored(key))
+                    .and_then(|q| (!q.is_empty()).then(|| q.remove(0)));
+                if let Some((owner, ttl)) = next {
+                    let fence = self.next_fence(&mut state, key);
+                    state
+                        .locks
+                        .insert(self.stored(key), (owner, fence, self.expiry(ttl)));
+                }
+            }
             self.notify(key);
         }
         if held || self.bug == Bug::ReleaseIgnoresNotHeld {
@@ -301,14 +497,49 @@ impl LockBackend for Naive {
         }
     }
 
-    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
-        self.round_trip().await;
+    async fn renew_step(&self, r: &ExtendRequest) -> Result<Renewal> {
+        if self.bug == Bug::ExtendRewritesRecord {
+            // The GET reaches the server at once; the SET follows a (slow) round trip
+            // later, whatever happened to the key meanwhile.
+            let held = self
+                .holder(r.key())
+                .filter(|(o, _)| o == r.owner())
+                .map(|(_, fence)| fence);
+            self.trip_of(Duration::from_millis(20)).await?;
+            let Some(fence) = held else {
+                return Ok(Renewal::NotHeld);
+            };
+            let record = (*r.owner(), fence, self.expiry(r.ttl()));
+            self.state().locks.insert(self.stored(r.key()), record);
+            return Ok(Renewal::Renewed);
+        }
+        let slow = match self.bug {
+            Bug::RenewsFromCacheWhenSlow => Some(Renewal::Renewed),
+            Bug::SlowRenewalIsNotHeld => Some(Renewal::NotHeld),
+            _ => None,
+        };
+        match slow {
+            Some(answer) => {
+                if timeout(Duration::from_millis(50), self.round_trip())
+                    .await
+                    .is_err()
+                {
+                    return Ok(answer);
+                }
+            }
+            None => self.round_trip().await?,
+        }
         let holder = self.holder(r.key());
-        let held = holder.is_some_and(|(o, _)| self.same_owner(&o, r.owner()));
+        let held = holder.is_some_and(|(o, _)| {
+            self.same_owner(&o, r.owner()) || self.bug == Bug::ExtendIgnoresOwner
+        });
+        if self.bug == Bug::ExtendDoesNotProlong && held {
+            return Ok(Renewal::Renewed);
+        }
         if self.bug == Bug::NonAtomicExtend && held {
             // The PEXPIRE, a second (slow) round trip after the GET: it sets the expiry
             // of whoever holds the key by then.
-            self.trip_of(Duration::from_millis(20)).await;
+            self.trip_of(Duration::from_millis(20)).await?;
             let expiry = self.expiry(r.ttl());
             if let Some(entry) = self.state().locks.get_mut(&self.stored(r.key())) {
                 entry.2 = expiry;
@@ -319,7 +550,7 @@ impl LockBackend for Naive {
         let fence = match holder {
             Some((_, f)) if held => {
                 if self.bug == Bug::ExtendChangesFence {
-                    self.next_fence(&mut state)
+                    self.next_fence(&mut state, r.key())
                 } else {
                     f
                 }
@@ -334,8 +565,8 @@ impl LockBackend for Naive {
         Ok(Renewal::Renewed)
     }
 
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.round_trip().await;
+    async fn inspect_step(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.round_trip().await?;
         let now = Instant::now();
         let state = self.state();
         Ok(state
@@ -348,12 +579,8 @@ impl LockBackend for Naive {
             }))
     }
 
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        Ok(Some(self.waiters.register(key.as_str()).changes))
-    }
-
-    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
-        self.round_trip().await;
+    async fn scan_step(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        self.round_trip().await?;
         let now = Instant::now();
         let state = self.state();
         Ok(state
@@ -372,7 +599,7 @@ impl LockBackend for Naive {
             .collect())
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+    async fn force_release_step(&self, key: &LockKey) -> Result<bool> {
         let removed = {
             let mut state = self.state();
             if self.bug == Bug::ForceReleaseResetsFences {
@@ -385,17 +612,22 @@ impl LockBackend for Naive {
     }
 }
 
-/// Restart only: clears the leases, and the counter too when that is the bug.
+/// The server's faults: a pause holds every request until it ends, a kill fails them
+/// until the start (the data survives, as on disk), a restart clears the leases (and
+/// the counter too when that is the bug), and a kill of connections closes every
+/// client's connection.
 #[derive(Debug)]
 struct NaiveControl(Arc<Naive>);
 
 #[async_trait]
 impl ServerControl for NaiveControl {
     async fn pause(&self) -> Result<(), BoxError> {
-        Err("not simulated".into())
+        self.0.server.paused.send_replace(true);
+        Ok(())
     }
     async fn unpause(&self) -> Result<(), BoxError> {
-        Err("not simulated".into())
+        self.0.server.paused.send_replace(false);
+        Ok(())
     }
     async fn restart(&self) -> Result<(), BoxError> {
         let mut state = self.0.state();
@@ -406,10 +638,43 @@ impl ServerControl for NaiveControl {
         Ok(())
     }
     async fn kill(&self) -> Result<(), BoxError> {
-        Err("not simulated".into())
+        self.0.server.down.store(true, Ordering::SeqCst);
+        self.0.server.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
     async fn start(&self) -> Result<(), BoxError> {
-        Err("not simulated".into())
+        self.0.server.down.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+    fn can_kill_connections(&self) -> bool {
+        true
+    }
+    async fn kill_connections(&self) -> Result<(), BoxError> {
+        self.kill_connections_counted().await.map(drop)
+    }
+    async fn kill_connections_counted(&self) -> Result<Option<usize>, BoxError> {
+        self.0.server.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(self.0.server.clients.load(Ordering::SeqCst)))
+    }
+}
+
+/// A client's link to the server, for the partition cases.
+#[derive(Debug)]
+struct NaiveLink(Arc<watch::Sender<(bool, Duration)>>);
+
+#[async_trait]
+impl LinkControl for NaiveLink {
+    async fn cut(&self) -> Result<(), BoxError> {
+        self.0.send_modify(|link| link.0 = true);
+        Ok(())
+    }
+    async fn heal(&self) -> Result<(), BoxError> {
+        self.0.send_modify(|link| link.0 = false);
+        Ok(())
+    }
+    async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
+        self.0.send_modify(|link| link.1 = one_way);
+        Ok(())
     }
 }
 
@@ -423,12 +688,18 @@ fn target(bug: Bug) -> Target {
         };
         Box::pin(async move { Err(Error::new(ErrorKind::Authentication, message)) })
     };
-    let server = naive.clone();
+    let (server, linked) = (naive.clone(), naive.clone());
     Target::new(naive.clone())
         .with_control(Arc::new(NaiveControl(naive.clone())))
         .with_clients(move || -> BoxFuture<'static, Result<Arc<DynLockBackend>>> {
             let client: Arc<DynLockBackend> = server.another_client();
             Box::pin(async move { Ok(client) })
+        })
+        .with_links(move || {
+            let client = linked.another_client();
+            let link: Arc<dyn LinkControl> = Arc::new(NaiveLink(client.link.clone()));
+            let client: Arc<DynLockBackend> = client;
+            Box::pin(async move { Ok((client, link)) })
         })
         .with_round_trip_meter(naive.clone(), naive.trips.clone())
         .with_wrong_credentials(SECRET, refuse)
@@ -436,45 +707,63 @@ fn target(bug: Bug) -> Target {
 
 const SECRET: &str = "not-the-password";
 
-async fn assert_caught(bug: Bug, case_name: &str) {
-    support::assert_caught(target, Bug::None, bug, case_name).await;
+async fn assert_caught(bug: Bug, case_name: &str, expected: &str) {
+    support::assert_caught(target, Bug::None, bug, case_name, expected).await;
 }
 
+/// `test: Bug by case, saying "what the case's failure must say";`
 macro_rules! caught {
-    ($($test:ident: $bug:ident by $case:ident;)*) => {$(
+    ($($test:ident: $bug:ident by $case:ident, saying $expected:literal;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            assert_caught(Bug::$bug, stringify!($case)).await;
+            assert_caught(Bug::$bug, stringify!($case), $expected).await;
         }
     )*};
 }
 
 caught! {
-    non_atomic_acquire: NonAtomicAcquire by mutual_exclusion_under_contention;
-    release_without_owner_check: ReleaseWithoutOwnerCheck by release_by_non_owner_is_not_held;
-    non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder;
-    release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held;
-    extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire;
-    extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence;
-    random_fence: RandomFence by fencing_increases_across_release_and_reacquire;
-    fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases;
-    client_clock_expiry: ClientClockExpiry by expiry_frees_the_key_after_the_ttl_not_before;
-    silent_notifications: SilentNotifications by client_waiter_is_woken_by_the_release;
-    two_round_trip_acquire: NonAtomicAcquire by operations_take_their_declared_round_trips;
-    two_round_trip_release: NonAtomicRelease by operations_take_their_declared_round_trips;
-    secret_in_errors: SecretInErrors by wrong_credentials_fail_fast_without_showing_them;
-    state_per_client: StatePerClient by exclusion_holds_across_clients;
-    state_per_client_untouched: StatePerClient by a_lease_is_untouched_by_other_clients;
-    fence_per_client: FencePerClient by fences_increase_across_clients;
-    notify_per_client: NotifyPerClient by a_release_wakes_a_waiter_on_another_client;
-    owner_prefix_compare: OwnerPrefixCompare by owner_tokens_one_bit_apart_are_strangers;
-    keys_normalised: KeysNormalised by keys_that_look_alike_are_distinct_locks;
-    fence_from_coarse_clock: FenceFromCoarseClock by fencing_increases_across_release_and_reacquire;
-    ttl_in_whole_seconds: TtlInWholeSeconds by expiry_frees_the_key_after_the_ttl_not_before;
-    release_by_owner_only: ReleaseByOwnerOnly by an_owner_token_releases_only_its_own_key;
-    non_atomic_extend: NonAtomicExtend by extend_racing_expiry_never_prolongs_the_next_holder;
-    force_release_resets_fences: ForceReleaseResetsFences by fences_increase_across_a_forced_release;
-    ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept;
-    keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks;
-    lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys;
+    non_atomic_acquire: NonAtomicAcquire by mutual_exclusion_under_contention, saying "two holders overlapped";
+    release_without_owner_check: ReleaseWithoutOwnerCheck by release_by_non_owner_is_not_held, saying "a stranger's release removed the holder";
+    non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder, saying "the old holder's release deleted the next holder's lease";
+    release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held, saying "the second release answered Released";
+    extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire, saying "extending an expired lease answered Extended";
+    extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence, saying "extend changed the key's fence on the server";
+    random_fence: RandomFence by fencing_increases_across_release_and_reacquire, saying "followed";
+    fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases, saying "the fence went back from";
+    client_clock_expiry: ClientClockExpiry by expiry_frees_the_key_after_the_ttl_not_before, saying "before the ttl ran out";
+    silent_notifications: SilentNotifications by client_waiter_is_woken_by_the_release, saying "to notice the release";
+    two_round_trip_acquire: NonAtomicAcquire by operations_take_their_declared_round_trips, saying "acquire took more round trips than declared";
+    two_round_trip_release: NonAtomicRelease by operations_take_their_declared_round_trips, saying "release took more round trips than declared";
+    secret_in_errors: SecretInErrors by wrong_credentials_fail_fast_without_showing_them, saying "the error shows the secret";
+    state_per_client: StatePerClient by exclusion_holds_across_clients, saying "two holders overlapped";
+    state_per_client_untouched: StatePerClient by a_lease_is_untouched_by_other_clients, saying "another client acquired a held key";
+    fence_per_client: FencePerClient by fences_increase_across_clients, saying "got fence 1 after 1";
+    notify_per_client: NotifyPerClient by a_release_wakes_a_waiter_on_another_client, saying "to notice the release";
+    owner_prefix_compare: OwnerPrefixCompare by owner_tokens_one_bit_apart_are_strangers, saying "a token differing in byte 8 released the lease";
+    keys_normalised: KeysNormalised by keys_that_look_alike_are_distinct_locks, saying "was held: it was taken for one of";
+    fence_from_coarse_clock: FenceFromCoarseClock by fencing_increases_across_release_and_reacquire, saying "followed";
+    ttl_in_whole_seconds: TtlInWholeSeconds by expiry_frees_the_key_after_the_ttl_not_before, saying "before the ttl ran out";
+    release_by_owner_only: ReleaseByOwnerOnly by an_owner_token_releases_only_its_own_key, saying "a token released a key it does not hold";
+    non_atomic_extend: NonAtomicExtend by extend_racing_expiry_never_prolongs_the_next_holder, saying "the old holder's extend prolonged it";
+    force_release_resets_fences: ForceReleaseResetsFences by fences_increase_across_a_forced_release, saying "after a forced release of fence";
+    ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept, saying "past its ttl and slack";
+    keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks, saying "keys are cut short";
+    lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys, saying "list(";
+    extend_ignores_owner: ExtendIgnoresOwner by extend_after_takeover_fails, saying "extending a taken-over lease answered Extended";
+    release_after_expiry_without_owner_check: ReleaseWithoutOwnerCheck by release_after_expiry_is_not_held, saying "the expired holder deleted the new holder's lease";
+    takeover_keeps_fence: TakeoverKeepsFence by fencing_increases_across_takeover, saying "the takeover got fence";
+    fence_counters_evicted: FenceCountersEvicted by fencing_increases_over_many_keys, saying "got fence 1 after";
+    extend_rewrites_record: ExtendRewritesRecord by extend_racing_release_leaves_nothing, saying "an extend racing the release left the key held";
+    release_leaves_record: ReleaseLeavesRecord by acquire_release_cycle, saying "the key is still held after release";
+    dropped_guard_leaves_record: ReleaseLeavesRecord by client_dropped_guard_releases, saying "was not released within 2 s";
+    extend_does_not_prolong: ExtendDoesNotProlong by client_renewal_keeps_the_lease, saying "the server lost the renewed lease";
+    deleted_lease_reacquired: ExtendReacquires by client_lost_fires_when_the_lease_is_deleted, saying "did not fire within";
+    queues_without_leaving: QueuesWithoutLeaving by client_dropped_acquire_leaves_nothing, saying "the dropped waiter left a lease behind";
+    short_ttls_refused: ShortTtlsRefused by bad_input_gives_typed_errors, saying "asked for the minimum ttl";
+    gives_up_leaving_the_grant: GivesUpLeavingTheGrant by a_grant_arriving_after_its_ttl_is_not_returned, saying "the grant that landed after the backend gave up was left behind";
+    renews_from_cache_when_paused: RenewsFromCacheWhenSlow by fault_pause_beyond_ttl_signals_loss, saying "did not fire within the ttl";
+    renews_from_cache_when_cut_off: RenewsFromCacheWhenSlow by a_cut_off_holder_is_told_before_another_client_gets_in, saying "did not fire within the ttl plus 2 s of the cut";
+    slow_renewal_is_not_held: SlowRenewalIsNotHeld by fault_short_pause_is_not_a_loss, saying "a short pause lost the lock";
+    untyped_errors: UntypedErrors by fault_killed_server_gives_typed_errors_then_recovers, saying "a killed server gave a Backend error";
+    no_reconnect: NoReconnect by fault_killed_connections_do_not_stop_renewal, saying "renewal stopped after the connections were killed";
 }

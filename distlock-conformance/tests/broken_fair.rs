@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,12 +26,18 @@ enum Bug {
     /// Ignores a waiter's leaving: one that gave up blocks the queue until its place
     /// runs out.
     LeaveIgnored,
+    /// Lets the waiter first in the queue take the key from a holder that got it by a
+    /// plain (racing) request: the fair step checks the queue, and the lease only when
+    /// it was granted in turn.
+    FairStepOverridesPlainHolder,
 }
 
 #[derive(Debug)]
 struct Fair {
     store: MemoryBackend,
     bug: Bug,
+    /// The keys last granted by a plain request (for `FairStepOverridesPlainHolder`).
+    plain: Mutex<HashSet<LockKey>>,
 }
 
 #[async_trait]
@@ -41,11 +49,33 @@ impl LockBackend for Fair {
         self.store.capabilities()
     }
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.store.try_grant(request).await
+        let grant = self.store.try_grant(request).await?;
+        if matches!(grant, Grant::Granted(_)) {
+            self.plain
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(request.key().clone());
+        }
+        Ok(grant)
     }
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         match self.bug {
             Bug::None | Bug::LeaveIgnored => self.store.try_grant_in_turn(request, place).await,
+            Bug::FairStepOverridesPlainHolder => {
+                let grant = self.store.try_grant_in_turn(request, place).await?;
+                let plain = self
+                    .plain
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(request.key());
+                match (grant, plain) {
+                    (Grant::Held { .. }, true) => {
+                        self.store.force_release(request.key()).await?;
+                        self.store.try_grant_in_turn(request, place).await
+                    }
+                    (grant, _) => Ok(grant),
+                }
+            }
             Bug::QueueIgnored => self.store.try_grant(request).await,
             Bug::PlacesNeverExpire => {
                 let forever = Duration::from_secs(365 * 24 * 3600);
@@ -77,6 +107,7 @@ fn target(bug: Bug) -> Target {
     Target::new(std::sync::Arc::new(Fair {
         store: MemoryBackend::new(),
         bug,
+        plain: Mutex::default(),
     }))
 }
 
@@ -87,6 +118,7 @@ async fn a_queue_not_honoured_is_caught_by_the_order_case() {
         Bug::None,
         Bug::QueueIgnored,
         "fair_waiters_are_granted_in_the_order_they_asked",
+        "were granted in the order",
     )
     .await;
 }
@@ -98,6 +130,7 @@ async fn a_queue_not_honoured_is_caught_by_the_starvation_case() {
         Bug::None,
         Bug::QueueIgnored,
         "fair_waiters_do_not_starve",
+        "grants to others while it waited",
     )
     .await;
 }
@@ -109,6 +142,7 @@ async fn a_queue_not_honoured_is_caught_by_the_vanished_waiter_case() {
         Bug::None,
         Bug::QueueIgnored,
         "a_vanished_waiter_leaves_the_queue",
+        "before its place of",
     )
     .await;
 }
@@ -120,6 +154,7 @@ async fn a_vanished_waiter_that_blocks_the_queue_for_ever_is_caught() {
         Bug::None,
         Bug::PlacesNeverExpire,
         "a_vanished_waiter_leaves_the_queue",
+        "still blocked the queue",
     )
     .await;
 }
@@ -131,6 +166,19 @@ async fn a_leave_that_is_ignored_is_caught() {
         Bug::None,
         Bug::LeaveIgnored,
         "a_waiter_that_gives_up_leaves_the_queue_at_once",
+        "the waiters that gave up still held their places",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_fair_step_that_overrides_a_plain_holder_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::FairStepOverridesPlainHolder,
+        "fair_and_racing_waiters_never_overlap",
+        "was granted while another held the key",
     )
     .await;
 }

@@ -4,14 +4,16 @@
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::Target;
 use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, Grant, LockBackend, LockInfo,
-    LockKey, MemoryBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal,
-    Result, Term,
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FencingToken, Grant,
+    LockBackend, LockInfo, LockKey, MemoryBackend, OwnerToken, PermitBackend, PermitHolder,
+    ReleaseOutcome, Renewal, Result, Term,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +30,24 @@ enum Bug {
     LeaveIgnored,
     /// Records only every other term.
     TermsDropped,
+    /// Mints a permit's fence as its slot among the holders (1, 2, ...), not from a
+    /// counter: a freed slot's fence is handed out again.
+    FenceFromSlot,
+    /// Counts every holder it ever granted until it is released, expired ones too (a
+    /// set of holders never pruned): an expired permit keeps its place.
+    ExpiredHoldersCounted,
+    /// Keeps the limit of the name's first claim and applies it to every later one,
+    /// whatever limit they carry.
+    FirstLimitKept,
 }
 
 #[derive(Debug)]
 struct Permits {
     store: MemoryBackend,
     bug: Bug,
+    /// Per name: the limit of its first claim, and the owners granted and not
+    /// released (for `FirstLimitKept` and `ExpiredHoldersCounted`).
+    seen: Mutex<HashMap<LockKey, (u32, Vec<OwnerToken>)>>,
 }
 
 #[async_trait]
@@ -61,11 +75,42 @@ impl PermitBackend for Permits {
                 }
             }
             Bug::PlacesIgnored => place = None,
-            Bug::None | Bug::LeaveIgnored | Bug::TermsDropped => {}
+            Bug::FirstLimitKept => {
+                let first = self.seen().get(request.key()).map(|(limit, _)| *limit);
+                if let Some(first) = first {
+                    bent = Claim::new(claim.count(), first)?;
+                }
+            }
+            Bug::ExpiredHoldersCounted => {
+                let counted = self.seen().get(request.key()).map_or(0, |(_, o)| o.len());
+                if counted >= usize::try_from(claim.limit()).unwrap_or(usize::MAX) {
+                    return Ok(Grant::Held { remaining: None });
+                }
+            }
+            Bug::None | Bug::LeaveIgnored | Bug::TermsDropped | Bug::FenceFromSlot => {}
         }
-        self.store.try_grant_permits(request, &bent, place).await
+        let grant = self.store.try_grant_permits(request, &bent, place).await?;
+        if let Grant::Granted(_) = grant {
+            let mut seen = self.seen();
+            let entry = seen
+                .entry(request.key().clone())
+                .or_insert((claim.limit(), Vec::new()));
+            entry.1.push(*request.owner());
+        }
+        match grant {
+            Grant::Granted(_) if self.bug == Bug::FenceFromSlot => {
+                let slot = self.store.holders(request.key()).await?.len();
+                Ok(Grant::Granted(FencingToken::new(
+                    u64::try_from(slot).unwrap_or(u64::MAX),
+                )))
+            }
+            other => Ok(other),
+        }
     }
     async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        if let Some((_, owners)) = self.seen().get_mut(key) {
+            owners.retain(|o| o != owner);
+        }
         self.store.release_permits(key, owner).await
     }
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
@@ -122,11 +167,54 @@ impl LockBackend for Permits {
     }
 }
 
+impl Permits {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, (u32, Vec<OwnerToken>)>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 fn target(bug: Bug) -> Target {
     Target::new(std::sync::Arc::new(Permits {
         store: MemoryBackend::new(),
         bug,
+        seen: Mutex::default(),
     }))
+}
+
+#[tokio::test]
+async fn fences_from_slots_are_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::FenceFromSlot,
+        "permit_fences_increase_with_every_grant",
+        "round 2: fence 2 after 2",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn expired_holders_counted_are_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::ExpiredHoldersCounted,
+        "an_expired_permit_frees_its_place",
+        "the expired permit's place was not freed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_first_limit_kept_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::FirstLimitKept,
+        "a_limit_that_differs_is_refused",
+        "a claim with a limit of 3 on a name held with 2 gave Ok",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -136,6 +224,7 @@ async fn a_holder_over_the_limit_is_caught() {
         Bug::None,
         Bug::LimitPlusOne,
         "permits_never_exceed_the_limit_across_clients",
+        "held permits at once, with a limit of",
     )
     .await;
 }
@@ -147,6 +236,7 @@ async fn two_leaders_at_once_are_caught() {
         Bug::None,
         Bug::LimitPlusOne,
         "one_leader_at_a_time_across_clients",
+        "leaders at once",
     )
     .await;
 }
@@ -158,6 +248,7 @@ async fn a_writer_taken_for_a_reader_is_caught() {
         Bug::None,
         Bug::CountsIgnored,
         "never_a_reader_with_a_writer",
+        "a reader with a writer",
     )
     .await;
 }
@@ -169,6 +260,7 @@ async fn a_large_claim_starved_is_caught() {
         Bug::None,
         Bug::PlacesIgnored,
         "a_large_claim_is_not_starved_by_small_ones",
+        "was starved",
     )
     .await;
 }
@@ -180,6 +272,7 @@ async fn readers_that_pass_a_waiting_writer_are_caught() {
         Bug::None,
         Bug::PlacesIgnored,
         "a_waiting_writer_holds_back_new_readers",
+        "a new reader was granted while a writer waited",
     )
     .await;
 }
@@ -191,6 +284,7 @@ async fn a_writer_that_gave_up_but_holds_readers_back_is_caught() {
         Bug::None,
         Bug::LeaveIgnored,
         "a_writer_that_gives_up_no_longer_holds_back_readers",
+        "held back for a second by a writer that gave up",
     )
     .await;
 }
@@ -202,6 +296,7 @@ async fn terms_that_observers_never_see_are_caught() {
         Bug::None,
         Bug::TermsDropped,
         "observers_see_every_term_in_order",
+        "saw Missed",
     )
     .await;
 }

@@ -35,6 +35,14 @@ enum Bug {
     /// the lease's validity counts from the retry while the members' leases expire a
     /// TTL after the first attempt (node-redlock #274: expiry from the wrong attempt).
     ValidityFromRetry,
+    /// Counts a grant only when every member granted: one member away, and nobody
+    /// gets the lock.
+    EveryMemberNeeded,
+    /// Takes one member's "not held" for the lease's loss: a member restarted empty
+    /// ends the lease, though a majority still holds it.
+    AnyNotHeldEndsTheLease,
+    /// Declares that leases survive a restart, though its members keep them in memory.
+    LeasesSurviveRestartClaimed,
 }
 
 /// What all clients of one quorum share: its members' stores, and the fence counter
@@ -65,6 +73,7 @@ impl Servers {
             .collect();
         let mut capabilities = Capabilities::default();
         capabilities.fence_durability = FenceDurability::Durable;
+        capabilities.leases_survive_restart = bug == Bug::LeasesSurviveRestartClaimed;
         let quorum = Quorum {
             bug,
             servers: self.clone(),
@@ -92,6 +101,7 @@ impl Quorum {
     fn needed(&self) -> usize {
         match self.bug {
             Bug::MinorityGrant => 1,
+            Bug::EveryMemberNeeded => self.members.len(),
             _ => self.members.len() / 2 + 1,
         }
     }
@@ -199,7 +209,9 @@ impl LockBackend for Quorum {
             .iter()
             .filter(|r| matches!(r, Ok(Renewal::NotHeld)))
             .count();
-        if renewed >= self.needed() {
+        if self.bug == Bug::AnyNotHeldEndsTheLease && not_held > 0 {
+            Ok(Renewal::NotHeld)
+        } else if renewed >= self.needed() {
             Ok(Renewal::Renewed)
         } else if not_held > self.members.len() - (self.members.len() / 2 + 1) {
             Ok(Renewal::NotHeld)
@@ -292,13 +304,18 @@ fn target(bug: Bug) -> Target {
         )
 }
 
-async fn assert_caught(bug: Bug, case_name: &str) {
-    support::assert_caught(target, Bug::None, bug, case_name).await;
+async fn assert_caught(bug: Bug, case_name: &str, expected: &str) {
+    support::assert_caught(target, Bug::None, bug, case_name, expected).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_grant_is_caught() {
-    assert_caught(Bug::MinorityGrant, "quorum_a_minority_never_grants").await;
+    assert_caught(
+        Bug::MinorityGrant,
+        "quorum_a_minority_never_grants",
+        "members reachable",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,6 +323,7 @@ async fn fences_of_members_taken_as_they_are_are_caught() {
     assert_caught(
         Bug::FenceMaxOfMembers,
         "quorum_fences_increase_across_different_majorities",
+        "is not above the previous round's",
     )
     .await;
 }
@@ -315,6 +333,57 @@ async fn validity_counted_from_a_retry_is_caught() {
     assert_caught(
         Bug::ValidityFromRetry,
         "a_retried_grant_restarts_the_expiry_it_counts_from",
+        "the retry did not restart the expiry",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_needed_is_caught_with_a_member_killed() {
+    assert_caught(
+        Bug::EveryMemberNeeded,
+        "quorum_a_minority_killed_changes_nothing",
+        "with a minority killed, acquire failed",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_needed_is_caught_with_a_member_paused() {
+    assert_caught(
+        Bug::EveryMemberNeeded,
+        "quorum_a_minority_paused_beyond_the_ttl_changes_nothing",
+        "with a minority paused, acquire failed",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_needed_is_caught_with_a_member_cut_off() {
+    assert_caught(
+        Bug::EveryMemberNeeded,
+        "quorum_a_minority_cut_off_from_the_client_changes_nothing",
+        "with a minority cut off, acquire failed",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_not_held_ending_the_lease_is_caught() {
+    assert_caught(
+        Bug::AnyNotHeldEndsTheLease,
+        "quorum_a_member_restarted_empty_leaves_the_holder_a_majority",
+        "the holder could not extend after the restart",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_claimed_to_survive_a_restart_are_caught() {
+    assert_caught(
+        Bug::LeasesSurviveRestartClaimed,
+        "quorum_a_member_restarted_empty_does_what_the_capabilities_declare",
+        "although the capabilities declare that leases survive a restart",
     )
     .await;
 }

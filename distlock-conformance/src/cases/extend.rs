@@ -94,10 +94,26 @@ cases! {
                 "a late renewal answered {again:?}"
             );
         }
-        sleep_until(lease.valid_until() + t.expiry_slack().min(granted / 2)).await;
+        // The server's record must keep the fence too: an extend that mints a new one
+        // there hands later readers (and fenced stores) a fence nobody was granted.
+        let held = holder_fence(t, &key).await?;
         ensure!(
-            holder_fence(t, &key).await? == Some(lease.fence().get()),
+            held.is_none_or(|f| f == lease.fence().get()),
+            "extend changed the key's fence on the server from {} to {}",
+            lease.fence(),
+            held.unwrap_or_default()
+        );
+        sleep_until(lease.valid_until() + t.expiry_slack().min(granted / 2)).await;
+        let held = holder_fence(t, &key).await?;
+        ensure!(
+            held.is_some(),
             "the extended lease expired at its first ttl"
+        );
+        ensure!(
+            held == Some(lease.fence().get()),
+            "extend changed the key's fence on the server from {} to {}",
+            lease.fence(),
+            held.unwrap_or_default()
         );
         t.backend().release(&key, lease.owner()).await?;
         Ok(())

@@ -272,11 +272,14 @@ cases! {
                 Ok::<_, CaseError>(())
             }
         });
-        for r in join_all(work).await {
-            r?;
-        }
+        let results = join_all(work).await;
+        // An overlap first: the error it causes later (a holder's release answering
+        // not held) is its consequence.
         let problems = problems.lock().unwrap_or_else(|p| p.into_inner()).clone();
         ensure!(problems.is_empty(), "{problems:?}");
+        for r in results {
+            r?;
+        }
         Ok(())
     }
 

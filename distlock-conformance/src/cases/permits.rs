@@ -172,7 +172,17 @@ cases! {
         let waiting = Semaphore::with_options(t.backend().clone(), name.as_str(), 1, options(t))?;
         let old = lapsing.acquire(WAIT).await?;
         let started = Instant::now();
-        let new = waiting.acquire(t.short_ttl() * 4 + t.expiry_slack() * 4).await?;
+        let wait = t.short_ttl() * 4 + t.expiry_slack() * 4;
+        let new = match waiting.acquire(wait).await {
+            Ok(new) => new,
+            Err(e) if e.kind() == ErrorKind::Timeout => {
+                return fail(format!(
+                    "the expired permit's place was not freed: no grant within {wait:?} of a permit held for {:?}: {e}",
+                    t.short_ttl()
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
         let took = started.elapsed();
         ensure!(
             took + Duration::from_millis(50) >= t.short_ttl() / 2,

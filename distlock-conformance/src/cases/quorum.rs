@@ -138,7 +138,12 @@ cases! {
         let key = t.key("quorum-paused");
         let ttl = fault_ttl(t);
         let during = async {
-            let first = acquire(t, &key, ttl).await?;
+            let first = acquire(t, &key, ttl).await.map_err(|e| match e {
+                CaseError::Failed(m) => {
+                    CaseError::Failed(format!("with a minority paused, acquire failed: {m}"))
+                }
+                skipped => skipped,
+            })?;
             sleep_until(first.valid_until()).await;
             let give_up = Instant::now() + ttl * 2 + t.expiry_slack() * 4;
             let (second, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
