@@ -30,7 +30,7 @@ fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
   echo "build-images: installing debootstrap"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  bash "$(dirname "$0")/apt-install.sh" debootstrap
 fi
 
 work=$(mktemp -d /tmp/distlock-rootfs.XXXXXX)

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The comparison run, distlock's main job: prepares the servers, then runs lockbench
 # in release mode, then its torture run. Results go to results/ (report.md,
-# results.json, latency.svg, handoff.svg; torture.md, torture.json). Pass --quick for
-# the short runs, --backends to choose.
+# results.json, latency.svg, handoff.svg, sweep.svg; torture.md, torture.json).
+# Without flags, the standard run (every backend in both runs, within 30 minutes on
+# the project's 2-core machine, build included); --quick for CI's short runs, --soak
+# for the long run (at least 100,000 lock operations per backend under faults: over
+# an hour), --backends to choose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v protoc >/dev/null 2>&1; then
   echo "lockbench: installing protobuf-compiler (protoc)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+  bash scripts/apt-install.sh protobuf-compiler
 fi
 if ! bash scripts/prepare-servers.sh; then
   echo "lockbench: no servers could be prepared; running what can run without them" >&2

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # etcd-client's build compiles etcd's protocol with protoc.
 if ! command -v protoc >/dev/null 2>&1; then
   echo "test: installing protobuf-compiler (protoc)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+  bash scripts/apt-install.sh protobuf-compiler
 fi
 
 bash scripts/prepare-servers.sh

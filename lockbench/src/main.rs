@@ -7,9 +7,13 @@
 //! results folder.
 //!
 //! ```text
-//! lockbench [--quick | --full] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all]
-//! lockbench torture [--quick | --full] [--out DIR] [--backends ...] [--require-all]
+//! lockbench [--quick | --soak] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all]
+//! lockbench torture [--quick | --soak] [--out DIR] [--backends ...] [--require-all]
 //! ```
+//!
+//! Three modes (see [`Mode`]): `--quick` for CI, the standard run by default (what
+//! `scripts/lockbench.sh` runs with no flags, under 30 minutes with its build), and
+//! `--soak`, the long run (`--full` is its former name).
 //!
 //! `lockbench torture` is the safety run (see the `torture` module): many clients,
 //! faults on a schedule, and a fenced register that must refuse every stale write.
@@ -74,11 +78,13 @@ struct Args {
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunOptions {
     /// The short run (a few minutes), as CI runs it.
-    #[arg(long, conflicts_with = "full")]
-    pub(crate) quick: bool,
-    /// The full run (the default).
-    #[arg(long)]
-    full: bool,
+    #[arg(long, conflicts_with = "soak")]
+    quick: bool,
+    /// The long run: larger scenarios, and a torture run of at least 100,000 lock
+    /// operations per backend (about an hour and a half for the two runs, with every
+    /// backend). Without `--quick` or `--soak`, the standard run.
+    #[arg(long, alias = "full")]
+    soak: bool,
     /// The folder the results are written into.
     #[arg(long, default_value = "results")]
     pub(crate) out: String,
@@ -95,6 +101,40 @@ pub(crate) struct RunOptions {
     /// Fail when a backend's server cannot be started (for CI).
     #[arg(long)]
     pub(crate) require_all: bool,
+}
+
+impl RunOptions {
+    /// The mode the flags ask for.
+    pub(crate) fn mode(&self) -> Mode {
+        match (self.quick, self.soak) {
+            (true, _) => Mode::Quick,
+            (false, true) => Mode::Soak,
+            (false, false) => Mode::Standard,
+        }
+    }
+}
+
+/// How long and how hard a run goes; each run sizes its work from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `--quick`: every check once, for CI.
+    Quick,
+    /// The default: every backend in both runs, within a coffee break.
+    Standard,
+    /// `--soak`: the long run, at least 100,000 lock operations per backend under
+    /// faults.
+    Soak,
+}
+
+impl Mode {
+    /// The mode's name in reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::Quick => "quick",
+            Mode::Standard => "standard",
+            Mode::Soak => "soak",
+        }
+    }
 }
 
 /// The backends every run goes through unless `--backends` says otherwise.
@@ -334,11 +374,13 @@ async fn measure(
             0.0
         };
     progress(&name, "conformance suite");
+    let started = std::time::Instant::now();
     let suite = run_suite(&target).await;
     let mut conformance = Conformance {
         passed: 0,
         failed: vec![],
         skipped: vec![],
+        seconds: started.elapsed().as_secs_f64(),
     };
     for case in suite.cases {
         match case.outcome {
@@ -468,7 +510,7 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
         beside.rslock = Some(peers::Rslock::new(vec![url.clone()]));
     }
     // S5 first: the target owns the server, and `measure` ends with it.
-    let (options, wait) = storage::bound(kind.name(), sizes.quick);
+    let (options, wait) = storage::bound(kind.name(), sizes.short_bounds);
     progress(
         kind.name(),
         &format!(
@@ -556,14 +598,11 @@ async fn main() -> ExitCode {
     if let Some(Command::Torture(torture)) = command {
         return torture::main(torture.run).await;
     }
-    let sizes = if args.quick {
-        Sizes::quick()
-    } else {
-        Sizes::full()
-    };
+    let sizes = Sizes::of(args.mode());
     let mut runs = Vec::new();
     for name in &args.backends {
-        let run = match rows::Row::parse(name) {
+        let started = std::time::Instant::now();
+        let mut run = match rows::Row::parse(name) {
             Ok(row @ (rows::Row::Redlock { .. } | rows::Row::Cluster { .. })) => {
                 run_several_servers(name, row, sizes).await
             }
@@ -587,14 +626,11 @@ async fn main() -> ExitCode {
                 ..Default::default()
             },
         };
+        run.seconds = started.elapsed().as_secs_f64();
         runs.push(run);
     }
     let report = Report {
-        mode: if args.quick {
-            "quick".into()
-        } else {
-            "full".into()
-        },
+        mode: args.mode().name().into(),
         unix_time: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -657,5 +693,45 @@ async fn main() -> ExitCode {
         ExitCode::from(EXIT_HARNESS)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Args, Mode};
+
+    fn mode(args: &[&str]) -> Result<Mode, clap::Error> {
+        let parsed =
+            Args::try_parse_from(std::iter::once("lockbench").chain(args.iter().copied()))?;
+        Ok(parsed.run.mode())
+    }
+
+    #[test]
+    fn the_standard_run_is_the_default_and_the_soak_is_asked_for() {
+        assert_eq!(mode(&[]).expect("no flags"), Mode::Standard);
+        assert_eq!(mode(&["--quick"]).expect("--quick"), Mode::Quick);
+        assert_eq!(mode(&["--soak"]).expect("--soak"), Mode::Soak);
+        // The soak's former name still works.
+        assert_eq!(mode(&["--full"]).expect("--full"), Mode::Soak);
+        assert!(mode(&["--quick", "--soak"]).is_err());
+    }
+
+    #[test]
+    fn the_standard_run_sits_between_the_quick_run_and_the_soak() {
+        use crate::scenarios::Sizes;
+        let (quick, standard, soak) = (
+            Sizes::of(Mode::Quick),
+            Sizes::of(Mode::Standard),
+            Sizes::of(Mode::Soak),
+        );
+        assert!(quick.cycles < standard.cycles && standard.cycles < soak.cycles);
+        assert!(quick.storage_names < standard.storage_names);
+        assert!(standard.storage_names < soak.storage_names);
+        assert!(
+            !soak.short_bounds,
+            "the soak waits out each backend's own bounds"
+        );
     }
 }

@@ -32,12 +32,21 @@ pub(crate) struct Sizes {
     pub(crate) takeovers: usize,
     /// S5: distinct lock names locked and released once each.
     pub(crate) storage_names: usize,
-    /// Whether this is the quick run (S5 then shortens the backends' bounds).
-    pub(crate) quick: bool,
+    /// Whether S5 shortens the backends' bounds (by URL options) to wait less.
+    pub(crate) short_bounds: bool,
 }
 
 impl Sizes {
-    pub(crate) fn quick() -> Self {
+    /// The sizes of a mode.
+    pub(crate) fn of(mode: crate::Mode) -> Self {
+        match mode {
+            crate::Mode::Quick => Self::quick(),
+            crate::Mode::Standard => Self::standard(),
+            crate::Mode::Soak => Self::soak(),
+        }
+    }
+
+    fn quick() -> Self {
         Sizes {
             cycles: 300,
             throughput_for: Duration::from_secs(2),
@@ -45,11 +54,25 @@ impl Sizes {
             handoffs: 100,
             takeovers: 2,
             storage_names: 2_000,
-            quick: true,
+            short_bounds: true,
         }
     }
 
-    pub(crate) fn full() -> Self {
+    /// A little above the quick run's sizes: the conformance suite, the same in every
+    /// mode, takes most of a backend's time, and the default must fit a coffee break.
+    fn standard() -> Self {
+        Sizes {
+            cycles: 500,
+            throughput_for: Duration::from_secs(3),
+            sweep_for: Duration::from_millis(500),
+            handoffs: 200,
+            takeovers: 2,
+            storage_names: 5_000,
+            short_bounds: true,
+        }
+    }
+
+    fn soak() -> Self {
         Sizes {
             cycles: 3000,
             throughput_for: Duration::from_secs(10),
@@ -57,7 +80,7 @@ impl Sizes {
             handoffs: 1000,
             takeovers: 5,
             storage_names: 100_000,
-            quick: false,
+            short_bounds: false,
         }
     }
 }

@@ -28,14 +28,14 @@ pub(crate) struct Storage {
     pub(crate) left_after: u64,
     /// How long after the last release that was counted, in seconds.
     pub(crate) after_s: f64,
-    /// The URL options the step ran with, if any (shorter bounds in quick mode).
+    /// The URL options the step ran with, if any (shorter bounds outside the soak).
     pub(crate) options: String,
 }
 
 /// The URL options S5 connects with, and how long after the last release it counts
 /// again: each backend's bound, with a margin.
-pub(crate) fn bound(server: &str, quick: bool) -> (&'static str, Duration) {
-    match (server, quick) {
+pub(crate) fn bound(server: &str, short: bool) -> (&'static str, Duration) {
+    match (server, short) {
         // The fence counter outlives the lease by the grace (one minute by default).
         ("redis", false) => ("", Duration::from_secs(65)),
         ("redis", true) => ("fence_grace_ms=1000", Duration::from_secs(5)),

@@ -33,7 +33,14 @@ impl Report {
                 continue;
             }
             let conf = opt(&b.conformance, |c| {
-                format!("{} / {} / {}", c.passed, c.failed.len(), c.skipped.len())
+                format!(
+                    "{} / {} / {} (in {:.0} s of the backend's {:.0} s)",
+                    c.passed,
+                    c.failed.len(),
+                    c.skipped.len(),
+                    c.seconds,
+                    b.seconds
+                )
             });
             let s1 = opt(&b.s1_client, |s| {
                 format!("{} / {}", ms(s.p50_us), ms(s.p99_us))

@@ -77,12 +77,16 @@ pub(crate) struct Conformance {
     pub(crate) passed: usize,
     pub(crate) failed: Vec<(String, String)>,
     pub(crate) skipped: Vec<(String, String)>,
+    /// How long the suite took on this backend.
+    pub(crate) seconds: f64,
 }
 
 /// Everything measured on one backend.
 #[derive(Debug, Clone, Serialize, Default)]
 pub(crate) struct BackendRun {
     pub(crate) backend: String,
+    /// How long this backend's part of the run took, its server's start included.
+    pub(crate) seconds: f64,
     /// Where the server came from, or why it could not be started.
     pub(crate) server: String,
     pub(crate) started: bool,

@@ -51,12 +51,13 @@ use self::history::{Findings, History};
 use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
 use crate::rows::Row;
-use crate::{progress, BoxError, RunOptions};
+use crate::{progress, BoxError, Mode, RunOptions};
 
 /// Many clients, faults on a schedule, and a fenced register that must refuse every
 /// stale write (torture.md, torture.json). `--quick` injects each fault once per
-/// backend (CI); the full run goes on until 100,000 lock operations per backend and
-/// every fault twice.
+/// backend (CI) and goes on until 400 lock operations; the standard run (the default)
+/// injects each fault once with 16 clients on 8 keys, until 800 lock operations;
+/// `--soak` every fault twice, until 100,000 lock operations per backend.
 #[derive(Debug, clap::Args)]
 pub(crate) struct TortureArgs {
     #[command(flatten)]
@@ -107,12 +108,36 @@ impl Plan {
         }
     }
 
-    fn full() -> Self {
+    fn of(mode: Mode) -> Self {
+        match mode {
+            Mode::Quick => Self::quick(),
+            Mode::Standard => Self::standard(),
+            Mode::Soak => Self::soak(),
+        }
+    }
+
+    /// The quick run's schedule (each fault once) with the soak's clients and keys,
+    /// until twice the quick run's lock operations: within the default's 30 minutes.
+    fn standard() -> Self {
+        Plan {
+            clients: 16,
+            keys: 8,
+            rounds: 1,
+            min_lock_ops: STANDARD_LOCK_OPS,
+            gap: Duration::from_secs(1),
+            limit: Duration::from_secs(90),
+            pause_share: 0.02,
+            long_clients: 2,
+            work_max: Duration::from_millis(2),
+        }
+    }
+
+    fn soak() -> Self {
         Plan {
             clients: 16,
             keys: 8,
             rounds: 2,
-            min_lock_ops: FULL_LOCK_OPS,
+            min_lock_ops: SOAK_LOCK_OPS,
             gap: Duration::from_secs(5),
             limit: Duration::from_secs(15 * 60),
             pause_share: 0.002,
@@ -122,8 +147,11 @@ impl Plan {
     }
 }
 
-/// What a full run must reach per backend.
-const FULL_LOCK_OPS: usize = 100_000;
+/// What a standard run must reach per backend.
+const STANDARD_LOCK_OPS: usize = 800;
+
+/// What a soak must reach per backend.
+const SOAK_LOCK_OPS: usize = 100_000;
 
 /// One backend's torture run, as reported.
 #[derive(Debug, Clone, Serialize, Default)]
@@ -160,11 +188,8 @@ struct TortureRun {
 
 /// Runs the torture run on every backend asked for and writes its report.
 pub(crate) async fn main(args: RunOptions) -> ExitCode {
-    let plan = if args.quick {
-        Plan::quick()
-    } else {
-        Plan::full()
-    };
+    let mode = args.mode();
+    let plan = Plan::of(mode);
     progress("torture", "starting the registers' PostgreSQL server");
     let (_register_server, register_url) = match register_server().await {
         Ok(started) => started,
@@ -209,7 +234,7 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
         }
         runs.push(run);
     }
-    let mode = if args.quick { "quick" } else { "full" };
+    let mode = mode.name();
     let markdown = markdown(mode, plan, &runs);
     let out = std::path::Path::new(&args.out);
     let json = serde_json::json!({ "mode": mode, "plan": plan, "backends": runs });
@@ -713,6 +738,19 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
 mod tests {
     use super::history::{Fault, FaultKind};
     use super::*;
+
+    #[test]
+    fn each_mode_promises_what_its_docs_say() {
+        let (quick, standard, soak) = (
+            Plan::of(Mode::Quick),
+            Plan::of(Mode::Standard),
+            Plan::of(Mode::Soak),
+        );
+        assert_eq!((quick.rounds, quick.min_lock_ops), (1, 400));
+        assert_eq!((standard.rounds, standard.min_lock_ops), (1, 800));
+        assert_eq!((soak.rounds, soak.min_lock_ops), (2, 100_000));
+        assert!(standard.long_clients > 0 && soak.long_clients > 0);
+    }
 
     fn ran() -> TortureRun {
         TortureRun {
