@@ -81,7 +81,7 @@ pub(crate) struct RunOptions {
     #[arg(long, conflicts_with = "soak")]
     quick: bool,
     /// The long run: larger scenarios, and a torture run of at least 100,000 lock
-    /// operations per backend (about an hour and a half for the two runs, with every
+    /// operations per backend (over an hour for the two runs, with every
     /// backend). Without `--quick` or `--soak`, the standard run.
     #[arg(long, alias = "full")]
     soak: bool,
