@@ -104,9 +104,8 @@ async fn contend(
             Ok(())
         }
     });
-    for r in join_all(work).await {
-        r?;
-    }
+    let results = join_all(work).await;
+    // What broke the contract first; an error a task met afterwards is its consequence.
     let overlaps = overlaps.load(Ordering::SeqCst);
     ensure!(overlaps == 0, "two holders overlapped {overlaps} times");
     let fence_errors = fence_errors
@@ -117,6 +116,9 @@ async fn contend(
         fence_errors.is_empty(),
         "fences did not increase with each holder: {fence_errors:?}"
     );
+    for r in results {
+        r?;
+    }
     Ok(())
 }
 
