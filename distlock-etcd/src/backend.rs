@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::support;
 use distlock_core::{
     AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
     FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
@@ -19,7 +20,9 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::EtcdConfig;
-use crate::error::{from_etcd, is_lease_not_found, is_lease_taken, is_not_sent, timed_out};
+use crate::error::{
+    from_etcd, is_lease_not_found, is_lease_taken, is_not_sent, timed_out, Setting,
+};
 
 const NAME: &str = "etcd";
 
@@ -45,6 +48,29 @@ impl fmt::Debug for EtcdBackend {
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
+}
+
+/// What every etcd backend declares.
+fn capabilities() -> Capabilities {
+    let mut capabilities = Capabilities::default();
+    capabilities.min_ttl = Duration::from_secs(2);
+    capabilities.ttl_granularity = Duration::from_secs(1);
+    capabilities.fence_durability = FenceDurability::Durable;
+    capabilities.leases_survive_restart = true;
+    capabilities.change_notification = true;
+    capabilities.force_release = true;
+    capabilities.list = true;
+    capabilities.extend_any_ttl = false;
+    capabilities.fair = true;
+    capabilities.permits = true;
+    // A lease grant, then the transaction that creates the key; a keep-alive stream
+    // opened, then its message (the owner check runs alongside); one transaction.
+    capabilities.round_trips = RoundTrips {
+        acquire: 2,
+        release: 1,
+        extend: 2,
+    };
+    capabilities
 }
 
 /// Sends a copy of `txn`, so that the same transaction can be sent again.
@@ -103,11 +129,13 @@ impl EtcdBackend {
     /// unreachable cluster fails within the connect timeout with
     /// [`ErrorKind::Unavailable`]; wrong credentials with [`ErrorKind::Authentication`].
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::with_config(EtcdConfig::from_url(url)?).await
+        Self::connect_with(EtcdConfig::from_url(url)?).await
     }
 
-    /// Connects with `config`.
-    pub async fn with_config(config: EtcdConfig) -> Result<Self> {
+    /// Connects with `config`, typed or parsed (see [`EtcdConfig`]), after
+    /// [checking](EtcdConfig::check) it.
+    pub async fn connect_with(config: EtcdConfig) -> Result<Self> {
+        config.check()?;
         let mut options = ConnectOptions::new()
             .with_timeout(config.timeout)
             .with_connect_timeout(config.connect_timeout)
@@ -120,39 +148,32 @@ impl EtcdBackend {
         if config.tls {
             options = options.with_tls(tls_options(&config)?);
         }
-        let connect = Client::connect(config.endpoints.clone(), Some(options));
-        let mut client = tokio::time::timeout(config.connect_timeout + config.timeout, connect)
+        let connect = Client::connect(config.endpoints(), Some(options));
+        let client = tokio::time::timeout(config.connect_timeout + config.timeout, connect)
             .await
-            .map_err(|_| timed_out(&config))?
+            .map_err(|_| timed_out(&config, Setting::Connect))?
             .map_err(|e| from_etcd(&config, e))?;
-        // The channel connects lazily: ask something, so that an unreachable cluster
-        // or wrong credentials fail here rather than at the first lock.
-        tokio::time::timeout(config.timeout, client.status())
+        Self::from_client(client, config).await
+    }
+
+    /// A backend on the service's own etcd `client`, which it shares (clones are
+    /// cheap: one channel): no second connection is opened. From `config`, only the
+    /// lock settings are read (`prefix`, the response timeout); the client's own
+    /// endpoints, credentials, TLS and time-outs stay as the service set them. One
+    /// request (`status`) checks that the cluster answers, so that an unreachable
+    /// cluster or refused credentials fail here. The backend never changes the
+    /// client's settings; it creates leases and keys under the prefix only.
+    pub async fn from_client(client: Client, config: EtcdConfig) -> Result<Self> {
+        support::key_prefix("etcd", &config.prefix)?;
+        let mut probe = client.clone();
+        tokio::time::timeout(config.timeout, probe.status())
             .await
-            .map_err(|_| timed_out(&config))?
+            .map_err(|_| timed_out(&config, Setting::Response))?
             .map_err(|e| from_etcd(&config, e))?;
-        let mut capabilities = Capabilities::default();
-        capabilities.min_ttl = Duration::from_secs(2);
-        capabilities.ttl_granularity = Duration::from_secs(1);
-        capabilities.fence_durability = FenceDurability::Durable;
-        capabilities.leases_survive_restart = true;
-        capabilities.change_notification = true;
-        capabilities.force_release = true;
-        capabilities.list = true;
-        capabilities.extend_any_ttl = false;
-        capabilities.fair = true;
-        capabilities.permits = true;
-        // A lease grant, then the transaction that creates the key; a keep-alive stream
-        // opened, then its message (the owner check runs alongside); one transaction.
-        capabilities.round_trips = RoundTrips {
-            acquire: 2,
-            release: 1,
-            extend: 2,
-        };
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 config,
-                capabilities,
+                capabilities: capabilities(),
                 client,
             }),
         })
@@ -245,7 +266,7 @@ impl EtcdBackend {
         let mut pause = Duration::from_millis(10);
         loop {
             match tokio::time::timeout_at(deadline, op(self.client())).await {
-                Err(_) => return Err(timed_out(&self.inner.config)),
+                Err(_) => return Err(timed_out(&self.inner.config, Setting::Response)),
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < deadline => {
                     debug!(error = %e, "a member refused the connection; trying again");

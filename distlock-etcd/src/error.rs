@@ -34,9 +34,25 @@ pub(crate) fn is_not_sent(e: &EtcdError) -> bool {
     }
 }
 
+/// Whether the client's own request time-out (the response time-out, set on the
+/// client) ended the request: tonic's `TimeoutExpired` somewhere in its sources.
+fn timed_out_in_client(e: &EtcdError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        if cause.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Maps a driver error to a distlock error of the right kind, keeping the (scrubbed)
 /// driver text as the source.
 pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
+    if timed_out_in_client(&e) {
+        return timed_out(config, Setting::Response);
+    }
     let kind = match &e {
         EtcdError::GRpcStatus(s) => match s.code() {
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Authentication,
@@ -59,14 +75,45 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         }
         _ => ErrorKind::Backend,
     };
-    support::driver_error(kind, "etcd", config.scrub(e.to_string()))
+    let detail = config.scrub(support::error_chain(&e));
+    let detail = match kind {
+        ErrorKind::Unavailable | ErrorKind::Authentication => {
+            format!("{} ({})", detail, config.endpoint_list())
+        }
+        _ => detail,
+    };
+    support::driver_error(kind, "etcd", detail)
 }
 
-/// The request did not finish within the timeout.
-pub(crate) fn timed_out(config: &EtcdConfig) -> Error {
+/// Which time-out fired.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Setting {
+    /// Connecting (and authenticating): the connect and response time-outs together.
+    Connect,
+    /// One request: the response time-out.
+    Response,
+}
+
+/// The request did not finish within `setting`'s time-out: says where, which setting,
+/// and its value.
+pub(crate) fn timed_out(config: &EtcdConfig, setting: Setting) -> Error {
+    let ms = |d: std::time::Duration| d.as_millis();
+    let what = match setting {
+        Setting::Connect => format!(
+            "{:?} (connect_timeout_ms={} + response_timeout_ms={})",
+            config.connect_timeout + config.timeout,
+            ms(config.connect_timeout),
+            ms(config.timeout)
+        ),
+        Setting::Response => format!(
+            "{:?} (response_timeout_ms={})",
+            config.timeout,
+            ms(config.timeout)
+        ),
+    };
     Error::new(
         ErrorKind::Unavailable,
-        format!("no answer within {:?}", config.timeout),
+        format!("no answer from {} within {what}", config.endpoint_list()),
     )
     .with_backend("etcd")
 }

@@ -85,9 +85,12 @@
 //!
 //! # Configuration
 //!
-//! See [`EtcdConfig`]: `etcd://host:port[,host:port...]`, `etcds://` for TLS (with the
-//! `tls` feature), user and password, key prefix, and timeouts. Credentials are
-//! redacted in `Debug` output and errors.
+//! See [`EtcdConfig`]: `etcd://host[:port][,host[:port]...]`, `etcds://` for TLS (with
+//! the `tls` feature), user and password, key prefix, and timeouts; or the same typed
+//! (`EtcdConfig::new(..).with_prefix(..)`), connected with
+//! [`EtcdBackend::connect_with`]. A service that already has an
+//! [`etcd_client::Client`] hands it to [`EtcdBackend::from_client`] instead: no second
+//! connection. Credentials are redacted in `Debug` output and errors.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
@@ -99,4 +102,7 @@ pub mod fenced;
 mod permits;
 
 pub use backend::EtcdBackend;
-pub use config::{EtcdConfig, SCHEMES};
+pub use config::{EtcdConfig, DEFAULT_PORT, SCHEMES};
+pub use distlock_core::support::Endpoint;
+/// The etcd client this crate is built on, for [`EtcdBackend::from_client`].
+pub use etcd_client;

@@ -17,7 +17,7 @@ use sqlx::{Connection as _, Row as _};
 use tracing::debug;
 
 use crate::config::PostgresConfig;
-use crate::error::{from_sqlx, is_contention, timed_out};
+use crate::error::{from_sqlx, is_contention, timed_out, Setting};
 use crate::pool::{Checkout, Pool};
 use crate::sql::{inline, Arg, Statements};
 
@@ -71,21 +71,62 @@ impl fmt::Debug for PostgresBackend {
 
 impl PostgresBackend {
     /// Connects with the settings of a `postgres://` or `postgresql://` URL (see
-    /// [`PostgresConfig`]) and creates the lock table if it is missing. Wrong
-    /// credentials fail here, at once, with
+    /// [`PostgresConfig`]) and creates the lock table if it is missing (unless
+    /// `migrate=false`). Wrong credentials fail here, at once, with
     /// [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication).
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::with_config(PostgresConfig::from_url(url)?).await
+        Self::connect_with(PostgresConfig::from_url(url)?).await
     }
 
-    /// Connects with `config` and runs the migration.
-    pub async fn with_config(config: PostgresConfig) -> Result<Self> {
+    /// Connects with `config`, typed or parsed, after [checking](PostgresConfig::check)
+    /// it, on a pool of the backend's own (`pool_size` connections).
+    pub async fn connect_with(config: PostgresConfig) -> Result<Self> {
+        config.check()?;
         let pool = Pool::new(
-            config.connect.clone(),
+            config.connect_options(),
             config.pool_size,
             config.acquire_timeout,
         );
+        let batched = config.pgbouncer;
+        Self::start(config, pool, batched, 1).await
+    }
+
+    /// A backend on the service's own sqlx `pool`: no pool of its own. From `config`
+    /// only the lock settings are read (schema, table, time-outs, `notify`,
+    /// `migrate`, purge, commit durability); the connection settings are the pool's.
+    ///
+    /// What it does with the pool: each operation takes one connection for one
+    /// round trip, waiting at most the acquire timeout, and gives it back, or closes
+    /// it when a statement ended in an unknown state (cancelled, or cut off). It never
+    /// changes a session's settings: each statement goes in one simple-protocol batch
+    /// that sets its statement timeout (and commit durability) with `SET LOCAL`, for
+    /// its own transaction only, as in the PgBouncer mode; so it prepares nothing.
+    /// What it needs besides the pool: with notifications on, one connection of its
+    /// own for `LISTEN`, opened with the pool's connect options on the first wait
+    /// (`notify=false` makes waiters poll instead). The migration (unless turned off)
+    /// runs on a pooled connection, as the operations do.
+    ///
+    /// A pool that tests each connection before handing it out (sqlx's default,
+    /// `test_before_acquire`) adds a round trip to every operation: the capabilities
+    /// then declare two ([`Capabilities::round_trips`]); with
+    /// `PgPoolOptions::test_before_acquire(false)` each operation is one.
+    pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<Self> {
+        config.check()?;
+        let pinged = pool.options().get_test_before_acquire();
+        let pool = Pool::shared(pool, config.acquire_timeout);
+        Self::start(config, pool, true, if pinged { 2 } else { 1 }).await
+    }
+
+    /// The backend on `pool`, its statements batched (`batched`) or prepared, each
+    /// operation `trips` round trips; then the migration (or the check that the
+    /// tables are there), and the purge.
+    async fn start(config: PostgresConfig, pool: Pool, batched: bool, trips: u32) -> Result<Self> {
         let mut capabilities = Capabilities::default();
+        capabilities.round_trips = distlock_core::RoundTrips {
+            acquire: trips,
+            release: trips,
+            extend: trips,
+        };
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = if config.durable_commits() {
             FenceDurability::Durable
@@ -93,13 +134,13 @@ impl PostgresBackend {
             FenceDurability::BestEffort
         };
         capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
-        capabilities.change_notification = config.notify;
+        capabilities.change_notification = config.notify();
         capabilities.force_release = true;
         capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
-        let batch_prefix = config.pgbouncer.then(|| {
+        let batch_prefix = batched.then(|| {
             config
                 .session_settings()
                 .into_iter()
@@ -116,12 +157,62 @@ impl PostgresBackend {
                 watcher: tokio::sync::Mutex::new(None),
             }),
         };
-        // Connects (so that wrong credentials fail here) and creates the table.
-        backend.migrate().await?;
+        // Connects (so that wrong credentials fail here) and creates the tables, or
+        // checks that a DBA did.
+        if backend.inner.config.migrate {
+            backend.migrate().await?;
+        } else {
+            backend.check_tables().await?;
+        }
         if let Some(every) = backend.inner.config.purge_every {
             tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
         }
         Ok(backend)
+    }
+
+    /// The statements [`migrate`](Self::migrate) runs for `config`'s lock table, in
+    /// order, for a DBA or a migration tool to run in one transaction (then connect
+    /// with `migrate=false`). `distlock migrate --print` prints them.
+    pub fn migration_sql(config: &PostgresConfig) -> Vec<String> {
+        Statements::new(&config.schema, &config.table, config.unlogged).migrate
+    }
+
+    /// Checks that the migration's tables, sequence and function are there: a
+    /// [`Configuration`](distlock_core::ErrorKind::Configuration) error names those
+    /// missing.
+    async fn check_tables(&self) -> Result<()> {
+        let sql = &self.inner.sql;
+        let literal = |names: &[String]| {
+            names
+                .iter()
+                .map(|n| format!("('{n}')"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let statement = format!(
+            "SELECT n FROM (VALUES {}) AS r(n) WHERE to_regclass(n) IS NULL \
+             UNION ALL SELECT n FROM (VALUES {}) AS f(n) WHERE to_regproc(n) IS NULL",
+            literal(&sql.relations),
+            literal(&sql.functions)
+        );
+        let rows = self.statement(&statement, &[]).await?;
+        let missing: Vec<String> = rows
+            .iter()
+            .filter_map(|row| row.try_get::<String, _>(0).ok())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(distlock_core::support::config_error(
+            NAME,
+            format!(
+                "migrate=false, but the lock tables are not all there: {} missing on {}; \
+                 run the statements of PostgresBackend::migration_sql (`distlock migrate --print`), \
+                 or connect once with migrate=true",
+                missing.join(", "),
+                self.inner.config.endpoint()
+            ),
+        ))
     }
 
     /// The settings in force.
@@ -131,7 +222,7 @@ impl PostgresBackend {
 
     /// Creates the schema, the lock table and the fence sequence if they are missing.
     /// Idempotent, and safe to run from many processes at once. [`connect`](Self::connect)
-    /// runs it.
+    /// runs it unless the configuration turned it off (`migrate=false`).
     pub async fn migrate(&self) -> Result<()> {
         self.migrate_with(&self.inner.sql.migrate).await
     }
@@ -251,21 +342,21 @@ impl PostgresBackend {
     /// Listens for the notifications whose payload is `payload`, where notifications
     /// are on; `None` means "poll".
     pub(crate) async fn listen(&self, payload: &str) -> Result<Option<ChangeStream>> {
-        if !self.inner.config.notify {
+        if !self.inner.config.notify() {
             return Ok(None);
         }
         let mut slot = self.inner.watcher.lock().await;
         if slot.as_ref().is_none_or(|l| !l.waiters.is_open()) {
             let cfg = &self.inner.config;
             let listen = async {
-                let pool = PgPool::connect_lazy_with(cfg.connect.clone());
+                let pool = PgPool::connect_lazy_with(self.inner.pool.connect_options());
                 let mut listener = PgListener::connect_with(&pool).await?;
                 listener.listen(&self.inner.sql.channel).await?;
                 Ok::<_, sqlx::Error>(listener)
             };
             let listener = tokio::time::timeout(cfg.response_timeout, listen)
                 .await
-                .map_err(|_| timed_out(cfg))?
+                .map_err(|_| timed_out(cfg, Setting::Response))?
                 .map_err(|e| from_sqlx(cfg, e))?;
             *slot = Some(Listener::start(listener));
         }
@@ -283,7 +374,7 @@ impl PostgresBackend {
     async fn checkout(&self) -> Result<Checkout<'_>> {
         self.inner.pool.checkout().await.map_err(|e| match e {
             Some(e) => from_sqlx(&self.inner.config, e),
-            None => timed_out(&self.inner.config),
+            None => timed_out(&self.inner.config, Setting::Acquire),
         })
     }
 
@@ -328,7 +419,7 @@ impl PostgresBackend {
     ) -> Result<Result<T, sqlx::Error>> {
         tokio::time::timeout(self.inner.config.response_timeout, op)
             .await
-            .map_err(|_| timed_out(&self.inner.config))?
+            .map_err(|_| timed_out(&self.inner.config, Setting::Response))?
     }
 
     /// One statement on a pooled connection, within the response timeout.

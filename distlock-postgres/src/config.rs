@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use distlock_core::{redact_url, support, Error, Result};
+use distlock_core::support::{self, ConnectionUrl, Endpoint};
+use distlock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
 /// The URL schemes this backend serves.
@@ -22,10 +23,16 @@ pub enum SynchronousCommit {
     Off,
 }
 
-/// Where and how to reach PostgreSQL, from a URL:
+/// Where and how to reach PostgreSQL, and which lock table to use: built from a URL
+/// ([`from_url`](Self::from_url), or `str::parse`), or typed
+/// ([`PostgresConfig::new`] from sqlx's own [`PgConnectOptions`], and the `with_`
+/// setters); the same settings either way. With a pool the service already has, only
+/// the lock settings are read (see [`PostgresBackend::from_pool`](crate::PostgresBackend::from_pool)).
 ///
-/// `postgres[ql]://user:password@host:port/db?schema=..&table=..&pool_size=..&synchronous_commit=on|off&unlogged=true|false&notify=true|false&response_timeout_ms=..&acquire_timeout_ms=..`
+/// `postgres[ql]://user:password@host[:port]/db?schema=..&table=..&pool_size=..&synchronous_commit=on|off&unlogged=true|false&notify=true|false&migrate=true|false&response_timeout_ms=..&acquire_timeout_ms=..`
 ///
+/// - the port is 5432 unless given; user, password and database are percent-encoded
+///   where they hold a reserved character (`%40` for `@`, say); a raw `+` stays a `+`;
 /// - `schema` (default `public`) and `table` (default `distlock_locks`) name the lock
 ///   table: lowercase letters, digits and `_`, starting with a letter or `_`, at most
 ///   63 bytes; anything else is refused, so no setting can inject SQL;
@@ -36,16 +43,23 @@ pub enum SynchronousCommit {
 /// - `notify=false` turns off LISTEN; waiters then poll;
 /// - `pgbouncer=true` is the mode for PgBouncer in transaction pooling (see the crate
 ///   docs); it turns LISTEN off;
+/// - `migrate=false` leaves the tables to a DBA: the backend then only checks at
+///   connect that they are there ([`PostgresBackend::migration_sql`](crate::PostgresBackend::migration_sql)
+///   prints what to run);
 /// - `purge_every_ms` (default 30000) is how often the rows of ended leases are
 ///   deleted; `purge=false` turns that off;
 /// - `response_timeout_ms` (default 5000) bounds each statement, `acquire_timeout_ms`
-///   (default 3000) each wait for a pooled connection.
+///   (default 3000) each wait for a pooled connection, connecting included;
+/// - `ca_file`, `cert_file` and `key_file` (PEM files) are TLS as on the other
+///   backends: `ca_file` alone checks the server's certificate against the host
+///   (`sslmode=verify-full` unless `sslmode` says otherwise); they are sqlx's
+///   `sslrootcert`, `sslcert` and `sslkey`, also accepted under those names.
 ///
-/// Other parameters go to sqlx, TLS among them (this crate's `tls` feature):
-/// `sslmode=verify-full` with `sslrootcert` (the CA, a PEM file) checks the server's
-/// certificate against the URL's host; `sslcert` and `sslkey` present a client
-/// certificate. A certificate the CA did not sign is a configuration error at connect.
-/// `Debug` and errors show the URL with its password replaced by `***`.
+/// sqlx's own options `sslmode`, `sslrootcert`, `sslcert`, `sslkey`,
+/// `application_name`, `options` and `statement-cache-capacity` go to sqlx (TLS needs
+/// this crate's `tls` feature). Any other option is a configuration error that names it
+/// and lists the valid ones. `Debug` and errors show the URL with its password
+/// replaced by `***`.
 #[derive(Clone)]
 pub struct PostgresConfig {
     pub(crate) connect: PgConnectOptions,
@@ -56,12 +70,27 @@ pub struct PostgresConfig {
     pub(crate) pool_size: u32,
     pub(crate) synchronous_commit: SynchronousCommit,
     pub(crate) unlogged: bool,
-    pub(crate) notify: bool,
+    pub(crate) notify: Option<bool>,
+    pub(crate) migrate: bool,
     pub(crate) response_timeout: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) purge_every: Option<Duration>,
     pub(crate) pgbouncer: bool,
 }
+
+/// PostgreSQL's port, where a URL names none.
+pub const DEFAULT_PORT: u16 = 5432;
+
+/// The options a URL hands to sqlx unread.
+const SQLX_OPTIONS: &[&str] = &[
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "application_name",
+    "options",
+    "statement-cache-capacity",
+];
 
 fn config_error(message: impl Into<String>) -> Error {
     support::config_error("postgres", message)
@@ -84,125 +113,185 @@ pub(crate) fn check_identifier(what: &str, name: &str) -> Result<()> {
     }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" | "on" | "1" => Ok(true),
-        "false" | "off" | "0" => Ok(false),
-        _ => Err(config_error(format!(
-            "{name} must be true or false, not {value:?}"
-        ))),
+impl Default for PostgresConfig {
+    /// sqlx's defaults ([`PgConnectOptions::new`]: the `PG*` environment variables,
+    /// else a server on localhost), with every lock default.
+    fn default() -> Self {
+        PostgresConfig::new(PgConnectOptions::new())
+    }
+}
+
+impl FromStr for PostgresConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        PostgresConfig::from_url(url)
     }
 }
 
 impl PostgresConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
-    /// echoing the password.
-    pub fn from_url(url: &str) -> Result<Self> {
-        let mut parsed =
-            url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
-        if !SCHEMES.contains(&parsed.scheme()) {
-            return Err(config_error(format!(
-                "the scheme {:?} is not served by the postgres backend (it serves {SCHEMES:?})",
-                parsed.scheme()
-            )));
-        }
-        let mut config = PostgresConfig {
-            connect: PgConnectOptions::new(),
-            shown_url: String::new(),
-            password: parsed.password().map(|p| p.to_owned()),
+    /// The server sqlx's `connect` options name, with every lock default.
+    pub fn new(connect: PgConnectOptions) -> Self {
+        let shown_url = format!(
+            "postgres://{}@{}/{}",
+            support::encode(connect.get_username()),
+            Endpoint::new(connect.get_host(), connect.get_port()),
+            support::encode(connect.get_database().unwrap_or(""))
+        );
+        PostgresConfig {
+            connect,
+            shown_url,
+            password: None,
             schema: "public".into(),
             table: "distlock_locks".into(),
             pool_size: 10,
             synchronous_commit: SynchronousCommit::Server,
             unlogged: false,
-            notify: true,
+            notify: None,
+            migrate: true,
             response_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(3),
             purge_every: Some(Duration::from_secs(30)),
             pgbouncer: false,
+        }
+    }
+
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
+    /// echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = ConnectionUrl::parse("postgres", url, SCHEMES, DEFAULT_PORT)?;
+        let [endpoint] = url.endpoints.as_slice() else {
+            return Err(config_error(
+                "a postgres URL names one server (for several, put PgBouncer or a proxy in front)",
+            ));
         };
-        let mut notify_asked = None;
-        let mut passed_on = Vec::new();
-        for (name, value) in parsed.query_pairs() {
-            let millis = |v: &str| support::positive_millis("postgres", &name, v);
-            match name.as_ref() {
-                "schema" => {
-                    check_identifier("schema", &value)?;
-                    config.schema = value.into_owned();
-                }
-                "table" => {
-                    check_identifier("table", &value)?;
-                    config.table = value.into_owned();
-                }
-                "pool_size" => {
-                    config.pool_size = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| {
-                            config_error(format!("pool_size must be 1 to 1000, not {value:?}"))
-                        })?;
-                }
-                "synchronous_commit" => {
-                    config.synchronous_commit = match value.as_ref() {
-                        "on" => SynchronousCommit::On,
-                        "off" => SynchronousCommit::Off,
-                        other => {
-                            return Err(config_error(format!(
-                                "synchronous_commit must be on or off, not {other:?}"
-                            )))
-                        }
-                    }
-                }
-                "unlogged" => config.unlogged = parse_bool("unlogged", &value)?,
-                "notify" => notify_asked = Some(parse_bool("notify", &value)?),
-                "pgbouncer" => config.pgbouncer = parse_bool("pgbouncer", &value)?,
-                "response_timeout_ms" => config.response_timeout = millis(&value)?,
-                "acquire_timeout_ms" => config.acquire_timeout = millis(&value)?,
-                "purge_every_ms" => config.purge_every = Some(millis(&value)?),
-                "purge" => {
-                    if !parse_bool("purge", &value)? {
-                        config.purge_every = None;
-                    }
-                }
-                _ => passed_on.push((name.into_owned(), value.into_owned())),
+        let mut options = url.options();
+        let schema = options.take("schema")?;
+        let table = options.take("table")?;
+        let pool_size = options.take("pool_size")?;
+        let synchronous_commit = options.take("synchronous_commit")?;
+        let unlogged = options.flag("unlogged")?;
+        let notify = options.flag("notify")?;
+        let pgbouncer = options.flag("pgbouncer")?;
+        let migrate = options.flag("migrate")?;
+        let response_timeout = options.millis("response_timeout_ms")?;
+        let acquire_timeout = options.millis("acquire_timeout_ms")?;
+        let purge_every = options.millis("purge_every_ms")?;
+        let purge = options.flag("purge")?;
+        let ca_file = options.take("ca_file")?;
+        let cert_file = options.take("cert_file")?;
+        let key_file = options.take("key_file")?;
+        let passed_on = options.pass_on(SQLX_OPTIONS);
+        options.finish()?;
+
+        let database = url.path.strip_prefix('/').unwrap_or(&url.path);
+        let mut driver_url = format!("postgres://{endpoint}/{}", support::encode(database));
+        for (i, (name, value)) in passed_on.iter().enumerate() {
+            driver_url.push(if i == 0 { '?' } else { '&' });
+            driver_url.push_str(&format!("{name}={}", support::encode(value)));
+        }
+        let mut connect = PgConnectOptions::from_str(&driver_url)
+            .map_err(|e| config_error(format!("sqlx refused the URL's settings: {e}")))?;
+        if let Some(user) = &url.user {
+            connect = connect.username(user);
+        }
+        if let Some(password) = &url.password {
+            connect = connect.password(password);
+        }
+        if let Some(ca) = &ca_file {
+            connect = connect.ssl_root_cert(ca);
+            if !passed_on.iter().any(|(name, _)| name == "sslmode") {
+                connect = connect.ssl_mode(sqlx::postgres::PgSslMode::VerifyFull);
             }
         }
-        config.notify = match (config.pgbouncer, notify_asked) {
-            (true, Some(true)) => return Err(config_error(
-                "notify=true cannot work with pgbouncer=true: LISTEN needs a session of its own, \
-                     which transaction pooling does not keep (waiters poll instead)",
-            )),
-            (true, _) => false,
-            (false, asked) => asked.unwrap_or(true),
-        };
-        if passed_on.is_empty() {
-            parsed.set_query(None);
-        } else {
-            parsed.query_pairs_mut().clear().extend_pairs(passed_on);
+        match (&cert_file, &key_file) {
+            (Some(cert), Some(key)) => connect = connect.ssl_client_cert(cert).ssl_client_key(key),
+            (None, None) => {}
+            _ => return Err(config_error("cert_file and key_file go together")),
         }
-        let driver_url = parsed.to_string();
-        config.shown_url = redact_url(&driver_url);
-        let mut connect = PgConnectOptions::from_str(&driver_url).map_err(|e| {
-            config_error(format!(
-                "sqlx refused the URL: {}",
-                config.scrub(e.to_string())
-            ))
-        })?;
+
+        let mut config = PostgresConfig::new(connect);
+        config.shown_url = url.redacted();
+        config.password = url.password.clone();
+        if let Some(schema) = schema {
+            config.schema = schema;
+        }
+        if let Some(table) = table {
+            config.table = table;
+        }
+        if let Some(size) = pool_size {
+            config.pool_size = size
+                .parse()
+                .map_err(|_| config_error(format!("pool_size must be 1 to 1000, not {size:?}")))?;
+        }
+        if let Some(commit) = synchronous_commit {
+            config.synchronous_commit = match commit.as_str() {
+                "on" => SynchronousCommit::On,
+                "off" => SynchronousCommit::Off,
+                other => {
+                    return Err(config_error(format!(
+                        "synchronous_commit must be on or off, not {other:?}"
+                    )))
+                }
+            };
+        }
+        config.unlogged = unlogged.unwrap_or(false);
+        config.notify = notify;
+        config.pgbouncer = pgbouncer.unwrap_or(false);
+        config.migrate = migrate.unwrap_or(true);
+        if let Some(timeout) = response_timeout {
+            config.response_timeout = timeout;
+        }
+        if let Some(timeout) = acquire_timeout {
+            config.acquire_timeout = timeout;
+        }
+        if let Some(every) = purge_every {
+            config.purge_every = Some(every);
+        }
+        if purge == Some(false) {
+            config.purge_every = None;
+        }
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks the settings as a whole: what [`from_url`](Self::from_url) and
+    /// [`PostgresBackend::connect_with`](crate::PostgresBackend::connect_with) refuse.
+    pub fn check(&self) -> Result<()> {
+        check_identifier("schema", &self.schema)?;
+        check_identifier("table", &self.table)?;
+        if !(1..=1000).contains(&self.pool_size) {
+            return Err(config_error(format!(
+                "pool_size must be 1 to 1000, not {}",
+                self.pool_size
+            )));
+        }
+        if self.pgbouncer && self.notify == Some(true) {
+            return Err(config_error(
+                "notify=true cannot work with pgbouncer=true: LISTEN needs a session of its own, \
+                 which transaction pooling does not keep (waiters poll instead)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// sqlx's options for the backend's own connections: the URL's, with the session
+    /// settings as start-up options (none behind PgBouncer).
+    pub(crate) fn connect_options(&self) -> PgConnectOptions {
         // The server ends any statement that outlives the response timeout, so none can
         // run on after the backend gave up on it (see `purge_expired`). Behind PgBouncer
         // these settings go with each statement instead (`session_settings`): a pooler
         // refuses or drops start-up options, and a session's settings do not follow a
         // client from one server connection to the next.
-        if config.pgbouncer {
+        let mut connect = self.connect.clone();
+        if self.pgbouncer {
             connect = connect.extra_float_digits(None);
         } else {
-            for (name, value) in config.session_settings() {
+            for (name, value) in self.session_settings() {
                 connect = connect.options([(name, value)]);
             }
         }
-        config.connect = connect.application_name("distlock");
-        Ok(config)
+        connect.application_name("distlock")
     }
 
     /// The settings every statement runs under: the server-side statement timeout, and
@@ -220,11 +309,94 @@ impl PostgresConfig {
         settings
     }
 
+    /// The lock table's schema (`schema`).
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The lock table's name (`table`).
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How many connections the backend's own pool opens at most (`pool_size`).
+    pub fn with_pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Commit durability per statement (`synchronous_commit`).
+    pub fn with_synchronous_commit(mut self, commit: SynchronousCommit) -> Self {
+        self.synchronous_commit = commit;
+        self
+    }
+
+    /// Whether the lock table is created `UNLOGGED` (`unlogged`).
+    pub fn with_unlogged(mut self, unlogged: bool) -> Self {
+        self.unlogged = unlogged;
+        self
+    }
+
+    /// Whether waiters listen for releases (`notify`) or poll.
+    pub fn with_notify(mut self, notify: bool) -> Self {
+        self.notify = Some(notify);
+        self
+    }
+
+    /// The PgBouncer mode (`pgbouncer`).
+    pub fn with_pgbouncer(mut self, pgbouncer: bool) -> Self {
+        self.pgbouncer = pgbouncer;
+        self
+    }
+
+    /// Whether connecting creates the tables (`migrate`, on unless turned off).
+    pub fn with_migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// How long each statement may take (`response_timeout_ms`).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long an operation waits for a pooled connection (`acquire_timeout_ms`).
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// How often the rows of ended leases are deleted; `None` never (`purge_every_ms`,
+    /// `purge=false`).
+    pub fn with_purge_every(mut self, every: Option<Duration>) -> Self {
+        self.purge_every = every;
+        self
+    }
+
     /// Whether the backend runs in its PgBouncer mode (`pgbouncer=true`): each
     /// operation one simple-protocol batch that sets its own timeout, no prepared
     /// statements, no start-up options, no LISTEN.
     pub fn pgbouncer(&self) -> bool {
         self.pgbouncer
+    }
+
+    /// Whether waiters listen for releases: unless turned off, and never behind
+    /// PgBouncer.
+    pub fn notify(&self) -> bool {
+        !self.pgbouncer && self.notify.unwrap_or(true)
+    }
+
+    /// How many connections the backend's own pool opens at most.
+    pub fn pool_size(&self) -> u32 {
+        self.pool_size
+    }
+
+    /// Whether connecting creates the tables.
+    pub fn migrate(&self) -> bool {
+        self.migrate
     }
 
     /// The lock table's schema.
@@ -249,6 +421,11 @@ impl PostgresConfig {
         self.synchronous_commit != SynchronousCommit::Off
     }
 
+    /// The server, as `host:port`, for errors.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.connect.get_host(), self.connect.get_port())
+    }
+
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
         support::scrub(text, self.password.as_deref())
@@ -264,7 +441,8 @@ impl fmt::Debug for PostgresConfig {
             .field("pool_size", &self.pool_size)
             .field("synchronous_commit", &self.synchronous_commit)
             .field("unlogged", &self.unlogged)
-            .field("notify", &self.notify)
+            .field("notify", &self.notify())
+            .field("migrate", &self.migrate)
             .field("purge_every", &self.purge_every)
             .field("pgbouncer", &self.pgbouncer)
             .finish_non_exhaustive()
@@ -281,7 +459,7 @@ mod tests {
         let parse = |q: &str| PostgresConfig::from_url(&format!("postgres://u:s3cret@h/db{q}"));
         let bouncer = parse("?pgbouncer=true").expect("pgbouncer");
         assert!(bouncer.pgbouncer());
-        assert!(!bouncer.notify);
+        assert!(!bouncer.notify());
         assert!(parse("?pgbouncer=true&notify=false").is_ok());
         let err = parse("?pgbouncer=true&notify=true").expect_err("notify");
         assert_eq!(err.kind(), ErrorKind::Configuration);
@@ -289,7 +467,7 @@ mod tests {
         assert!(!err.to_string().contains("s3cret"));
         // Without it, nothing changes.
         let direct = parse("").expect("direct");
-        assert!(!direct.pgbouncer() && direct.notify);
+        assert!(!direct.pgbouncer() && direct.notify());
         assert_eq!(direct.session_settings()[0].0, "statement_timeout");
     }
 
@@ -347,7 +525,7 @@ mod tests {
         )
         .expect("valid");
         assert!(!c.durable_commits());
-        assert!(c.unlogged && !c.notify);
+        assert!(c.unlogged && !c.notify());
         let shown = format!("{c:?}");
         assert!(
             !shown.contains("s3cret") && shown.contains("app:***@db"),
@@ -358,6 +536,8 @@ mod tests {
             "postgres://h/db?pool_size=0",
             "postgres://h/db?notify=maybe",
             "postgres://h/db?synchronous_commit=local",
+            "postgres://a,b/db",
+            "postgres://h/db?cert_file=/c.pem",
         ] {
             assert_eq!(
                 PostgresConfig::from_url(bad)
@@ -367,5 +547,56 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_misspelt_table_is_an_error_not_the_shared_default() {
+        let err = PostgresConfig::from_url("postgres://u:s3cret@h/db?tabel=svc_locks")
+            .expect_err("tabel");
+        assert_eq!(err.kind(), ErrorKind::Configuration);
+        let text = err.to_string();
+        assert!(
+            text.contains("\"tabel\"") && text.contains("did you mean table?"),
+            "{text}"
+        );
+        assert!(
+            text.contains("schema") && text.contains("sslmode"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"));
+    }
+
+    #[test]
+    fn a_password_with_reserved_characters_and_default_port_are_read() {
+        let c = PostgresConfig::from_url(
+            "postgres://app:p+w&d%25%40x@db/my%20db?migrate=false&sslmode=disable",
+        )
+        .expect("valid");
+        assert_eq!(c.password.as_deref(), Some("p+w&d%@x"));
+        assert_eq!(c.endpoint(), Endpoint::new("db", 5432));
+        assert_eq!(c.connect.get_database(), Some("my db"));
+        assert!(!c.migrate());
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("p+w") && shown.contains("app:***@db:5432"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn typed_settings_are_checked_as_the_urls_are() {
+        let typed = PostgresConfig::new(PgConnectOptions::new().host("db").port(5433))
+            .with_table("svc_locks")
+            .with_migrate(false);
+        typed.check().expect("valid");
+        assert_eq!(typed.table(), "svc_locks");
+        assert_eq!(typed.endpoint(), Endpoint::new("db", 5433));
+        assert!(PostgresConfig::default().with_table("Bad").check().is_err());
+        assert!(PostgresConfig::default().with_pool_size(0).check().is_err());
+        assert!(PostgresConfig::default()
+            .with_pgbouncer(true)
+            .with_notify(true)
+            .check()
+            .is_err());
     }
 }

@@ -23,7 +23,14 @@ pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
 /// of the driver's error as its source.
 pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
     let kind = kind_of(&e);
-    support::driver_error(kind, "postgres", config.scrub(e.to_string()))
+    let detail = config.scrub(support::error_chain(&e));
+    let detail = match kind {
+        ErrorKind::Unavailable | ErrorKind::Authentication => {
+            format!("{detail} ({})", config.endpoint())
+        }
+        _ => detail,
+    };
+    support::driver_error(kind, "postgres", detail)
 }
 
 /// The kind of a sqlx error.
@@ -60,11 +67,33 @@ pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
     }
 }
 
-/// The statement did not answer within the response timeout.
-pub(crate) fn timed_out(config: &PostgresConfig) -> Error {
+/// Which time-out fired.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Setting {
+    /// Waiting for a pooled connection (connecting included).
+    Acquire,
+    /// One statement.
+    Response,
+}
+
+/// The operation did not finish within `setting`'s time-out: says where, which
+/// setting, and its value.
+pub(crate) fn timed_out(config: &PostgresConfig, setting: Setting) -> Error {
+    let (what, name, value) = match setting {
+        Setting::Acquire => (
+            "no connection from the pool",
+            "acquire_timeout_ms",
+            config.acquire_timeout,
+        ),
+        Setting::Response => ("no answer", "response_timeout_ms", config.response_timeout),
+    };
     Error::new(
         ErrorKind::Unavailable,
-        format!("no answer within {:?}", config.response_timeout),
+        format!(
+            "{what} for {} within {value:?} ({name}={})",
+            config.endpoint(),
+            value.as_millis()
+        ),
     )
     .with_backend("postgres")
 }

@@ -123,4 +123,8 @@ mod pool;
 mod sql;
 
 pub use backend::PostgresBackend;
-pub use config::{PostgresConfig, SynchronousCommit, SCHEMES};
+pub use config::{PostgresConfig, SynchronousCommit, DEFAULT_PORT, SCHEMES};
+pub use distlock_core::support::Endpoint;
+/// The sqlx this crate is built on, for [`PostgresBackend::from_pool`]'s pool and
+/// [`PostgresConfig::new`]'s options.
+pub use sqlx;

@@ -6,46 +6,106 @@
 //! read to its end, or the server reported a statement-level error — and is dropped
 //! otherwise (an I/O error, or a future cancelled mid-statement), so the pool never
 //! holds a connection in an unknown state and never needs to test one.
+//!
+//! A service's own sqlx pool ([`Pool::shared`]) is used as it is: a connection in an
+//! unknown state is closed rather than given back.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::Connection;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use sqlx::{Connection, Postgres};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub(crate) struct Pool {
+/// The backend's connections: its own pool, or the service's.
+pub(crate) enum Pool {
+    Own(Box<OwnPool>),
+    Shared {
+        pool: PgPool,
+        acquire_timeout: Duration,
+    },
+}
+
+pub(crate) struct OwnPool {
     options: PgConnectOptions,
     idle: Mutex<Vec<PgConnection>>,
     permits: std::sync::Arc<Semaphore>,
     acquire_timeout: Duration,
 }
 
-/// A connection out of the pool; it goes back on drop only if marked [`Checkout::reusable`].
+/// A connection out of the pool; it goes back on drop only if [settled](Checkout::settle)
+/// as fit for the next statement.
 pub(crate) struct Checkout<'p> {
-    pool: &'p Pool,
-    conn: Option<PgConnection>,
+    held: Held<'p>,
     reusable: bool,
-    _permit: OwnedSemaphorePermit,
+}
+
+enum Held<'p> {
+    Own {
+        pool: &'p OwnPool,
+        conn: Option<PgConnection>,
+        _permit: OwnedSemaphorePermit,
+    },
+    Shared(PoolConnection<Postgres>),
 }
 
 impl Pool {
+    /// The backend's own pool of at most `size` connections made with `options`.
     pub(crate) fn new(options: PgConnectOptions, size: u32, acquire_timeout: Duration) -> Self {
-        Pool {
+        Pool::Own(Box::new(OwnPool {
             options,
             idle: Mutex::new(Vec::new()),
             permits: std::sync::Arc::new(Semaphore::new(size as usize)),
             acquire_timeout,
+        }))
+    }
+
+    /// The service's own `pool`, waited on for at most `acquire_timeout`.
+    pub(crate) fn shared(pool: PgPool, acquire_timeout: Duration) -> Self {
+        Pool::Shared {
+            pool,
+            acquire_timeout,
         }
     }
 
+    /// The options a new connection to the same server is made with.
+    pub(crate) fn connect_options(&self) -> PgConnectOptions {
+        match self {
+            Pool::Own(own) => own.options.clone(),
+            Pool::Shared { pool, .. } => (*pool.connect_options()).clone(),
+        }
+    }
+
+    /// A connection. `Err(None)` when none could be had within the acquire timeout.
+    pub(crate) async fn checkout(&self) -> Result<Checkout<'_>, Option<sqlx::Error>> {
+        let held = match self {
+            Pool::Own(own) => own.checkout().await?,
+            Pool::Shared {
+                pool,
+                acquire_timeout,
+            } => Held::Shared(
+                tokio::time::timeout(*acquire_timeout, pool.acquire())
+                    .await
+                    .map_err(|_| None)?
+                    .map_err(Some)?,
+            ),
+        };
+        Ok(Checkout {
+            held,
+            reusable: false,
+        })
+    }
+}
+
+impl OwnPool {
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<PgConnection>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A connection: an idle one, or a new one. `Err(None)` when none could be had
     /// within the acquire timeout.
-    pub(crate) async fn checkout(&self) -> Result<Checkout<'_>, Option<sqlx::Error>> {
+    async fn checkout(&self) -> Result<Held<'_>, Option<sqlx::Error>> {
         let permit =
             tokio::time::timeout(self.acquire_timeout, self.permits.clone().acquire_owned())
                 .await
@@ -62,10 +122,9 @@ impl Pool {
             .map_err(|_| None)?
             .map_err(Some)?,
         };
-        Ok(Checkout {
+        Ok(Held::Own {
             pool: self,
             conn: Some(conn),
-            reusable: false,
             _permit: permit,
         })
     }
@@ -73,9 +132,12 @@ impl Pool {
 
 impl Checkout<'_> {
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
-        self.conn
-            .as_mut()
-            .expect("a checkout holds its connection until dropped")
+        match &mut self.held {
+            Held::Own { conn, .. } => conn
+                .as_mut()
+                .expect("a checkout holds its connection until dropped"),
+            Held::Shared(conn) => conn,
+        }
     }
 
     /// Judges the connection by how its statement ended: after a full reply or a
@@ -87,9 +149,18 @@ impl Checkout<'_> {
 
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.reusable {
-                self.pool.idle().push(conn);
+        match &mut self.held {
+            Held::Own { pool, conn, .. } => {
+                if let Some(conn) = conn.take() {
+                    if self.reusable {
+                        pool.idle().push(conn);
+                    }
+                }
+            }
+            Held::Shared(conn) => {
+                if !self.reusable {
+                    conn.close_on_drop();
+                }
             }
         }
     }

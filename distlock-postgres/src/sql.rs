@@ -10,6 +10,10 @@ use crate::permits::PermitSql;
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) migrate: Vec<String>,
+    /// The tables and sequences the migration creates, as quoted names.
+    pub(crate) relations: Vec<String>,
+    /// The functions the migration creates, as quoted names.
+    pub(crate) functions: Vec<String>,
     pub(crate) acquire: String,
     pub(crate) acquire_in_turn: String,
     pub(crate) leave_queue: String,
@@ -100,8 +104,13 @@ impl Statements {
             format!("CREATE INDEX IF NOT EXISTS \"{table}_queue_order\" ON {q} (key, seq)"),
         ];
         migrate.extend(permits.migrate.iter().cloned());
+        let relation = |suffix: &str| format!("\"{schema}\".\"{table}{suffix}\"");
         Statements {
             migrate,
+            relations: ["", "_queue", "_fence", "_names", "_permits", "_places", "_terms"]
+                .map(relation)
+                .to_vec(),
+            functions: vec![relation("_grant_permits")],
             // Insert, or take over an expired row, or confirm a live retry of this very
             // request; otherwise report the holder's remaining TTL. One statement.
             //

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::support;
 use distlock_core::{
     AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
     FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, PermitBackend, ReleaseOutcome,
@@ -16,7 +17,7 @@ use redis::{FromRedisValue, Script, ServerErrorKind, ToRedisArgs};
 use tracing::debug;
 
 use crate::config::RedisConfig;
-use crate::error::{from_redis, unexpected};
+use crate::error::{connect_timed_out, from_redis, unexpected};
 
 const NAME: &str = "redis";
 
@@ -128,32 +129,67 @@ impl RedisBackend {
     /// [`RedisConfig`]). Wrong credentials fail here, at once, with
     /// [`ErrorKind::Authentication`].
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::with_config(RedisConfig::from_url(url)?).await
+        Self::connect_with(RedisConfig::from_url(url)?).await
     }
 
-    /// Connects with `config`.
-    pub async fn with_config(config: RedisConfig) -> Result<Self> {
+    /// Connects with `config`, typed or parsed (see [`RedisConfig`]), after
+    /// [checking](RedisConfig::check) it.
+    pub async fn connect_with(config: RedisConfig) -> Result<Self> {
+        config.check()?;
+        if config.cluster {
+            let cluster = redis::cluster::ClusterClient::builder(config.driver_urls())
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.response_timeout)
+                .build()
+                .map_err(|e| from_redis(&config, e))?;
+            return Self::from_cluster_client(&cluster, config).await;
+        }
         let client = client(&config)?;
-        let conn = if config.cluster_seeds.is_empty() {
-            Conn::Single(
-                client
-                    .get_connection_manager_with_config(manager_config(&config))
-                    .await
-                    .map_err(|e| from_redis(&config, e))?,
-            )
-        } else {
-            Conn::Cluster(
-                redis::cluster::ClusterClient::builder(config.cluster_seeds.clone())
-                    .connection_timeout(config.connect_timeout)
-                    .response_timeout(config.response_timeout)
-                    .build()
-                    .map_err(|e| from_redis(&config, e))?
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| from_redis(&config, e))?,
-            )
-        };
-        Ok(Self::assemble(config, client, conn))
+        Self::from_client(client, config).await
+    }
+
+    /// A backend on the service's own redis `client`: its server, credentials, TLS
+    /// and database, configured once. From `config` only the lock settings are read
+    /// (`prefix`, `wait_replicas`, time-outs, `fence_grace`); its address and
+    /// credentials are the client's.
+    ///
+    /// What it opens with the client: one multiplexed connection (a
+    /// `ConnectionManager` with `config`'s connect and response time-outs, which
+    /// reconnects by itself) for every operation, and, on the first wait, one pub/sub
+    /// connection for release notifications. It does not take the service's own
+    /// `ConnectionManager`: a manager's time-outs and retries are the whole
+    /// connection's, and the lock's bounds would then be the service's to keep. It
+    /// never changes the client or the database beyond the keys under its prefix.
+    /// Wrong credentials fail here, at once.
+    pub async fn from_client(client: redis::Client, config: RedisConfig) -> Result<Self> {
+        support::key_prefix("redis", &config.prefix)?;
+        let connect = client.get_connection_manager_with_config(manager_config(&config));
+        let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+            .await
+            .map_err(|_| connect_timed_out(&config))?
+            .map_err(|e| match e.is_timeout() {
+                true => connect_timed_out(&config),
+                false => from_redis(&config, e),
+            })?;
+        Ok(Self::assemble(config, client, Conn::Single(conn)))
+    }
+
+    /// A backend on the service's own Redis Cluster `client` (its seeds,
+    /// credentials and time-outs): one cluster connection made from it. `config`'s
+    /// lock settings are read as [`from_client`](Self::from_client) reads them, and
+    /// its endpoints name the cluster in errors; release notifications go through a
+    /// connection to its first endpoint.
+    pub async fn from_cluster_client(
+        cluster: &redis::cluster::ClusterClient,
+        config: RedisConfig,
+    ) -> Result<Self> {
+        support::key_prefix("redis", &config.prefix)?;
+        let client = client(&config)?;
+        let conn = cluster
+            .get_async_connection()
+            .await
+            .map_err(|e| from_redis(&config, e))?;
+        Ok(Self::assemble(config, client, Conn::Cluster(conn)))
     }
 
     /// A backend whose connection opens on first use: a Redlock master that may be
@@ -507,14 +543,12 @@ fn client(config: &RedisConfig) -> Result<redis::Client> {
     // rustls needs a process-wide crypto provider; where the application chose none,
     // this crate's (ring) is installed. One already installed is kept.
     #[cfg(feature = "tls")]
-    if config.driver_url.starts_with("rediss:")
-        && rustls::crypto::CryptoProvider::get_default().is_none()
-    {
+    if config.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
     let files = &config.tls_files;
     if files.ca.is_none() && files.cert.is_none() {
-        return redis::Client::open(config.driver_url.as_str()).map_err(|e| from_redis(config, e));
+        return redis::Client::open(config.driver_url()).map_err(|e| from_redis(config, e));
     }
     #[cfg(feature = "tls")]
     {
@@ -538,7 +572,7 @@ fn client(config: &RedisConfig) -> Result<redis::Client> {
             client_tls,
             root_cert,
         };
-        redis::Client::build_with_tls(config.driver_url.as_str(), certificates)
+        redis::Client::build_with_tls(config.driver_url(), certificates)
             .map_err(|e| from_redis(config, e))
     }
     #[cfg(not(feature = "tls"))]

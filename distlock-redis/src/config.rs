@@ -3,9 +3,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use distlock_core::{redact_url, support, ClockDrift, Error, Result};
+use std::str::FromStr;
 
-/// Where and how to reach Redis, from a URL:
+use distlock_core::support::{self, ConnectionUrl, Endpoint, Options};
+use distlock_core::{ClockDrift, Error, Result};
+
+/// Where and how to reach Redis: built from a URL ([`from_url`](Self::from_url), or
+/// `str::parse`), or typed ([`RedisConfig::new`] and the `with_` setters); the same
+/// settings either way.
 ///
 /// `redis[s]://[user][:password]@host[:port][/db][?prefix=..&wait_replicas=..&wait_timeout_ms=..&response_timeout_ms=..&connect_timeout_ms=..]`
 ///
@@ -13,6 +18,8 @@ use distlock_core::{redact_url, support, ClockDrift, Error, Result};
 /// the cluster's seeds (one is enough to find the others), with the same credentials
 /// and options, database 0 only, no `wait_replicas` and no TLS.
 ///
+/// - the port is 6379 unless given; user and password are percent-encoded where they
+///   hold a reserved character (`%40` for `@`, say); a raw `+` stays a `+`;
 /// - `rediss://` is TLS (needs this crate's `tls` feature): the server's certificate
 ///   is checked against the URL's host, trusting the system's roots, or only the CA in
 ///   `ca_file` (a PEM file) where given; `cert_file` and `key_file` (PEM) present a
@@ -28,26 +35,30 @@ use distlock_core::{redact_url, support, ClockDrift, Error, Result};
 /// - `response_timeout_ms` (default 5000) and `connect_timeout_ms` (default 3000) bound
 ///   each command and each connection attempt;
 /// - `fence_grace_ms` (default 60000) is how long a key's fence counter outlives its
-///   last lease (see the crate docs on bounded storage).
+///   last lease (see the crate docs on bounded storage);
+/// - `protocol` (`resp2` or `resp3`) goes to the redis driver.
 ///
-/// Other query parameters go to the redis driver unchanged. `Debug` and every error
-/// show the URL with its password replaced by `***`.
+/// Any other option is a configuration error that names it and lists these. `Debug`
+/// and every error show the URL with its password replaced by `***`.
 #[derive(Clone)]
 pub struct RedisConfig {
-    pub(crate) driver_url: String,
+    pub(crate) endpoints: Vec<Endpoint>,
+    pub(crate) cluster: bool,
+    pub(crate) tls: bool,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: i64,
+    pub(crate) protocol: Option<String>,
     pub(crate) prefix: String,
     pub(crate) wait_replicas: u32,
     pub(crate) wait_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) fence_grace: Duration,
-    pub(crate) password: Option<String>,
     pub(crate) tls_files: TlsFiles,
     /// Set on the masters of a Redlock: the acquire script then proposes fences from
     /// the counter alone while it exists (see the crate docs on Redlock).
     pub(crate) redlock_member: bool,
-    /// A Redis Cluster's seeds, as driver URLs; empty for one server.
-    pub(crate) cluster_seeds: Vec<String>,
 }
 
 /// The PEM files a `rediss://` URL names: the CA to trust instead of the system's
@@ -62,6 +73,9 @@ pub(crate) struct TlsFiles {
 /// How long a fence counter outlives its key's last lease, unless the URL says.
 pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 
+/// Redis's port, where a URL names none.
+pub const DEFAULT_PORT: u16 = 6379;
+
 /// The URL schemes this backend serves: one server (`redis`, `rediss`), a Redis
 /// Cluster (`redis-cluster`), or a Redlock over several masters (`redlock`,
 /// `redlocks`).
@@ -71,112 +85,286 @@ fn config_error(message: impl Into<String>) -> Error {
     support::config_error("redis", message)
 }
 
+impl Default for RedisConfig {
+    /// One server at `127.0.0.1:6379`, database 0, with every default.
+    fn default() -> Self {
+        RedisConfig::new(Endpoint::new("127.0.0.1", DEFAULT_PORT))
+    }
+}
+
+impl FromStr for RedisConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        RedisConfig::from_url(url)
+    }
+}
+
 impl RedisConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
-    /// echoing the password.
-    pub fn from_url(url: &str) -> Result<Self> {
-        if let Some(rest) = url.strip_prefix("redis-cluster://") {
-            return Self::cluster(rest);
-        }
-        let mut parsed =
-            url::Url::parse(url).map_err(|e| config_error(format!("not a valid URL ({e})")))?;
-        if !["redis", "rediss"].contains(&parsed.scheme()) {
-            return Err(config_error(format!(
-                "the scheme {:?} is not the redis backend's (redis://, rediss:// or redis-cluster://; a Redlock is redlock://)",
-                parsed.scheme()
-            )));
-        }
-        if parsed.scheme() == "rediss" && !cfg!(feature = "tls") {
-            return Err(config_error(
-                "rediss:// needs the `tls` feature of distlock-redis",
-            ));
-        }
-        if parsed.host_str().is_none_or(str::is_empty) {
-            return Err(config_error("the URL names no host"));
-        }
-        let mut config = RedisConfig {
-            driver_url: String::new(),
+    /// The server at `endpoint`, database 0, without TLS or credentials, with every
+    /// default.
+    pub fn new(endpoint: Endpoint) -> Self {
+        RedisConfig {
+            endpoints: vec![endpoint],
+            cluster: false,
+            tls: false,
+            user: None,
+            password: None,
+            db: 0,
+            protocol: None,
             prefix: "distlock:".to_owned(),
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
             fence_grace: DEFAULT_FENCE_GRACE,
-            password: parsed.password().map(|p| p.to_owned()),
             tls_files: TlsFiles::default(),
             redlock_member: false,
-            cluster_seeds: Vec::new(),
-        };
-        let mut passed_on = Vec::new();
-        for (name, value) in parsed.query_pairs() {
-            let millis = |v: &str| support::positive_millis("redis", &name, v);
-            match name.as_ref() {
-                "prefix" => config.prefix = support::key_prefix("redis", &value)?,
-                "wait_replicas" => {
-                    config.wait_replicas = value.parse().map_err(|_| {
-                        config_error(format!(
-                            "wait_replicas must be a whole number, not {value:?}"
-                        ))
-                    })?;
-                }
-                "wait_timeout_ms" => config.wait_timeout = millis(&value)?,
-                "response_timeout_ms" => config.response_timeout = millis(&value)?,
-                "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
-                "fence_grace_ms" => config.fence_grace = millis(&value)?,
-                "ca_file" => config.tls_files.ca = Some(value.as_ref().into()),
-                "cert_file" => config.tls_files.cert = Some(value.as_ref().into()),
-                "key_file" => config.tls_files.key = Some(value.as_ref().into()),
-                _ => passed_on.push((name.into_owned(), value.into_owned())),
-            }
         }
-        let files = &config.tls_files;
-        if (files.ca.is_some() || files.cert.is_some()) && parsed.scheme() != "rediss" {
-            return Err(config_error("ca_file and cert_file need a rediss:// URL"));
+    }
+
+    /// A Redis Cluster found through `seeds`, with every default.
+    pub fn cluster(seeds: impl IntoIterator<Item = Endpoint>) -> Self {
+        RedisConfig {
+            endpoints: seeds.into_iter().collect(),
+            cluster: true,
+            ..RedisConfig::default()
+        }
+    }
+
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
+    /// echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = ConnectionUrl::parse("redis", url, SCHEMES, DEFAULT_PORT)?;
+        if parsed.scheme.starts_with("redlock") {
+            return Err(config_error(
+                "a redlock:// URL is a Redlock's: connect it with RedlockBackend (or distlock::connect)",
+            ));
+        }
+        let mut config = RedisConfig {
+            endpoints: parsed.endpoints.clone(),
+            cluster: parsed.scheme == "redis-cluster",
+            tls: parsed.scheme == "rediss",
+            ..RedisConfig::default()
+        };
+        if !config.cluster && config.endpoints.len() > 1 {
+            return Err(config_error(
+                "a redis:// URL names one server: several are a redis-cluster:// or a redlock:// URL",
+            ));
+        }
+        config.read(&parsed)?;
+        let mut options = parsed.options();
+        config.read_options(&mut options)?;
+        options.finish()?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The credentials and database of `url`.
+    pub(crate) fn read(&mut self, url: &ConnectionUrl) -> Result<()> {
+        self.user = url.user.clone();
+        self.password = url.password.clone();
+        self.db = match url.path.trim_start_matches('/') {
+            "" => 0,
+            db => db.parse().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                config_error(format!("the database must be a number, not {db:?}"))
+            })?,
+        };
+        Ok(())
+    }
+
+    /// Every option of a Redis URL.
+    pub(crate) fn read_options(&mut self, options: &mut Options) -> Result<()> {
+        if let Some(prefix) = options.take("prefix")? {
+            self.prefix = prefix;
+        }
+        if let Some(n) = options.number("wait_replicas", "a whole number")? {
+            self.wait_replicas = n;
+        }
+        if let Some(t) = options.millis("wait_timeout_ms")? {
+            self.wait_timeout = t;
+        }
+        if let Some(t) = options.millis("response_timeout_ms")? {
+            self.response_timeout = t;
+        }
+        if let Some(t) = options.millis("connect_timeout_ms")? {
+            self.connect_timeout = t;
+        }
+        if let Some(t) = options.millis("fence_grace_ms")? {
+            self.fence_grace = t;
+        }
+        self.tls_files.ca = options.take("ca_file")?.map(Into::into);
+        self.tls_files.cert = options.take("cert_file")?.map(Into::into);
+        self.tls_files.key = options.take("key_file")?.map(Into::into);
+        self.protocol = options.take("protocol")?;
+        Ok(())
+    }
+
+    /// Checks the settings as a whole: what [`from_url`](Self::from_url) and
+    /// [`RedisBackend::connect_with`](crate::RedisBackend::connect_with) refuse.
+    pub fn check(&self) -> Result<()> {
+        if self.endpoints.is_empty() {
+            return Err(config_error("no server: name at least one"));
+        }
+        if self.tls && !cfg!(feature = "tls") {
+            return Err(config_error(
+                "rediss:// (TLS) needs the `tls` feature of distlock-redis",
+            ));
+        }
+        support::key_prefix("redis", &self.prefix)?;
+        let files = &self.tls_files;
+        if (files.ca.is_some() || files.cert.is_some()) && !self.tls {
+            return Err(config_error(
+                "ca_file and cert_file need a rediss:// URL (with_tls)",
+            ));
         }
         if files.cert.is_some() != files.key.is_some() {
             return Err(config_error("cert_file and key_file go together"));
         }
-        if passed_on.is_empty() {
-            parsed.set_query(None);
-        } else {
-            parsed.query_pairs_mut().clear().extend_pairs(passed_on);
+        if !matches!(
+            self.protocol.as_deref(),
+            None | Some("2" | "3" | "resp2" | "resp3")
+        ) {
+            return Err(config_error("protocol must be resp2 or resp3"));
         }
-        config.driver_url = parsed.to_string();
-        Ok(config)
+        if self.cluster {
+            if self.wait_replicas > 0 {
+                return Err(config_error(
+                    "wait_replicas is not supported on a Redis Cluster (its WAIT would not reach the key's master)",
+                ));
+            }
+            if self.db != 0 {
+                return Err(config_error("a Redis Cluster has database 0 only"));
+            }
+            if self.tls {
+                return Err(config_error("a Redis Cluster is reached without TLS here"));
+            }
+        }
+        Ok(())
     }
 
-    /// A Redis Cluster's settings: the first seed's, with every seed's URL.
-    fn cluster(rest: &str) -> Result<Self> {
-        let hosts = Hosts::parse(rest)?;
-        let query = if hosts.query.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", hosts.query)
-        };
-        let seeds = hosts
-            .urls("redis", &query)
+    /// Redis ACL credentials (`user` may be empty: `requirepass` alone).
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        let user = user.into();
+        self.user = (!user.is_empty()).then_some(user);
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The database number (the URL's path).
+    pub fn with_db(mut self, db: i64) -> Self {
+        self.db = db;
+        self
+    }
+
+    /// TLS (`rediss://`), trusting the system's roots; see [`with_ca_file`](Self::with_ca_file).
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// TLS trusting only the CA in the PEM file `ca_file`.
+    pub fn with_ca_file(mut self, ca_file: impl Into<std::path::PathBuf>) -> Self {
+        self.tls = true;
+        self.tls_files.ca = Some(ca_file.into());
+        self
+    }
+
+    /// A client certificate and its key (PEM files), with TLS.
+    pub fn with_client_certificate(
+        mut self,
+        cert_file: impl Into<std::path::PathBuf>,
+        key_file: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_files.cert = Some(cert_file.into());
+        self.tls_files.key = Some(key_file.into());
+        self
+    }
+
+    /// The key prefix (`prefix`).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How many replicas each acquire and extend waits for, and for how long
+    /// (`wait_replicas`, `wait_timeout_ms`).
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// How long each command may take (`response_timeout_ms`).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long each connection attempt may take (`connect_timeout_ms`).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a fence counter outlives its key's last lease (`fence_grace_ms`).
+    pub fn with_fence_grace(mut self, grace: Duration) -> Self {
+        self.fence_grace = grace;
+        self
+    }
+
+    /// The driver's URL for `endpoint`: the credentials percent-encoded again.
+    fn driver_url_for(&self, endpoint: &Endpoint) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let mut url = format!("{scheme}://");
+        if self.user.is_some() || self.password.is_some() {
+            url.push_str(&support::encode(self.user.as_deref().unwrap_or("")));
+            if let Some(password) = &self.password {
+                url.push(':');
+                url.push_str(&support::encode(password));
+            }
+            url.push('@');
+        }
+        url.push_str(&format!("{endpoint}/{}", self.db));
+        if let Some(protocol) = &self.protocol {
+            url.push_str(&format!("?protocol={}", support::encode(protocol)));
+        }
+        url
+    }
+
+    /// The driver's URL of the (first) server.
+    pub(crate) fn driver_url(&self) -> String {
+        self.driver_url_for(&self.endpoints[0])
+    }
+
+    /// The driver's URLs of every server (a cluster's seeds).
+    pub(crate) fn driver_urls(&self) -> Vec<String> {
+        self.endpoints
             .iter()
-            .map(|url| Self::from_url(url))
-            .collect::<Result<Vec<_>>>()?;
-        let Some(first) = seeds.first() else {
-            return Err(config_error("a Redis Cluster URL names no seed"));
-        };
-        if first.wait_replicas > 0 {
-            return Err(config_error(
-                "wait_replicas is not supported on a Redis Cluster (its WAIT would not reach the key's master)",
-            ));
-        }
-        if !matches!(hosts.path, "" | "/" | "/0") {
-            return Err(config_error("a Redis Cluster has database 0 only"));
-        }
-        let mut config = first.clone();
-        config.cluster_seeds = seeds.into_iter().map(|s| s.driver_url).collect();
-        Ok(config)
+            .map(|e| self.driver_url_for(e))
+            .collect()
+    }
+
+    /// The servers as `host:port`, for errors.
+    pub(crate) fn endpoint_list(&self) -> String {
+        self.endpoints
+            .iter()
+            .map(Endpoint::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// How many seeds a Redis Cluster URL (`redis-cluster://`) names; 0 for one server.
     pub fn cluster_seeds(&self) -> usize {
-        self.cluster_seeds.len()
+        if self.cluster {
+            self.endpoints.len()
+        } else {
+            0
+        }
     }
 
     /// The key prefix.
@@ -195,23 +383,40 @@ impl RedisConfig {
         self.wait_replicas
     }
 
+    /// How long each command may take.
+    pub fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
-        support::scrub(text, self.password.as_deref())
+        let text = support::scrub(text, self.password.as_deref());
+        match &self.password {
+            Some(p) => support::scrub(text, Some(&support::encode(p))),
+            None => text,
+        }
     }
 }
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = match (self.cluster, self.tls) {
+            (true, _) => "redis-cluster",
+            (false, true) => "rediss",
+            (false, false) => "redis",
+        };
+        let user = match (&self.user, &self.password) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}{}@",
+                support::encode(user.as_deref().unwrap_or("")),
+                if password.is_some() { ":***" } else { "" }
+            ),
+        };
         f.debug_struct("RedisConfig")
-            .field("url", &redact_url(&self.driver_url))
             .field(
-                "cluster_seeds",
-                &self
-                    .cluster_seeds
-                    .iter()
-                    .map(|s| redact_url(s))
-                    .collect::<Vec<_>>(),
+                "url",
+                &format!("{scheme}://{user}{}/{}", self.endpoint_list(), self.db),
             )
             .field("prefix", &self.prefix)
             .field("wait_replicas", &self.wait_replicas)
@@ -219,57 +424,9 @@ impl fmt::Debug for RedisConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("fence_grace", &self.fence_grace)
+            .field("protocol", &self.protocol)
             .field("tls_files", &self.tls_files)
             .finish()
-    }
-}
-
-/// A URL naming several hosts, `scheme://[userinfo@]host1,host2,...[/path][?query]`,
-/// cut into its parts.
-struct Hosts<'a> {
-    userinfo: String,
-    hosts: Vec<&'a str>,
-    path: &'a str,
-    query: &'a str,
-}
-
-impl<'a> Hosts<'a> {
-    /// `rest` is what follows `scheme://`.
-    fn parse(rest: &'a str) -> Result<Self> {
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, tail) = rest.split_at(end);
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
-            None => (String::new(), authority),
-        };
-        let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
-        let mut seen = std::collections::HashSet::new();
-        let mut list = Vec::new();
-        for host in hosts.split(',') {
-            if host.is_empty() {
-                return Err(config_error("an empty host in the list of hosts"));
-            }
-            if !seen.insert(host.to_ascii_lowercase()) {
-                return Err(config_error(format!(
-                    "the host {host} is listed twice: each must be a server of its own"
-                )));
-            }
-            list.push(host);
-        }
-        Ok(Hosts {
-            userinfo,
-            hosts: list,
-            path,
-            query,
-        })
-    }
-
-    /// One URL per host, with `scheme` and `query` (`?` included, or empty).
-    fn urls(&self, scheme: &str, query: &str) -> Vec<String> {
-        self.hosts
-            .iter()
-            .map(|host| format!("{scheme}://{}{host}{}{query}", self.userinfo, self.path))
-            .collect()
     }
 }
 
@@ -304,78 +461,98 @@ pub struct RedlockConfig {
 }
 
 impl RedlockConfig {
-    /// Parses a `redlock://` or `redlocks://` URL; a
-    /// [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error
-    /// names what is wrong, never echoing the password.
-    pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| config_error("not a valid URL (no scheme)"))?;
-        let member_scheme = match scheme {
-            "redlock" => "redis",
-            "redlocks" => "rediss",
-            other => {
-                return Err(config_error(format!(
-                    "the scheme {other:?} is not a Redlock's (redlock:// or redlocks://)"
-                )))
-            }
-        };
-        let hosts = Hosts::parse(rest)?;
-        let mut config = RedlockConfig {
-            members: Vec::new(),
+    /// A Redlock over `masters`, each reached with `base`'s credentials, database and
+    /// options, with the default drift and per-master timeout.
+    pub fn new(base: RedisConfig, masters: impl IntoIterator<Item = Endpoint>) -> Self {
+        RedlockConfig {
+            members: masters
+                .into_iter()
+                .map(|endpoint| RedisConfig {
+                    endpoints: vec![endpoint],
+                    cluster: false,
+                    redlock_member: true,
+                    ..base.clone()
+                })
+                .collect(),
             drift: ClockDrift {
                 per_million: 10_000,
                 fixed: Duration::from_millis(2),
             },
             node_timeout: None,
-        };
-        let mut passed_on = url::form_urlencoded::Serializer::new(String::new());
-        for (name, value) in url::form_urlencoded::parse(hosts.query.as_bytes()) {
-            match name.as_ref() {
-                "drift_ppm" => {
-                    config.drift.per_million = value
-                        .parse()
-                        .ok()
-                        .filter(|ppm| *ppm < 500_000)
-                        .ok_or_else(|| {
-                            config_error(format!(
-                                "drift_ppm must be a whole number below 500000, not {value:?}"
-                            ))
-                        })?;
-                }
-                "drift_ms" => {
-                    config.drift.fixed = Duration::from_millis(value.parse().map_err(|_| {
-                        config_error(format!("drift_ms must be a whole number, not {value:?}"))
-                    })?);
-                }
-                "node_timeout_ms" => {
-                    config.node_timeout = Some(support::positive_millis("redis", &name, &value)?)
-                }
-                _ => {
-                    passed_on.append_pair(&name, &value);
-                }
-            }
         }
-        let query = passed_on.finish();
-        let query = if query.is_empty() {
-            String::new()
-        } else {
-            format!("?{query}")
+    }
+
+    /// The clock drift allowed between the masters and this process (`drift_ppm`,
+    /// `drift_ms`).
+    pub fn with_drift(mut self, drift: ClockDrift) -> Self {
+        self.drift = drift;
+        self
+    }
+
+    /// How long an operation waits for one master (`node_timeout_ms`).
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Parses a `redlock://` or `redlocks://` URL; a
+    /// [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error
+    /// names what is wrong, never echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = ConnectionUrl::parse("redis", url, &["redlock", "redlocks"], DEFAULT_PORT)
+            .map_err(|e| {
+                if url.starts_with("redis") {
+                    config_error(format!(
+                        "{}; a Redlock is redlock:// or redlocks://",
+                        e.message()
+                    ))
+                } else {
+                    e
+                }
+            })?;
+        let mut base = RedisConfig {
+            tls: parsed.scheme == "redlocks",
+            ..RedisConfig::default()
         };
-        for url in hosts.urls(member_scheme, &query) {
-            let member = RedisConfig::from_url(&url)?;
-            config.members.push(RedisConfig {
-                redlock_member: true,
-                ..member
-            });
+        base.read(&parsed)?;
+        let mut options = parsed.options();
+        let mut drift = ClockDrift {
+            per_million: 10_000,
+            fixed: Duration::from_millis(2),
+        };
+        if let Some(ppm) = options.take("drift_ppm")? {
+            drift.per_million = ppm
+                .parse()
+                .ok()
+                .filter(|ppm| *ppm < 500_000)
+                .ok_or_else(|| {
+                    config_error(format!(
+                        "drift_ppm must be a whole number below 500000, not {ppm:?}"
+                    ))
+                })?;
         }
-        if config.members.len() < 3 {
+        if let Some(ms) = options.number::<u64>("drift_ms", "a whole number")? {
+            drift.fixed = Duration::from_millis(ms);
+        }
+        let node_timeout = options.millis("node_timeout_ms")?;
+        base.read_options(&mut options)?;
+        options.finish()?;
+        let mut config = RedlockConfig::new(base, parsed.endpoints.clone()).with_drift(drift);
+        config.node_timeout = node_timeout;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks the settings as a whole: three or more masters, each as
+    /// [`RedisConfig::check`] checks one.
+    pub fn check(&self) -> Result<()> {
+        if self.members.len() < 3 {
             return Err(config_error(format!(
                 "a Redlock needs three or more independent masters, not {}",
-                config.members.len()
+                self.members.len()
             )));
         }
-        Ok(config)
+        self.members.iter().try_for_each(RedisConfig::check)
     }
 
     /// The masters' settings, in the URL's order.
@@ -463,7 +640,7 @@ mod tests {
         assert_eq!(c.prefix(), "svc:");
         assert_eq!(c.wait_replicas(), 1);
         assert_eq!(
-            c.driver_url,
+            c.driver_url(),
             "redis://app:s3cret@cache:6380/2?protocol=resp3"
         );
         let shown = format!("{c:?}");
@@ -477,13 +654,13 @@ mod tests {
             "redlock://app:s3cret@a:6379,b:6380,c/2?prefix=svc:&drift_ppm=5000&node_timeout_ms=30&protocol=resp3",
         )
         .expect("valid");
-        let urls: Vec<&str> = c.members().iter().map(|m| m.driver_url.as_str()).collect();
+        let urls: Vec<String> = c.members().iter().map(|m| m.driver_url()).collect();
         assert_eq!(
             urls,
             [
                 "redis://app:s3cret@a:6379/2?protocol=resp3",
                 "redis://app:s3cret@b:6380/2?protocol=resp3",
-                "redis://app:s3cret@c/2?protocol=resp3",
+                "redis://app:s3cret@c:6379/2?protocol=resp3",
             ]
         );
         assert!(c
@@ -522,8 +699,8 @@ mod tests {
         assert_eq!(c.cluster_seeds(), 2);
         assert_eq!(c.prefix(), "svc:");
         assert_eq!(
-            c.cluster_seeds,
-            ["redis://:s3cret@a:7000", "redis://:s3cret@b:7001"]
+            c.driver_urls(),
+            ["redis://:s3cret@a:7000/0", "redis://:s3cret@b:7001/0"]
         );
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
@@ -547,14 +724,14 @@ mod tests {
         for (bad, says) in [
             ("redlock://:s3cret@a,b", "three or more"),
             ("redlock://:s3cret@a,b,A", "listed twice"),
-            ("redlock://:s3cret@a,,b,c", "empty host"),
+            ("redlock://:s3cret@a,,b,c", "an empty one"),
             ("redlock://:s3cret@a,b,c?drift_ppm=600000", "drift_ppm"),
             ("redlock://:s3cret@a,b,c?drift_ms=x", "drift_ms"),
             (
                 "redlock://:s3cret@a,b,c?node_timeout_ms=0",
                 "node_timeout_ms",
             ),
-            ("redlock://:s3cret@a,b:x,c", "valid URL"),
+            ("redlock://:s3cret@a,b:x,c", "1 to 65535"),
             ("redis://:s3cret@a,b,c", "Redlock"),
         ] {
             let err = RedlockConfig::from_url(bad).expect_err(bad);
@@ -578,5 +755,74 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
             assert!(!err.to_string().contains("s3cret"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_misspelt_option_is_named_with_the_valid_ones() {
+        for url in [
+            "redis://:s3cret@h?prefx=svc:",
+            "redis-cluster://:s3cret@a,b?prefx=svc:",
+            "redlock://:s3cret@a,b,c?prefx=svc:",
+        ] {
+            let err = RedisConfig::from_url(url)
+                .map(|_| ())
+                .or_else(|e| match url.starts_with("redlock") {
+                    true => RedlockConfig::from_url(url).map(|_| ()),
+                    false => Err(e),
+                })
+                .expect_err(url);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{url}");
+            let text = err.to_string();
+            assert!(
+                text.contains("\"prefx\"") && text.contains("did you mean prefix?"),
+                "{text}"
+            );
+            assert!(
+                text.contains("fence_grace_ms") && text.contains("protocol"),
+                "{text}"
+            );
+            assert!(!text.contains("s3cret"), "{text}");
+        }
+        let err = RedlockConfig::from_url("redlock://a,b,c?drift_pm=1").expect_err("drift_pm");
+        assert!(err.to_string().contains("did you mean drift_ppm?"), "{err}");
+    }
+
+    #[test]
+    fn a_password_with_reserved_characters_reaches_the_driver_encoded() {
+        for url in ["redis://app:p+w&d%25%40x@h", "redis://app:p+w&d%@x@h"] {
+            let c = RedisConfig::from_url(url).expect(url);
+            assert_eq!(c.password.as_deref(), Some("p+w&d%@x"), "{url}");
+            assert_eq!(c.driver_url(), "redis://app:p%2Bw%26d%25%40x@h:6379/0");
+            let info = redis::IntoConnectionInfo::into_connection_info(c.driver_url().as_str())
+                .expect("the driver reads it");
+            assert_eq!(info.redis_settings().password(), Some("p+w&d%@x"));
+            assert!(!format!("{c:?}").contains("p+w"));
+            assert!(!c.scrub(c.driver_url()).contains("p%2Bw"));
+        }
+    }
+
+    #[test]
+    fn typed_settings_are_the_urls() {
+        let typed = RedisConfig::new(Endpoint::new("cache", 6380))
+            .with_credentials("app", "pw")
+            .with_db(2)
+            .with_prefix("svc:")
+            .with_response_timeout(Duration::from_millis(700));
+        let parsed: RedisConfig = "redis://app:pw@cache:6380/2?prefix=svc:&response_timeout_ms=700"
+            .parse()
+            .expect("valid");
+        assert_eq!(format!("{typed:?}"), format!("{parsed:?}"));
+        assert_eq!(typed.driver_url(), parsed.driver_url());
+        let redlock = RedlockConfig::new(
+            RedisConfig::default().with_prefix("svc:"),
+            ["a", "b", "c"].map(|h| Endpoint::new(h, 6379)),
+        );
+        redlock.check().expect("valid");
+        assert_eq!(redlock.quorum(), 2);
+        assert!(RedisConfig::cluster([Endpoint::new("a", 7000)])
+            .with_db(1)
+            .check()
+            .is_err());
+        assert!(RedisConfig::default().with_prefix("a\nb").check().is_err());
     }
 }

@@ -29,7 +29,30 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         _ if !matches!(e.retry_method(), RetryMethod::NoRetry) => ErrorKind::Unavailable,
         _ => ErrorKind::Backend,
     };
-    support::driver_error(kind, "redis", config.scrub(e.to_string()))
+    let detail = config.scrub(e.to_string());
+    let detail = match kind {
+        ErrorKind::Unavailable | ErrorKind::Authentication => {
+            format!("{detail} ({})", config.endpoint_list())
+        }
+        _ => detail,
+    };
+    support::driver_error(kind, "redis", detail)
+}
+
+/// Connecting to `config`'s servers took longer than its connect and response
+/// time-outs allow: says where, which settings, and their values.
+pub(crate) fn connect_timed_out(config: &RedisConfig) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "no connection to {} within {:?} (connect_timeout_ms={}, then response_timeout_ms={} for the handshake)",
+            config.endpoint_list(),
+            config.connect_timeout + config.response_timeout,
+            config.connect_timeout.as_millis(),
+            config.response_timeout.as_millis()
+        ),
+    )
+    .with_backend("redis")
 }
 
 /// An answer the scripts never give.

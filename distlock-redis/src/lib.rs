@@ -184,5 +184,8 @@ mod permits;
 mod redlock;
 
 pub use backend::RedisBackend;
-pub use config::{RedisConfig, RedlockConfig, SCHEMES};
+pub use config::{RedisConfig, RedlockConfig, DEFAULT_PORT, SCHEMES};
+pub use distlock_core::support::Endpoint;
+/// The redis driver this crate is built on, for [`RedisBackend::from_client`].
+pub use redis;
 pub use redlock::RedlockBackend;

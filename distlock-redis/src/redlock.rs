@@ -147,11 +147,13 @@ impl RedlockBackend {
     /// answering is an [`ErrorKind::Unavailable`] error. A minority that is down is
     /// reached when it comes back.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::with_config(RedlockConfig::from_url(url)?).await
+        Self::connect_with(RedlockConfig::from_url(url)?).await
     }
 
-    /// Connects with `config`; see [`connect`](Self::connect).
-    pub async fn with_config(config: RedlockConfig) -> Result<Self> {
+    /// Connects with `config`, typed or parsed, after [checking](RedlockConfig::check)
+    /// it; see [`connect`](Self::connect).
+    pub async fn connect_with(config: RedlockConfig) -> Result<Self> {
+        config.check()?;
         let members = config
             .members
             .iter()

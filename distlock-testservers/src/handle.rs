@@ -114,6 +114,19 @@ impl ServerHandle {
         Self::start_with(server, |request, _| request).await
     }
 
+    /// Starts `server` with `password` as its password (for a server that checks
+    /// one, [`Server::has_password`]), written into its URL as it is: a test of how a
+    /// password holding reserved characters is read.
+    pub async fn start_with_password(
+        server: &'static dyn Server,
+        password: &str,
+    ) -> Result<Self, HarnessError> {
+        Self::start_inner(server, None, Some(password.to_owned()), |request, _| {
+            request
+        })
+        .await
+    }
+
     /// Starts `server` serving TLS only, with `tls`'s server certificate, from the
     /// local image (the TLS set-up is written for it); an error where the harness has
     /// no TLS set-up for the server. Its URLs come from [`tls_url`](Self::tls_url).

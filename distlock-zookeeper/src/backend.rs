@@ -172,7 +172,7 @@ impl Inner {
         if let Some((user, password)) = &config.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let servers = config.servers.join(",");
+        let servers = config.servers().join(",");
         let connect = async {
             let client = connector.connect(&servers).await?;
             let options = CreateMode::Persistent.with_acls(self.acls());
@@ -182,14 +182,28 @@ impl Inner {
         let client =
             match tokio::time::timeout(config.connect_timeout + config.timeout, connect).await {
                 Ok(Ok(client)) => client,
+                // Every server refused, or none answered within the connect time-out.
+                Ok(Err(ZkError::NoHosts)) => {
+                    return Err(Error::new(
+                        distlock_core::ErrorKind::Unavailable,
+                        format!(
+                            "no server of {servers} could be reached within {:?} each (connect_timeout_ms={})",
+                            config.connect_timeout,
+                            config.connect_timeout.as_millis()
+                        ),
+                    )
+                    .with_backend("zookeeper"))
+                }
                 Ok(Err(e)) => return Err(from_zk(config, e)),
                 Err(_) => {
                     return Err(Error::new(
                         distlock_core::ErrorKind::Unavailable,
                         format!(
-                            "no session with {} within {:?}",
+                            "no session with {} within {:?} (connect_timeout_ms={} + response_timeout_ms={})",
                             servers,
-                            config.connect_timeout + config.timeout
+                            config.connect_timeout + config.timeout,
+                            config.connect_timeout.as_millis(),
+                            config.timeout.as_millis()
                         ),
                     )
                     .with_backend("zookeeper"))
@@ -298,11 +312,13 @@ impl ZooKeeperBackend {
     /// Connects to the ensemble a `zookeeper://` URL names (see [`ZooKeeperConfig`])
     /// and makes sure the root node exists.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::with_config(ZooKeeperConfig::from_url(url)?).await
+        Self::connect_with(ZooKeeperConfig::from_url(url)?).await
     }
 
-    /// Connects with a parsed configuration.
-    pub async fn with_config(config: ZooKeeperConfig) -> Result<Self> {
+    /// Connects with `config`, typed or parsed (see [`ZooKeeperConfig`]), after
+    /// [checking](ZooKeeperConfig::check) it.
+    pub async fn connect_with(config: ZooKeeperConfig) -> Result<Self> {
+        config.check()?;
         let mut capabilities = Capabilities::default();
         capabilities.min_ttl = MIN_TTL.max(config.max_clock_skew * 4);
         // ZooKeeper keeps a TTL in 40 bits of milliseconds; a year is well within.

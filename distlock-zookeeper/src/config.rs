@@ -3,39 +3,66 @@
 use std::fmt;
 use std::time::Duration;
 
-use distlock_core::{support, Error, LockKey, Result};
+use std::str::FromStr;
+
+use distlock_core::support::{self, ConnectionUrl, Endpoint};
+use distlock_core::{Error, LockKey, Result};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["zookeeper", "zk"];
 
-/// Where and how to reach ZooKeeper, from a URL:
+/// Where and how to reach ZooKeeper: built from a URL ([`from_url`](Self::from_url),
+/// or `str::parse`), or typed ([`ZooKeeperConfig::new`] and the `with_` setters); the
+/// same settings either way.
 ///
-/// `zookeeper://[user:password@]host:port[,host:port...][/root/path][?timeout_ms=..&session_timeout_ms=..&connect_timeout_ms=..&max_clock_skew_ms=..]`
+/// `zookeeper://[user:password@]host[:port][,host[:port]...][/root/path][?response_timeout_ms=..&session_timeout_ms=..&connect_timeout_ms=..&max_clock_skew_ms=..]`
 ///
 /// - `zk://` is the same;
-/// - several servers, comma-separated, are members of one ensemble;
-/// - user and password are ZooKeeper `digest` credentials: the nodes this backend
+/// - several servers, comma-separated, are members of one ensemble; the port is 2181
+///   unless given;
+/// - user and password are ZooKeeper `digest` credentials (percent-encoded where they
+///   hold a reserved character; a raw `+` stays a `+`): the nodes this backend
 ///   creates then carry the `creator_all` ACL (not tested against a server here);
 ///   without them, by anyone (`world:anyone`);
 /// - the path (default `/distlock`) is the node under which every lock lives;
-/// - `timeout_ms` (default 5000) bounds each operation, `connect_timeout_ms` (default
-///   3000) each connection attempt, `session_timeout_ms` (default 10000) is the
-///   session timeout asked of the server (which clamps it to its own limits);
+/// - `response_timeout_ms` (default 5000; `timeout_ms` is its old name) bounds each
+///   operation, `connect_timeout_ms` (default 3000) each connection attempt,
+///   `session_timeout_ms` (default 10000) is the session timeout asked of the server
+///   (which clamps it to its own limits);
 /// - `max_clock_skew_ms` (default 10) is how far apart the ensemble members' clocks
 ///   may be: expiry is judged by the leader's clock, and a new leader's clock may be
 ///   ahead of the old one's, so this is taken off every lease's validity
 ///   ([`ClockDrift`](distlock_core::ClockDrift)).
 ///
+/// Any other option is a configuration error that names it and lists these.
 /// `Debug` and errors never show the password.
 #[derive(Clone)]
 pub struct ZooKeeperConfig {
-    pub(crate) servers: Vec<String>,
+    pub(crate) servers: Vec<Endpoint>,
     pub(crate) user: Option<(String, String)>,
     pub(crate) root: String,
     pub(crate) timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) max_clock_skew: Duration,
+}
+
+/// ZooKeeper's client port, where a URL names none.
+pub const DEFAULT_PORT: u16 = 2181;
+
+impl Default for ZooKeeperConfig {
+    /// One server at `127.0.0.1:2181`, with every default.
+    fn default() -> Self {
+        ZooKeeperConfig::new([Endpoint::new("127.0.0.1", DEFAULT_PORT)])
+    }
+}
+
+impl FromStr for ZooKeeperConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        ZooKeeperConfig::from_url(url)
+    }
 }
 
 /// A key as one path segment: `k-` and the key with every byte outside
@@ -58,17 +85,9 @@ fn config_error(message: impl Into<String>) -> Error {
     support::config_error("zookeeper", message)
 }
 
-fn decode(part: &str) -> String {
-    url::form_urlencoded::parse(format!("x={part}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
-}
-
 /// Checks a root path: absolute, no empty, `.` or `..` segment, no control character,
 /// at most 200 bytes.
-fn root_path(path: &str) -> Result<String> {
-    let path = decode(path);
+fn root_path(path: &str) -> Result<()> {
     let bad = path.len() > 200
         || path.chars().any(char::is_control)
         || path
@@ -83,85 +102,123 @@ fn root_path(path: &str) -> Result<String> {
              (no \".\" or \"..\", not under /zookeeper, at most 200 bytes)"
         )));
     }
-    Ok(path)
+    Ok(())
 }
 
 impl ZooKeeperConfig {
-    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration)
-    /// error names what is wrong, never echoing the password.
-    pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| config_error("not a URL: expected zookeeper://host:port"))?;
-        if !SCHEMES.contains(&scheme) {
-            return Err(config_error(format!(
-                "the scheme {scheme:?} is not served by the zookeeper backend (it serves {SCHEMES:?})"
-            )));
-        }
-        let (authority_path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = match authority_path.find('/') {
-            Some(at) => authority_path.split_at(at),
-            None => (authority_path, ""),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let user = match userinfo {
-            None => None,
-            Some(u) => {
-                let (name, password) = u.split_once(':').ok_or_else(|| {
-                    config_error("ZooKeeper credentials need both a user and a password")
-                })?;
-                Some((decode(name), decode(password)))
-            }
-        };
-        let mut servers = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = host
-                .rsplit_once(':')
-                .ok_or_else(|| config_error(format!("the server {host:?} needs a port")))?;
-            if name.is_empty() || port.parse::<u16>().is_err() {
-                return Err(config_error(format!(
-                    "the server {host:?} is not host:port"
-                )));
-            }
-            servers.push(host.to_owned());
-        }
-        let root = match path.trim_end_matches('/') {
-            "" => "/distlock".to_owned(),
-            p => root_path(p)?,
-        };
-        let mut config = ZooKeeperConfig {
-            servers,
-            user,
-            root,
+    /// The ensemble at `servers`, without credentials, with every default.
+    pub fn new(servers: impl IntoIterator<Item = Endpoint>) -> Self {
+        ZooKeeperConfig {
+            servers: servers.into_iter().collect(),
+            user: None,
+            root: "/distlock".to_owned(),
             timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(3),
             session_timeout: Duration::from_secs(10),
             max_clock_skew: Duration::from_millis(10),
+        }
+    }
+
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration)
+    /// error names what is wrong, never echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = ConnectionUrl::parse("zookeeper", url, SCHEMES, DEFAULT_PORT)?;
+        let mut config = ZooKeeperConfig::new(url.endpoints.clone());
+        config.user = match (&url.user, &url.password) {
+            (None, None) => None,
+            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+            _ => {
+                return Err(config_error(
+                    "ZooKeeper credentials need both a user and a password",
+                ))
+            }
         };
-        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            let millis = |v: &str| support::positive_millis("zookeeper", &name, v);
-            match name.as_ref() {
-                "timeout_ms" => config.timeout = millis(&value)?,
-                "connect_timeout_ms" => config.connect_timeout = millis(&value)?,
-                "session_timeout_ms" => config.session_timeout = millis(&value)?,
-                "max_clock_skew_ms" => {
-                    config.max_clock_skew = match value.as_ref() {
-                        "0" => Duration::ZERO,
-                        v => millis(v)?,
-                    }
-                }
-                other => return Err(config_error(format!("unknown parameter {other:?}"))),
+        match url.path.trim_end_matches('/') {
+            "" => {}
+            path => config.root = path.to_owned(),
+        }
+        let mut options = url.options();
+        if let Some(timeout) = options
+            .take_renamed("response_timeout_ms", "timeout_ms")?
+            .map(|v| support::positive_millis("zookeeper", "response_timeout_ms", &v))
+            .transpose()?
+        {
+            config.timeout = timeout;
+        }
+        if let Some(timeout) = options.millis("connect_timeout_ms")? {
+            config.connect_timeout = timeout;
+        }
+        if let Some(timeout) = options.millis("session_timeout_ms")? {
+            config.session_timeout = timeout;
+        }
+        if let Some(skew) = options.take("max_clock_skew_ms")? {
+            config.max_clock_skew = match skew.as_str() {
+                "0" => Duration::ZERO,
+                v => support::positive_millis("zookeeper", "max_clock_skew_ms", v)?,
             }
         }
+        options.finish()?;
+        config.check()?;
         Ok(config)
     }
 
+    /// Checks the settings as a whole: what [`from_url`](Self::from_url) and
+    /// [`ZooKeeperBackend::connect_with`](crate::ZooKeeperBackend::connect_with) refuse.
+    pub fn check(&self) -> Result<()> {
+        if self.servers.is_empty() {
+            return Err(config_error("no server: name at least one"));
+        }
+        root_path(&self.root)
+    }
+
+    /// `digest` credentials.
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The node under which every lock lives (the URL's path).
+    pub fn with_root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// How long each operation may take (`response_timeout_ms`).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long each connection attempt may take (`connect_timeout_ms`).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The session timeout asked of the server (`session_timeout_ms`).
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How far apart the members' clocks may be (`max_clock_skew_ms`).
+    pub fn with_max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
+        self
+    }
+
+    /// How long each operation may take.
+    pub fn response_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The servers, as `host:port`.
-    pub fn servers(&self) -> &[String] {
-        &self.servers
+    pub fn servers(&self) -> Vec<String> {
+        self.servers.iter().map(Endpoint::to_string).collect()
     }
 
     /// The node under which every lock lives.
@@ -184,7 +241,7 @@ impl ZooKeeperConfig {
 impl fmt::Debug for ZooKeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperConfig")
-            .field("servers", &self.servers)
+            .field("servers", &self.servers().join(","))
             .field(
                 "user",
                 &self.user.as_ref().map(|(name, _)| format!("{name}:***")),
@@ -225,7 +282,6 @@ mod tests {
     fn bad_urls_are_configuration_errors_without_the_password() {
         for bad in [
             "redis://h:1",
-            "zookeeper://u:s3cret@h",
             "zookeeper://u:s3cret@h:notaport",
             "zookeeper://u:s3cret@h:2181//double",
             "zookeeper://u:s3cret@h:2181/a/../b",
@@ -239,5 +295,36 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}: {err}");
             assert!(!err.to_string().contains("s3cret"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_misspelt_option_is_named_with_the_valid_ones() {
+        let err = ZooKeeperConfig::from_url("zk://h?session_timout_ms=9000").expect_err("typo");
+        assert_eq!(err.kind(), ErrorKind::Configuration);
+        let text = err.to_string();
+        assert!(text.contains("did you mean session_timeout_ms?"), "{text}");
+        assert!(
+            text.contains("max_clock_skew_ms") && text.contains("response_timeout_ms"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_password_and_a_root_with_reserved_characters_are_read_as_written() {
+        let c = ZooKeeperConfig::from_url("zk://app:p+w&d%25%40x@h/svc+a/l%20b?timeout_ms=700")
+            .expect("valid");
+        assert_eq!(c.user, Some(("app".into(), "p+w&d%@x".into())));
+        assert_eq!(c.root(), "/svc+a/l b");
+        assert_eq!(c.servers(), ["h:2181"]);
+        assert_eq!(c.response_timeout(), Duration::from_millis(700));
+        let typed = ZooKeeperConfig::new([Endpoint::new("h", 2181)])
+            .with_credentials("app", "p+w&d%@x")
+            .with_root("/svc+a/l b")
+            .with_response_timeout(Duration::from_millis(700));
+        assert_eq!(format!("{typed:?}"), format!("{c:?}"));
+        assert!(ZooKeeperConfig::default()
+            .with_root("relative")
+            .check()
+            .is_err());
     }
 }

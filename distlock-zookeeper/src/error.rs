@@ -37,14 +37,26 @@ pub(crate) fn from_zk(config: &ZooKeeperConfig, e: ZkError) -> Error {
         }
         _ => ErrorKind::Backend,
     };
-    support::driver_error(kind, "zookeeper", config.scrub(e.to_string()))
+    let detail = config.scrub(e.to_string());
+    let detail = match kind {
+        ErrorKind::Unavailable | ErrorKind::Authentication => {
+            format!("{detail} ({})", config.servers().join(","))
+        }
+        _ => detail,
+    };
+    support::driver_error(kind, "zookeeper", detail)
 }
 
 /// The operation did not finish within the timeout.
 pub(crate) fn timed_out(config: &ZooKeeperConfig) -> Error {
     Error::new(
         ErrorKind::Unavailable,
-        format!("no answer within {:?}", config.timeout),
+        format!(
+            "no answer from {} within {:?} (response_timeout_ms={})",
+            config.servers().join(","),
+            config.timeout,
+            config.timeout.as_millis()
+        ),
     )
     .with_backend("zookeeper")
 }

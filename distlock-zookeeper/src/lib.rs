@@ -133,8 +133,11 @@
 //!
 //! # Configuration
 //!
-//! See [`ZooKeeperConfig`]: `zookeeper://host:port[,host:port...][/root]`, digest
-//! credentials, timeouts and the clock-skew allowance. Credentials are redacted in
+//! See [`ZooKeeperConfig`]: `zookeeper://host[:port][,host[:port]...][/root]`, digest
+//! credentials, timeouts and the clock-skew allowance; or the same typed
+//! (`ZooKeeperConfig::new(..).with_root(..)`), connected with
+//! [`ZooKeeperBackend::connect_with`]. The backend keeps its own session (it opens a
+//! new one when the old one expires), so it does not take a service's client. Credentials are redacted in
 //! `Debug` output and errors.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -146,4 +149,5 @@ mod error;
 pub mod fenced;
 
 pub use backend::ZooKeeperBackend;
-pub use config::{ZooKeeperConfig, SCHEMES};
+pub use config::{ZooKeeperConfig, DEFAULT_PORT, SCHEMES};
+pub use distlock_core::support::Endpoint;

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+mod url;
+
+pub use self::url::{encode, is_secret_name, ConnectionUrl, Endpoint, Options};
+
 use crate::error::{Error, ErrorKind, Result};
 
 /// A configuration error of `backend`.
@@ -42,6 +46,22 @@ pub fn scrub(text: String, secret: Option<&str>) -> String {
         Some(s) if !s.is_empty() && text.contains(s) => text.replace(s, "***"),
         _ => text,
     }
+}
+
+/// `error`'s text followed by each of its sources' that says something new, joined
+/// by `: `, so that "transport error" comes with its cause.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Whether a driver's error text says the server's certificate was refused (an

@@ -1,0 +1,154 @@
+//! Adopting the backend with what a service already has: its own sqlx pool, a
+//! password as the DBA set it, tables the DBA created, and errors that say where and
+//! which setting.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use distlock_core::{ErrorKind, LockBackendExt};
+use distlock_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use distlock_postgres::sqlx::Row;
+use distlock_postgres::{PostgresBackend, PostgresConfig};
+use distlock_testservers::{Postgres, ServerHandle};
+
+/// A password with every character a URL gives meaning to that a password may hold.
+const PASSWORD: &str = "p+w&d%@x";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
+    let server = ServerHandle::start_with_password(&Postgres, PASSWORD)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let raw = server.url();
+    assert!(raw.contains(PASSWORD), "the harness writes it raw: {raw}");
+    let encoded = raw.replace(PASSWORD, "p%2Bw%26d%25%40x");
+    for url in [raw, encoded] {
+        let backend = PostgresBackend::connect(&url).await.expect("connect");
+        let lease = backend
+            .acquire_once("adopted", Duration::from_secs(5))
+            .await
+            .expect("acquire")
+            .expect("free");
+        backend.release_lease(&lease).await.expect("release");
+    }
+    let wrong = server.url().replace(PASSWORD, "p+w&d%@y");
+    let err = PostgresBackend::connect(&wrong).await.expect_err("wrong");
+    assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    assert!(!format!("{err} {err:?}").contains("p+w&d"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_pool_is_used_and_its_sessions_keep_their_settings() {
+    let server = ServerHandle::start(&Postgres)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let options = PgConnectOptions::from_str(&server.url()).expect("sqlx options");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .expect("the service's pool");
+    let config = PostgresConfig::default()
+        .with_table("svc_locks")
+        .with_response_timeout(Duration::from_millis(1500));
+    let backend = PostgresBackend::from_pool(pool.clone(), config)
+        .await
+        .expect("from the pool");
+    let lease = backend
+        .acquire_once("pooled", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&lease).await.expect("release");
+    // One connection in all, and it is the service's, with its own settings.
+    assert_eq!(pool.size(), 1);
+    let row = distlock_postgres::sqlx::query("SHOW statement_timeout")
+        .fetch_one(&pool)
+        .await
+        .expect("show");
+    assert_eq!(
+        row.get::<String, _>(0),
+        "0",
+        "the session's timeout changed"
+    );
+    let row = distlock_postgres::sqlx::query("SELECT count(*) FROM svc_locks")
+        .fetch_one(&pool)
+        .await
+        .expect("the table named in the config");
+    assert_eq!(row.get::<i64, _>(0), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_migration_missing_tables_are_named_and_the_dba_sql_creates_them() {
+    let server = ServerHandle::start(&Postgres)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("{}?table=dba_locks&migrate=false", server.url());
+    let err = PostgresBackend::connect(&url).await.expect_err("no tables");
+    assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("\"public\".\"dba_locks\""), "{text}");
+    assert!(text.contains("migration_sql"), "{text}");
+
+    let config: PostgresConfig = url.parse().expect("config");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(PgConnectOptions::from_str(&server.url()).expect("options"))
+        .await
+        .expect("pool");
+    let mut tx = pool.begin().await.expect("begin");
+    for statement in PostgresBackend::migration_sql(&config) {
+        distlock_postgres::sqlx::query(&statement)
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    tx.commit().await.expect("commit");
+    let backend = PostgresBackend::connect(&url)
+        .await
+        .expect("tables in place");
+    backend
+        .acquire_once("dba", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+}
+
+/// A server that takes connections and never answers.
+fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    (listener, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named_with_the_setting_that_ran_out() {
+    let (_silent, port) = silent_listener();
+    let started = Instant::now();
+    let err = PostgresBackend::connect(&format!(
+        "postgres://u:s3cret@127.0.0.1:{port}/db?acquire_timeout_ms=400&response_timeout_ms=3000"
+    ))
+    .await
+    .expect_err("silent");
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.contains("acquire_timeout_ms=400"), "{text}");
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    assert!(!text.contains("s3cret"));
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let err = PostgresBackend::connect(&format!("postgres://u@127.0.0.1:{closed}/db"))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{closed}")),
+        "{err}"
+    );
+}
