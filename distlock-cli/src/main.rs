@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::{DynLockBackend, Error, ErrorKind, LockBackendExt, LockInfo, LockKey};
 
 use crate::duration::parse_duration;
@@ -24,6 +24,9 @@ pub(crate) mod exit {
     pub(crate) const USAGE: u8 = 64;
     /// The backend failed or could not be reached (EX_UNAVAILABLE).
     pub(crate) const UNAVAILABLE: u8 = 69;
+    /// The backend refused the credentials (EX_NOPERM): a setting to fix, not a server
+    /// to wait for.
+    pub(crate) const CREDENTIALS: u8 = 77;
     /// `run`: the lock was lost while the command ran, and the command was stopped
     /// (EX_TEMPFAIL: its work may be unfinished, and can be tried again).
     pub(crate) const LOST: u8 = 75;
@@ -39,8 +42,7 @@ pub(crate) mod exit {
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about, long_about = None)]
 struct Cli {
-    /// The backend's URL: memory://, redis://, rediss://, redis-cluster://, redlock://,
-    /// postgres://, etcd://, etcds://, zookeeper://, zk://.
+    /// The backend's URL (its schemes are this build's: see --help).
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
     url: Option<String>,
 
@@ -87,6 +89,15 @@ enum Command {
         /// Do not ask.
         #[arg(long, short = 'y')]
         yes: bool,
+    },
+    /// Creates the tables of a backend that keeps any (PostgreSQL: the lock table, its
+    /// queue, sequence and permit tables), as connecting does unless `migrate=false`;
+    /// with --print, writes the SQL instead, for a DBA or a migration tool to run in
+    /// one transaction. The other backends keep no schema: nothing to do.
+    Migrate {
+        /// Print the statements; connect to nothing.
+        #[arg(long)]
+        print: bool,
     },
     /// Checks that the backend answers, for readiness probes: connects, makes one
     /// round trip and prints its latency. Exits 0 when it answered; 69 when it could
@@ -145,6 +156,7 @@ pub(crate) fn code_of(error: &Error) -> u8 {
         | ErrorKind::InvalidInput
         | ErrorKind::Configuration
         | ErrorKind::Unsupported => exit::USAGE,
+        ErrorKind::Authentication => exit::CREDENTIALS,
         _ => exit::UNAVAILABLE,
     }
 }
@@ -156,8 +168,21 @@ pub(crate) fn failed(error: &Error) -> u8 {
     code_of(error)
 }
 
+/// The `--url` help, from the schemes this build connects to.
+fn url_help() -> String {
+    let schemes: Vec<String> = distlock::schemes()
+        .iter()
+        .map(|s| format!("{s}://"))
+        .collect();
+    format!("The backend's URL: {}", schemes.join(", "))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command()
+        .mut_arg("url", |arg| arg.help(url_help()))
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line, as every error: clap's first (the usage follows with --help).
@@ -211,7 +236,7 @@ async fn dispatch(cli: Cli) -> u8 {
     let key = match &cli.command {
         Command::Run(args) => Some(args.key.as_str()),
         Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
-        Command::List { .. } | Command::Health { .. } => None,
+        Command::List { .. } | Command::Health { .. } | Command::Migrate { .. } => None,
     };
     let key = match key.map(LockKey::new).transpose() {
         Ok(key) => key,
@@ -219,6 +244,9 @@ async fn dispatch(cli: Cli) -> u8 {
     };
     if let Command::Health { timeout, json } = cli.command {
         return health(&url, timeout, json).await;
+    }
+    if let Command::Migrate { print } = cli.command {
+        return migrate(&url, print).await.unwrap_or_else(|e| failed(&e));
     }
     let backend = match connector().connect(&url).await {
         Ok(backend) => backend,
@@ -229,10 +257,44 @@ async fn dispatch(cli: Cli) -> u8 {
         (Command::Inspect { json, .. }, Some(key)) => inspect(&backend, &key, json).await,
         (Command::List { prefix, json }, _) => list(&backend, prefix.as_deref(), json).await,
         (Command::ForceRelease { yes, .. }, Some(key)) => force_release(&backend, &key, yes).await,
-        (Command::Health { .. }, _) => unreachable!("answered before connecting"),
+        (Command::Health { .. } | Command::Migrate { .. }, _) => {
+            unreachable!("answered before connecting")
+        }
         (_, None) => unreachable!("every command but list and health has a key"),
     };
     result.unwrap_or_else(|e| failed(&e))
+}
+
+/// `distlock migrate [--print]`.
+async fn migrate(url: &str, print: bool) -> Result<u8, Error> {
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        use distlock::postgres::{PostgresBackend, PostgresConfig};
+        let config = PostgresConfig::from_url(url)?;
+        if print {
+            for statement in PostgresBackend::migration_sql(&config) {
+                println!("{statement};");
+            }
+            return Ok(0);
+        }
+        let backend = PostgresBackend::connect_with(config.with_migrate(true)).await?;
+        println!(
+            "the tables of {}.{} are in place",
+            backend.config().schema(),
+            backend.config().table()
+        );
+        return Ok(0);
+    }
+    let backend = connector().connect(url).await?;
+    if print {
+        println!("-- the {} backend keeps no tables", backend.name());
+    } else {
+        println!(
+            "the {} backend keeps no tables: nothing to migrate",
+            backend.name()
+        );
+    }
+    Ok(0)
 }
 
 /// `distlock health`: connects and makes one round trip within `limit`.
@@ -272,15 +334,9 @@ async fn health(url: &str, limit: Duration, json: bool) -> u8 {
     0
 }
 
-/// The backends this build connects to: distlock's own, and ZooKeeper's (feature
-/// `zookeeper`), which is built outside distlock and joins by its schemes.
+/// The backends this build connects to: those of its features.
 fn connector() -> distlock::Connector {
-    let connector = distlock::Connector::new();
-    #[cfg(feature = "zookeeper")]
-    let connector = connector.with_backend(distlock_zookeeper::SCHEMES, |url| async move {
-        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
-    });
-    connector
+    distlock::Connector::new()
 }
 
 fn millis(d: Duration) -> u64 {

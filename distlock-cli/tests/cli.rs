@@ -126,7 +126,42 @@ async fn end_to_end(server: &'static dyn Server) {
     force_release_stops_the_holders_command(&url, &dir).await;
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
     health_answers_and_fails_while_the_server_is_down(server.name(), &url, &handle).await;
+    refused_credentials_and_migrations(server, &url, &handle).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Refused credentials exit 77, not 69; `migrate --print` writes PostgreSQL's tables,
+/// which `migrate` creates, and says there is nothing to do elsewhere.
+async fn refused_credentials_and_migrations(
+    server: &'static dyn Server,
+    url: &str,
+    handle: &ServerHandle,
+) {
+    if server.has_password() {
+        let wrong = url.replacen(handle.password(), "not-the-password", 1);
+        let refused = finish(&wrong, &["inspect", "k"]).await;
+        assert_eq!(code(&refused), 77, "{}", stderr(&refused));
+        assert!(!stderr(&refused).contains(handle.password()));
+    }
+    let printed = finish(url, &["migrate", "--print"]).await;
+    assert_eq!(code(&printed), 0, "{}", stderr(&printed));
+    let sql = String::from_utf8_lossy(&printed.stdout).into_owned();
+    let migrated = finish(
+        &format!("{url}?table=cli_locks&migrate=false"),
+        &["migrate"],
+    )
+    .await;
+    if server.name() == "postgres" {
+        assert!(
+            sql.contains("CREATE TABLE IF NOT EXISTS \"public\".\"distlock_locks\""),
+            "{sql}"
+        );
+        assert_eq!(code(&migrated), 0, "{}", stderr(&migrated));
+        let there = finish(&format!("{url}?table=cli_locks&migrate=false"), &["list"]).await;
+        assert_eq!(code(&there), 0, "{}", stderr(&there));
+    } else {
+        assert!(sql.contains("keeps no tables"), "{sql}");
+    }
 }
 
 /// `distlock health` exits 0 with the round trip's latency on a server that answers,

@@ -106,3 +106,11 @@ pub use config::{EtcdConfig, DEFAULT_PORT, SCHEMES};
 pub use distlock_core::support::Endpoint;
 /// The etcd client this crate is built on, for [`EtcdBackend::from_client`].
 pub use etcd_client;
+
+/// Connects to the backend `url` names, as a shared trait object: the one entry
+/// `distlock::connect` calls for this crate's [`SCHEMES`].
+pub async fn connect(
+    url: &str,
+) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
+    Ok(std::sync::Arc::new(EtcdBackend::connect(url).await?))
+}

@@ -128,3 +128,11 @@ pub use distlock_core::support::Endpoint;
 /// The sqlx this crate is built on, for [`PostgresBackend::from_pool`]'s pool and
 /// [`PostgresConfig::new`]'s options.
 pub use sqlx;
+
+/// Connects to the backend `url` names, as a shared trait object: the one entry
+/// `distlock::connect` calls for this crate's [`SCHEMES`].
+pub async fn connect(
+    url: &str,
+) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
+    Ok(std::sync::Arc::new(PostgresBackend::connect(url).await?))
+}

@@ -189,3 +189,15 @@ pub use distlock_core::support::Endpoint;
 /// The redis driver this crate is built on, for [`RedisBackend::from_client`].
 pub use redis;
 pub use redlock::RedlockBackend;
+
+/// Connects to the backend `url` names, as a shared trait object: a [`RedlockBackend`]
+/// for `redlock://` and `redlocks://`, a [`RedisBackend`] for the others of
+/// [`SCHEMES`]. The one entry `distlock::connect` calls for this crate's schemes.
+pub async fn connect(
+    url: &str,
+) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
+    if url.starts_with("redlock://") || url.starts_with("redlocks://") {
+        return Ok(std::sync::Arc::new(RedlockBackend::connect(url).await?));
+    }
+    Ok(std::sync::Arc::new(RedisBackend::connect(url).await?))
+}

@@ -151,3 +151,11 @@ pub mod fenced;
 pub use backend::ZooKeeperBackend;
 pub use config::{ZooKeeperConfig, DEFAULT_PORT, SCHEMES};
 pub use distlock_core::support::Endpoint;
+
+/// Connects to the backend `url` names, as a shared trait object: the one entry
+/// `distlock::connect` calls for this crate's [`SCHEMES`].
+pub async fn connect(
+    url: &str,
+) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
+    Ok(std::sync::Arc::new(ZooKeeperBackend::connect(url).await?))
+}

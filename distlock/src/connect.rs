@@ -13,24 +13,59 @@ fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Configuration, message.into())
 }
 
-/// The URL schemes this build can connect to (each backend's feature adds its own).
+/// One of distlock's own network backends: the feature that builds it and the URL
+/// schemes it serves. [`BACKENDS`] is the one list of them: [`Connector::new`], the
+/// hint for a scheme whose feature is off, [`schemes`] and the command line's help
+/// are all read from it (a test checks each entry against its crate's own `SCHEMES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownBackend {
+    /// The backend's name, as its crate's `LockBackend::name` gives it.
+    pub name: &'static str,
+    /// The facade's feature that builds it.
+    pub feature: &'static str,
+    /// The URL schemes it serves.
+    pub schemes: &'static [&'static str],
+    /// Whether this build has it (its feature is on).
+    pub built: bool,
+}
+
+/// distlock's own network backends, whether this build has them or not; the
+/// in-memory backend (`memory://`) is always there.
+pub const BACKENDS: [KnownBackend; 4] = [
+    KnownBackend {
+        name: "redis",
+        feature: "redis",
+        schemes: &["redis", "rediss", "redis-cluster", "redlock", "redlocks"],
+        built: cfg!(feature = "redis"),
+    },
+    KnownBackend {
+        name: "postgres",
+        feature: "postgres",
+        schemes: &["postgres", "postgresql"],
+        built: cfg!(feature = "postgres"),
+    },
+    KnownBackend {
+        name: "etcd",
+        feature: "etcd",
+        schemes: &["etcd", "etcds"],
+        built: cfg!(feature = "etcd"),
+    },
+    KnownBackend {
+        name: "zookeeper",
+        feature: "zookeeper",
+        schemes: &["zookeeper", "zk"],
+        built: cfg!(feature = "zookeeper"),
+    },
+];
+
+/// The URL schemes this build can connect to: `memory`, and those of each backend
+/// whose feature is on.
 pub fn schemes() -> Vec<&'static str> {
-    let backends: [&[&'static str]; 4] = [
-        &["memory"],
-        #[cfg(feature = "redis")]
-        distlock_redis::SCHEMES,
-        #[cfg(not(feature = "redis"))]
-        &[],
-        #[cfg(feature = "postgres")]
-        distlock_postgres::SCHEMES,
-        #[cfg(not(feature = "postgres"))]
-        &[],
-        #[cfg(feature = "etcd")]
-        distlock_etcd::SCHEMES,
-        #[cfg(not(feature = "etcd"))]
-        &[],
-    ];
-    backends.concat()
+    let mut all = vec!["memory"];
+    for backend in BACKENDS.iter().filter(|b| b.built) {
+        all.extend_from_slice(backend.schemes);
+    }
+    all
 }
 
 /// What connects to one URL scheme's backend.
@@ -85,22 +120,38 @@ impl Connector {
         }
         .with_backend(&["memory"], |_| async { Ok(MemoryBackend::new()) });
         #[cfg(feature = "redis")]
-        let connector = connector
-            .with_backend(&["redis", "rediss", "redis-cluster"], |url| async move {
-                distlock_redis::RedisBackend::connect(&url).await
-            })
-            .with_backend(&["redlock", "redlocks"], |url| async move {
-                distlock_redis::RedlockBackend::connect(&url).await
-            });
+        let connector = connector.with_shared(distlock_redis::SCHEMES, |url| async move {
+            distlock_redis::connect(&url).await
+        });
         #[cfg(feature = "postgres")]
-        let connector = connector.with_backend(distlock_postgres::SCHEMES, |url| async move {
-            distlock_postgres::PostgresBackend::connect(&url).await
+        let connector = connector.with_shared(distlock_postgres::SCHEMES, |url| async move {
+            distlock_postgres::connect(&url).await
         });
         #[cfg(feature = "etcd")]
-        let connector = connector.with_backend(distlock_etcd::SCHEMES, |url| async move {
-            distlock_etcd::EtcdBackend::connect(&url).await
+        let connector = connector.with_shared(distlock_etcd::SCHEMES, |url| async move {
+            distlock_etcd::connect(&url).await
+        });
+        #[cfg(feature = "zookeeper")]
+        let connector = connector.with_shared(distlock_zookeeper::SCHEMES, |url| async move {
+            distlock_zookeeper::connect(&url).await
         });
         connector
+    }
+
+    /// Adds under `schemes` a backend `connect` makes already shared.
+    #[allow(dead_code)]
+    fn with_shared<F, Fut>(mut self, schemes: &[&str], connect: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Arc<DynLockBackend>>> + Send + 'static,
+    {
+        let connect = Arc::new(connect);
+        let factory: Factory = Arc::new(move |url| Box::pin(connect(url)));
+        for scheme in schemes {
+            self.entries.retain(|(s, _)| s != scheme);
+            self.entries.push(((*scheme).to_owned(), factory.clone()));
+        }
+        self
     }
 
     /// Adds a backend under `schemes`: `connect` makes it from the whole URL. A scheme
@@ -145,12 +196,10 @@ impl Connector {
         if let Some((_, factory)) = self.entries.iter().find(|(s, _)| s == scheme) {
             return factory(url.to_owned()).await;
         }
-        let feature = match scheme {
-            "redis" | "rediss" | "redis-cluster" | "redlock" | "redlocks" => Some("redis"),
-            "postgres" | "postgresql" => Some("postgres"),
-            "etcd" | "etcds" => Some("etcd"),
-            _ => None,
-        };
+        let feature = BACKENDS
+            .iter()
+            .find(|b| b.schemes.contains(&scheme))
+            .map(|b| b.feature);
         Err(config_error(match feature {
             Some(feature) => format!(
                 "the {scheme}:// scheme needs distlock's `{feature}` feature, which this build lacks"
@@ -172,11 +221,11 @@ impl Connector {
 /// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
 /// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
+/// | `zookeeper://`, `zk://` | [`ZooKeeperBackend`](distlock_zookeeper::ZooKeeperBackend) (feature `zookeeper`) |
 ///
 /// The rest of the URL is the backend's own (see each backend's config). An unknown
 /// scheme is an [`ErrorKind::Configuration`] error that names it; no error shows the
-/// URL's password. Other backends (a third party's, such as `distlock-zookeeper`)
-/// join through a [`Connector`].
+/// URL's password. Other backends (a third party's) join through a [`Connector`].
 pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
     Connector::new().connect(url).await
 }

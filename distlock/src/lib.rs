@@ -36,7 +36,7 @@
 
 mod connect;
 
-pub use connect::{connect, schemes, BackendConfig, Connector};
+pub use connect::{connect, schemes, BackendConfig, Connector, KnownBackend, BACKENDS};
 pub use distlock_core::*;
 
 /// The Redis backend (feature `redis`).
@@ -55,4 +55,10 @@ pub mod postgres {
 #[cfg(feature = "etcd")]
 pub mod etcd {
     pub use distlock_etcd::*;
+}
+
+/// The ZooKeeper backend (feature `zookeeper`).
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper {
+    pub use distlock_zookeeper::*;
 }

@@ -23,22 +23,27 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         url: "postgres://app:s3cret@db/app".into(),
     };
     assert!(!format!("{config:?}").contains("s3cret"));
-    // Without the backend that serves it, a scheme is unknown; a connector that adds
-    // it connects, and its own errors keep the password out.
+    // A scheme of distlock's own backends reaches that backend's URL reader (or, in
+    // a build without its feature, names the feature); a third party's joins through
+    // a connector, and its own errors keep the password out.
     let url = "zookeeper://app:s3cret@127.0.0.1:1/locks?timeout_ms=oops";
-    let err = connect(url).await.expect_err("unknown");
-    assert!(err.to_string().contains("\"zookeeper\""), "{err}");
-    let connector = Connector::new().with_backend(distlock_zookeeper::SCHEMES, |url| async move {
-        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
-    });
-    assert!(connector.schemes().contains(&"zk".to_owned()));
-    let err = connector.connect(url).await.expect_err("bad parameter");
+    let err = connect(url).await.expect_err("bad parameter");
     assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
     let shown = format!("{err} {err:?}");
     assert!(
         shown.contains("timeout_ms") && !shown.contains("s3cret"),
         "{shown}"
     );
+    let connector = Connector::new().with_backend(&["mine"], |url| async move {
+        distlock_zookeeper::ZooKeeperBackend::connect(&url.replacen("mine", "zk", 1)).await
+    });
+    assert!(connector.schemes().contains(&"mine".to_owned()));
+    let err = connector
+        .connect("mine://app:s3cret@127.0.0.1:1/locks?timeout_ms=oops")
+        .await
+        .expect_err("bad parameter");
+    assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
+    assert!(!format!("{err} {err:?}").contains("s3cret"));
     // A scheme added again connects to the later backend.
     let replaced = Connector::new().with_backend(&["memory"], |_| async {
         Err::<distlock::MemoryBackend, _>(distlock::Error::new(ErrorKind::Unsupported, "replaced"))
@@ -67,10 +72,7 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     urls.push(("redlock".to_owned(), masters.url(), None));
-    // ZooKeeper's backend is built outside distlock: it joins by its schemes.
-    let connector = Connector::new().with_backend(distlock_zookeeper::SCHEMES, |url| async move {
-        distlock_zookeeper::ZooKeeperBackend::connect(&url).await
-    });
+    let connector = Connector::new();
     for (name, url, _server) in &urls {
         let backend = connector
             .connect(url)
@@ -89,4 +91,23 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(second > first, "{name}: {second:?} after {first:?}");
     }
+}
+
+/// The one table of distlock's backends is each crate's own: the same schemes, and a
+/// build with every feature has them all.
+#[test]
+fn the_backend_table_is_each_crates_own() {
+    let own: [&[&str]; 4] = [
+        distlock_redis::SCHEMES,
+        distlock_postgres::SCHEMES,
+        distlock_etcd::SCHEMES,
+        distlock_zookeeper::SCHEMES,
+    ];
+    for (known, schemes) in distlock::BACKENDS.iter().zip(own) {
+        assert_eq!(known.schemes, schemes, "{}", known.name);
+        assert!(known.built, "{} is not in this build", known.name);
+    }
+    let all = distlock::schemes();
+    assert_eq!(all.len(), 1 + own.iter().map(|s| s.len()).sum::<usize>());
+    assert_eq!(Connector::new().schemes(), all);
 }

@@ -158,15 +158,9 @@ pub(crate) fn backend_names() -> Vec<&'static str> {
     names
 }
 
-/// Connects to the backend a URL names: distlock's own backends, and ZooKeeper's,
-/// which is built outside distlock and joins by its schemes.
+/// Connects to the backend a URL names, as a service would: `distlock::connect`.
 pub(crate) async fn connect(url: &str) -> distlock::Result<Arc<DynLockBackend>> {
-    distlock::Connector::new()
-        .with_backend(distlock_zookeeper::SCHEMES, |url| async move {
-            distlock_zookeeper::ZooKeeperBackend::connect(&url).await
-        })
-        .connect(url)
-        .await
+    distlock::connect(url).await
 }
 
 fn progress(backend: &str, what: &str) {

@@ -101,7 +101,7 @@ enum Counter {
     /// The session, and the backend's configuration (where its key nodes live).
     ZooKeeper(
         zookeeper_client::Client,
-        Box<distlock_zookeeper::ZooKeeperConfig>,
+        Box<distlock::zookeeper::ZooKeeperConfig>,
     ),
 }
 
@@ -115,7 +115,7 @@ impl Counter {
             ),
             "postgres" => Counter::Postgres(sqlx::PgPool::connect(url).await?),
             "zookeeper" => {
-                let config = distlock_zookeeper::ZooKeeperConfig::from_url(url)?;
+                let config = distlock::zookeeper::ZooKeeperConfig::from_url(url)?;
                 let client = zookeeper_client::Client::connect(&config.servers().join(",")).await?;
                 Counter::ZooKeeper(client, Box::new(config))
             }

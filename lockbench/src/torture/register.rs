@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex};
 use distlock::etcd::fenced::EtcdStore;
 use distlock::postgres::fenced::PostgresStore;
 use distlock::redis::fenced::RedisStore;
+use distlock::zookeeper::fenced::ZooKeeperStore;
+use distlock::zookeeper::ZooKeeperBackend;
 use distlock::{DynFencedStore, ErrorKind, FencedStoreExt, FencingToken, MemoryStore};
 use distlock_testservers::{Etcd, Redis, ServerHandle, ZooKeeper};
-use distlock_zookeeper::fenced::ZooKeeperStore;
-use distlock_zookeeper::ZooKeeperBackend;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
