@@ -98,6 +98,7 @@ pub struct Error {
     message: Cow<'static, str>,
     retryable: bool,
     backend: Option<Cow<'static, str>>,
+    code: Option<Cow<'static, str>>,
     #[source]
     source: Option<BoxError>,
 }
@@ -111,6 +112,7 @@ impl Error {
             message: message.into(),
             retryable: kind.retryable_by_default(),
             backend: None,
+            code: None,
             source: None,
         }
     }
@@ -132,6 +134,21 @@ impl Error {
     pub fn with_backend(mut self, backend: impl Into<Cow<'static, str>>) -> Self {
         self.backend = Some(backend.into());
         self
+    }
+
+    /// Keeps the driver's own code for this error: PostgreSQL's SQLSTATE (`28P01`),
+    /// Redis's error code (`NOSCRIPT`, or the driver's kind where the server gave
+    /// none: `AuthenticationFailed`), etcd's gRPC status (`Unavailable`).
+    pub fn with_code(mut self, code: impl Into<Cow<'static, str>>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The driver's own code, where the driver gave one (see
+    /// [`with_code`](Self::with_code)): for matching a case the kind does not
+    /// separate, without parsing the message.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 
     /// Sets whether a retry of the same operation may succeed.
@@ -187,6 +204,9 @@ impl fmt::Debug for Error {
             .field("retryable", &self.retryable);
         if let Some(backend) = &self.backend {
             d.field("backend", backend);
+        }
+        if let Some(code) = &self.code {
+            d.field("code", code);
         }
         if let Some(source) = &self.source {
             // The source's Display, not its Debug: drivers' Debug output can hold

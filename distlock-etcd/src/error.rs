@@ -82,7 +82,11 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         }
         _ => detail,
     };
-    support::driver_error(kind, "etcd", detail)
+    let error = support::driver_error(kind, "etcd", detail);
+    match &e {
+        EtcdError::GRpcStatus(status) => error.with_code(format!("{:?}", status.code())),
+        _ => error,
+    }
 }
 
 /// Which time-out fired.
@@ -116,4 +120,26 @@ pub(crate) fn timed_out(config: &EtcdConfig, setting: Setting) -> Error {
         format!("no answer from {} within {what}", config.endpoint_list()),
     )
     .with_backend("etcd")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grpc_status_is_the_code_and_decides_the_kind() {
+        let config = EtcdConfig::default();
+        for (code, kind) in [
+            (Code::Unauthenticated, ErrorKind::Authentication),
+            (Code::Unavailable, ErrorKind::Unavailable),
+            (Code::Internal, ErrorKind::Backend),
+        ] {
+            let e = from_etcd(
+                &config,
+                EtcdError::GRpcStatus(tonic::Status::new(code, "said")),
+            );
+            assert_eq!(e.kind(), kind, "{e}");
+            assert_eq!(e.code(), Some(format!("{code:?}").as_str()));
+        }
+    }
 }

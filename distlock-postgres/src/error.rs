@@ -30,7 +30,11 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
         }
         _ => detail,
     };
-    support::driver_error(kind, "postgres", detail)
+    let error = support::driver_error(kind, "postgres", detail);
+    match sqlstate(&e) {
+        Some(state) => error.with_code(state),
+        None => error,
+    }
 }
 
 /// The kind of a sqlx error.

@@ -34,6 +34,7 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
     let wrong = server.url().replace(PASSWORD, "p+w&d%@y");
     let err = PostgresBackend::connect(&wrong).await.expect_err("wrong");
     assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    assert_eq!(err.code(), Some("28P01"), "the SQLSTATE: {err:?}");
     assert!(!format!("{err} {err:?}").contains("p+w&d"), "{err:?}");
 }
 

@@ -36,7 +36,13 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         }
         _ => detail,
     };
-    support::driver_error(kind, "redis", detail)
+    let error = support::driver_error(kind, "redis", detail);
+    // The server's code where it gave one, else the driver's kind (a refused
+    // password arrives as the driver's `AuthenticationFailed`).
+    match code {
+        "" => error.with_code(format!("{:?}", e.kind())),
+        code => error.with_code(code.to_owned()),
+    }
 }
 
 /// Connecting to `config`'s servers took longer than its connect and response

@@ -30,6 +30,11 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
     let wrong = server.url().replace(PASSWORD, "p+w&d%@y");
     let err = RedisBackend::connect(&wrong).await.expect_err("wrong");
     assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    assert_eq!(
+        err.code(),
+        Some("AuthenticationFailed"),
+        "the driver's: {err:?}"
+    );
     assert!(!format!("{err} {err:?}").contains("p+w&d"), "{err:?}");
 }
 
