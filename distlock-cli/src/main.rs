@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use distlock::{DynLockBackend, Error, ErrorKind, LockBackendExt, LockInfo, LockKey};
+use distlock::backend::LockBackendExt;
+use distlock::{DynLockBackend, Error, ErrorKind, LockInfo, LockKey};
 
 use crate::duration::parse_duration;
 

@@ -6,7 +6,7 @@
 //!   `pub async fn` each on its own random keys, so they can run in parallel against
 //!   one server; each names the [`ContractPoint`] it checks.
 //! - [`conformance_main!`] turns the suite into a test target for any backend; the
-//!   cases the backend cannot run (by its [`Capabilities`](distlock_core::Capabilities),
+//!   cases the backend cannot run (by its [`Capabilities`](distlock_core::backend::Capabilities),
 //!   or for lack of server control) are reported as ignored, with the reason.
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.

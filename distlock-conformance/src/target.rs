@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, ExtendRequest, Grant,
-    Lease, LockBackend, LockInfo, LockKey, MemoryBackend, OwnerToken, ReleaseOutcome, Renewal,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Lease, OwnerToken,
+    ReleaseOutcome, Renewal,
 };
+use distlock_core::{BoxError, DynLockBackend, LockBackend, LockInfo, LockKey, MemoryBackend};
 use futures_util::future::BoxFuture;
 use tokio::sync::{watch, RwLock};
 

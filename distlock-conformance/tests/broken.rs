@@ -16,10 +16,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::{LinkControl, RoundTripMeter, ServerControl, Target};
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    ReleaseOutcome, Renewal, WakeRegistry,
+};
 use distlock_core::{
-    AcquireRequest, BoxError, Capabilities, ChangeStream, DynLockBackend, Error, ErrorKind,
-    ExtendRequest, FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey,
-    OwnerToken, ReleaseOutcome, Renewal, Result, WakeRegistry,
+    BoxError, DynLockBackend, Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey,
+    Result,
 };
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;

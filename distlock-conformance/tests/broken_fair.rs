@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::Target;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, LockBackend, LockInfo,
-    LockKey, MemoryBackend, OwnerToken, ReleaseOutcome, Renewal, Result,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OwnerToken, ReleaseOutcome,
+    Renewal,
 };
+use distlock_core::{LockBackend, LockInfo, LockKey, MemoryBackend, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::Target;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FencingToken, Grant,
-    LockBackend, LockInfo, LockKey, MemoryBackend, OwnerToken, PermitBackend, PermitHolder,
-    ReleaseOutcome, Renewal, Result, Term,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term,
 };
+use distlock_core::{FencingToken, LockBackend, LockInfo, LockKey, MemoryBackend, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {

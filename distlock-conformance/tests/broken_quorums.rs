@@ -16,10 +16,13 @@ use distlock_conformance::{
     run_case, LinkControl, MemberLinkedClient, MemoryControl, MemoryLink, Outcome, ServerControl,
     Target,
 };
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    ReleaseOutcome, Renewal,
+};
 use distlock_core::{
-    AcquireRequest, BoxError, Capabilities, DynLockBackend, Error, ErrorKind, ExtendRequest,
-    FenceDurability, FencingToken, Grant, LockBackend, LockInfo, LockKey, MemoryBackend,
-    OwnerToken, ReleaseOutcome, Renewal, Result,
+    BoxError, DynLockBackend, Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey,
+    MemoryBackend, Result,
 };
 use futures_util::future::{join_all, BoxFuture};
 

@@ -13,9 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_conformance::fenced::{cases, run_case, StoreTarget};
 use distlock_conformance::Outcome;
-use distlock_core::{
-    DynFencedStore, FenceCheck, FencedStore, FencedValue, FencingToken, LockKey, Result,
-};
+use distlock_core::backend::FenceCheck;
+use distlock_core::{DynFencedStore, FencedStore, FencedValue, FencingToken, LockKey, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {

@@ -1,4 +1,11 @@
-//! [`LockBackend`], the one trait every backend implements, and the contract it keeps.
+//! What a backend author uses: [`LockBackend`], the one trait every backend
+//! implements, and the contract it keeps (written once, in its docs); the requests
+//! and grants it takes and gives; [`Capabilities`], what it declares; [`PermitBackend`]
+//! for semaphores, read-write locks and elections; [`WakeRegistry`], the one registry
+//! of waiters per key; and the helpers every backend needs in the same form (one URL
+//! reader, [`ConnectionUrl`], with its options policy; errors from drivers, with
+//! credentials scrubbed). A service needs none of it beyond [`LockBackend`] and
+//! [`DynLockBackend`], which the crate's root also exports.
 
 use std::fmt;
 use std::pin::Pin;
@@ -9,15 +16,23 @@ use async_trait::async_trait;
 use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::lease::{
+
+pub use crate::capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
+pub use crate::fenced::{check_fence, FenceCheck};
+pub use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
     ReleaseOutcome, Renewal,
 };
-use crate::permits::PermitBackend;
-use crate::token::OwnerToken;
+pub use crate::permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VALUE, TERMS_KEPT};
+pub use crate::redact::redact_url;
+pub use crate::support::{
+    config_error, driver_error, encode, error_chain, is_certificate_refusal, is_secret_name,
+    key_prefix, positive_millis, scrub, ConnectionUrl, Endpoint, Options,
+};
+pub use crate::token::OwnerToken;
+pub use crate::wake::{Registration, WakeRegistry};
 
 /// A stream that yields whenever a watched key may have been released.
 ///
@@ -64,8 +79,8 @@ pub type DynLockBackend = dyn LockBackend;
 ///    acquisition, takeovers after expiry included, and is never reused. What a
 ///    data-losing server restart does to it is declared in
 ///    [`Capabilities::fence_durability`]; where that says
-///    [`Durable`](crate::FenceDurability::Durable) or
-///    [`FailsClosed`](crate::FenceDurability::FailsClosed), it never goes backwards.
+///    [`Durable`](crate::backend::FenceDurability::Durable) or
+///    [`FailsClosed`](crate::backend::FenceDurability::FailsClosed), it never goes backwards.
 /// 7. **Validity.** A returned lease's [`Lease::valid_until`] is measured from the
 ///    instant *before* the request was sent, so the round trip is never counted as
 ///    validity, less the [`Capabilities::clock_drift`] allowance; no lease is returned
@@ -126,7 +141,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// Starts watching `key` for releases, when the backend can
     /// ([`Capabilities::change_notification`]). Call it *before* the attempt it is to
     /// wake, so that a release in between is not missed. `None` means "poll".
-    /// [`WakeRegistry`](crate::WakeRegistry) is the shared piece behind it.
+    /// [`WakeRegistry`] is the shared piece behind it.
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let _ = key;
         Ok(None)

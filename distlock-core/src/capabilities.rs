@@ -98,10 +98,10 @@ pub struct Capabilities {
     /// implemented (an operator breaking a lock).
     pub force_release: bool,
     /// Whether [`LockBackend::scan`](crate::LockBackend::scan) lists the held keys
-    /// (what [`LockBackendExt::list`](crate::LockBackendExt::list) and `distlock list`
+    /// (what [`LockBackendExt::list`](crate::backend::LockBackendExt::list) and `distlock list`
     /// show).
     pub list: bool,
-    /// Whether [`LockBackendExt::extend`](crate::LockBackendExt::extend) accepts any valid
+    /// Whether [`LockBackendExt::extend`](crate::backend::LockBackendExt::extend) accepts any valid
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
     /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
     pub extend_any_ttl: bool,
@@ -115,7 +115,7 @@ pub struct Capabilities {
     /// ([`LockOptions::with_fair`](crate::LockOptions::with_fair)) needs.
     pub fair: bool,
     /// Whether [`LockBackend::permits`](crate::LockBackend::permits) gives the steps of
-    /// semaphores, read-write locks and elections ([`PermitBackend`](crate::PermitBackend)),
+    /// semaphores, read-write locks and elections ([`PermitBackend`](crate::backend::PermitBackend)),
     /// keeping their contract.
     pub permits: bool,
 }

@@ -40,7 +40,7 @@ pub enum ErrorKind {
     Authentication,
     /// The configuration (a URL, an option, a table name) is invalid.
     Configuration,
-    /// The backend does not support this operation; see its [`crate::Capabilities`].
+    /// The backend does not support this operation; see its [`Capabilities`](crate::backend::Capabilities).
     Unsupported,
     /// The server answered something the backend did not expect.
     Backend,

@@ -8,7 +8,7 @@ use crate::key::LockKey;
 use crate::token::{FencingToken, OwnerToken};
 
 /// What a backend's [`try_grant`](crate::LockBackend::try_grant) receives: a key, a
-/// TTL the backend's [`Capabilities`](crate::Capabilities) accept, and the owner token
+/// TTL the backend's [`Capabilities`](crate::backend::Capabilities) accept, and the owner token
 /// of this acquisition.
 ///
 /// Only distlock's core builds one, after checking the TTL against the backend's
@@ -23,7 +23,7 @@ pub struct AcquireRequest {
 }
 
 impl AcquireRequest {
-    /// Built by [`LockBackendExt`](crate::LockBackendExt) only, once `ttl` is checked.
+    /// Built by [`LockBackendExt`](crate::backend::LockBackendExt) only, once `ttl` is checked.
     pub(crate) fn new(key: LockKey, ttl: Duration, owner: OwnerToken) -> Self {
         AcquireRequest { key, ttl, owner }
     }
@@ -184,7 +184,7 @@ pub enum Renewal {
     NotHeld,
 }
 
-/// The answer to [`LockBackendExt::try_acquire`](crate::LockBackendExt::try_acquire).
+/// The answer to [`LockBackendExt::try_acquire`](crate::backend::LockBackendExt::try_acquire).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
     /// The lock was free (or its lease had expired) and is now held by the caller.
@@ -208,7 +208,7 @@ pub enum ReleaseOutcome {
     NotHeld,
 }
 
-/// The answer to [`LockBackendExt::extend`](crate::LockBackendExt::extend).
+/// The answer to [`LockBackendExt::extend`](crate::backend::LockBackendExt::extend).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExtendOutcome {
     /// The lease was still held and now lasts the new TTL from before the request.

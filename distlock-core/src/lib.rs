@@ -9,15 +9,15 @@
 //!   [lost](LockGuard::lost) the lock; [`with_lock`](LockClient::with_lock) cancels
 //!   work whose lock was lost. In [fair mode](LockOptions::with_fair) waiters are
 //!   served in the order they asked, across clients, where the backend keeps a queue
-//!   ([`Capabilities::fair`]); [re-entrant holds](LockGuard::reenter) and
+//!   ([`Capabilities::fair`](backend::Capabilities::fair)); [re-entrant holds](LockGuard::reenter) and
 //!   [scopes](LockClient::reentrant) are opt-in.
-//! - [`LockBackendExt`] does the contract's per-call work once, for every backend:
+//! - [`LockBackendExt`](backend::LockBackendExt) does the contract's per-call work once, for every backend:
 //!   TTLs checked, validity counted from before the request, leases built, late grants
-//!   given back. [`WakeRegistry`] is the one registry of waiters per key.
-//! - Beyond the mutex, on backends that declare [`Capabilities::permits`]: a
+//!   given back. [`WakeRegistry`](backend::WakeRegistry) is the one registry of waiters per key.
+//! - Beyond the mutex, on backends that declare [`Capabilities::permits`](backend::Capabilities::permits): a
 //!   [`Semaphore`], a [`RwLock`] (writers first) and leader [`Election`] (campaign,
 //!   observe, resign), each grant a lease held by a [`LockGuard`] with its own fence.
-//!   Their contract is [`PermitBackend`]'s.
+//!   Their contract is [`PermitBackend`](backend::PermitBackend)'s.
 //! - [`MemoryBackend`] is the in-process reference implementation.
 //! - [`FencedStore`] is a resource that refuses writes under a stale fence, atomically
 //!   on its own server; [`LockClient::with_fenced_lock`] hands the work a
@@ -63,7 +63,7 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
 
-mod backend;
+pub mod backend;
 mod capabilities;
 mod client;
 mod error;
@@ -73,28 +73,20 @@ mod lease;
 mod memory;
 mod permits;
 mod redact;
-pub mod support;
+mod support;
 mod token;
 mod wake;
 
-pub use backend::{ChangeStream, DynLockBackend, LockBackend, LockBackendExt};
-pub use capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
+pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
     BreakerOptions, BreakerState, Election, Health, Leader, Leadership, LockClient, LockGuard,
     LockOptions, LossReason, Observation, Observations, RwLock, Semaphore,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{
-    check_fence, DynFencedStore, FenceCheck, FencedHandle, FencedStore, FencedStoreExt,
-    FencedValue, FileStore, MemoryStore, MAX_FENCE,
+    DynFencedStore, FencedHandle, FencedStore, FencedStoreExt, FencedValue, FileStore, MemoryStore,
+    MAX_FENCE,
 };
 pub use key::LockKey;
-pub use lease::{
-    AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
-    ReleaseOutcome, Renewal,
-};
 pub use memory::MemoryBackend;
-pub use permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VALUE, TERMS_KEPT};
-pub use redact::redact_url;
-pub use token::{FencingToken, OwnerToken};
-pub use wake::{Registration, WakeRegistry};
+pub use token::FencingToken;

@@ -25,7 +25,7 @@ pub const TERMS_KEPT: usize = 64;
 /// election, the candidate's value that observers read.
 ///
 /// ```
-/// use distlock_core::Claim;
+/// use distlock_core::backend::Claim;
 ///
 /// let three_of_ten = Claim::new(3, 10)?;
 /// assert_eq!((three_of_ten.count(), three_of_ten.limit()), (3, 10));

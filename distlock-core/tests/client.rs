@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, LockBackendExt, OwnerToken,
+    ReleaseOutcome, Renewal,
+};
 use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, DynLockBackend, ErrorKind, ExtendRequest, Grant,
-    LockBackend, LockBackendExt, LockClient, LockInfo, LockKey, LockOptions, LossReason,
-    MemoryBackend, OwnerToken, ReleaseOutcome, Renewal, Result,
+    DynLockBackend, ErrorKind, LockBackend, LockClient, LockInfo, LockKey, LockOptions, LossReason,
+    MemoryBackend, Result,
 };
 use tokio::time::{sleep, Instant};
 

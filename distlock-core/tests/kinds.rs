@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{
-    Election, ErrorKind, MemoryBackend, Observation, RwLock, Semaphore, MAX_CLAIM_VALUE, TERMS_KEPT,
-};
+use distlock_core::backend::{MAX_CLAIM_VALUE, TERMS_KEPT};
+use distlock_core::{Election, ErrorKind, MemoryBackend, Observation, RwLock, Semaphore};
 use futures_util::StreamExt;
 
 const WAIT: Duration = Duration::from_secs(1);
@@ -98,26 +97,26 @@ impl distlock_core::LockBackend for NoPermits {
     fn name(&self) -> &str {
         "no-permits"
     }
-    fn capabilities(&self) -> &distlock_core::Capabilities {
+    fn capabilities(&self) -> &distlock_core::backend::Capabilities {
         self.0.capabilities()
     }
     async fn try_grant(
         &self,
-        request: &distlock_core::AcquireRequest,
-    ) -> distlock_core::Result<distlock_core::Grant> {
+        request: &distlock_core::backend::AcquireRequest,
+    ) -> distlock_core::Result<distlock_core::backend::Grant> {
         self.0.try_grant(request).await
     }
     async fn release(
         &self,
         key: &distlock_core::LockKey,
-        owner: &distlock_core::OwnerToken,
-    ) -> distlock_core::Result<distlock_core::ReleaseOutcome> {
+        owner: &distlock_core::backend::OwnerToken,
+    ) -> distlock_core::Result<distlock_core::backend::ReleaseOutcome> {
         self.0.release(key, owner).await
     }
     async fn renew(
         &self,
-        request: &distlock_core::ExtendRequest,
-    ) -> distlock_core::Result<distlock_core::Renewal> {
+        request: &distlock_core::backend::ExtendRequest,
+    ) -> distlock_core::Result<distlock_core::backend::Renewal> {
         self.0.renew(request).await
     }
     async fn inspect(

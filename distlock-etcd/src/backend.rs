@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::support;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result, RoundTrips,
+
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    ReleaseOutcome, Renewal, RoundTrips,
 };
+use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseGrantOptions,
     PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
@@ -104,7 +104,7 @@ fn tls_options(config: &EtcdConfig) -> Result<etcd_client::TlsOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            distlock_core::support::config_error(
+            distlock_core::backend::config_error(
                 "etcd",
                 format!("cannot read {}: {e}", path.display()),
             )
@@ -164,7 +164,7 @@ impl EtcdBackend {
     /// cluster or refused credentials fail here. The backend never changes the
     /// client's settings; it creates leases and keys under the prefix only.
     pub async fn from_client(client: Client, config: EtcdConfig) -> Result<Self> {
-        support::key_prefix("etcd", &config.prefix)?;
+        distlock_core::backend::key_prefix("etcd", &config.prefix)?;
         let mut probe = client.clone();
         tokio::time::timeout(config.timeout, probe.status())
             .await
@@ -560,7 +560,7 @@ impl LockBackend for EtcdBackend {
         self.watch_prefix(self.key(key), true).await.map(Some)
     }
 
-    fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
+    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
         Some(self)
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use distlock_core::support::{self, ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint};
 use distlock_core::{Error, Result};
 
 /// The URL schemes this backend serves.
@@ -59,7 +59,7 @@ pub(crate) struct TlsFiles {
 pub const DEFAULT_PORT: u16 = 2379;
 
 fn config_error(message: impl Into<String>) -> Error {
-    support::config_error("etcd", message)
+    distlock_core::backend::config_error("etcd", message)
 }
 
 impl Default for EtcdConfig {
@@ -115,7 +115,7 @@ impl EtcdConfig {
         }
         if let Some(timeout) = options
             .take_renamed("response_timeout_ms", "timeout_ms")?
-            .map(|v| support::positive_millis("etcd", "response_timeout_ms", &v))
+            .map(|v| distlock_core::backend::positive_millis("etcd", "response_timeout_ms", &v))
             .transpose()?
         {
             config.timeout = timeout;
@@ -143,7 +143,7 @@ impl EtcdConfig {
                 "etcds:// (TLS) needs the `tls` feature of distlock-etcd",
             ));
         }
-        support::key_prefix("etcd", &self.prefix)?;
+        distlock_core::backend::key_prefix("etcd", &self.prefix)?;
         let files = &self.tls_files;
         let named = files.ca.is_some()
             || files.cert.is_some()
@@ -246,7 +246,7 @@ impl EtcdConfig {
     }
 
     pub(crate) fn scrub(&self, text: String) -> String {
-        support::scrub(text, self.user.as_ref().map(|(_, pw)| pw.as_str()))
+        distlock_core::backend::scrub(text, self.user.as_ref().map(|(_, pw)| pw.as_str()))
     }
 }
 

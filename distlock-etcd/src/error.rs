@@ -1,6 +1,6 @@
 //! Turning etcd-client's errors into distlock's.
 
-use distlock_core::{support, Error, ErrorKind};
+use distlock_core::{Error, ErrorKind};
 use etcd_client::Error as EtcdError;
 use tonic::Code;
 
@@ -75,14 +75,14 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         }
         _ => ErrorKind::Backend,
     };
-    let detail = config.scrub(support::error_chain(&e));
+    let detail = config.scrub(distlock_core::backend::error_chain(&e));
     let detail = match kind {
         ErrorKind::Unavailable | ErrorKind::Authentication => {
             format!("{} ({})", detail, config.endpoint_list())
         }
         _ => detail,
     };
-    let error = support::driver_error(kind, "etcd", detail);
+    let error = distlock_core::backend::driver_error(kind, "etcd", detail);
     match &e {
         EtcdError::GRpcStatus(status) => error.with_code(format!("{:?}", status.code())),
         _ => error,

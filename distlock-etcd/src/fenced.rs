@@ -1,10 +1,8 @@
 //! [`EtcdStore`]: fenced puts, each one transaction that compares a fence key.
 
 use async_trait::async_trait;
-use distlock_core::{
-    check_fence, Error, ErrorKind, FenceCheck, FencedStore, FencedValue, FencingToken, LockKey,
-    Result,
-};
+use distlock_core::backend::{check_fence, FenceCheck};
+use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
 use crate::backend::EtcdBackend;

@@ -26,7 +26,7 @@
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
 //! - **semaphores, read-write locks and elections**
-//!   ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`): a
+//!   ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`): a
 //!   name's keys are under `<prefix>\0permits\0<name>\0`: a gate holding the limit,
 //!   a key per grant on the grant's lease (deleted by etcd when it runs out), a key
 //!   per place on a lease of its own, and a key per term. A grant takes its lease,
@@ -53,7 +53,7 @@
 //! cluster's leader while a lock is held.
 //!
 //! - **Fences are revisions**: strictly increasing, durable and cluster-wide
-//!   ([`FenceDurability::Durable`](distlock_core::FenceDurability)).
+//!   ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
 //! - **Leases survive a restart and the loss of a member** (a quorum remains): etcd
 //!   is the backend to pick when the lock must survive a server.
 //! - **A keepalive that hangs** while the cluster is unreachable is bounded by the
@@ -63,13 +63,13 @@
 //! # What it does not guarantee, or does differently
 //!
 //! - **TTLs are whole seconds, at least 2 s** (etcd's minimum lease TTL is about 1.5 s
-//!   with default timings); see [`Capabilities`](distlock_core::Capabilities).
+//!   with default timings); see [`Capabilities`](distlock_core::backend::Capabilities).
 //! - **extend renews to the granted TTL**: etcd's keepalive cannot change a lease's
 //!   TTL, so extending with another TTL is an
 //!   [`ErrorKind::InvalidTtl`](distlock_core::ErrorKind::InvalidTtl) error
 //!   (`capabilities.extend_any_ttl` is false). The client's auto-renewal always uses
 //!   the granted TTL.
-//! - **Round trips** ([`RoundTrips`](distlock_core::RoundTrips), contract point 9): an
+//! - **Round trips** ([`RoundTrips`](distlock_core::backend::RoundTrips), contract point 9): an
 //!   acquire takes two (a lease grant, then the transaction that creates the key), an
 //!   extend two (a keep-alive stream opened, then its message, with the owner check
 //!   sent alongside), a release one (the transaction). The conformance suite
@@ -103,7 +103,7 @@ mod permits;
 
 pub use backend::EtcdBackend;
 pub use config::{EtcdConfig, DEFAULT_PORT, SCHEMES};
-pub use distlock_core::support::Endpoint;
+pub use distlock_core::backend::Endpoint;
 /// The etcd client this crate is built on, for [`EtcdBackend::from_client`].
 pub use etcd_client;
 

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::{
-    ErrorKind, ExtendOutcome, LockBackend, LockBackendExt, LockClient, LockKey, LockOptions,
-};
+use distlock_core::backend::{ExtendOutcome, LockBackendExt};
+use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_testservers::{Etcd, EtcdCluster, ServerHandle};
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Error, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result, WakeRegistry,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    ReleaseOutcome, Renewal, WakeRegistry,
 };
+use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
 use sqlx::{Connection as _, Row as _};
 use tracing::debug;
@@ -122,7 +122,7 @@ impl PostgresBackend {
     /// tables are there), and the purge.
     async fn start(config: PostgresConfig, pool: Pool, batched: bool, trips: u32) -> Result<Self> {
         let mut capabilities = Capabilities::default();
-        capabilities.round_trips = distlock_core::RoundTrips {
+        capabilities.round_trips = distlock_core::backend::RoundTrips {
             acquire: trips,
             release: trips,
             extend: trips,
@@ -203,7 +203,7 @@ impl PostgresBackend {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(distlock_core::support::config_error(
+        Err(distlock_core::backend::config_error(
             NAME,
             format!(
                 "migrate=false, but the lock tables are not all there: {} missing on {}; \
@@ -549,7 +549,7 @@ impl LockBackend for PostgresBackend {
         Ok(Some(changes))
     }
 
-    fn permits(&self) -> Option<&dyn distlock_core::PermitBackend> {
+    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
         Some(self)
     }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use distlock_core::support::{self, ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint};
 use distlock_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 
@@ -93,7 +93,7 @@ const SQLX_OPTIONS: &[&str] = &[
 ];
 
 fn config_error(message: impl Into<String>) -> Error {
-    support::config_error("postgres", message)
+    distlock_core::backend::config_error("postgres", message)
 }
 
 /// Checks an identifier: what it may be is narrow on purpose, so that it needs no
@@ -134,9 +134,9 @@ impl PostgresConfig {
     pub fn new(connect: PgConnectOptions) -> Self {
         let shown_url = format!(
             "postgres://{}@{}/{}",
-            support::encode(connect.get_username()),
+            distlock_core::backend::encode(connect.get_username()),
             Endpoint::new(connect.get_host(), connect.get_port()),
-            support::encode(connect.get_database().unwrap_or(""))
+            distlock_core::backend::encode(connect.get_database().unwrap_or(""))
         );
         PostgresConfig {
             connect,
@@ -185,10 +185,13 @@ impl PostgresConfig {
         options.finish()?;
 
         let database = url.path.strip_prefix('/').unwrap_or(&url.path);
-        let mut driver_url = format!("postgres://{endpoint}/{}", support::encode(database));
+        let mut driver_url = format!(
+            "postgres://{endpoint}/{}",
+            distlock_core::backend::encode(database)
+        );
         for (i, (name, value)) in passed_on.iter().enumerate() {
             driver_url.push(if i == 0 { '?' } else { '&' });
-            driver_url.push_str(&format!("{name}={}", support::encode(value)));
+            driver_url.push_str(&format!("{name}={}", distlock_core::backend::encode(value)));
         }
         let mut connect = PgConnectOptions::from_str(&driver_url)
             .map_err(|e| config_error(format!("sqlx refused the URL's settings: {e}")))?;
@@ -428,7 +431,7 @@ impl PostgresConfig {
 
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
-        support::scrub(text, self.password.as_deref())
+        distlock_core::backend::scrub(text, self.password.as_deref())
     }
 }
 

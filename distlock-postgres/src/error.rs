@@ -1,6 +1,6 @@
 //! Turning sqlx's errors into distlock's.
 
-use distlock_core::{support, Error, ErrorKind};
+use distlock_core::{Error, ErrorKind};
 
 use crate::config::PostgresConfig;
 
@@ -23,14 +23,14 @@ pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
 /// of the driver's error as its source.
 pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
     let kind = kind_of(&e);
-    let detail = config.scrub(support::error_chain(&e));
+    let detail = config.scrub(distlock_core::backend::error_chain(&e));
     let detail = match kind {
         ErrorKind::Unavailable | ErrorKind::Authentication => {
             format!("{detail} ({})", config.endpoint())
         }
         _ => detail,
     };
-    let error = support::driver_error(kind, "postgres", detail);
+    let error = distlock_core::backend::driver_error(kind, "postgres", detail);
     match sqlstate(&e) {
         Some(state) => error.with_code(state),
         None => error,

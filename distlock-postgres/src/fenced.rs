@@ -44,10 +44,8 @@
 //! the fence from its `VALUES`).
 
 use async_trait::async_trait;
-use distlock_core::{
-    check_fence, support, Error, ErrorKind, FenceCheck, FencedStore, FencedValue, FencingToken,
-    LockKey, Result,
-};
+use distlock_core::backend::{check_fence, FenceCheck};
+use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 use sqlx::postgres::{PgArguments, PgDatabaseError};
 use sqlx::{Connection, PgConnection, PgExecutor, Postgres, Row};
 
@@ -255,7 +253,7 @@ pub fn from_sqlx(e: sqlx::Error) -> Error {
         .with_backend(NAME);
     }
     let kind = crate::error::kind_of(&e);
-    support::driver_error(kind, NAME, e.to_string())
+    distlock_core::backend::driver_error(kind, NAME, e.to_string())
 }
 
 /// The current fence a `DLF01` error reports.

@@ -44,7 +44,7 @@
 //! places that ran out long ago with the ended leases.
 //!
 //! **Semaphores, read-write locks and elections**
-//! ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`) live in
+//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`) live in
 //! four more tables, migrated with the others: `<table>_names` (a name's limit and its
 //! last term), `<table>_permits` (the grants), `<table>_places` and `<table>_terms`.
 //! The grant step is one call of the function `<table>_grant_permits`, one round trip:
@@ -64,7 +64,7 @@
 //! The whole contract of [`distlock_core::LockBackend`], proved by the conformance suite
 //! against a real server, fault cases included.
 //!
-//! - **Fences are durable** ([`FenceDurability::Durable`](distlock_core::FenceDurability))
+//! - **Fences are durable** ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability))
 //!   and strictly increasing per key: they come from one logged sequence, so neither a
 //!   restart nor deleting old rows ([`PostgresBackend::purge_expired`]) makes a later
 //!   fence smaller. With `synchronous_commit=off` a crash may lose the last commits;
@@ -124,7 +124,7 @@ mod sql;
 
 pub use backend::PostgresBackend;
 pub use config::{PostgresConfig, SynchronousCommit, DEFAULT_PORT, SCHEMES};
-pub use distlock_core::support::Endpoint;
+pub use distlock_core::backend::Endpoint;
 /// The sqlx this crate is built on, for [`PostgresBackend::from_pool`]'s pool and
 /// [`PostgresConfig::new`]'s options.
 pub use sqlx;

@@ -12,10 +12,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, ChangeStream, Claim, ExtendRequest, FencingToken, Grant, LockKey, OwnerToken,
-    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term, TERMS_KEPT,
+use distlock_core::backend::{
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
+    PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
+use distlock_core::{FencingToken, LockKey, Result};
 use sqlx::Row;
 
 use crate::backend::{ttl_ms, PostgresBackend};

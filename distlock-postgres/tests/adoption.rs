@@ -5,7 +5,8 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use distlock_core::{ErrorKind, LockBackendExt};
+use distlock_core::backend::LockBackendExt;
+use distlock_core::ErrorKind;
 use distlock_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use distlock_postgres::sqlx::Row;
 use distlock_postgres::{PostgresBackend, PostgresConfig};

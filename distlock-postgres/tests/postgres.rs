@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use distlock_core::{
-    AcquireOutcome, ErrorKind, FenceDurability, LockBackend, LockBackendExt, LockKey, OwnerToken,
-    ReleaseOutcome,
+use distlock_core::backend::{
+    AcquireOutcome, FenceDurability, LockBackendExt, OwnerToken, ReleaseOutcome,
 };
+use distlock_core::{ErrorKind, LockBackend, LockKey};
 use distlock_postgres::PostgresBackend;
 use distlock_testservers::{Postgres, ServerHandle};
 

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::support;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, PermitBackend, ReleaseOutcome,
-    Renewal, Result, WakeRegistry,
+
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    PermitBackend, ReleaseOutcome, Renewal, WakeRegistry,
 };
+use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
 use redis::{FromRedisValue, Script, ServerErrorKind, ToRedisArgs};
@@ -162,7 +162,7 @@ impl RedisBackend {
     /// never changes the client or the database beyond the keys under its prefix.
     /// Wrong credentials fail here, at once.
     pub async fn from_client(client: redis::Client, config: RedisConfig) -> Result<Self> {
-        support::key_prefix("redis", &config.prefix)?;
+        distlock_core::backend::key_prefix("redis", &config.prefix)?;
         let connect = client.get_connection_manager_with_config(manager_config(&config));
         let conn = tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
             .await
@@ -183,7 +183,7 @@ impl RedisBackend {
         cluster: &redis::cluster::ClusterClient,
         config: RedisConfig,
     ) -> Result<Self> {
-        support::key_prefix("redis", &config.prefix)?;
+        distlock_core::backend::key_prefix("redis", &config.prefix)?;
         let client = client(&config)?;
         let conn = cluster
             .get_async_connection()
@@ -554,7 +554,7 @@ fn client(config: &RedisConfig) -> Result<redis::Client> {
     {
         let read = |path: &std::path::Path| {
             std::fs::read(path).map_err(|e| {
-                distlock_core::support::config_error(
+                distlock_core::backend::config_error(
                     "redis",
                     format!("cannot read {}: {e}", path.display()),
                 )
@@ -576,7 +576,7 @@ fn client(config: &RedisConfig) -> Result<redis::Client> {
             .map_err(|e| from_redis(config, e))
     }
     #[cfg(not(feature = "tls"))]
-    Err(distlock_core::support::config_error(
+    Err(distlock_core::backend::config_error(
         "redis",
         "ca_file and cert_file need the `tls` feature of distlock-redis",
     ))

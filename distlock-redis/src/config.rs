@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use distlock_core::support::{self, ConnectionUrl, Endpoint, Options};
-use distlock_core::{ClockDrift, Error, Result};
+use distlock_core::backend::ClockDrift;
+use distlock_core::backend::{ConnectionUrl, Endpoint, Options};
+use distlock_core::{Error, Result};
 
 /// Where and how to reach Redis: built from a URL ([`from_url`](Self::from_url), or
 /// `str::parse`), or typed ([`RedisConfig::new`] and the `with_` setters); the same
@@ -82,7 +83,7 @@ pub const DEFAULT_PORT: u16 = 6379;
 pub const SCHEMES: &[&str] = &["redis", "rediss", "redis-cluster", "redlock", "redlocks"];
 
 fn config_error(message: impl Into<String>) -> Error {
-    support::config_error("redis", message)
+    distlock_core::backend::config_error("redis", message)
 }
 
 impl Default for RedisConfig {
@@ -211,7 +212,7 @@ impl RedisConfig {
                 "rediss:// (TLS) needs the `tls` feature of distlock-redis",
             ));
         }
-        support::key_prefix("redis", &self.prefix)?;
+        distlock_core::backend::key_prefix("redis", &self.prefix)?;
         let files = &self.tls_files;
         if (files.ca.is_some() || files.cert.is_some()) && !self.tls {
             return Err(config_error(
@@ -322,16 +323,21 @@ impl RedisConfig {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let mut url = format!("{scheme}://");
         if self.user.is_some() || self.password.is_some() {
-            url.push_str(&support::encode(self.user.as_deref().unwrap_or("")));
+            url.push_str(&distlock_core::backend::encode(
+                self.user.as_deref().unwrap_or(""),
+            ));
             if let Some(password) = &self.password {
                 url.push(':');
-                url.push_str(&support::encode(password));
+                url.push_str(&distlock_core::backend::encode(password));
             }
             url.push('@');
         }
         url.push_str(&format!("{endpoint}/{}", self.db));
         if let Some(protocol) = &self.protocol {
-            url.push_str(&format!("?protocol={}", support::encode(protocol)));
+            url.push_str(&format!(
+                "?protocol={}",
+                distlock_core::backend::encode(protocol)
+            ));
         }
         url
     }
@@ -390,9 +396,11 @@ impl RedisConfig {
 
     /// Replaces the password, wherever it appears in `text`, by `***`.
     pub(crate) fn scrub(&self, text: String) -> String {
-        let text = support::scrub(text, self.password.as_deref());
+        let text = distlock_core::backend::scrub(text, self.password.as_deref());
         match &self.password {
-            Some(p) => support::scrub(text, Some(&support::encode(p))),
+            Some(p) => {
+                distlock_core::backend::scrub(text, Some(&distlock_core::backend::encode(p)))
+            }
             None => text,
         }
     }
@@ -409,7 +417,7 @@ impl fmt::Debug for RedisConfig {
             (None, None) => String::new(),
             (user, password) => format!(
                 "{}{}@",
-                support::encode(user.as_deref().unwrap_or("")),
+                distlock_core::backend::encode(user.as_deref().unwrap_or("")),
                 if password.is_some() { ":***" } else { "" }
             ),
         };

@@ -1,6 +1,6 @@
 //! Turning the redis driver's errors into distlock's.
 
-use distlock_core::{support, Error, ErrorKind};
+use distlock_core::{Error, ErrorKind};
 use redis::{RedisError, RetryMethod, ServerErrorKind};
 
 use crate::config::RedisConfig;
@@ -36,7 +36,7 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         }
         _ => detail,
     };
-    let error = support::driver_error(kind, "redis", detail);
+    let error = distlock_core::backend::driver_error(kind, "redis", detail);
     // The server's code where it gave one, else the driver's kind (a refused
     // password arrives as the driver's `AuthenticationFailed`).
     match code {

@@ -2,10 +2,8 @@
 //! that compares and stores the fence.
 
 use async_trait::async_trait;
-use distlock_core::{
-    check_fence, Error, ErrorKind, FenceCheck, FencedStore, FencedValue, FencingToken, LockKey,
-    Result,
-};
+use distlock_core::backend::{check_fence, FenceCheck};
+use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 
 use crate::backend::{Lua, RedisBackend};
 use crate::error::unexpected;

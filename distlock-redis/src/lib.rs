@@ -39,7 +39,7 @@
 //! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
 //!
 //! **Semaphores, read-write locks and elections**
-//! ([`PermitBackend`](distlock_core::PermitBackend), `capabilities.permits`): a name's
+//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`): a name's
 //! permits are four keys in one slot, `<prefix>permits{<name>}:grants` (owners by when
 //! their grant runs out, by the server's clock), `:info` (the limit, the fence counter
 //! and each grant's and place's details), `:places` and `:terms`; one script per step.
@@ -63,7 +63,7 @@
 //! The whole contract of [`distlock_core::LockBackend`], on a single Redis server, proved by
 //! the conformance suite against a real server, fault cases included.
 //!
-//! **Fencing across data loss** ([`FenceDurability::FailsClosed`](distlock_core::FenceDurability)):
+//! **Fencing across data loss** ([`FenceDurability::FailsClosed`](distlock_core::backend::FenceDurability)):
 //! each key has a fence counter, `<prefix>{<key>}:fence`, and each new fence is the
 //! larger of the counter plus one and the server's clock (`TIME`) in microseconds. A
 //! Redis without persistence restarts empty, counter included; the next fence then
@@ -115,7 +115,7 @@
 //!   releases whatever it took, everywhere. The lease's validity is the TTL less the
 //!   time the acquire took (counted from before sending, as for every backend) and less
 //!   the clock-drift allowance (`drift_ppm`, 1% unless set, plus `drift_ms`, 2 ms),
-//!   which core takes off ([`Capabilities::clock_drift`](distlock_core::Capabilities));
+//!   which core takes off ([`Capabilities::clock_drift`](distlock_core::backend::Capabilities));
 //! - **extend** goes to every master and succeeds only with a majority; its validity
 //!   is counted the same way. **release** goes to every master: released while a
 //!   majority held the lease, not held once a majority did not;
@@ -148,7 +148,7 @@
 //! first lease is still valid. The capabilities declare it
 //! (`leases_survive_restart: false`), and `tests/redlock.rs` shows it happening on real
 //! masters. What still holds is the fence
-//! ([`FenceDurability::FailsClosed`](distlock_core::FenceDurability)): the restarted
+//! ([`FenceDurability::FailsClosed`](distlock_core::backend::FenceDurability)): the restarted
 //! master's counter is gone, so it proposes from its clock, above every fence handed
 //! out before (as long as the masters' wall clocks agree to within the time the
 //! restart took, less the 10 ms the clock is rounded to), and a fenced store refuses the first holder's writes once the second
@@ -185,7 +185,7 @@ mod redlock;
 
 pub use backend::RedisBackend;
 pub use config::{RedisConfig, RedlockConfig, DEFAULT_PORT, SCHEMES};
-pub use distlock_core::support::Endpoint;
+pub use distlock_core::backend::Endpoint;
 /// The redis driver this crate is built on, for [`RedisBackend::from_client`].
 pub use redis;
 pub use redlock::RedlockBackend;

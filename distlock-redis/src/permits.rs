@@ -10,10 +10,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, ChangeStream, Claim, ErrorKind, ExtendRequest, FencingToken, Grant, LockKey,
-    OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Result, Term, TERMS_KEPT,
+use distlock_core::backend::{
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
+    PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
+use distlock_core::{ErrorKind, FencingToken, LockKey, Result};
 
 use crate::backend::{millis, parse_u64, RedisBackend};
 use crate::error::unexpected;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, Error, ErrorKind, ExtendRequest, FencingToken,
-    Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal, Result, RoundTrips,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OwnerToken, ReleaseOutcome,
+    Renewal, RoundTrips,
 };
+use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, FuturesUnordered};
 use futures_util::StreamExt;

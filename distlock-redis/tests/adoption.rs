@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use distlock_core::{ErrorKind, LockBackendExt};
+use distlock_core::backend::LockBackendExt;
+use distlock_core::ErrorKind;
 use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testservers::{Redis, ServerHandle};
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::{AcquireOutcome, ExtendOutcome, LockBackendExt, LockKey, ReleaseOutcome};
+use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt, ReleaseOutcome};
+use distlock_core::LockKey;
 use distlock_redis::RedisBackend;
 use distlock_testservers::{RedisCluster, ServerHandle};
 use tokio::time::{sleep, Instant};

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::{
-    AcquireOutcome, ErrorKind, LockBackend, LockBackendExt, LockKey, OwnerToken, ReleaseOutcome,
-};
+use distlock_core::backend::{AcquireOutcome, LockBackendExt, OwnerToken, ReleaseOutcome};
+use distlock_core::{ErrorKind, LockBackend, LockKey};
 use distlock_redis::RedisBackend;
 use distlock_testservers::{Redis, ServerHandle};
 

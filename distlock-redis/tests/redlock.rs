@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::{
-    ErrorKind, FenceDurability, FencedHandle, LockBackend, LockBackendExt, LockKey, MemoryStore,
-};
+use distlock_core::backend::{FenceDurability, LockBackendExt};
+use distlock_core::{ErrorKind, FencedHandle, LockBackend, LockKey, MemoryStore};
 use distlock_redis::RedlockBackend;
 use distlock_testservers::{RedisMasters, ServerHandle};
 use tokio::time::Instant;

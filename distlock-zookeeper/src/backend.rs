@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_core::{
-    AcquireRequest, Capabilities, ChangeStream, ClockDrift, Error, ExtendRequest, FenceDurability,
-    FencingToken, Grant, LockBackend, LockInfo, LockKey, OwnerToken, ReleaseOutcome, Renewal,
-    Result, RoundTrips,
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, ClockDrift, ExtendRequest, FenceDurability, Grant,
+    OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
 };
+use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::join_all;
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{

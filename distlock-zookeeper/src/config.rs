@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use distlock_core::support::{self, ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint};
 use distlock_core::{Error, LockKey, Result};
 
 /// The URL schemes this backend serves.
@@ -32,7 +32,7 @@ pub const SCHEMES: &[&str] = &["zookeeper", "zk"];
 /// - `max_clock_skew_ms` (default 10) is how far apart the ensemble members' clocks
 ///   may be: expiry is judged by the leader's clock, and a new leader's clock may be
 ///   ahead of the old one's, so this is taken off every lease's validity
-///   ([`ClockDrift`](distlock_core::ClockDrift)).
+///   ([`ClockDrift`](distlock_core::backend::ClockDrift)).
 ///
 /// Any other option is a configuration error that names it and lists these.
 /// `Debug` and errors never show the password.
@@ -82,7 +82,7 @@ pub(crate) fn encode_key(key: &str) -> String {
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    support::config_error("zookeeper", message)
+    distlock_core::backend::config_error("zookeeper", message)
 }
 
 /// Checks a root path: absolute, no empty, `.` or `..` segment, no control character,
@@ -140,7 +140,9 @@ impl ZooKeeperConfig {
         let mut options = url.options();
         if let Some(timeout) = options
             .take_renamed("response_timeout_ms", "timeout_ms")?
-            .map(|v| support::positive_millis("zookeeper", "response_timeout_ms", &v))
+            .map(|v| {
+                distlock_core::backend::positive_millis("zookeeper", "response_timeout_ms", &v)
+            })
             .transpose()?
         {
             config.timeout = timeout;
@@ -154,7 +156,7 @@ impl ZooKeeperConfig {
         if let Some(skew) = options.take("max_clock_skew_ms")? {
             config.max_clock_skew = match skew.as_str() {
                 "0" => Duration::ZERO,
-                v => support::positive_millis("zookeeper", "max_clock_skew_ms", v)?,
+                v => distlock_core::backend::positive_millis("zookeeper", "max_clock_skew_ms", v)?,
             }
         }
         options.finish()?;
@@ -234,7 +236,7 @@ impl ZooKeeperConfig {
     }
 
     pub(crate) fn scrub(&self, text: String) -> String {
-        support::scrub(text, self.user.as_ref().map(|(_, pw)| pw.as_str()))
+        distlock_core::backend::scrub(text, self.user.as_ref().map(|(_, pw)| pw.as_str()))
     }
 }
 

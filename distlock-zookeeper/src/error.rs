@@ -1,6 +1,6 @@
 //! Turning zookeeper-client's errors into distlock's.
 
-use distlock_core::{support, Error, ErrorKind};
+use distlock_core::{Error, ErrorKind};
 use zookeeper_client::Error as ZkError;
 
 use crate::config::ZooKeeperConfig;
@@ -44,7 +44,7 @@ pub(crate) fn from_zk(config: &ZooKeeperConfig, e: ZkError) -> Error {
         }
         _ => detail,
     };
-    support::driver_error(kind, "zookeeper", detail)
+    distlock_core::backend::driver_error(kind, "zookeeper", detail)
 }
 
 /// The operation did not finish within the timeout.

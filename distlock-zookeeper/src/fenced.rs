@@ -2,9 +2,8 @@
 //! one node.
 
 use async_trait::async_trait;
-use distlock_core::{
-    Error, ErrorKind, FenceCheck, FencedStore, FencedValue, FencingToken, LockKey, Result,
-};
+use distlock_core::backend::FenceCheck;
+use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 use zookeeper_client::Error as ZkError;
 
 use crate::backend::ZooKeeperBackend;

@@ -70,7 +70,7 @@
 //!   key with no node yet, the key's node and the lease are created in one `multi`.
 //! - **the fence is the lease node's creation zxid**: durable, cluster-wide, and
 //!   strictly increasing, since a lease is granted only once every lease created
-//!   before it is gone ([`FenceDurability::Durable`](distlock_core::FenceDurability)).
+//!   before it is gone ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
 //! - **release deletes the owner's node only, with a version check**: it reads the
 //!   node, then in one `multi` writes it at the version read (the write tells the
 //!   server's time) and deletes it at the next version. An expired lease is deleted
@@ -109,7 +109,7 @@
 //! - **The ensemble's clocks**: a lease's expiry is judged from times the leader
 //!   wrote. After a change of leader, times from two servers' clocks meet, so each
 //!   lease's validity is shortened by `max_clock_skew_ms` (10 ms by default; see
-//!   [`ClockDrift`](distlock_core::ClockDrift)). Run the members under NTP.
+//!   [`ClockDrift`](distlock_core::backend::ClockDrift)). Run the members under NTP.
 //! - **extend renews to the granted TTL** only (above).
 //! - **Round trips** (contract point 9, as the suite's proxy counts them): acquire
 //!   takes up to four (this client sends the create and the listing as two writes,
@@ -150,7 +150,7 @@ pub mod fenced;
 
 pub use backend::ZooKeeperBackend;
 pub use config::{ZooKeeperConfig, DEFAULT_PORT, SCHEMES};
-pub use distlock_core::support::Endpoint;
+pub use distlock_core::backend::Endpoint;
 
 /// Connects to the backend `url` names, as a shared trait object: the one entry
 /// `distlock::connect` calls for this crate's [`SCHEMES`].

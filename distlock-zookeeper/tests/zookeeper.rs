@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_core::{
-    AcquireOutcome, ChangeStream, ErrorKind, ExtendOutcome, LockBackend, LockBackendExt,
-    LockClient, LockKey, LockOptions, OwnerToken,
+use distlock_core::backend::{
+    AcquireOutcome, ChangeStream, ExtendOutcome, LockBackendExt, OwnerToken,
 };
+use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_testservers::{ServerHandle, ZooKeeper, ZooKeeperEnsemble};
 use distlock_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 use futures_util::StreamExt;

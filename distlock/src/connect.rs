@@ -5,9 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use distlock_core::{
-    redact_url, DynLockBackend, Error, ErrorKind, LockBackend, MemoryBackend, Result,
-};
+use distlock_core::backend::redact_url;
+use distlock_core::{DynLockBackend, Error, ErrorKind, LockBackend, MemoryBackend, Result};
 
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Configuration, message.into())

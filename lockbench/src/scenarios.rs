@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock::backend::{AcquireOutcome, Lease, LockBackendExt};
 use distlock::{
-    AcquireOutcome, DynLockBackend, Election, Lease, LockBackendExt, LockClient, LockGuard,
-    LockKey, LockOptions, RwLock, Semaphore,
+    DynLockBackend, Election, LockClient, LockGuard, LockKey, LockOptions, RwLock, Semaphore,
 };
 use serde::Serialize;
 use tokio::time::Instant;

@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DynLockBackend, LockBackendExt, LockKey};
+use distlock::backend::LockBackendExt;
+use distlock::{DynLockBackend, LockKey};
 use futures_util::future::try_join_all;
 use serde::Serialize;
 use tokio::time::{sleep, Instant};

@@ -7,9 +7,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::{
+    AcquireOutcome, ExtendOutcome, FenceDurability, Lease, LockBackendExt, OwnerToken,
+    ReleaseOutcome,
+};
 use distlock_core::{
-    AcquireOutcome, DynLockBackend, Error, ErrorKind, ExtendOutcome, FenceDurability, Lease,
-    LockBackendExt, LockClient, LockKey, LockOptions, LossReason, OwnerToken, ReleaseOutcome,
+    DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,
 };
 use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};

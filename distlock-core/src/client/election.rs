@@ -38,7 +38,7 @@ pub enum Observation {
     /// was elected since the observer last looked.
     Vacant,
     /// Terms were elected that the backend no longer kept when the observer looked
-    /// (more than [`TERMS_KEPT`](crate::TERMS_KEPT) since the last item): the items
+    /// (more than [`TERMS_KEPT`](crate::backend::TERMS_KEPT) since the last item): the items
     /// go on from the oldest kept.
     Missed,
 }
@@ -59,7 +59,7 @@ pub type Observations = Pin<Box<dyn Stream<Item = Result<Observation>> + Send>>;
 ///   leadership) tells the leader when its lease ran out under it.
 ///
 /// It is a name's permits with a limit of one, each campaign's value recorded as a
-/// term ([`PermitBackend`](crate::PermitBackend) points 1 and 5).
+/// term ([`PermitBackend`](crate::backend::PermitBackend) points 1 and 5).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -110,7 +110,7 @@ impl Election {
     }
 
     /// Waits up to `wait` to become the leader, with `value` for observers (at most
-    /// [`MAX_CLAIM_VALUE`](crate::MAX_CLAIM_VALUE) bytes, no NUL: otherwise a
+    /// [`MAX_CLAIM_VALUE`](crate::backend::MAX_CLAIM_VALUE) bytes, no NUL: otherwise a
     /// configuration error).
     pub async fn campaign(&self, value: &str, wait: Duration) -> Result<Leadership> {
         let claim = Claim::new(1, 1)?.with_value(value)?;
@@ -137,7 +137,7 @@ impl Election {
     }
 
     /// Every term from now on, in order (see [`Observation`]). It looks when the
-    /// backend reports a change ([`Capabilities::change_notification`](crate::Capabilities::change_notification)),
+    /// backend reports a change ([`Capabilities::change_notification`](crate::backend::Capabilities::change_notification)),
     /// and otherwise every [`LockOptions::backoff_max`] (500 ms by default); the
     /// recorded terms make sure no leader is skipped between looks.
     pub fn observe(&self) -> Observations {

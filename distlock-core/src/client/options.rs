@@ -101,7 +101,7 @@ impl LockOptions {
     /// key's queue on the server and is granted the lock in the order it asked,
     /// across every client (contract point 10 of
     /// [`LockBackend`](crate::LockBackend)); the backend must declare
-    /// [`Capabilities::fair`](crate::Capabilities::fair). Each task is then its own
+    /// [`Capabilities::fair`](crate::backend::Capabilities::fair). Each task is then its own
     /// waiter on the server: the tasks of one client do not line up locally first.
     /// A fair waiter costs more than a racing one: it calls the server at least three
     /// times per [`queue_place`](Self::with_queue_place), and each handoff waits for

@@ -1,5 +1,5 @@
 //! [`Semaphore`] and [`RwLock`]: the shared kinds, each grant a lease held through a
-//! [`LockGuard`], on a backend's [`PermitBackend`](crate::PermitBackend).
+//! [`LockGuard`], on a backend's [`PermitBackend`](crate::backend::PermitBackend).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,7 +117,7 @@ impl Semaphore {
     /// A semaphore with `options` (TTL, renewal, backoff, how long a waiter's place
     /// lasts; fair mode does not apply). A configuration error when the limit is zero,
     /// the options do not fit together or the backend has no permits
-    /// ([`Capabilities::permits`](crate::Capabilities::permits)).
+    /// ([`Capabilities::permits`](crate::backend::Capabilities::permits)).
     pub fn with_options(
         backend: Arc<DynLockBackend>,
         name: &str,
@@ -188,7 +188,7 @@ impl Semaphore {
 /// name over readers and writers alike.
 ///
 /// **Policy: writers first.** A writer that waits keeps a place on the server that
-/// holds back new readers (point 4 of the [`PermitBackend`](crate::PermitBackend)
+/// holds back new readers (point 4 of the [`PermitBackend`](crate::backend::PermitBackend)
 /// contract); readers that already hold finish, then the writer is granted. So a
 /// stream of readers never starves a writer, while a stream of writers can hold
 /// readers back. Writers among themselves race. A waiting writer that vanishes holds

@@ -49,7 +49,7 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// A connection URL, cut into its decoded parts (see the [module docs](self)).
+/// A connection URL, cut into its decoded parts (see [`ConnectionUrl::parse`]).
 ///
 /// `Debug` never shows the password; [`redacted`](Self::redacted) is the URL as logs
 /// and errors may show it.

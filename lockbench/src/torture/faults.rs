@@ -10,7 +10,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{BoxError, Capabilities, FenceDurability};
+use distlock::backend::{Capabilities, FenceDurability};
+use distlock::BoxError;
 use distlock_conformance::{LinkControl, ServerControl};
 use tokio::time::{sleep, timeout, Instant};
 

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{
-    AcquireOutcome, DynLockBackend, LockBackendExt, LockClient, LockKey, LockOptions, LossReason,
-};
+use distlock::backend::{AcquireOutcome, LockBackendExt};
+use distlock::{DynLockBackend, LockClient, LockKey, LockOptions, LossReason};
 use tokio::time::{sleep, Instant};
 
 use super::history::{Hold, HoldKind};
