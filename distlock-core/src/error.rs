@@ -32,7 +32,14 @@ pub enum ErrorKind {
     /// newer holder has written, so this one's lock is gone (see
     /// [`crate::FencedStore`]). Not retryable: the same fence stays stale.
     StaleFence,
-    /// The wait deadline passed before the lock could be acquired.
+    /// Time ran out on the lock's own clock before a usable outcome, and a request
+    /// may still land: one meaning, in three places. The wait deadline of
+    /// [`LockClient::lock`](crate::LockClient::lock) passed; a grant or renewal came
+    /// back after the validity it would have started had run out (it is given back);
+    /// or, on a quorum backend, too few members answered within their per-member time
+    /// (`node_timeout_ms` on a Redlock) while the others' requests may still land.
+    /// Retryable. A server that could not be reached or did not answer within the
+    /// backend's own response time-out is [`ErrorKind::Unavailable`] instead.
     Timeout,
     /// The server could not be reached or did not answer in time. A retry may help.
     Unavailable,

@@ -8,93 +8,18 @@ use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    PermitBackend, ReleaseOutcome, Renewal, WakeRegistry,
+    PermitBackend, ReleaseOutcome, Renewal,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
-use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
-use redis::{FromRedisValue, Script, ServerErrorKind, ToRedisArgs};
+use redis::{FromRedisValue, ToRedisArgs};
 use tracing::debug;
 
 use crate::config::RedisConfig;
+use crate::connection::{client, manager_config, Conn, Subscriber};
 use crate::error::{connect_timed_out, from_redis, unexpected};
+use crate::scripts::{is_noscript, Lua, Scripts, SOURCES};
 
 const NAME: &str = "redis";
-
-/// A Lua script: called by its hash, and sent whole where the server has forgotten it.
-#[derive(Debug, Clone)]
-pub(crate) struct Lua {
-    script: Script,
-    source: &'static str,
-}
-
-impl Lua {
-    pub(crate) fn new(source: &'static str) -> Self {
-        Lua {
-            script: Script::new(source),
-            source,
-        }
-    }
-}
-
-pub(crate) struct Scripts {
-    acquire: Lua,
-    release: Lua,
-    extend: Lua,
-    inspect: Lua,
-    force_release: Lua,
-    commit: Lua,
-    queued: Lua,
-    leave: Lua,
-    pub(crate) permits_acquire: Lua,
-    pub(crate) permits_release: Lua,
-    pub(crate) permits_extend: Lua,
-    pub(crate) permits_leave: Lua,
-    pub(crate) permits_holders: Lua,
-}
-
-/// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
-/// queue's part, then the plain acquire's, in one script.
-const SOURCES: [&str; 13] = [
-    include_str!("scripts/acquire.lua"),
-    include_str!("scripts/release.lua"),
-    include_str!("scripts/extend.lua"),
-    include_str!("scripts/inspect.lua"),
-    include_str!("scripts/force_release.lua"),
-    include_str!("scripts/commit.lua"),
-    concat!(
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/acquire.lua")
-    ),
-    include_str!("scripts/leave.lua"),
-    include_str!("scripts/permits_acquire.lua"),
-    include_str!("scripts/permits_release.lua"),
-    include_str!("scripts/permits_extend.lua"),
-    include_str!("scripts/permits_leave.lua"),
-    include_str!("scripts/permits_holders.lua"),
-];
-
-impl Scripts {
-    fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders] =
-            SOURCES.map(Lua::new);
-        Scripts {
-            acquire,
-            release,
-            extend,
-            inspect,
-            force_release,
-            commit,
-            queued,
-            leave,
-            permits_acquire,
-            permits_release,
-            permits_extend,
-            permits_leave,
-            permits_holders,
-        }
-    }
-}
 
 /// A lock backend on one Redis server (or the primary of a replicated set).
 ///
@@ -465,53 +390,6 @@ impl RedisBackend {
     }
 }
 
-/// The connection every operation is sent on: to one server (reconnecting by itself),
-/// or to a Redis Cluster (following its slots and redirections).
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for Conn {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.response_timeout))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_millis(500))
-}
-
 /// `text` with the characters a Redis glob pattern gives meaning to escaped.
 fn glob_escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
@@ -524,62 +402,12 @@ fn glob_escape(text: &str) -> String {
     escaped
 }
 
-fn is_noscript(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
-        || e.to_string().contains("NOSCRIPT")
-}
-
 pub(crate) fn millis(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
 
 pub(crate) fn parse_u64(text: &str, what: &str) -> Result<u64> {
     text.parse().map_err(|_| unexpected(what))
-}
-
-/// The driver's client: with the URL's own CA and client certificate where it names
-/// them (`rediss://` with this crate's `tls` feature).
-fn client(config: &RedisConfig) -> Result<redis::Client> {
-    // rustls needs a process-wide crypto provider; where the application chose none,
-    // this crate's (ring) is installed. One already installed is kept.
-    #[cfg(feature = "tls")]
-    if config.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let files = &config.tls_files;
-    if files.ca.is_none() && files.cert.is_none() {
-        return redis::Client::open(config.driver_url()).map_err(|e| from_redis(config, e));
-    }
-    #[cfg(feature = "tls")]
-    {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| {
-                distlock_core::backend::config_error(
-                    "redis",
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })
-        };
-        let root_cert = files.ca.as_deref().map(read).transpose()?;
-        let client_tls = match (&files.cert, &files.key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert)?,
-                client_key: read(key)?,
-            }),
-            _ => None,
-        };
-        let certificates = redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        };
-        redis::Client::build_with_tls(config.driver_url(), certificates)
-            .map_err(|e| from_redis(config, e))
-    }
-    #[cfg(not(feature = "tls"))]
-    Err(distlock_core::backend::config_error(
-        "redis",
-        "ca_file and cert_file need the `tls` feature of distlock-redis",
-    ))
 }
 
 #[async_trait]
@@ -713,27 +541,5 @@ impl RedisBackend {
             }
         }
         Ok(Some(registration.changes))
-    }
-}
-
-/// The pub/sub connection; its waiters are kept per channel in a [`WakeRegistry`].
-struct Subscriber {
-    sink: PubSubSink,
-    waiters: Arc<WakeRegistry>,
-}
-
-impl Subscriber {
-    fn start(pubsub: redis::aio::PubSub) -> Self {
-        let (sink, mut stream) = pubsub.split();
-        let waiters = Arc::new(WakeRegistry::new());
-        let dispatch = waiters.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = stream.next().await {
-                dispatch.wake(msg.get_channel_name());
-            }
-            // The connection is gone: ending every stream makes waiters poll instead.
-            dispatch.close_all();
-        });
-        Subscriber { sink, waiters }
     }
 }

@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use distlock_core::backend::{check_fence, FenceCheck};
 use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 
-use crate::backend::{Lua, RedisBackend};
+use crate::backend::RedisBackend;
 use crate::error::unexpected;
+use crate::scripts::Lua;
 
 /// The hash field that keeps a hash's fence, unless [`RedisStore::with_fence_field`]
 /// names another.

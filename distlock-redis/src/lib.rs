@@ -178,10 +178,12 @@
 
 mod backend;
 mod config;
+mod connection;
 mod error;
 pub mod fenced;
 mod permits;
 mod redlock;
+mod scripts;
 
 pub use backend::RedisBackend;
 pub use config::{RedisConfig, RedlockConfig, DEFAULT_PORT, SCHEMES};

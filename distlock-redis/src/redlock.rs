@@ -234,6 +234,7 @@ impl RedlockBackend {
             .enumerate()
             .map(|(i, member)| {
                 let call = op(member.clone());
+                let endpoint = member.config().endpoint_list();
                 let future: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
                     match tokio::time::timeout(timeout, call).await {
                         Ok(reply) => (i, reply),
@@ -241,7 +242,11 @@ impl RedlockBackend {
                             i,
                             Err(Error::new(
                                 ErrorKind::Timeout,
-                                format!("master {i} did not answer within {timeout:?}"),
+                                format!(
+                                    "master {i} ({}) did not answer within {timeout:?} (node_timeout_ms={})",
+                                    endpoint,
+                                    timeout.as_millis()
+                                ),
                             )
                             .with_backend(NAME)),
                         ),

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,15 +10,18 @@ use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ClockDrift, ExtendRequest, FenceDurability, Grant,
     OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
 };
-use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use distlock_core::{LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::join_all;
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{
-    Acls, Client, CreateMode, CreateOptions, EventType, MultiWriteError, MultiWriteResult, Stat,
+    Client, CreateMode, CreateOptions, EventType, MultiWriteError, MultiWriteResult,
 };
 
 use crate::config::ZooKeeperConfig;
-use crate::error::{ends_session, from_zk, timed_out};
+use crate::node::{
+    children, decode_key, fence_of, gone, holder, millis, own_lease, read_nodes, Kind, Node,
+};
+use crate::session::Inner;
 
 /// The shortest TTL accepted: a few round trips to an ensemble, with room for the
 /// clock-skew allowance.
@@ -32,280 +35,12 @@ pub struct ZooKeeperBackend {
     capabilities: Capabilities,
 }
 
-/// The session, shared with the watches' streams: a new one is made when the last
-/// one expired or was closed.
-struct Inner {
-    config: ZooKeeperConfig,
-    session: Mutex<Option<Client>>,
-    connecting: tokio::sync::Mutex<()>,
-}
-
 impl fmt::Debug for ZooKeeperBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperBackend")
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
-}
-
-/// What a node under a key's node is: a lease (`l-<owner>`) or a fair waiter's place
-/// (`p-<owner>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Lease,
-    Place,
-}
-
-/// A lease or place as read: its name, what it is, its TTL and its stat.
-#[derive(Debug, Clone)]
-struct Node {
-    path: String,
-    kind: Kind,
-    owner: String,
-    ttl_ms: i64,
-    stat: Stat,
-}
-
-impl Node {
-    /// The server time (ms since the epoch) after which it has expired.
-    fn expires_at(&self) -> i64 {
-        self.stat.mtime.saturating_add(self.ttl_ms)
-    }
-
-    /// Whether it was still unexpired at server time `now`.
-    fn live_at(&self, now: i64) -> bool {
-        now <= self.expires_at()
-    }
-
-    fn remaining_at(&self, now: i64) -> Duration {
-        Duration::from_millis(u64::try_from(self.expires_at() - now).unwrap_or(0))
-    }
-
-    fn fence(&self) -> FencingToken {
-        fence_of(&self.stat)
-    }
-}
-
-fn fence_of(stat: &Stat) -> FencingToken {
-    FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0))
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The key a segment made by [`encode_key`](crate::config::encode_key) names; `None` for any other node.
-fn decode_key(segment: &str) -> Option<LockKey> {
-    let encoded = segment.strip_prefix("k-")?;
-    let mut bytes = Vec::with_capacity(encoded.len());
-    let mut rest = encoded.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'%' {
-            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    LockKey::new(String::from_utf8(bytes).ok()?).ok()
-}
-
-/// A node's name and data read back as a lease or place; `None` for anything else.
-fn parse_node(dir: &str, name: &str, data: &[u8], stat: Stat) -> Option<Node> {
-    let (kind, owner) = if let Some(owner) = name.strip_prefix("l-") {
-        (Kind::Lease, owner)
-    } else if let Some(owner) = name.strip_prefix("p-") {
-        (Kind::Place, owner)
-    } else {
-        return None;
-    };
-    let ttl_ms = i64::from_be_bytes(data.try_into().ok()?);
-    Some(Node {
-        path: format!("{dir}/{name}"),
-        kind,
-        owner: owner.to_owned(),
-        ttl_ms,
-        stat,
-    })
-}
-
-/// Whether a driver error is only "the node is not there".
-fn gone<T>(result: std::result::Result<T, ZkError>) -> std::result::Result<Option<T>, ZkError> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(ZkError::NoNode) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-impl Inner {
-    fn acls(&self) -> Acls<'static> {
-        if self.config.user.is_some() {
-            Acls::creator_all()
-        } else {
-            Acls::anyone_all()
-        }
-    }
-
-    /// The session, made (and the root node created) when there is none or the last
-    /// one ended.
-    async fn client(&self) -> Result<Client> {
-        let cached = |slot: &Option<Client>| {
-            slot.as_ref()
-                .filter(|c| !c.state().is_terminated())
-                .cloned()
-        };
-        if let Some(c) = cached(&self.session.lock().unwrap_or_else(PoisonError::into_inner)) {
-            return Ok(c);
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(c) = cached(&self.session.lock().unwrap_or_else(PoisonError::into_inner)) {
-            return Ok(c);
-        }
-        let config = &self.config;
-        let mut connector = Client::connector()
-            .with_session_timeout(config.session_timeout)
-            .with_connection_timeout(config.connect_timeout)
-            .with_fail_eagerly();
-        if let Some((user, password)) = &config.user {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        let servers = config.servers().join(",");
-        let connect = async {
-            let client = connector.connect(&servers).await?;
-            let options = CreateMode::Persistent.with_acls(self.acls());
-            client.mkdir(&config.root, &options).await?;
-            Ok::<_, ZkError>(client)
-        };
-        let client =
-            match tokio::time::timeout(config.connect_timeout + config.timeout, connect).await {
-                Ok(Ok(client)) => client,
-                // Every server refused, or none answered within the connect time-out.
-                Ok(Err(ZkError::NoHosts)) => {
-                    return Err(Error::new(
-                        distlock_core::ErrorKind::Unavailable,
-                        format!(
-                            "no server of {servers} could be reached within {:?} each (connect_timeout_ms={})",
-                            config.connect_timeout,
-                            config.connect_timeout.as_millis()
-                        ),
-                    )
-                    .with_backend("zookeeper"))
-                }
-                Ok(Err(e)) => return Err(from_zk(config, e)),
-                Err(_) => {
-                    return Err(Error::new(
-                        distlock_core::ErrorKind::Unavailable,
-                        format!(
-                            "no session with {} within {:?} (connect_timeout_ms={} + response_timeout_ms={})",
-                            servers,
-                            config.connect_timeout + config.timeout,
-                            config.connect_timeout.as_millis(),
-                            config.timeout.as_millis()
-                        ),
-                    )
-                    .with_backend("zookeeper"))
-                }
-            };
-        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
-        Ok(client)
-    }
-
-    /// Runs one operation on the session, within the timeout; a session that ended
-    /// is dropped, so that the next call makes a new one.
-    async fn run<T, F, Fut>(&self, op: F) -> Result<T>
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, ZkError>>,
-    {
-        let client = self.client().await?;
-        match tokio::time::timeout(self.config.timeout, op(client)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => {
-                if ends_session(&e) {
-                    *self.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                }
-                Err(from_zk(&self.config, e))
-            }
-            Err(_) => Err(timed_out(&self.config)),
-        }
-    }
-
-    fn dir(&self, key: &LockKey) -> String {
-        self.config.key_node(key)
-    }
-
-    fn lease_path(&self, key: &LockKey, owner: &OwnerToken) -> String {
-        format!("{}/l-{}", self.dir(key), owner.to_hex())
-    }
-
-    fn place_path(&self, key: &LockKey, owner: &OwnerToken) -> String {
-        format!("{}/p-{}", self.dir(key), owner.to_hex())
-    }
-
-    /// A TTL node's options: ZooKeeper deletes it once it has gone unmodified for
-    /// `ttl` (and has no children), which frees what a vanished client left.
-    fn ttl_node(&self, ttl: Duration) -> CreateOptions<'static> {
-        CreateMode::Persistent.with_acls(self.acls()).with_ttl(ttl)
-    }
-
-    /// The server's time now, in ms since the epoch: the modification time a write to
-    /// the root node gets from the leader.
-    fn server_now(
-        &self,
-        client: &Client,
-    ) -> impl Future<Output = std::result::Result<i64, ZkError>> {
-        let write = client.set_data(&self.config.root, &[], None);
-        async move { Ok(write.await?.mtime) }
-    }
-}
-
-/// The leases and places under `dir`, read in one round trip after `names` (the
-/// children listed), each request sent before any answer is awaited.
-async fn read_nodes(
-    client: &Client,
-    dir: &str,
-    names: Vec<String>,
-) -> std::result::Result<Vec<Node>, ZkError> {
-    let reads = join_all(
-        names
-            .iter()
-            .map(|name| client.get_data(&format!("{dir}/{name}"))),
-    );
-    let mut nodes = Vec::new();
-    for (name, read) in names.iter().zip(reads.await) {
-        if let Some((data, stat)) = gone(read)? {
-            nodes.extend(parse_node(dir, name, &data, stat));
-        }
-    }
-    Ok(nodes)
-}
-
-/// The owner's own lease node at `path`, as read: its data and what it says; `None`
-/// when it is gone (or holds something else).
-async fn own_lease(
-    client: &Client,
-    path: &str,
-) -> std::result::Result<Option<(Vec<u8>, Node)>, ZkError> {
-    let Some((data, stat)) = gone(client.get_data(path).await)? else {
-        return Ok(None);
-    };
-    Ok(parse_node("", "l-", &data, stat).map(|node| (data, node)))
-}
-
-/// The children of `dir`, none when it does not exist.
-async fn children(client: &Client, dir: &str) -> std::result::Result<Vec<String>, ZkError> {
-    Ok(gone(client.list_children(dir).await)?.unwrap_or_default())
-}
-
-/// The holder among `nodes` at server time `now`: the live lease created first.
-fn holder(nodes: &[Node], now: i64) -> Option<&Node> {
-    nodes
-        .iter()
-        .filter(|n| n.kind == Kind::Lease && n.live_at(now))
-        .min_by_key(|n| n.stat.czxid)
 }
 
 impl ZooKeeperBackend {

@@ -147,6 +147,8 @@ mod backend;
 mod config;
 mod error;
 pub mod fenced;
+mod node;
+mod session;
 
 pub use backend::ZooKeeperBackend;
 pub use config::{ZooKeeperConfig, DEFAULT_PORT, SCHEMES};

@@ -13,8 +13,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
 
+use crate::run::BoxError;
 use crate::scenarios::{Contender, S1Entry};
-use crate::BoxError;
 
 fn owner() -> String {
     format!("{:032x}", rand::random::<u128>())

@@ -3,7 +3,7 @@
 //! that a gap between two clients can be put down to the server's work or to the
 //! client's.
 
-use crate::BoxError;
+use crate::run::BoxError;
 
 /// Reads Redis's `INFO cpu`: the CPU time (user and system) of the server process.
 /// Unlike `INFO commandstats`, it counts a script's commands once, and the reading,

@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use crate::run::BoxError;
+
+/// The peer crate's name and version, as the report shows it.
+pub(crate) const RSLOCK: &str = "rslock 0.10";
 use crate::scenarios::{Contender, SCENARIO_TTL};
-use crate::BoxError;
 
 /// rslock (the Redlock crate) on one Redis server (a quorum of one), or on several
 /// independent masters (Redlock).

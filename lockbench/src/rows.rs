@@ -12,7 +12,7 @@ use std::sync::Arc;
 use distlock_conformance::Target;
 use distlock_testservers::{RedisCluster, RedisMasters, Server, ServerHandle};
 
-use crate::BoxError;
+use crate::run::BoxError;
 
 /// The Redis backend over several servers: Redlock over that many independent
 /// masters, or a Redis Cluster of three masters.
@@ -51,7 +51,7 @@ impl Row {
             .ok_or_else(|| {
                 format!(
                     "no backend is named {name:?}; known: {}",
-                    crate::backend_names().join(", ")
+                    backend_names().join(", ")
                 )
             })
     }
@@ -114,7 +114,7 @@ pub(crate) struct Several {
 /// Starts the servers of a [`Row::Redlock`] or [`Row::Cluster`] row and opens its
 /// target, as its own tests do; another row is an error.
 pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
-    let connect = |url: String| async move { crate::connect(&url).await };
+    let connect = |url: String| async move { crate::run::connect(&url).await };
     match row {
         Row::Redlock { masters } => {
             let started = RedisMasters::start(masters).await?;
@@ -163,6 +163,15 @@ pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
     }
 }
 
+/// The backends lockbench can run: memory, every server the test servers know, and
+/// the Redis backend over several servers (see [`Row`]).
+pub(crate) fn backend_names() -> Vec<&'static str> {
+    let mut names = vec!["memory"];
+    names.extend(distlock_testservers::ALL.map(|server| server.name()));
+    names.extend(SEVERAL_SERVERS.map(|(name, _)| name));
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use distlock::MemoryBackend;
@@ -171,7 +180,7 @@ mod tests {
 
     #[test]
     fn every_known_name_is_its_own_row_and_no_other_name_is_memory() {
-        for name in crate::backend_names() {
+        for name in backend_names() {
             let row = Row::parse(name).expect(name);
             match row {
                 Row::Memory => assert_eq!(name, "memory"),

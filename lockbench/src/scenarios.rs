@@ -15,8 +15,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::meter::{client_cpu_us, RedisMeter};
+use crate::run::BoxError;
 use crate::stats::Summary;
-use crate::BoxError;
 
 /// The TTL the scenarios ask for (or the backend's nearest).
 pub(crate) const SCENARIO_TTL: Duration = Duration::from_secs(10);
@@ -38,11 +38,11 @@ pub(crate) struct Sizes {
 
 impl Sizes {
     /// The sizes of a mode.
-    pub(crate) fn of(mode: crate::Mode) -> Self {
+    pub(crate) fn of(mode: crate::run::Mode) -> Self {
         match mode {
-            crate::Mode::Quick => Self::quick(),
-            crate::Mode::Standard => Self::standard(),
-            crate::Mode::Soak => Self::soak(),
+            crate::run::Mode::Quick => Self::quick(),
+            crate::run::Mode::Standard => Self::standard(),
+            crate::run::Mode::Soak => Self::soak(),
         }
     }
 

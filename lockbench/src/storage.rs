@@ -15,7 +15,7 @@ use futures_util::future::try_join_all;
 use serde::Serialize;
 use tokio::time::{sleep, Instant};
 
-use crate::BoxError;
+use crate::run::BoxError;
 
 /// What S5 found on one backend.
 #[derive(Debug, Clone, Serialize)]

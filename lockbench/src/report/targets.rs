@@ -64,7 +64,7 @@ impl BackendRun {
     /// The peer libraries this backend's run measures beside it.
     fn expected_peers(&self) -> Vec<&'static str> {
         match self.backend.as_str() {
-            "redis" | "redlock-3" | "redlock-5" => vec![crate::RSLOCK],
+            "redis" | "redlock-3" | "redlock-5" => vec![crate::peers::RSLOCK],
             _ => vec![],
         }
     }

@@ -50,8 +50,9 @@ use self::faults::{FaultScope, Injector};
 use self::history::{Findings, History};
 use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
+use crate::options::RunOptions;
 use crate::rows::Row;
-use crate::{progress, BoxError, Mode, RunOptions};
+use crate::run::{progress, BoxError, Mode};
 
 /// Many clients, faults on a schedule, and a fenced register that must refuse every
 /// stale write (torture.md, torture.json). `--quick` injects each fault once per
@@ -292,19 +293,19 @@ fn short_of_promise(
         .collect()
 }
 
-/// The run's exit code: [`crate::EXIT_VIOLATION`] when a safety check failed on any
-/// backend; otherwise [`crate::EXIT_HARNESS`] when the harness could not do what the
+/// The run's exit code: [`crate::run::EXIT_VIOLATION`] when a safety check failed on any
+/// backend; otherwise [`crate::run::EXIT_HARNESS`] when the harness could not do what the
 /// mode promises (a fault not injected as often as promised, a run cut short, a row
 /// not the backend it names, or, with `--require-all`, a backend not run); 0 when
 /// every check held on every backend that ran.
 fn exit_code(runs: &[TortureRun], require_all: bool) -> u8 {
     if runs.iter().any(|r| !r.failures.is_empty()) {
-        crate::EXIT_VIOLATION
+        crate::run::EXIT_VIOLATION
     } else if runs
         .iter()
         .any(|r| !r.harness.is_empty() || (require_all && !r.started))
     {
-        crate::EXIT_HARNESS
+        crate::run::EXIT_HARNESS
     } else {
         0
     }
@@ -357,9 +358,9 @@ async fn target(row: Row) -> Result<Opened, BoxError> {
             })
         }
         Row::Server(kind) => {
-            let connect = |url: String| async move { crate::connect(&url).await };
+            let connect = |url: String| async move { crate::run::connect(&url).await };
             if let Some(url) = external_url(kind) {
-                let backend = crate::connect(&url).await?;
+                let backend = crate::run::connect(&url).await?;
                 return Ok(Opened {
                     target: Target::new(backend),
                     server: format!(
@@ -778,7 +779,10 @@ mod tests {
             run.harness,
             ["the fault connections killed was injected 0 times of the 1 this mode promises"]
         );
-        assert_eq!(exit_code(&[ran(), run.clone()], false), crate::EXIT_HARNESS);
+        assert_eq!(
+            exit_code(&[ran(), run.clone()], false),
+            crate::run::EXIT_HARNESS
+        );
         let md = markdown("quick", Plan::quick(), &[run.clone()]);
         assert!(md.contains("HARNESS: the fault connections killed"), "{md}");
         assert!(!md.contains("VIOLATED"), "{md}");
@@ -794,7 +798,7 @@ mod tests {
     /// faults on its own servers.
     #[tokio::test]
     async fn every_default_row_runs_the_backend_it_names() {
-        for name in crate::DEFAULT_BACKENDS.split(',') {
+        for name in crate::options::DEFAULT_BACKENDS.split(',') {
             let row = Row::parse(name).expect("no error");
             let opened = target(row).await.unwrap_or_else(|e| panic!("{name}: {e}"));
             let backend = opened.target.backend();
@@ -829,21 +833,21 @@ mod tests {
         harness.harness.push("the run could not complete".into());
         assert_eq!(
             exit_code(std::slice::from_ref(&violated), false),
-            crate::EXIT_VIOLATION
+            crate::run::EXIT_VIOLATION
         );
         // A violation outranks the harness's outcome.
         assert_eq!(
             exit_code(&[harness.clone(), violated], false),
-            crate::EXIT_VIOLATION
+            crate::run::EXIT_VIOLATION
         );
-        assert_eq!(exit_code(&[harness], false), crate::EXIT_HARNESS);
+        assert_eq!(exit_code(&[harness], false), crate::run::EXIT_HARNESS);
         let not_run = TortureRun {
             backend: "redlock-3".into(),
             server: "not run: no Docker".into(),
             ..TortureRun::default()
         };
         assert_eq!(exit_code(std::slice::from_ref(&not_run), false), 0);
-        assert_eq!(exit_code(&[not_run], true), crate::EXIT_HARNESS);
-        assert_ne!(crate::EXIT_VIOLATION, crate::EXIT_HARNESS);
+        assert_eq!(exit_code(&[not_run], true), crate::run::EXIT_HARNESS);
+        assert_ne!(crate::run::EXIT_VIOLATION, crate::run::EXIT_HARNESS);
     }
 }

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use super::history::{Logged, Totals};
 use crate::rows::Row;
-use crate::BoxError;
+use crate::run::BoxError;
 
 /// The fenced register's store for one backend's run, and what runs it.
 pub(crate) struct FencedRegister {

@@ -11,7 +11,7 @@ use tokio::time::{sleep, Instant};
 
 use super::history::{Hold, HoldKind};
 use super::register::Registers;
-use crate::BoxError;
+use crate::run::BoxError;
 
 /// The share of a long-holding client's guarded holds that are long.
 const LONG_SHARE: f64 = 0.25;

@@ -1,0 +1,131 @@
+//! The backend's connections: the one every operation is sent on (one server through a
+//! connection manager, or a Redis Cluster), the driver's client made from the
+//! settings (TLS files read here), and the pub/sub connection that carries release
+//! notifications to waiters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::backend::WakeRegistry;
+use distlock_core::Result;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
+
+use crate::config::RedisConfig;
+use crate::error::from_redis;
+
+/// The connection every operation is sent on: to one server (reconnecting by itself),
+/// or to a Redis Cluster (following its slots and redirections).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The settings of the connection manager the backend opens: its time-outs and
+/// reconnection.
+pub(crate) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// The driver's client: with the URL's own CA and client certificate where it names
+/// them (`rediss://` with this crate's `tls` feature).
+pub(crate) fn client(config: &RedisConfig) -> Result<redis::Client> {
+    // rustls needs a process-wide crypto provider; where the application chose none,
+    // this crate's (ring) is installed. One already installed is kept.
+    #[cfg(feature = "tls")]
+    if config.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let files = &config.tls_files;
+    if files.ca.is_none() && files.cert.is_none() {
+        return redis::Client::open(config.driver_url()).map_err(|e| from_redis(config, e));
+    }
+    #[cfg(feature = "tls")]
+    {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                distlock_core::backend::config_error(
+                    "redis",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })
+        };
+        let root_cert = files.ca.as_deref().map(read).transpose()?;
+        let client_tls = match (&files.cert, &files.key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        let certificates = redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        };
+        redis::Client::build_with_tls(config.driver_url(), certificates)
+            .map_err(|e| from_redis(config, e))
+    }
+    #[cfg(not(feature = "tls"))]
+    Err(distlock_core::backend::config_error(
+        "redis",
+        "ca_file and cert_file need the `tls` feature of distlock-redis",
+    ))
+}
+
+/// The pub/sub connection; its waiters are kept per channel in a [`WakeRegistry`].
+pub(crate) struct Subscriber {
+    pub(crate) sink: PubSubSink,
+    pub(crate) waiters: Arc<WakeRegistry>,
+}
+
+impl Subscriber {
+    pub(crate) fn start(pubsub: redis::aio::PubSub) -> Self {
+        let (sink, mut stream) = pubsub.split();
+        let waiters = Arc::new(WakeRegistry::new());
+        let dispatch = waiters.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = stream.next().await {
+                dispatch.wake(msg.get_channel_name());
+            }
+            // The connection is gone: ending every stream makes waiters poll instead.
+            dispatch.close_all();
+        });
+        Subscriber { sink, waiters }
+    }
+}

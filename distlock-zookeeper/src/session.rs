@@ -1,0 +1,145 @@
+//! The backend's ZooKeeper session: made on first use and again when the last one
+//! expired or closed, every operation run on it within the response time-out, and the
+//! paths and node options of a key's leases and places.
+
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use distlock_core::backend::OwnerToken;
+use distlock_core::{Error, LockKey, Result};
+use zookeeper_client::Error as ZkError;
+use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
+
+use crate::config::ZooKeeperConfig;
+use crate::error::{ends_session, from_zk, timed_out};
+
+/// The session, shared with the watches' streams: a new one is made when the last
+/// one expired or was closed.
+pub(crate) struct Inner {
+    pub(crate) config: ZooKeeperConfig,
+    pub(crate) session: Mutex<Option<Client>>,
+    pub(crate) connecting: tokio::sync::Mutex<()>,
+}
+
+impl Inner {
+    pub(crate) fn acls(&self) -> Acls<'static> {
+        if self.config.user.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    /// The session, made (and the root node created) when there is none or the last
+    /// one ended.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        let cached = |slot: &Option<Client>| {
+            slot.as_ref()
+                .filter(|c| !c.state().is_terminated())
+                .cloned()
+        };
+        if let Some(c) = cached(&self.session.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(c);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(c) = cached(&self.session.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(c);
+        }
+        let config = &self.config;
+        let mut connector = Client::connector()
+            .with_session_timeout(config.session_timeout)
+            .with_connection_timeout(config.connect_timeout)
+            .with_fail_eagerly();
+        if let Some((user, password)) = &config.user {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let servers = config.servers().join(",");
+        let connect = async {
+            let client = connector.connect(&servers).await?;
+            let options = CreateMode::Persistent.with_acls(self.acls());
+            client.mkdir(&config.root, &options).await?;
+            Ok::<_, ZkError>(client)
+        };
+        let client =
+            match tokio::time::timeout(config.connect_timeout + config.timeout, connect).await {
+                Ok(Ok(client)) => client,
+                // Every server refused, or none answered within the connect time-out.
+                Ok(Err(ZkError::NoHosts)) => {
+                    return Err(Error::new(
+                        distlock_core::ErrorKind::Unavailable,
+                        format!(
+                            "no server of {servers} could be reached within {:?} each (connect_timeout_ms={})",
+                            config.connect_timeout,
+                            config.connect_timeout.as_millis()
+                        ),
+                    )
+                    .with_backend("zookeeper"))
+                }
+                Ok(Err(e)) => return Err(from_zk(config, e)),
+                Err(_) => {
+                    return Err(Error::new(
+                        distlock_core::ErrorKind::Unavailable,
+                        format!(
+                            "no session with {} within {:?} (connect_timeout_ms={} + response_timeout_ms={})",
+                            servers,
+                            config.connect_timeout + config.timeout,
+                            config.connect_timeout.as_millis(),
+                            config.timeout.as_millis()
+                        ),
+                    )
+                    .with_backend("zookeeper"))
+                }
+            };
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Runs one operation on the session, within the timeout; a session that ended
+    /// is dropped, so that the next call makes a new one.
+    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, ZkError>>,
+    {
+        let client = self.client().await?;
+        match tokio::time::timeout(self.config.timeout, op(client)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                if ends_session(&e) {
+                    *self.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                }
+                Err(from_zk(&self.config, e))
+            }
+            Err(_) => Err(timed_out(&self.config)),
+        }
+    }
+
+    pub(crate) fn dir(&self, key: &LockKey) -> String {
+        self.config.key_node(key)
+    }
+
+    pub(crate) fn lease_path(&self, key: &LockKey, owner: &OwnerToken) -> String {
+        format!("{}/l-{}", self.dir(key), owner.to_hex())
+    }
+
+    pub(crate) fn place_path(&self, key: &LockKey, owner: &OwnerToken) -> String {
+        format!("{}/p-{}", self.dir(key), owner.to_hex())
+    }
+
+    /// A TTL node's options: ZooKeeper deletes it once it has gone unmodified for
+    /// `ttl` (and has no children), which frees what a vanished client left.
+    pub(crate) fn ttl_node(&self, ttl: Duration) -> CreateOptions<'static> {
+        CreateMode::Persistent.with_acls(self.acls()).with_ttl(ttl)
+    }
+
+    /// The server's time now, in ms since the epoch: the modification time a write to
+    /// the root node gets from the leader.
+    pub(crate) fn server_now(
+        &self,
+        client: &Client,
+    ) -> impl Future<Output = std::result::Result<i64, ZkError>> {
+        let write = client.set_data(&self.config.root, &[], None);
+        async move { Ok(write.await?.mtime) }
+    }
+}

@@ -1,0 +1,536 @@
+//! The comparison run: on each backend, the scenarios side by side with the raw
+//! floors and peer libraries, then the conformance suite; the report written at the
+//! end, and the run's exit code.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::{DynLockBackend, MemoryBackend};
+use distlock_conformance::{run_suite, Outcome, Target};
+use distlock_testservers::{external_url, Server, ServerHandle};
+
+use crate::options::RunOptions;
+use crate::report::{BackendRun, Conformance, FloorRole, FloorRow, PeerRow, Report, SweepPoint};
+use crate::run::{progress, BoxError, EXIT_HARNESS, EXIT_VIOLATION};
+use crate::scenarios::{Primitives, S1Entry, Sizes};
+use crate::{floors, meter, peers, report, rows, scenarios, storage};
+
+/// What runs beside distlock on one server: its raw floors (the first one round
+/// trip), and the peer libraries.
+#[derive(Default)]
+struct Beside {
+    floors: Vec<S1Entry>,
+    rslock: Option<peers::Rslock>,
+}
+
+/// Runs the scenarios (S1 side by side with the floors and peers), then the
+/// conformance suite, on one backend.
+async fn measure(
+    run: &mut BackendRun,
+    backend: Arc<DynLockBackend>,
+    target: Target,
+    sizes: Sizes,
+    meter: Option<&meter::RedisMeter>,
+    beside: Beside,
+) {
+    let name = run.backend.clone();
+    macro_rules! step {
+        ($label:expr, $field:ident, $call:expr) => {{
+            progress(&name, $label);
+            match $call.await {
+                Ok(v) => run.$field = Some(v),
+                Err(e) => run.errors.push(format!("{}: {e}", $label)),
+            }
+        }};
+    }
+    let client = match scenarios::client(&backend) {
+        Ok(client) => client,
+        Err(e) => {
+            run.errors.push(format!("client: {e}"));
+            return;
+        }
+    };
+
+    let floor_count = beside.floors.len();
+    let mut entries = vec![
+        S1Entry::new("distlock client", client.clone()),
+        S1Entry::new("distlock primitives", Primitives(backend.clone())),
+    ];
+    entries.extend(beside.floors);
+    if let Some(rslock) = &beside.rslock {
+        entries.push(S1Entry::new(peers::RSLOCK, rslock.clone()));
+    }
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    progress(
+        &name,
+        &format!("S1 uncontended cycle, side by side: {}", names.join(", ")),
+    );
+    let mut results = scenarios::s1_side_by_side(&entries, sizes, meter)
+        .await
+        .into_iter()
+        .zip(&entries);
+    let mut take = |label: &str| match results.next() {
+        Some((Ok(summary), _)) => Some(summary),
+        Some((Err(e), entry)) => {
+            run.errors.push(format!("S1 {label} ({}): {e}", entry.name));
+            None
+        }
+        None => None,
+    };
+    let s1_client = take("client");
+    let s1_primitives = take("primitives");
+    let mut floors = Vec::new();
+    for (i, entry) in entries.iter().skip(2).take(floor_count).enumerate() {
+        if let Some(summary) = take("floor") {
+            floors.push(FloorRow {
+                name: entry.name.clone(),
+                role: FloorRole::of_index(i),
+                summary,
+            });
+        }
+    }
+    let rslock_s1 = beside.rslock.as_ref().and_then(|_| take("peer"));
+    run.s1_client = s1_client;
+    run.s1_primitives = s1_primitives;
+    run.floors = floors;
+
+    step!(
+        "S2 throughput, 32 clients",
+        s2_throughput,
+        meter::cpu_time(meter, scenarios::s2_throughput(&client, sizes))
+    );
+    // The raw cycle floor at the same concurrency (the second floor; the first is one
+    // round trip).
+    let cycle_floor = entries.get(2 + 1).filter(|_| floor_count >= 2);
+    if let Some(floor) = cycle_floor {
+        progress(&name, &format!("S2 raw floor, 32 clients: {}", floor.name));
+        match meter::cpu_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
+            Ok(summary) => run.s2_floor = Some(summary),
+            Err(e) => run.errors.push(format!("S2 raw floor: {e}")),
+        }
+    }
+    progress(
+        &name,
+        &format!("S2 sweep over {:?} concurrent tasks", scenarios::SWEEP),
+    );
+    let sweep_sizes = Sizes {
+        throughput_for: sizes.sweep_for,
+        ..sizes
+    };
+    let client_entry = &entries[0];
+    let rslock_entry = beside
+        .rslock
+        .as_ref()
+        .map(|r| S1Entry::new(peers::RSLOCK, r.clone()));
+    for tasks in scenarios::SWEEP {
+        let mut point = SweepPoint {
+            tasks,
+            ..SweepPoint::default()
+        };
+        let rate = |entry| sweep_rate(entry, tasks, sweep_sizes);
+        match rate(Some(client_entry)).await {
+            Ok(r) => point.client = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, client: {e}")),
+        }
+        match rate(cycle_floor).await {
+            Ok(r) => point.floor = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, floor: {e}")),
+        }
+        match rate(rslock_entry.as_ref()).await {
+            Ok(r) => point.rslock = r,
+            Err(e) => run
+                .errors
+                .push(format!("S2 sweep, {tasks} tasks, {}: {e}", peers::RSLOCK)),
+        }
+        run.sweep.push(point);
+    }
+    step!(
+        "S3 contended handoff, 16 waiters",
+        s3_handoff,
+        scenarios::s3_handoff(&client, sizes)
+    );
+    step!(
+        "S3 handoff, 16 waiters on clients of their own, racing",
+        s3_racing,
+        scenarios::s3_across_clients(&backend, false, sizes)
+    );
+    if backend.capabilities().fair {
+        step!(
+            "S3 handoff, 16 waiters on clients of their own, fair mode",
+            s3_fair,
+            scenarios::s3_across_clients(&backend, true, sizes)
+        );
+    }
+    if backend.capabilities().permits {
+        for (kind, handoff) in scenarios::Kind::ALL {
+            let label = kind.label();
+            progress(&name, &format!("S1 and S3: {label}"));
+            match scenarios::kind_runs(&backend, kind, handoff, sizes).await {
+                Ok((s1, s3)) => run.kinds.push(report::KindRow {
+                    kind: label,
+                    s1,
+                    s3,
+                }),
+                Err(e) => run.errors.push(format!("{label}: {e}")),
+            }
+        }
+    }
+    step!(
+        "S4 takeover after a vanished holder",
+        s4_takeover,
+        scenarios::s4_takeover(&backend, sizes)
+    );
+    if let Some(rslock) = &beside.rslock {
+        let mut peer_row = |scenario: &str, summary| {
+            run.peers.push(PeerRow {
+                peer: peers::RSLOCK.into(),
+                scenario: scenario.into(),
+                summary,
+            })
+        };
+        if let Some(summary) = rslock_s1 {
+            peer_row(report::S1, summary);
+        }
+        progress(peers::RSLOCK, "S2 throughput, 32 clients");
+        match meter::cpu_time(meter, scenarios::s2_throughput(rslock, sizes)).await {
+            Ok(summary) => peer_row(report::S2, summary),
+            Err(e) => run.errors.push(format!("{} S2: {e}", peers::RSLOCK)),
+        }
+        progress(peers::RSLOCK, "S3 contended handoff, 16 waiters (it polls)");
+        match scenarios::s3_handoff(rslock, sizes).await {
+            Ok(summary) => peer_row(report::S3, summary),
+            Err(e) => run.errors.push(format!("{} S3: {e}", peers::RSLOCK)),
+        }
+    }
+    let granularity = backend.capabilities().ttl_granularity;
+    run.takeover_allowance_ms = 50.0
+        + if granularity > Duration::from_millis(1) {
+            granularity.as_secs_f64() * 1e3
+        } else {
+            0.0
+        };
+    progress(&name, "conformance suite");
+    let started = std::time::Instant::now();
+    let suite = run_suite(&target).await;
+    let mut conformance = Conformance {
+        passed: 0,
+        failed: vec![],
+        skipped: vec![],
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    for case in suite.cases {
+        match case.outcome {
+            Outcome::Passed => conformance.passed += 1,
+            Outcome::Failed(msg) => conformance.failed.push((case.name.into(), msg)),
+            Outcome::Skipped(why) => conformance.skipped.push((case.name.into(), why)),
+        }
+    }
+    run.conformance = Some(conformance);
+}
+
+/// S2's cycles per second on `entry` at `tasks` concurrent tasks, when it runs here.
+async fn sweep_rate(
+    entry: Option<&S1Entry>,
+    tasks: usize,
+    sizes: Sizes,
+) -> Result<Option<f64>, BoxError> {
+    match entry {
+        Some(entry) => Ok(Some(entry.s2(tasks, sizes).await?.per_sec)),
+        None => Ok(None),
+    }
+}
+
+/// The raw floors of `server` at `url`.
+async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError> {
+    match server.name() {
+        "redis" => floors::redis(url).await,
+        "postgres" => floors::postgres(url).await,
+        "zookeeper" => {
+            let servers = url.trim_start_matches("zookeeper://");
+            floors::zookeeper(servers.split(['/', '?']).next().unwrap_or_default()).await
+        }
+        _ => {
+            let first = url
+                .trim_start_matches("etcd://")
+                .split(',')
+                .next()
+                .unwrap_or_default();
+            floors::etcd(&format!("http://{first}")).await
+        }
+    }
+}
+
+async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendRun {
+    let mut run = BackendRun {
+        backend: kind.name().into(),
+        ..Default::default()
+    };
+    progress(kind.name(), "starting the server");
+    // The target the backends' own tests run the suite on: control, round-trip meter
+    // and wrong credentials included.
+    let connect = |url: String| async move { crate::run::connect(&url).await };
+    let (url, target) = match external_url(kind) {
+        Some(url) => {
+            run.server = format!("external ({})", kind.url_variable());
+            match crate::run::connect(&url).await {
+                Ok(backend) => (url, Target::new(backend)),
+                Err(e) => {
+                    run.server = format!("external, but connecting failed: {e}");
+                    return run;
+                }
+            }
+        }
+        None => match ServerHandle::start_direct(kind).await {
+            Ok(server) => {
+                // The conformance suite reaches it through its port on 127.0.0.1
+                // (its fault controls work there); everything measured, at its
+                // address on its own Docker network, with no port proxy in between.
+                let Some(url) = server.direct_url() else {
+                    run.server = "started, but its network address is unknown".into();
+                    return run;
+                };
+                run.server = format!(
+                    "container, {:?} image, reached at its address on a Docker network of its own (no port proxy)",
+                    server.image_source()
+                );
+                match distlock_testservers::target_on(server, connect).await {
+                    Ok(target) => (url, target),
+                    Err(e) => {
+                        run.server = format!("started, but connecting failed: {e}");
+                        return run;
+                    }
+                }
+            }
+            Err(e) => {
+                run.server = e.to_string();
+                return run;
+            }
+        },
+    };
+    // The scenarios get a backend of their own, connected directly: the target's sits
+    // behind one more pointer (it is generic over the backend's type).
+    let backend = match crate::run::connect(&url).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            run.server = format!("started, but connecting failed: {e}");
+            return run;
+        }
+    };
+    if let Err(e) = rows::Row::Server(kind).check(&*backend, 1) {
+        run.server = format!("not run: {e}");
+        return run;
+    }
+    run.started = true;
+    // Redis reports its process's CPU time (`INFO cpu`): read around each scenario,
+    // the report can then tell a gap in the server's work from a gap in the client's.
+    let meter = match kind.name() {
+        "redis" => match meter::RedisMeter::connect(&url).await {
+            Ok(meter) => Some(meter),
+            Err(e) => {
+                run.errors.push(format!("server CPU (INFO cpu): {e}"));
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut beside = Beside::default();
+    match floors(kind, &url).await {
+        Ok(entries) => {
+            beside.floors = entries;
+            // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
+            run.floor_cycle_ops = if kind.name() == "etcd" { 3.0 } else { 2.0 };
+        }
+        Err(e) => run.errors.push(format!("floors: {e}")),
+    }
+    if kind.name() == "redis" {
+        beside.rslock = Some(peers::Rslock::new(vec![url.clone()]));
+    }
+    // S5 first: the target owns the server, and `measure` ends with it.
+    let (options, wait) = storage::bound(kind.name(), sizes.short_bounds);
+    progress(
+        kind.name(),
+        &format!(
+            "S5 storage: {} distinct names, counted again after {wait:?}",
+            sizes.storage_names
+        ),
+    );
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let storage_url = if options.is_empty() {
+        url.clone()
+    } else {
+        format!("{url}{separator}{options}")
+    };
+    let measured = match crate::run::connect(&storage_url).await {
+        Ok(backend) => {
+            storage::measure(
+                kind.name(),
+                &url,
+                backend,
+                sizes.storage_names,
+                wait,
+                options,
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
+    match measured {
+        Ok(found) => {
+            if found.left_after > 0 {
+                run.errors.push(format!(
+                    "S5 storage: {} keys or rows of {} released names were still on the server {:.0} s later",
+                    found.left_after, found.names, found.after_s
+                ));
+            }
+            run.storage = Some(found);
+        }
+        Err(e) => run.errors.push(format!("S5 storage: {e}")),
+    }
+    measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
+    run
+}
+
+/// Runs the scenarios and the suite on Redlock over independent Redis masters (beside
+/// rslock on the same masters), or on a Redis Cluster, as `row` says, every server
+/// reached at its address on their Docker network.
+async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
+    let mut run = BackendRun {
+        backend: name.into(),
+        ..Default::default()
+    };
+    progress(name, "starting the servers");
+    let mut beside = Beside::default();
+    let opened = match rows::open_several(row).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            run.server = format!("not started: {e}");
+            return run;
+        }
+    };
+    run.server = opened.server;
+    if let rows::Row::Redlock { .. } = row {
+        beside.rslock = Some(peers::Rslock::new(opened.member_urls));
+    }
+    let backend = match crate::run::connect(&opened.url).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            run.server = format!("started, but connecting failed: {e}");
+            return run;
+        }
+    };
+    if let Err(e) = row.check(&*backend, opened.servers) {
+        run.server = format!("not run: {e}");
+        return run;
+    }
+    let target = opened.target;
+    run.started = true;
+    measure(&mut run, backend, target, sizes, None, beside).await;
+    run
+}
+
+/// The comparison run on `args.backends`: each measured, then the report written
+/// into `args.out`; the exit code says whether a check was violated or the harness
+/// fell short.
+pub(crate) async fn main(args: RunOptions) -> ExitCode {
+    let sizes = Sizes::of(args.mode());
+    let mut runs = Vec::new();
+    for name in &args.backends {
+        let started = std::time::Instant::now();
+        let mut run = match rows::Row::parse(name) {
+            Ok(row @ (rows::Row::Redlock { .. } | rows::Row::Cluster { .. })) => {
+                run_several_servers(name, row, sizes).await
+            }
+            Ok(rows::Row::Memory) => {
+                let memory: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
+                let mut run = BackendRun {
+                    backend: "memory".into(),
+                    server: "in process".into(),
+                    started: true,
+                    ..Default::default()
+                };
+                let target = Target::memory();
+                let beside = Beside::default();
+                measure(&mut run, memory, target, sizes, None, beside).await;
+                run
+            }
+            Ok(rows::Row::Server(server)) => run_server_backend(server, sizes).await,
+            Err(e) => BackendRun {
+                backend: name.clone(),
+                server: format!("not run: {e}"),
+                ..Default::default()
+            },
+        };
+        run.seconds = started.elapsed().as_secs_f64();
+        runs.push(run);
+    }
+    let report = Report {
+        mode: args.mode().name().into(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        backends: runs,
+    };
+    let out = std::path::Path::new(&args.out);
+    let written = std::fs::create_dir_all(out)
+        .and_then(|()| std::fs::write(out.join("report.md"), report.markdown()))
+        .and_then(|()| {
+            std::fs::write(
+                out.join("results.json"),
+                serde_json::to_string_pretty(&report).unwrap_or_default(),
+            )
+        })
+        .and_then(|()| std::fs::write(out.join("latency.svg"), report.latency_chart()))
+        .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()))
+        .and_then(|()| std::fs::write(out.join("sweep.svg"), report.sweep_chart()));
+    if let Err(e) = written {
+        eprintln!(
+            "lockbench: cannot write the results into {}: {e}",
+            out.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let md = report.markdown();
+    let summary: String = md.split("## Targets").next().unwrap_or_default().to_owned();
+    println!("{summary}");
+    println!("The whole report: {}", out.join("report.md").display());
+
+    let (mut violated, mut harness) = (false, false);
+    for b in &report.backends {
+        if !b.started {
+            eprintln!("lockbench: {} was not run: {}", b.backend, b.server);
+            harness |= args.require_all;
+        }
+        if !b.errors.is_empty() {
+            eprintln!(
+                "lockbench: {}: harness: not measured: {:?}",
+                b.backend, b.errors
+            );
+            harness = true;
+        }
+        if let Some(conformance) = b.conformance.as_ref().filter(|c| !c.failed.is_empty()) {
+            for (case, why) in &conformance.failed {
+                eprintln!(
+                    "lockbench: {}: VIOLATED: conformance case {case}: {why}",
+                    b.backend
+                );
+            }
+            violated = true;
+        }
+    }
+    if violated {
+        ExitCode::from(EXIT_VIOLATION)
+    } else if harness {
+        ExitCode::from(EXIT_HARNESS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
