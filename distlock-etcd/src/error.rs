@@ -37,7 +37,12 @@ pub(crate) fn is_not_sent(e: &EtcdError) -> bool {
 /// Whether the client's own request time-out (the response time-out, set on the
 /// client) ended the request: tonic's `TimeoutExpired` somewhere in its sources.
 fn timed_out_in_client(e: &EtcdError) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    // etcd-client's error keeps its cause inside, not as its `source`.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        EtcdError::GRpcStatus(status) => Some(status),
+        EtcdError::TransportError(transport) => Some(transport),
+        _ => None,
+    };
     while let Some(cause) = source {
         if cause.is::<tonic::TimeoutExpired>() {
             return true;
@@ -75,7 +80,16 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         }
         _ => ErrorKind::Backend,
     };
-    let detail = config.scrub(distlock_core::backend::error_chain(&e));
+    // etcd-client's error keeps its cause inside: a transport error's says what
+    // failed ("transport error" alone does not).
+    let detail = match &e {
+        EtcdError::TransportError(transport) => format!(
+            "transport error: {}",
+            distlock_core::backend::error_chain(transport)
+        ),
+        _ => e.to_string(),
+    };
+    let detail = config.scrub(detail);
     let detail = match kind {
         ErrorKind::Unavailable | ErrorKind::Authentication => {
             format!("{} ({})", detail, config.endpoint_list())
@@ -141,5 +155,16 @@ mod tests {
             assert_eq!(e.kind(), kind, "{e}");
             assert_eq!(e.code(), Some(format!("{code:?}").as_str()));
         }
+        // The client's own time-out: a status whose source is tonic's TimeoutExpired.
+        let late = from_etcd(
+            &config,
+            EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(tonic::TimeoutExpired(
+                (),
+            )))),
+        );
+        assert!(
+            late.to_string().contains("response_timeout_ms=5000"),
+            "{late}"
+        );
     }
 }

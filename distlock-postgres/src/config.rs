@@ -55,6 +55,9 @@ pub enum SynchronousCommit {
 ///   (`sslmode=verify-full` unless `sslmode` says otherwise); they are sqlx's
 ///   `sslrootcert`, `sslcert` and `sslkey`, also accepted under those names.
 ///
+/// A Unix socket has no URL here: build the config typed, from
+/// `PgConnectOptions::new().socket(path)`.
+///
 /// sqlx's own options `sslmode`, `sslrootcert`, `sslcert`, `sslkey`,
 /// `application_name`, `options` and `statement-cache-capacity` go to sqlx (TLS needs
 /// this crate's `tls` feature). Any other option is a configuration error that names it

@@ -165,6 +165,31 @@ impl Membership {
     }
 }
 
+/// Turns authentication on for the etcd server `handle` runs: the user `root` with
+/// `password` (given to etcdctl as one argument, no shell between, so that every
+/// character reaches etcd as it is). The server then refuses a client without
+/// credentials or with others; its URL stays without them, for the test to write.
+pub async fn enable_auth(
+    handle: &ServerHandle,
+    password: &str,
+) -> Result<(), distlock_core::BoxError> {
+    let etcdctl = |args: &[&str]| {
+        let mut all = vec!["etcdctl", "--endpoints=http://127.0.0.1:2379"];
+        all.extend_from_slice(args);
+        ExecCommand::new(all)
+    };
+    let new_password = format!("--new-user-password={password}");
+    handle
+        .exec(etcdctl(&["user", "add", "root", &new_password]))
+        .await?;
+    // Some versions create the root role with the root user, others do not.
+    let _ = handle.exec(etcdctl(&["role", "add", "root"])).await;
+    let _ = handle
+        .exec(etcdctl(&["user", "grant-role", "root", "root"]))
+        .await;
+    handle.exec(etcdctl(&["auth", "enable"])).await
+}
+
 /// An etcd cluster of several members in containers, on a Docker network the harness
 /// creates for it (the members reach each other by name; clients reach each member on
 /// its own 127.0.0.1 port). Each member is a [`ServerHandle`], so one can be stopped,

@@ -58,7 +58,7 @@ use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage};
 
-pub use etcd::{Etcd, EtcdCluster};
+pub use etcd::{enable_auth as enable_etcd_auth, Etcd, EtcdCluster};
 pub use handle::{HarnessError, ServerHandle};
 pub use image::{image_source, ImageSource};
 pub use pgbouncer::PgBouncer;
