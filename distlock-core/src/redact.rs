@@ -11,18 +11,7 @@ pub fn redact_url(url: &str) -> String {
         // Setting a password fails only on URLs that cannot have one.
         let _ = parsed.set_password(Some("***"));
     }
-    let secret = |k: &str| {
-        let k = k.to_ascii_lowercase();
-        [
-            "password",
-            "passwd",
-            "pass",
-            "token",
-            "secret",
-            "sslpassword",
-        ]
-        .contains(&k.as_str())
-    };
+    let secret = |k: &str| crate::support::is_secret_name(k);
     if parsed.query_pairs().any(|(k, _)| secret(&k)) {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()

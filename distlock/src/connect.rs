@@ -137,8 +137,8 @@ impl Connector {
         connector
     }
 
-    /// Adds under `schemes` a backend `connect` makes already shared.
-    #[allow(dead_code)]
+    /// Adds under `schemes` a backend `connect` makes already shared: what
+    /// [`with_backend`](Self::with_backend) and each of this build's backends use.
     fn with_shared<F, Fut>(mut self, schemes: &[&str], connect: F) -> Self
     where
         F: Fn(String) -> Fut + Send + Sync + 'static,
@@ -155,25 +155,19 @@ impl Connector {
 
     /// Adds a backend under `schemes`: `connect` makes it from the whole URL. A scheme
     /// added before, by this build or an earlier call, now connects to this backend.
-    pub fn with_backend<B, F, Fut>(mut self, schemes: &[&str], connect: F) -> Self
+    pub fn with_backend<B, F, Fut>(self, schemes: &[&str], connect: F) -> Self
     where
         B: LockBackend + 'static,
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<B>> + Send + 'static,
     {
-        let connect = Arc::new(connect);
-        let factory: Factory = Arc::new(move |url| {
+        self.with_shared(schemes, move |url| {
             let made = connect(url);
-            Box::pin(async move {
+            async move {
                 let backend: Arc<DynLockBackend> = Arc::new(made.await?);
                 Ok(backend)
-            })
-        });
-        for scheme in schemes {
-            self.entries.retain(|(s, _)| s != scheme);
-            self.entries.push(((*scheme).to_owned(), factory.clone()));
-        }
-        self
+            }
+        })
     }
 
     /// The schemes it connects to, in the order they were added.
