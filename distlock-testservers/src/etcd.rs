@@ -4,6 +4,7 @@ use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
 use crate::handle::{HarnessError, ServerHandle};
+use crate::network::DockerNetwork;
 use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 
 /// etcd serving clients on 2379, without authentication.
@@ -159,9 +160,7 @@ impl Membership {
                 )
                 .with_cmd(self.peer_args()),
         };
-        request
-            .with_network(&self.network)
-            .with_container_name(&self.name)
+        request.with_container_name(&self.name)
     }
 }
 
@@ -203,15 +202,17 @@ impl EtcdCluster {
     /// Starts `size` members at once (a lone member never becomes ready: it waits
     /// for a quorum) and waits until each answers.
     pub async fn start(size: usize) -> Result<Self, HarnessError> {
-        let network = format!("distlock-etcd-{:08x}", rand::random::<u32>());
-        let all: Vec<String> = (1..=size).map(|i| format!("{network}-m{i}")).collect();
+        let network = DockerNetwork::create("distlock-etcd").await?;
+        let all: Vec<String> = (1..=size)
+            .map(|i| format!("{}-m{i}", network.name()))
+            .collect();
         let started = futures_util::future::join_all(all.iter().map(|name| {
             let membership = Membership {
-                network: network.clone(),
+                network: network.name().to_owned(),
                 name: name.clone(),
                 all: all.clone(),
             };
-            ServerHandle::start_with(&Etcd, move |request, source| {
+            ServerHandle::start_networked(&Etcd, network.clone(), None, move |request, source| {
                 membership.configure(request, source)
             })
         }))

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use testcontainers::{ContainerAsync, ContainerRequest, CopyTargetOptions, Generi
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::image::{image_source, pinned, ImageSource};
+use crate::network::DockerNetwork;
 use crate::tls::{TlsMaterial, IN_CONTAINER};
 use crate::{sockets, ConnectionKill, Server};
 
@@ -77,6 +79,9 @@ pub struct ServerHandle {
     server: &'static dyn Server,
     source: ImageSource,
     container: ContainerAsync<GenericImage>,
+    /// The network the harness made for it (shared with the other members of a
+    /// cluster): after the container, so that it is dropped after it.
+    network: Option<Arc<DockerNetwork>>,
     host_port: u16,
     password: String,
     /// Whether the server serves TLS only (started by [`ServerHandle::start_tls`]).
@@ -111,7 +116,7 @@ fn free_port() -> Result<u16, HarnessError> {
 impl ServerHandle {
     /// Starts `server` and waits until its own client finds it ready.
     pub async fn start(server: &'static dyn Server) -> Result<Self, HarnessError> {
-        Self::start_with(server, |request, _| request).await
+        Self::start_inner(server, None, None, |request, _| request).await
     }
 
     /// Starts `server` with `password` as its password (for a server that checks
@@ -143,27 +148,29 @@ impl ServerHandle {
     /// proxy in the way. Benchmarks use [`direct_url`](Self::direct_url): its round
     /// trip is a local one, with no proxy process relaying each request.
     pub async fn start_direct(server: &'static dyn Server) -> Result<Self, HarnessError> {
-        let network = format!("distlock-direct-{:08x}", rand::random::<u32>());
+        let network = DockerNetwork::create("distlock-direct").await?;
         Self::start_networked(server, network, None, |request, _| request).await
     }
 
-    /// Starts `server` on the Docker network `network` (created with its first
-    /// member, removed with its last), with `password` where given (members of one
+    /// Starts `server` on `network` (removed once the last handle on it is
+    /// dropped), with `password` where given (members of one
     /// cluster share theirs), and `adjust` applied to its container request last; its
     /// address there is [`direct_url`](Self::direct_url)'s.
     pub(crate) async fn start_networked(
         server: &'static dyn Server,
-        network: String,
+        network: Arc<DockerNetwork>,
         password: Option<String>,
         adjust: impl FnOnce(
             ContainerRequest<GenericImage>,
             ImageSource,
         ) -> ContainerRequest<GenericImage>,
     ) -> Result<Self, HarnessError> {
+        let name = network.name().to_owned();
         let mut handle = Self::start_inner(server, None, password, move |request, source| {
-            adjust(request.with_network(network), source)
+            adjust(request.with_network(name), source)
         })
         .await?;
+        handle.network = Some(network);
         let ip = handle
             .container
             .get_bridge_ip_address()
@@ -179,18 +186,6 @@ impl ServerHandle {
     pub fn tls_url(&self, tls: &TlsMaterial, ca_file: &std::path::Path) -> Option<String> {
         self.server
             .tls_url(self.host_port, &self.password, tls, ca_file)
-    }
-
-    /// Starts `server` with `adjust` applied to its container request last (a network
-    /// and name for a cluster member, say).
-    pub(crate) async fn start_with(
-        server: &'static dyn Server,
-        adjust: impl FnOnce(
-            ContainerRequest<GenericImage>,
-            ImageSource,
-        ) -> ContainerRequest<GenericImage>,
-    ) -> Result<Self, HarnessError> {
-        Self::start_inner(server, None, None, adjust).await
     }
 
     async fn start_inner(
@@ -256,6 +251,7 @@ impl ServerHandle {
             server,
             source,
             container,
+            network: None,
             host_port,
             password,
             tls: tls.is_some(),

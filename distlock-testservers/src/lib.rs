@@ -29,7 +29,10 @@
 //! # Leftovers
 //!
 //! Containers are removed when their handle is dropped, and testcontainers' watchdog
-//! removes them when the run is interrupted (SIGINT, SIGTERM, SIGQUIT). Clients reach
+//! removes them when the run is interrupted (SIGINT, SIGTERM, SIGQUIT). A Docker
+//! network the harness makes (for a cluster, or a server reached at its own address)
+//! is removed once the last container on it is, retried until Docker lets it go; an
+//! interrupted run can leave one behind (`docker network prune` removes it). Clients reach
 //! a container through a port mapped on 127.0.0.1 only, the same across restarts.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -38,6 +41,7 @@
 pub mod etcd;
 mod handle;
 mod image;
+mod network;
 pub mod pgbouncer;
 pub mod postgres;
 mod proxy;

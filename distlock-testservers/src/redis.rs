@@ -8,6 +8,7 @@ use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
 use crate::handle::{HarnessError, ServerHandle};
+use crate::network::DockerNetwork;
 use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 
 /// Redis (`redis-server`), password-protected, `maxmemory-policy noeviction`.
@@ -153,7 +154,7 @@ impl RedisCluster {
                 "a Redis Cluster needs 3 masters or more, not {masters}"
             )));
         }
-        let network = format!("distlock-rcluster-{:08x}", rand::random::<u32>());
+        let network = DockerNetwork::create("distlock-rcluster").await?;
         let password = format!("pw{:016x}", rand::random::<u64>());
         let started = futures_util::future::join_all((0..masters * (1 + replicas)).map(|_| {
             let password = password.clone();

@@ -12,6 +12,7 @@ use distlock_core::{BoxError, DynLockBackend, LockBackend};
 use futures_util::future::{join_all, BoxFuture};
 
 use crate::handle::{HarnessError, ServerHandle};
+use crate::network::DockerNetwork;
 use crate::{Proxy, Redis};
 
 /// Independent Redis masters (no replication, no cluster) sharing one password, each
@@ -26,7 +27,7 @@ pub struct RedisMasters {
 impl RedisMasters {
     /// Starts `masters` Redis servers at once.
     pub async fn start(masters: usize) -> Result<Self, HarnessError> {
-        let network = format!("distlock-redlock-{:08x}", rand::random::<u32>());
+        let network = DockerNetwork::create("distlock-redlock").await?;
         let password = format!("pw{:016x}", rand::random::<u64>());
         let started = join_all((0..masters).map(|_| {
             ServerHandle::start_networked(

@@ -13,6 +13,7 @@ use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::handle::{HarnessError, ServerHandle};
+use crate::network::DockerNetwork;
 use crate::redlock::{Every, Links};
 use crate::{ConnectionKill, ImageSource, Server};
 
@@ -99,8 +100,10 @@ impl ZooKeeperEnsemble {
     /// Starts `size` members at once and waits until each serves requests (which it
     /// does only once a quorum has elected a leader).
     pub async fn start(size: usize) -> Result<Self, HarnessError> {
-        let network = format!("distlock-zk-{:08x}", rand::random::<u32>());
-        let names: Vec<String> = (1..=size).map(|i| format!("{network}-m{i}")).collect();
+        let network = DockerNetwork::create("distlock-zk").await?;
+        let names: Vec<String> = (1..=size)
+            .map(|i| format!("{}-m{i}", network.name()))
+            .collect();
         let servers = names
             .iter()
             .enumerate()
@@ -108,20 +111,25 @@ impl ZooKeeperEnsemble {
             .collect::<Vec<_>>()
             .join(" ");
         let started = futures_util::future::join_all(names.iter().enumerate().map(|(i, name)| {
-            let (network, name, servers) = (network.clone(), name.clone(), servers.clone());
-            ServerHandle::start_with(&ZooKeeper, move |request, source| {
-                let id = (i + 1).to_string();
-                let request = match source {
-                    ImageSource::Official => request
-                        .with_env_var("ZOO_MY_ID", id)
-                        .with_env_var("ZOO_SERVERS", servers)
-                        .with_env_var("ZOO_CFG_EXTRA", "quorumListenOnAllIPs=true"),
-                    ImageSource::Local => request
-                        .with_env_var("DISTLOCK_ZK_ID", id)
-                        .with_env_var("DISTLOCK_ZK_SERVERS", servers),
-                };
-                request.with_network(network).with_container_name(name)
-            })
+            let (name, servers) = (name.clone(), servers.clone());
+            ServerHandle::start_networked(
+                &ZooKeeper,
+                network.clone(),
+                None,
+                move |request, source| {
+                    let id = (i + 1).to_string();
+                    let request = match source {
+                        ImageSource::Official => request
+                            .with_env_var("ZOO_MY_ID", id)
+                            .with_env_var("ZOO_SERVERS", servers)
+                            .with_env_var("ZOO_CFG_EXTRA", "quorumListenOnAllIPs=true"),
+                        ImageSource::Local => request
+                            .with_env_var("DISTLOCK_ZK_ID", id)
+                            .with_env_var("DISTLOCK_ZK_SERVERS", servers),
+                    };
+                    request.with_container_name(name)
+                },
+            )
         }))
         .await;
         let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
