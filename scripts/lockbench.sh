@@ -18,7 +18,7 @@ if ! bash scripts/prepare-servers.sh; then
 fi
 cargo build --release --locked -p lockbench
 # Both runs go ahead whatever the first found; the exit code is the graver of the two
-# (the README's table): 1 a violated check, 3 the harness's outcome, 2 a usage error.
+# (docs/benchmarks.md's table): 1 a violated check, 3 the harness's outcome, 2 a usage error.
 lockbench="${CARGO_TARGET_DIR:-target}/release/lockbench"
 comparison=0
 "$lockbench" "$@" || comparison=$?

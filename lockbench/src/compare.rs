@@ -24,6 +24,10 @@ struct Beside {
     rslock: Option<peers::Rslock>,
 }
 
+/// Why a row's conformance column says "not run" under `--skip-suite`.
+const SUITE_SKIPPED: &str =
+    "left out by --skip-suite (the run CI makes after `cargo test` ran every backend's suite)";
+
 /// Runs the scenarios (S1 side by side with the floors and peers), then the
 /// conformance suite, on one backend.
 async fn measure(
@@ -214,6 +218,10 @@ async fn measure(
         } else {
             0.0
         };
+    if !sizes.suite {
+        run.suite_not_run = Some(SUITE_SKIPPED.into());
+        return;
+    }
     progress(&name, "conformance suite");
     let started = std::time::Instant::now();
     let suite = run_suite(&target).await;
@@ -436,8 +444,11 @@ async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> Backen
 /// The comparison run on `args.backends`: each measured, then the report written
 /// into `args.out`; the exit code says whether a check was violated or the harness
 /// fell short.
-pub(crate) async fn main(args: RunOptions) -> ExitCode {
-    let sizes = Sizes::of(args.mode());
+pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
+    let sizes = Sizes {
+        suite: !skip_suite,
+        ..Sizes::of(args.mode())
+    };
     let mut runs = Vec::new();
     for name in &args.backends {
         let started = std::time::Instant::now();

@@ -7,7 +7,7 @@
 //! results folder.
 //!
 //! ```text
-//! lockbench [--quick | --soak] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all]
+//! lockbench [--quick | --soak] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all] [--skip-suite]
 //! lockbench torture [--quick | --soak] [--out DIR] [--backends ...] [--require-all]
 //! ```
 //!
@@ -50,6 +50,11 @@ struct Args {
     command: Option<Command>,
     #[command(flatten)]
     run: RunOptions,
+    /// Leave the conformance suite out of the comparison (each row's conformance
+    /// column then says "not run" and why): for CI, where `cargo test` has just run
+    /// every backend's suite.
+    #[arg(long)]
+    skip_suite: bool,
 }
 
 /// The runs besides the comparison.
@@ -62,10 +67,14 @@ enum Command {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let Args { command, run } = Args::parse();
+    let Args {
+        command,
+        run,
+        skip_suite,
+    } = Args::parse();
     match command {
         Some(Command::Torture(torture)) => torture::main(torture.run).await,
-        None => compare::main(run).await,
+        None => compare::main(run, skip_suite).await,
     }
 }
 
@@ -90,6 +99,23 @@ mod tests {
         // The soak's former name still works.
         assert_eq!(mode(&["--full"]).expect("--full"), Mode::Soak);
         assert!(mode(&["--quick", "--soak"]).is_err());
+    }
+
+    #[test]
+    fn only_the_comparison_can_leave_the_suite_out() {
+        let parse = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("lockbench").chain(args.iter().copied()))
+        };
+        assert!(
+            parse(&["--quick", "--skip-suite"])
+                .expect("parses")
+                .skip_suite
+        );
+        assert!(!parse(&["--quick"]).expect("parses").skip_suite);
+        assert!(
+            parse(&["torture", "--quick", "--skip-suite"]).is_err(),
+            "the torture run has no suite to leave out"
+        );
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub(crate) struct Sizes {
     pub(crate) storage_names: usize,
     /// Whether S5 shortens the backends' bounds (by URL options) to wait less.
     pub(crate) short_bounds: bool,
+    /// Whether the conformance suite runs after the scenarios (`--skip-suite` leaves
+    /// it out, and each row says so).
+    pub(crate) suite: bool,
 }
 
 impl Sizes {
@@ -55,6 +58,7 @@ impl Sizes {
             takeovers: 2,
             storage_names: 2_000,
             short_bounds: true,
+            suite: true,
         }
     }
 
@@ -69,6 +73,7 @@ impl Sizes {
             takeovers: 2,
             storage_names: 5_000,
             short_bounds: true,
+            suite: true,
         }
     }
 
@@ -81,6 +86,7 @@ impl Sizes {
             takeovers: 5,
             storage_names: 100_000,
             short_bounds: false,
+            suite: true,
         }
     }
 }

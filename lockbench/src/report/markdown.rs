@@ -32,16 +32,19 @@ impl Report {
                 );
                 continue;
             }
-            let conf = opt(&b.conformance, |c| {
-                format!(
-                    "{} / {} / {} (in {:.0} s of the backend's {:.0} s)",
-                    c.passed,
-                    c.failed.len(),
-                    c.skipped.len(),
-                    c.seconds,
-                    b.seconds
-                )
-            });
+            let conf = match (&b.conformance, &b.suite_not_run) {
+                (None, Some(why)) => format!("not run: {why}"),
+                _ => opt(&b.conformance, |c| {
+                    format!(
+                        "{} / {} / {} (in {:.0} s of the backend's {:.0} s)",
+                        c.passed,
+                        c.failed.len(),
+                        c.skipped.len(),
+                        c.seconds,
+                        b.seconds
+                    )
+                }),
+            };
             let s1 = opt(&b.s1_client, |s| {
                 format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
             });
@@ -289,6 +292,9 @@ impl Report {
                     }
                 );
             }
+            if let Some(why) = &b.suite_not_run {
+                let _ = writeln!(md, "\nConformance: not run: {why}.");
+            }
             if let Some(c) = &b.conformance {
                 let _ = writeln!(
                     md,
@@ -310,5 +316,52 @@ impl Report {
             let _ = writeln!(md);
         }
         md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{BackendRun, Conformance, Report};
+
+    fn report(run: BackendRun) -> String {
+        Report {
+            mode: "quick".into(),
+            unix_time: 0,
+            cpus: 2,
+            backends: vec![run],
+        }
+        .markdown()
+    }
+
+    #[test]
+    fn a_suite_left_out_says_not_run_and_why() {
+        let md = report(BackendRun {
+            backend: "redis".into(),
+            started: true,
+            suite_not_run: Some("left out by --skip-suite".into()),
+            ..Default::default()
+        });
+        assert!(
+            md.contains("| redis | not run: left out by --skip-suite |"),
+            "{md}"
+        );
+        assert!(md.contains("Conformance: not run: left out by --skip-suite."));
+    }
+
+    #[test]
+    fn a_suite_that_ran_shows_its_counts() {
+        let md = report(BackendRun {
+            backend: "etcd".into(),
+            started: true,
+            conformance: Some(Conformance {
+                passed: 60,
+                failed: vec![("case".into(), "why".into())],
+                skipped: vec![],
+                seconds: 50.0,
+            }),
+            ..Default::default()
+        });
+        assert!(md.contains("| etcd | 60 / 1 / 0 (in 50 s"), "{md}");
+        assert!(md.contains("- failed `case`: why"), "{md}");
     }
 }

@@ -91,6 +91,8 @@ pub(crate) struct BackendRun {
     pub(crate) server: String,
     pub(crate) started: bool,
     pub(crate) conformance: Option<Conformance>,
+    /// Why the conformance suite did not run on this backend, when it was left out.
+    pub(crate) suite_not_run: Option<String>,
     pub(crate) s1_client: Option<Summary>,
     pub(crate) s1_primitives: Option<Summary>,
     pub(crate) s2_throughput: Option<Summary>,
