@@ -11,6 +11,9 @@
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.
 //!
+//! - [`adoption`] checks what a service meets when it adopts a backend: an
+//!   unreachable endpoint named with its setting, and passwords as operators write
+//!   them.
 //! - [`fenced`] is the suite for fenced stores ([`distlock_core::FencedStore`]), run
 //!   the same way with [`fenced_conformance_main!`].
 //!
@@ -24,6 +27,7 @@
 
 #[macro_use]
 mod case;
+pub mod adoption;
 pub mod cases;
 pub mod fenced;
 mod gates;

@@ -28,8 +28,8 @@ pub use crate::lease::{
 pub use crate::permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VALUE, TERMS_KEPT};
 pub use crate::redact::redact_url;
 pub use crate::support::{
-    config_error, driver_error, encode, error_chain, is_certificate_refusal, is_secret_name,
-    key_prefix, positive_millis, scrub, ConnectionUrl, Endpoint, Options,
+    config_error, driver_error, encode, error_chain, find_cause, is_certificate_refused,
+    is_secret_name, key_prefix, positive_millis, scrub, ConnectionUrl, Endpoint, Options,
 };
 pub use crate::token::OwnerToken;
 pub use crate::wake::{Registration, WakeRegistry};

@@ -59,6 +59,12 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         return timed_out(config, Setting::Response);
     }
     let kind = match &e {
+        EtcdError::TransportError(t) if distlock_core::backend::is_certificate_refused(t) => {
+            ErrorKind::Configuration
+        }
+        EtcdError::GRpcStatus(s) if distlock_core::backend::is_certificate_refused(s) => {
+            ErrorKind::Configuration
+        }
         EtcdError::GRpcStatus(s) => match s.code() {
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Authentication,
             Code::Unavailable

@@ -41,6 +41,7 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
 pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
     let state = sqlstate(e);
     match (e, state.as_deref()) {
+        _ if distlock_core::backend::is_certificate_refused(e) => ErrorKind::Configuration,
         (_, Some("28P01" | "28000")) => ErrorKind::Authentication,
         // PgBouncer refuses a password with a protocol-violation code (08P01) and a
         // fixed message, not PostgreSQL's 28P01.

@@ -3,8 +3,9 @@
 //! which setting.
 
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use distlock_conformance::adoption;
 use distlock_core::backend::LockBackendExt;
 use distlock_core::ErrorKind;
 use distlock_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -12,31 +13,19 @@ use distlock_postgres::sqlx::Row;
 use distlock_postgres::{PostgresBackend, PostgresConfig};
 use distlock_testservers::{Postgres, ServerHandle};
 
-/// A password with every character a URL gives meaning to that a password may hold.
-const PASSWORD: &str = "p+w&d%@x";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
-    let server = ServerHandle::start_with_password(&Postgres, PASSWORD)
+    let server = ServerHandle::start_with_password(&Postgres, adoption::PASSWORD)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let raw = server.url();
-    assert!(raw.contains(PASSWORD), "the harness writes it raw: {raw}");
-    let encoded = raw.replace(PASSWORD, "p%2Bw%26d%25%40x");
-    for url in [raw, encoded] {
-        let backend = PostgresBackend::connect(&url).await.expect("connect");
-        let lease = backend
-            .acquire_once("adopted", Duration::from_secs(5))
-            .await
-            .expect("acquire")
-            .expect("free");
-        backend.release_lease(&lease).await.expect("release");
-    }
-    let wrong = server.url().replace(PASSWORD, "p+w&d%@y");
-    let err = PostgresBackend::connect(&wrong).await.expect_err("wrong");
-    assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    let connect = |url: String| async move { PostgresBackend::connect(&url).await };
+    adoption::reserved_password_connects(&server.url(), connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = adoption::wrong_password_is_refused(&server.url(), connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(err.code(), Some("28P01"), "the SQLSTATE: {err:?}");
-    assert!(!format!("{err} {err:?}").contains("p+w&d"), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,41 +105,19 @@ async fn without_the_migration_missing_tables_are_named_and_the_dba_sql_creates_
         .expect("free");
 }
 
-/// A server that takes connections and never answers.
-fn silent_listener() -> (std::net::TcpListener, u16) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    (listener, port)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_named_with_the_setting_that_ran_out() {
-    let (_silent, port) = silent_listener();
-    let started = Instant::now();
-    let err = PostgresBackend::connect(&format!(
-        "postgres://u:s3cret@127.0.0.1:{port}/db?acquire_timeout_ms=400&response_timeout_ms=3000"
-    ))
+    adoption::unreachable_endpoint_is_named(
+        "acquire_timeout_ms=400",
+        Duration::from_millis(2500),
+        |addr| async move {
+            PostgresBackend::connect(&format!(
+                "postgres://u:{}@{addr}/db?acquire_timeout_ms=400&response_timeout_ms=3000",
+                adoption::SECRET
+            ))
+            .await
+        },
+    )
     .await
-    .expect_err("silent");
-    let took = started.elapsed();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let text = err.to_string();
-    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
-    assert!(text.contains("acquire_timeout_ms=400"), "{text}");
-    assert!(took < Duration::from_millis(2500), "took {took:?}");
-    assert!(!text.contains("s3cret"));
-
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let err = PostgresBackend::connect(&format!("postgres://u@127.0.0.1:{closed}/db"))
-        .await
-        .expect_err("refused");
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        err.to_string().contains(&format!("127.0.0.1:{closed}")),
-        "{err}"
-    );
+    .unwrap_or_else(|e| panic!("{e}"));
 }

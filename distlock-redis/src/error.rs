@@ -10,10 +10,13 @@ use crate::config::RedisConfig;
 pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
     let code = e.code().unwrap_or_default();
     let kind = match e.kind() {
+        _ if distlock_core::backend::is_certificate_refused(&e) => ErrorKind::Configuration,
         redis::ErrorKind::AuthenticationFailed => ErrorKind::Authentication,
         _ if matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Authentication,
         // A cluster client's first connections report refused credentials only in the
-        // text of the I/O error it wraps them in.
+        // text of the I/O error it makes of them (redis's cluster connection writes the
+        // first error `to_string()` into "Failed to create initial connections"): no
+        // code or type is left to read.
         _ if e.to_string().contains("AuthenticationFailed") => ErrorKind::Authentication,
         redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
         // A reply of the wrong shape is the server's answer, not a fault of the link.

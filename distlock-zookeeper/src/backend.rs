@@ -14,7 +14,7 @@ use distlock_core::{LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::join_all;
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{
-    Client, CreateMode, CreateOptions, EventType, MultiWriteError, MultiWriteResult,
+    Client, Connector, CreateMode, CreateOptions, EventType, MultiWriteError, MultiWriteResult,
 };
 
 use crate::config::ZooKeeperConfig;
@@ -53,6 +53,43 @@ impl ZooKeeperBackend {
     /// Connects with `config`, typed or parsed (see [`ZooKeeperConfig`]), after
     /// [checking](ZooKeeperConfig::check) it.
     pub async fn connect_with(config: ZooKeeperConfig) -> Result<Self> {
+        Self::open(config, None).await
+    }
+
+    /// Makes the backend's sessions from the service's own `connector`, with the
+    /// service's settings (its TLS, SASL or digest authentication, session and
+    /// connection time-outs); `config` gives the servers and the lock settings (root,
+    /// response time-out, clock-skew allowance).
+    ///
+    /// The backend takes a connector, not a [`Client`]: a ZooKeeper session can
+    /// expire, and the backend must then make a new one, which only a connector can.
+    /// It clones the connector for each session and never changes the service's;
+    /// to it, it adds only `config`'s credentials, when there are any. The sessions are
+    /// the backend's own (one at a time), apart from the service's. Making a session
+    /// is bounded by `connect_timeout_ms` + `response_timeout_ms` whatever the
+    /// connector's time-outs.
+    ///
+    /// A connector that authenticates by itself creates world-readable nodes unless
+    /// `config` asks for [`with_creator_acl`](ZooKeeperConfig::with_creator_acl).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> distlock_core::Result<()> {
+    /// use distlock_zookeeper::zookeeper_client::Client;
+    /// use distlock_zookeeper::{Endpoint, ZooKeeperBackend, ZooKeeperConfig};
+    ///
+    /// // The service's connector, as it already builds it.
+    /// let connector = Client::connector().with_auth("digest", b"svc:secret");
+    /// let config = ZooKeeperConfig::new([Endpoint::new("zk1", 2181)])
+    ///     .with_root("/svc/locks")
+    ///     .with_creator_acl();
+    /// let backend = ZooKeeperBackend::from_connector(connector, config).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_connector(connector: Connector, config: ZooKeeperConfig) -> Result<Self> {
+        Self::open(config, Some(connector)).await
+    }
+
+    async fn open(config: ZooKeeperConfig, connector: Option<Connector>) -> Result<Self> {
         config.check()?;
         let mut capabilities = Capabilities::default();
         capabilities.min_ttl = MIN_TTL.max(config.max_clock_skew * 4);
@@ -76,6 +113,7 @@ impl ZooKeeperBackend {
         capabilities.fair = true;
         let inner = Arc::new(Inner {
             config,
+            connector,
             session: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
         });

@@ -22,8 +22,9 @@ pub const SCHEMES: &[&str] = &["zookeeper", "zk"];
 ///   unless given;
 /// - user and password are ZooKeeper `digest` credentials (percent-encoded where they
 ///   hold a reserved character; a raw `+` stays a `+`): the nodes this backend
-///   creates then carry the `creator_all` ACL (not tested against a server here);
-///   without them, by anyone (`world:anyone`);
+///   creates then carry the `creator_all` ACL, so only sessions with the same
+///   credentials may touch them; without them (and without
+///   [`with_creator_acl`](Self::with_creator_acl)), anyone may (`world:anyone`);
 /// - the path (default `/distlock`) is the node under which every lock lives;
 /// - `response_timeout_ms` (default 5000; `timeout_ms` is its old name) bounds each
 ///   operation, `connect_timeout_ms` (default 3000) each connection attempt,
@@ -45,6 +46,7 @@ pub struct ZooKeeperConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) session_timeout: Duration,
     pub(crate) max_clock_skew: Duration,
+    pub(crate) creator_acl: bool,
 }
 
 /// ZooKeeper's client port, where a URL names none.
@@ -116,6 +118,7 @@ impl ZooKeeperConfig {
             connect_timeout: Duration::from_secs(3),
             session_timeout: Duration::from_secs(10),
             max_clock_skew: Duration::from_millis(10),
+            creator_acl: false,
         }
     }
 
@@ -181,6 +184,23 @@ impl ZooKeeperConfig {
     ) -> Self {
         self.user = Some((user.into(), password.into()));
         self
+    }
+
+    /// Gives the nodes this backend creates the `creator_all` ACL even without
+    /// credentials here: for a service's own connector that authenticates its
+    /// sessions itself ([`ZooKeeperBackend::from_connector`](crate::ZooKeeperBackend::from_connector)).
+    /// With [`with_credentials`](Self::with_credentials) (or a URL's user), the nodes
+    /// carry it anyway.
+    pub fn with_creator_acl(mut self) -> Self {
+        self.creator_acl = true;
+        self
+    }
+
+    /// Whether the nodes this backend creates carry the `creator_all` ACL (only the
+    /// identities the creating session authenticated as may touch them), rather
+    /// than `world:anyone`.
+    pub fn creator_acl(&self) -> bool {
+        self.creator_acl || self.user.is_some()
     }
 
     /// The node under which every lock lives (the URL's path).
@@ -252,6 +272,7 @@ impl fmt::Debug for ZooKeeperConfig {
             .field("timeout", &self.timeout)
             .field("session_timeout", &self.session_timeout)
             .field("max_clock_skew", &self.max_clock_skew)
+            .field("creator_acl", &self.creator_acl())
             .finish_non_exhaustive()
     }
 }

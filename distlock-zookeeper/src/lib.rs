@@ -12,9 +12,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! It is not a feature of the `distlock` facade: a service adds it to a
-//! `distlock::Connector` under its [`SCHEMES`], and then chooses it by URL like any
-//! other backend.
+//! It is built only against distlock-core's public API, as a third party's backend
+//! would be; the `distlock` facade serves it under its [`SCHEMES`] with its
+//! `zookeeper` feature, and chooses it by URL like any other backend.
 //!
 //! # How a lease maps onto ZooKeeper
 //!
@@ -124,8 +124,10 @@
 //!   backend creates carry the `creator_all` ACL, and a refusal by an ACL (`NoAuth`)
 //!   maps to an [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication)
 //!   error. A wrong password is not refused at connect (ZooKeeper's digest scheme has
-//!   no login). None of this is tested against a server here: the test servers run
-//!   without authentication, and the suite's wrong-credentials case is not run.
+//!   no login): it is refused at the first node the right one created. Tested on a
+//!   server (`tests/adoption.rs`): a password holding `+`, `&`, `%` and `@`, raw or
+//!   percent-encoded, makes the nodes only that password opens. The suite's
+//!   wrong-credentials case is not run, for want of a connect-time refusal.
 //! - **What a vanished client leaves**: its lease is free for others at its TTL, and
 //!   its nodes are deleted by the server at the next check after that (a minute by
 //!   default; every second on distlock's test servers, which set
@@ -136,9 +138,11 @@
 //! See [`ZooKeeperConfig`]: `zookeeper://host[:port][,host[:port]...][/root]`, digest
 //! credentials, timeouts and the clock-skew allowance; or the same typed
 //! (`ZooKeeperConfig::new(..).with_root(..)`), connected with
-//! [`ZooKeeperBackend::connect_with`]. The backend keeps its own session (it opens a
-//! new one when the old one expires), so it does not take a service's client. Credentials are redacted in
-//! `Debug` output and errors.
+//! [`ZooKeeperBackend::connect_with`]. The backend keeps its own session and opens a
+//! new one when the old one expires, so it takes a service's
+//! [`Connector`](zookeeper_client::Connector) rather than a client
+//! ([`ZooKeeperBackend::from_connector`]). Credentials are redacted in `Debug` output
+//! and errors.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
@@ -153,6 +157,10 @@ mod session;
 pub use backend::ZooKeeperBackend;
 pub use config::{ZooKeeperConfig, DEFAULT_PORT, SCHEMES};
 pub use distlock_core::backend::Endpoint;
+/// The ZooKeeper client this backend is built on, so that a service's own
+/// [`Connector`](zookeeper_client::Connector) (for
+/// [`ZooKeeperBackend::from_connector`]) is of the same version.
+pub use zookeeper_client;
 
 /// Connects to the backend `url` names, as a shared trait object: the one entry
 /// `distlock::connect` calls for this crate's [`SCHEMES`].

@@ -9,7 +9,7 @@ use std::time::Duration;
 use distlock_core::backend::OwnerToken;
 use distlock_core::{Error, LockKey, Result};
 use zookeeper_client::Error as ZkError;
-use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
+use zookeeper_client::{Acls, Client, Connector, CreateMode, CreateOptions};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{ends_session, from_zk, timed_out};
@@ -18,13 +18,16 @@ use crate::error::{ends_session, from_zk, timed_out};
 /// one expired or was closed.
 pub(crate) struct Inner {
     pub(crate) config: ZooKeeperConfig,
+    /// The service's own connector, when the backend was made from one: each session
+    /// is made from a clone of it, with its settings as the service made them.
+    pub(crate) connector: Option<Connector>,
     pub(crate) session: Mutex<Option<Client>>,
     pub(crate) connecting: tokio::sync::Mutex<()>,
 }
 
 impl Inner {
     pub(crate) fn acls(&self) -> Acls<'static> {
-        if self.config.user.is_some() {
+        if self.config.creator_acl() {
             Acls::creator_all()
         } else {
             Acls::anyone_all()
@@ -47,10 +50,13 @@ impl Inner {
             return Ok(c);
         }
         let config = &self.config;
-        let mut connector = Client::connector()
-            .with_session_timeout(config.session_timeout)
-            .with_connection_timeout(config.connect_timeout)
-            .with_fail_eagerly();
+        let mut connector = match &self.connector {
+            Some(service) => service.clone(),
+            None => Client::connector()
+                .with_session_timeout(config.session_timeout)
+                .with_connection_timeout(config.connect_timeout)
+                .with_fail_eagerly(),
+        };
         if let Some((user, password)) = &config.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }

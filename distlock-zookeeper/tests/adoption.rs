@@ -1,24 +1,139 @@
-//! Errors that say where and which setting, without a server.
+//! Adopting the backend with what a service already has: its own connector, digest
+//! credentials as the operator wrote them, and errors that say where and which
+//! setting.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use distlock_conformance::adoption;
+use distlock_core::backend::LockBackendExt;
 use distlock_core::ErrorKind;
-use distlock_zookeeper::ZooKeeperBackend;
+use distlock_testservers::{ServerHandle, ZooKeeper};
+use distlock_zookeeper::zookeeper_client::{self, Client};
+use distlock_zookeeper::{Endpoint, ZooKeeperBackend, ZooKeeperConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_ensemble_is_named_with_the_setting_that_ran_out() {
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = silent.local_addr().expect("addr").port();
-    let started = Instant::now();
-    let err = ZooKeeperBackend::connect(&format!(
-        "zk://127.0.0.1:{port}?connect_timeout_ms=300&response_timeout_ms=400"
-    ))
+    adoption::unreachable_endpoint_is_named(
+        "connect_timeout_ms=300",
+        Duration::from_secs(3),
+        |addr| async move {
+            ZooKeeperBackend::connect(&format!(
+                "zk://app:{}@{addr}?connect_timeout_ms=300&response_timeout_ms=400",
+                adoption::SECRET
+            ))
+            .await
+        },
+    )
     .await
-    .expect_err("silent");
-    let took = started.elapsed();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    let text = err.to_string();
-    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
-    assert!(text.contains("_timeout_ms="), "{text}");
-    assert!(took < Duration::from_millis(3000), "took {took:?}");
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// ZooKeeper takes any digest at connect; what proves the password is what the
+/// server made of it. The first backend creates the root with the `creator_all` ACL
+/// of the password it read; every later one can lock under that root only with the
+/// very same password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_password_with_reserved_characters_is_the_one_the_acl_keeps() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let port = server.host_port();
+    let url = format!("zk://app:{}@127.0.0.1:{port}/svc", adoption::PASSWORD);
+    let connect = |url: String| async move { ZooKeeperBackend::connect(&url).await };
+    // Raw, then percent-encoded: the second locks under the root the first made.
+    adoption::reserved_password_connects(&url, connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // The server keeps the root for that identity alone.
+    let anyone = Client::connect(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("a session without credentials");
+    let acls = anyone.get_acl("/svc").await.map(|(acls, _)| acls.len());
+    assert!(
+        matches!(acls, Err(zookeeper_client::Error::NoAuth)),
+        "a session without credentials read the root's ACL: {acls:?}"
+    );
+    let (acls, _) = Client::connector()
+        .with_auth("digest", format!("app:{}", adoption::PASSWORD).as_bytes())
+        .connect(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("a session with the password")
+        .get_acl("/svc")
+        .await
+        .expect("the root's ACL, read with the password");
+    assert_eq!(acls.len(), 1, "{acls:?}");
+    assert_eq!(acls[0].scheme(), "digest", "{acls:?}");
+    assert!(acls[0].id().starts_with("app:"), "{acls:?}");
+
+    // A wrong password connects (no login in the digest scheme), and is refused as
+    // such at its first lock, without showing either password.
+    let wrong =
+        ZooKeeperBackend::connect(&url.replace(adoption::PASSWORD, adoption::WRONG_PASSWORD))
+            .await
+            .expect("digest has no login");
+    let err = wrong
+        .acquire_once("adopted", Duration::from_secs(5))
+        .await
+        .expect_err("the ACL refuses it");
+    assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    let shown = format!("{err} {err:?} {wrong:?}");
+    assert!(!shown.contains("p+w&d"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_connector_makes_the_sessions_with_its_own_credentials() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let port = server.host_port();
+    // The service's connector authenticates itself; the lock settings are typed.
+    let connector = Client::connector()
+        .with_session_timeout(Duration::from_secs(8))
+        .with_auth("digest", b"svc:its-own");
+    let config = ZooKeeperConfig::new([Endpoint::new("127.0.0.1", port)])
+        .with_root("/svc/locks")
+        .with_creator_acl();
+    let backend = ZooKeeperBackend::from_connector(connector.clone(), config.clone())
+        .await
+        .expect("from the connector");
+    let lease = backend
+        .acquire_once("shared", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&lease).await.expect("release");
+
+    // The nodes are the connector's identity's alone.
+    let anyone = Client::connect(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("a session without credentials");
+    let read = anyone.get_data("/svc/locks").await.map(|(data, _)| data);
+    assert!(
+        matches!(read, Err(zookeeper_client::Error::NoAuth)),
+        "a session without credentials read the root: {read:?}"
+    );
+    // Another backend from a connector with other credentials is refused: at
+    // connect, where the root's parent is closed to it, or else at its first lock.
+    let err = match ZooKeeperBackend::from_connector(
+        Client::connector().with_auth("digest", b"svc:another"),
+        config,
+    )
+    .await
+    {
+        Err(e) => e,
+        Ok(other) => other
+            .acquire_once("shared", Duration::from_secs(5))
+            .await
+            .expect_err("the ACL refuses it"),
+    };
+    assert_eq!(err.kind(), ErrorKind::Authentication, "{err}");
+    // The service's connector is as it was: it still makes sessions of its own.
+    let own = connector
+        .connect(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("the service's own session");
+    own.get_data("/svc/locks")
+        .await
+        .expect("its identity reads it");
 }

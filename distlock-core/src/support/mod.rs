@@ -64,31 +64,69 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// Whether a driver's error text says the server's certificate was refused (an
-/// unknown issuer, a wrong name, an expired or malformed certificate): a setting to
-/// fix, not a server to wait for.
-pub fn is_certificate_refusal(detail: &str) -> bool {
-    const SIGNS: [&str; 6] = [
-        "invalid peer certificate",
-        "UnknownIssuer",
-        "certificate verify failed",
-        "InvalidCertificate",
-        "NotValidForName",
-        "BadCertificate",
-    ];
-    SIGNS.iter().any(|sign| detail.contains(sign))
+/// The first error of type `T` in `error`'s chain: `error` itself, its sources, and
+/// the error each wrapper hides from `source` (an I/O error's, and a shared
+/// `Arc<dyn Error>`'s, as redis keeps its causes), so that a driver's cause is found
+/// by its type.
+pub fn find_cause<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        let hidden: Option<&'a (dyn std::error::Error + 'static)> =
+            match e.downcast_ref::<std::io::Error>() {
+                Some(io) => io.get_ref().map(|inner| inner as _),
+                None => e.downcast_ref::<Shared>().map(|shared| &**shared as _),
+            };
+        if let Some(found) = hidden.and_then(find_cause::<T>) {
+            return Some(found);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// Whether `error`'s chain holds rustls's refusal of a certificate: the server's,
+/// refused here (an unknown issuer, a wrong name, expired), or this client's,
+/// refused by the server's alert. A setting to fix, not a server to wait for.
+/// Without the `tls` feature there is no TLS, and the answer is `false`.
+pub fn is_certificate_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "tls")]
+    {
+        use rustls::{AlertDescription as Alert, Error as Tls};
+        matches!(
+            find_cause::<Tls>(error),
+            Some(
+                Tls::InvalidCertificate(_)
+                    | Tls::NoCertificatesPresented
+                    | Tls::AlertReceived(
+                        Alert::BadCertificate
+                            | Alert::UnknownCA
+                            | Alert::CertificateExpired
+                            | Alert::CertificateUnknown
+                            | Alert::CertificateRevoked
+                            | Alert::UnsupportedCertificate
+                            | Alert::CertificateRequired
+                    )
+            )
+        )
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = error;
+        false
+    }
 }
 
 /// An error of `kind` from `backend`'s driver: a one-line summary of the kind, the
-/// driver's text (scrub it first), and that text kept as the source. One whose text
-/// says the server's certificate was refused is an [`ErrorKind::Configuration`] error
-/// whatever `kind` the driver's error had.
+/// driver's text (scrub it first), and that text kept as the source. Decide `kind`
+/// from the driver's codes and types (a refused certificate is
+/// [`ErrorKind::Configuration`]: see [`is_certificate_refused`]).
 pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> Error {
-    let kind = if is_certificate_refusal(&detail) {
-        ErrorKind::Configuration
-    } else {
-        kind
-    };
     let summary = match kind {
         ErrorKind::Authentication => "the server refused the credentials",
         ErrorKind::Configuration => "the settings do not fit the server",
@@ -98,4 +136,51 @@ pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> E
     Error::new(kind, format!("{summary}: {detail}"))
         .with_backend(backend)
         .with_source_text(detail)
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use std::sync::Arc;
+
+    use super::find_cause;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the cause")]
+    struct Cause;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_is_found_inside_io_errors_and_shared_wrappers() {
+        let io = std::io::Error::other(Cause);
+        assert!(find_cause::<Cause>(&io).is_some(), "inside an I/O error");
+        let outer = Outer(std::io::Error::other(Cause));
+        assert!(
+            find_cause::<Cause>(&outer).is_some(),
+            "a source's I/O error"
+        );
+        let shared: Arc<dyn std::error::Error + Send + Sync> =
+            Arc::new(std::io::Error::other(Cause));
+        assert!(find_cause::<Cause>(&shared).is_some(), "a shared wrapper");
+        let plain = std::io::Error::other("only text: the cause");
+        assert!(find_cause::<Cause>(&plain).is_none(), "text is not a type");
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn only_a_certificate_refusal_counts_as_one() {
+        use super::is_certificate_refused;
+        use rustls::{AlertDescription, CertificateError, Error as Tls};
+        let refused =
+            std::io::Error::other(Tls::InvalidCertificate(CertificateError::UnknownIssuer));
+        assert!(is_certificate_refused(&refused));
+        let alert = std::io::Error::other(Tls::AlertReceived(AlertDescription::UnknownCA));
+        assert!(is_certificate_refused(&alert));
+        let other = std::io::Error::other(Tls::AlertReceived(AlertDescription::HandshakeFailure));
+        assert!(!is_certificate_refused(&other));
+        let text = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert!(!is_certificate_refused(&text), "decided by type, not text");
+    }
 }

@@ -1,0 +1,324 @@
+//! What a service meets when it adopts a backend, checked beside the suite: an
+//! unreachable endpoint named with the setting that ran out, a password holding the
+//! characters a URL gives meaning to, and a wrong password refused as such.
+//!
+//! Each check takes the backend's own way to connect (a closure from a URL, or from
+//! `host:port`), runs it, and returns what it found wrong as text, so that a third
+//! party runs them on its backend in a few lines:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), String> {
+//! use std::time::Duration;
+//! use distlock_conformance::adoption;
+//! use distlock_core::MemoryBackend;
+//!
+//! // The backend's URL with a secret in it, pointed at `addr`.
+//! adoption::unreachable_endpoint_is_named("connect_timeout_ms=300", Duration::from_secs(3), |addr| async move {
+//!     let _url = format!("mine://user:{}@{addr}?connect_timeout_ms=300", adoption::SECRET);
+//!     // MyBackend::connect(&_url).await
+//!     Ok::<_, distlock_core::Error>(MemoryBackend::new())
+//! })
+//! .await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use distlock_core::backend::LockBackendExt;
+use distlock_core::{ErrorKind, LockBackend};
+
+/// A password with every character a URL gives meaning to that a password may hold:
+/// `+` (a space in form decoding), `&` (an option's end), `%` (an escape) and `@`
+/// (the end of the credentials).
+pub const PASSWORD: &str = "p+w&d%@x";
+
+/// [`PASSWORD`], percent-encoded.
+pub const PASSWORD_ENCODED: &str = "p%2Bw%26d%25%40x";
+
+/// A password one character away from [`PASSWORD`].
+pub const WRONG_PASSWORD: &str = "p+w&d%@y";
+
+/// A secret that a URL given to [`unreachable_endpoint_is_named`] may carry: no error
+/// may show it.
+pub const SECRET: &str = "s3cret";
+
+/// Checks a connection to an endpoint that takes connections and never answers, then
+/// to one that refuses them. `connect` gets `127.0.0.1:<port>` and connects the
+/// backend there, with its time-outs set to what `setting` names (say
+/// `"connect_timeout_ms=300"`); its URL may carry [`SECRET`].
+///
+/// Each attempt must fail within `within` as
+/// [`ErrorKind::Unavailable`], with a message that names the endpoint; the silent one
+/// must also name `setting`, as written. Neither message nor `Debug` may show
+/// [`SECRET`].
+pub async fn unreachable_endpoint_is_named<B, F, Fut>(
+    setting: &str,
+    within: Duration,
+    connect: F,
+) -> Result<(), String>
+where
+    B: LockBackend,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let addr = silent
+        .local_addr()
+        .map_err(|e| format!("the listener's address: {e}"))?
+        .to_string();
+    let silent_err = refused(&connect, &addr, within, "a silent endpoint").await?;
+    let text = silent_err.to_string();
+    if !text.contains(setting) {
+        return Err(format!(
+            "a silent endpoint's error does not name the setting {setting}: {text}"
+        ));
+    }
+    // Now nothing listens there: the connection is refused.
+    drop(silent);
+    refused(&connect, &addr, within, "a closed port").await?;
+    Ok(())
+}
+
+/// One connection that must fail, within `within`, as `Unavailable` naming `addr`.
+async fn refused<B, F, Fut>(
+    connect: &F,
+    addr: &str,
+    within: Duration,
+    what: &str,
+) -> Result<distlock_core::Error, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    let started = Instant::now();
+    let err = match tokio::time::timeout(within, connect(addr.to_owned())).await {
+        Err(_) => {
+            return Err(format!(
+                "connecting to {what} did not end within {within:?}"
+            ))
+        }
+        Ok(Ok(_)) => return Err(format!("connecting to {what} ({addr}) succeeded")),
+        Ok(Err(e)) => e,
+    };
+    let took = started.elapsed();
+    let text = err.to_string();
+    if err.kind() != ErrorKind::Unavailable {
+        return Err(format!("{what}: {:?}, not Unavailable: {text}", err.kind()));
+    }
+    if !text.contains(addr) {
+        return Err(format!("{what}'s error does not name {addr}: {text}"));
+    }
+    shows_no(&err, SECRET, what)?;
+    if took > within {
+        return Err(format!("{what}: the error took {took:?}, above {within:?}"));
+    }
+    Ok(err)
+}
+
+/// Neither the message nor `Debug` of `err` shows `secret`.
+fn shows_no(err: &distlock_core::Error, secret: &str, what: &str) -> Result<(), String> {
+    let shown = format!("{err} {err:?}");
+    if shown.contains(secret) {
+        return Err(format!("{what}: the error shows the password: {shown}"));
+    }
+    Ok(())
+}
+
+/// Checks that [`PASSWORD`] works as the operator wrote it: `url` holds it raw, and the
+/// backend `connect` makes from it, and from the same URL with [`PASSWORD_ENCODED`],
+/// must each take and release a lock.
+///
+/// Where the server checks the password at connect, follow with
+/// [`wrong_password_is_refused`]. Where it does not (ZooKeeper's digest scheme), a
+/// connection proves nothing alone: check what the server made of the password too.
+pub async fn reserved_password_connects<B, F, Fut>(url: &str, connect: F) -> Result<(), String>
+where
+    B: LockBackend,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    if !url.contains(PASSWORD) {
+        return Err(format!("the URL does not hold the password raw: {url}"));
+    }
+    for (form, url) in [
+        ("raw", url.to_owned()),
+        ("percent-encoded", url.replace(PASSWORD, PASSWORD_ENCODED)),
+    ] {
+        let backend = connect(url)
+            .await
+            .map_err(|e| format!("the password {form}: connect: {e}"))?;
+        let lease = backend
+            .acquire_once("adopted", Duration::from_secs(5))
+            .await
+            .map_err(|e| format!("the password {form}: acquire: {e}"))?
+            .ok_or_else(|| format!("the password {form}: the lock was held"))?;
+        backend
+            .release_lease(&lease)
+            .await
+            .map_err(|e| format!("the password {form}: release: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Checks that the backend `connect` makes from `url` with [`WRONG_PASSWORD`] in place of
+/// [`PASSWORD`] is refused at connect as [`ErrorKind::Authentication`], with the
+/// driver's own code reachable ([`Error::code`](distlock_core::Error::code)), and
+/// without the password in the message or `Debug`. Gives back the error, for the
+/// backend's own checks of its code.
+pub async fn wrong_password_is_refused<B, F, Fut>(
+    url: &str,
+    connect: F,
+) -> Result<distlock_core::Error, String>
+where
+    B: LockBackend,
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    if !url.contains(PASSWORD) {
+        return Err(format!("the URL does not hold the password raw: {url}"));
+    }
+    let err = match connect(url.replace(PASSWORD, WRONG_PASSWORD)).await {
+        Ok(_) => return Err("a wrong password connected".to_owned()),
+        Err(e) => e,
+    };
+    if err.kind() != ErrorKind::Authentication {
+        return Err(format!(
+            "a wrong password: {:?}, not Authentication: {err}",
+            err.kind()
+        ));
+    }
+    if err.code().is_none() {
+        return Err(format!("a wrong password: no driver code: {err:?}"));
+    }
+    // The part both passwords share, which is the secret either way.
+    shows_no(&err, &PASSWORD[..5], "a wrong password")?;
+    Ok(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use distlock_core::{Error, MemoryBackend};
+
+    /// A backend "connect" that fails as `make` says, given the address.
+    fn failing(
+        make: impl Fn(&str) -> Error,
+    ) -> impl Fn(String) -> std::future::Ready<distlock_core::Result<MemoryBackend>> {
+        move |addr| std::future::ready(Err(make(&addr)))
+    }
+
+    fn check(
+        connect: impl Fn(String) -> std::future::Ready<distlock_core::Result<MemoryBackend>>,
+    ) -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(unreachable_endpoint_is_named(
+            "connect_timeout_ms=300",
+            Duration::from_secs(1),
+            connect,
+        ))
+    }
+
+    #[test]
+    fn an_error_that_names_the_endpoint_and_setting_passes() {
+        let good = failing(|addr| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("{addr}: no answer within 300ms (connect_timeout_ms=300)"),
+            )
+        });
+        assert_eq!(check(good), Ok(()));
+    }
+
+    #[test]
+    fn each_failing_point_of_an_unreachable_endpoint_is_caught() {
+        type MakeError = Box<dyn Fn(&str) -> Error>;
+        let cases: Vec<(&str, MakeError)> = vec![
+            (
+                "not Unavailable",
+                Box::new(|addr| {
+                    Error::new(ErrorKind::Timeout, format!("{addr} connect_timeout_ms=300"))
+                }),
+            ),
+            (
+                "does not name",
+                Box::new(|_| Error::new(ErrorKind::Unavailable, "connect_timeout_ms=300")),
+            ),
+            (
+                "does not name the setting",
+                Box::new(|addr| Error::new(ErrorKind::Unavailable, format!("{addr} timed out"))),
+            ),
+            (
+                "shows the password",
+                Box::new(|addr| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("redis://:{SECRET}@{addr} connect_timeout_ms=300"),
+                    )
+                }),
+            ),
+        ];
+        for (expected, make) in cases {
+            let found = check(failing(make)).expect_err(expected);
+            assert!(found.contains(expected), "{expected}: {found}");
+        }
+        let connected = check(|_| std::future::ready(Ok(MemoryBackend::new())))
+            .expect_err("a connection that succeeds");
+        assert!(connected.contains("succeeded"), "{connected}");
+    }
+
+    #[test]
+    fn the_password_checks_refuse_what_they_cannot_check() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let memory = |_url: String| std::future::ready(Ok(MemoryBackend::new()));
+        // A URL without the password proves nothing.
+        let r = rt.block_on(reserved_password_connects("mine://u:other@h", memory));
+        assert!(r.is_err(), "{r:?}");
+        // Both forms reach a backend that locks.
+        let url = format!("mine://u:{PASSWORD}@h");
+        assert_eq!(
+            rt.block_on(reserved_password_connects(&url, memory)),
+            Ok(())
+        );
+        // A wrong password that connects is caught...
+        let r = rt.block_on(wrong_password_is_refused(&url, memory));
+        assert_eq!(r.err().as_deref(), Some("a wrong password connected"));
+        // ...and so is one refused as another kind, or without the driver's code.
+        let unavailable = |_url: String| {
+            std::future::ready(Err::<MemoryBackend, _>(Error::new(
+                ErrorKind::Unavailable,
+                "down",
+            )))
+        };
+        assert!(rt
+            .block_on(wrong_password_is_refused(&url, unavailable))
+            .is_err());
+        let no_code = |_url: String| {
+            std::future::ready(Err::<MemoryBackend, _>(Error::new(
+                ErrorKind::Authentication,
+                "refused",
+            )))
+        };
+        let r = rt.block_on(wrong_password_is_refused(&url, no_code));
+        assert!(
+            r.as_ref().is_err_and(|e| e.contains("no driver code")),
+            "{r:?}"
+        );
+        let coded = |_url: String| {
+            std::future::ready(Err::<MemoryBackend, _>(
+                Error::new(ErrorKind::Authentication, "refused").with_code("28P01"),
+            ))
+        };
+        let refused = rt.block_on(wrong_password_is_refused(&url, coded));
+        assert_eq!(
+            refused.map(|e| e.code().map(str::to_owned)),
+            Ok(Some("28P01".to_owned()))
+        );
+    }
+}
