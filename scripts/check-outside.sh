@@ -39,3 +39,19 @@ if cargo tree --offline --manifest-path "$dir/Cargo.toml" -e normal -i etcd-clie
 fi
 "$CARGO_TARGET_DIR/debug/distlock-outside"
 echo "check-outside: a crate with distlock's redis feature alone builds without protoc"
+
+# How many crates a user's crate pulls in with each backend alone (its normal
+# dependency tree, itself and distlock's own crates included).
+for feature in redis postgres etcd zookeeper; do
+  sed -i "s/features = \[\"[a-z]*\"\]/features = [\"$feature\"]/" "$dir/Cargo.toml"
+  count=$(cargo tree --offline --manifest-path "$dir/Cargo.toml" -e normal --prefix none 2>/dev/null \
+    | sed 's/ (\*)$//' | sort -u | wc -l)
+  echo "check-outside: distlock with \"$feature\" alone: $count crates in the dependency tree"
+done
+
+# The command line's lean install, as its README gives it: every backend but etcd,
+# without protoc.
+(cd "$root" && PROTOC=/nonexistent/protoc cargo build --offline --quiet --locked \
+  -p distlock-cli --no-default-features --features redis,postgres,zookeeper)
+"$CARGO_TARGET_DIR/debug/distlock" --version
+echo "check-outside: distlock-cli without etcd builds without protoc"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks that every crate meant for a registry carries what one needs: description,
-# keywords, categories, licence, repository, a readme, both licence texts in the
+# keywords, categories, licence, a readme, both licence texts in the
 # package, and docs.rs metadata that builds every feature.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ packages = {p["name"]: p for p in json.load(sys.stdin)["packages"]}
 bad = []
 for name in wanted:
     p = packages[name]
-    for field in ("description", "license", "repository", "readme"):
+    for field in ("description", "license", "readme"):
         if not p.get(field):
             bad.append(f"{name}: no {field}")
     for field in ("keywords", "categories"):

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
   echo "prepare-servers: the Docker engine is not reachable; the container tests need it." >&2
-  echo "prepare-servers: start Docker, or see README.md for pointing the tests at running servers." >&2
+  echo "prepare-servers: start Docker, or see CONTRIBUTING.md for pointing the tests at running servers." >&2
   exit 1
 fi
 

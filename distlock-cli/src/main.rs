@@ -1,5 +1,5 @@
 //! `distlock`: run a command under a distributed lock, and look at or break locks, on
-//! any backend distlock connects to by URL. See the README for the exit codes.
+//! any backend distlock connects to by URL. See docs/operating.md for the exit codes.
 
 mod duration;
 mod run;
@@ -37,11 +37,22 @@ pub(crate) mod exit {
     pub(crate) const NOT_FOUND: u8 = 127;
 }
 
+/// The exit codes, as `--help` shows them after the commands.
+const EXIT_CODES: &str = "Exit codes:
+  0    done (run: the command's own code, 128+N when signal N ended it)
+  1    run: the lock was busy (-E changes it); force-release: nothing was held
+  64   bad arguments or configuration (a URL, a key, a duration)
+  69   the backend failed, or could not be reached in time
+  75   run: the lock was lost, and the command was stopped
+  77   the backend refused the credentials
+  126  run: the command could not be executed
+  127  run: the command was not found";
+
 /// Distributed locks from the command line: run a command while holding a lock
 /// (renewed all along, and the command stopped if the lock is lost), or look at and
 /// break locks.
 #[derive(Debug, Parser)]
-#[command(name = "distlock", version, about, long_about = None)]
+#[command(name = "distlock", version, about, long_about = None, after_help = EXIT_CODES)]
 struct Cli {
     /// The backend's URL (its schemes are this build's: see --help).
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
@@ -111,6 +122,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Writes the completion script of SHELL to stdout, e.g.
+    /// `distlock completions bash > /etc/bash_completion.d/distlock`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -178,19 +195,21 @@ fn url_help() -> String {
     format!("The backend's URL: {}", schemes.join(", "))
 }
 
+/// The command line's definition, with the `--url` help of this build.
+fn command() -> clap::Command {
+    Cli::command().mut_arg("url", |arg| arg.help(url_help()))
+}
+
 fn main() -> ExitCode {
-    let parsed = Cli::command()
-        .mut_arg("url", |arg| arg.help(url_help()))
+    let parsed = command()
         .try_get_matches()
         .and_then(|matches| Cli::from_arg_matches(&matches));
     let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            // One line, as every error: clap's first (the usage follows with --help).
+            // clap's whole message: what is wrong, the usage and where help is.
             let text = e.render().to_string();
-            let line = text.lines().next().unwrap_or_default();
-            let line = line.strip_prefix("error: ").unwrap_or(line);
-            say(format_args!("error: {line} (see --help)"));
+            eprint!("distlock: {text}");
             return ExitCode::from(exit::USAGE);
         }
         Err(e) => {
@@ -229,6 +248,10 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: Cli) -> u8 {
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(shell, &mut command(), "distlock", &mut std::io::stdout());
+        return 0;
+    }
     let Some(url) = cli.url else {
         say("error: no backend: give --url or set DISTLOCK_URL");
         return exit::USAGE;
@@ -237,7 +260,10 @@ async fn dispatch(cli: Cli) -> u8 {
     let key = match &cli.command {
         Command::Run(args) => Some(args.key.as_str()),
         Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
-        Command::List { .. } | Command::Health { .. } | Command::Migrate { .. } => None,
+        Command::List { .. }
+        | Command::Health { .. }
+        | Command::Migrate { .. }
+        | Command::Completions { .. } => None,
     };
     let key = match key.map(LockKey::new).transpose() {
         Ok(key) => key,
@@ -258,7 +284,7 @@ async fn dispatch(cli: Cli) -> u8 {
         (Command::Inspect { json, .. }, Some(key)) => inspect(&backend, &key, json).await,
         (Command::List { prefix, json }, _) => list(&backend, prefix.as_deref(), json).await,
         (Command::ForceRelease { yes, .. }, Some(key)) => force_release(&backend, &key, yes).await,
-        (Command::Health { .. } | Command::Migrate { .. }, _) => {
+        (Command::Health { .. } | Command::Migrate { .. } | Command::Completions { .. }, _) => {
             unreachable!("answered before connecting")
         }
         (_, None) => unreachable!("every command but list and health has a key"),

@@ -122,12 +122,60 @@ async fn end_to_end(server: &'static dyn Server) {
     let url = handle.url();
     let dir = scratch(server.name());
     runs_never_overlap(&url, &dir).await;
+    the_cron_example_runs_once_at_a_time(&url).await;
     a_busy_lock_exits_like_flock_and_signals_reach_the_command(&url, &dir).await;
     force_release_stops_the_holders_command(&url, &dir).await;
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
     health_answers_and_fails_while_the_server_is_down(server.name(), &url, &handle).await;
     refused_credentials_and_migrations(server, &url, &handle).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `examples/cron/reports.cron`'s command line, as cron would run it on two hosts at
+/// once (its job, `examples/cron/build-reports`, in place of the installed path): one
+/// builds the report under a fence, the other skips with 1.
+async fn the_cron_example_runs_once_at_a_time(url: &str) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cron");
+    let crontab = std::fs::read_to_string(examples.join("reports.cron")).expect("crontab");
+    let line = crontab
+        .lines()
+        .find(|l| l.starts_with("0 * * * *"))
+        .expect("the schedule line");
+    // The five time fields and the user, then `distlock` and its arguments.
+    let words: Vec<&str> = line.split_whitespace().skip(6).collect();
+    assert_eq!(words.first(), Some(&"distlock"), "{line}");
+    let job = examples.join("build-reports");
+    let args: Vec<&str> = words[1..]
+        .iter()
+        .map(|w| match *w {
+            "/usr/local/bin/build-reports" => job.to_str().expect("a path"),
+            w => w,
+        })
+        .collect();
+    let hosts: Vec<Child> = (0..2)
+        .map(|_| distlock(url, &args).spawn().expect("spawn"))
+        .collect();
+    let mut outcomes = Vec::new();
+    for host in hosts {
+        let output = ends(host, Duration::from_secs(60)).await;
+        outcomes.push((
+            code(&output),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        ));
+    }
+    outcomes.sort();
+    assert_eq!(
+        outcomes.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        [0, 1],
+        "one host builds, the other skips: {outcomes:?}"
+    );
+    assert!(
+        outcomes[0]
+            .1
+            .contains("building reports/hourly under fence ")
+            && outcomes[0].1.contains("report written"),
+        "{outcomes:?}"
+    );
 }
 
 /// Refused credentials exit 77, not 69; `migrate --print` writes PostgreSQL's tables,
@@ -447,9 +495,47 @@ async fn exit_codes_and_one_line_errors_without_a_server() {
     let nothing = finish(memory, &["force-release", "--yes", "k"]).await;
     assert_eq!(code(&nothing), 1);
 
+    // clap's errors in full: what is wrong, the usage, and where help is.
+    for (args, names) in [
+        (
+            &["run", "--ttl", "2x", "k", "--", "true"][..],
+            "'2x' for '--ttl <TTL>'",
+        ),
+        (&["run", "k"][..], "<COMMAND>"),
+    ] {
+        let output = finish(memory, args).await;
+        let err = stderr(&output);
+        assert_eq!(code(&output), 64, "{args:?}: {err}");
+        assert!(err.starts_with("distlock: error: "), "{err}");
+        assert!(err.contains(names) && err.contains("--help"), "{err}");
+    }
+    let output = finish(memory, &["run", "k"]).await;
+    assert!(
+        stderr(&output).contains("<KEY> -- <COMMAND>..."),
+        "the usage says the command goes after --: {}",
+        stderr(&output)
+    );
+    // The exit codes are in --help; completions for each shell.
+    let help = finish(memory, &["--help"]).await;
+    let shown = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        shown.contains("Exit codes:") && shown.contains("77   the backend refused the credentials"),
+        "{shown}"
+    );
+    for (shell, sign) in [
+        ("bash", "_distlock()"),
+        ("zsh", "#compdef distlock"),
+        ("fish", "complete -c distlock"),
+    ] {
+        let output = finish(memory, &["completions", shell]).await;
+        assert_eq!(code(&output), 0, "{shell}: {}", stderr(&output));
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            script.contains(sign) && script.contains("force-release"),
+            "{shell}: {script}"
+        );
+    }
     for (args, url) in [
-        (&["run", "--ttl", "2x", "k", "--", "true"][..], memory),
-        (&["run", "k"][..], memory),
         (&["run", "bad\u{7}key", "--", "true"][..], memory),
         (&["run", "--ttl", "0s", "k", "--", "true"][..], memory),
         (&["list"][..], "mongodb://app:s3cret@db.invalid/x"),

@@ -15,9 +15,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Waits and holds are histograms: buckets from 1 ms to a minute.
         .set_buckets(&[0.001, 0.01, 0.1, 1.0, 10.0, 60.0])?
         .install_recorder()?;
-    let config = BackendConfig::from_env("DISTLOCK_URL").unwrap_or(BackendConfig {
-        url: "memory://".into(),
-    });
+    let config = BackendConfig::from_env("DISTLOCK_URL")
+        .unwrap_or_else(|_| BackendConfig::from_url("memory://"));
     let backend = config.connect().await?;
     let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(5));
     let client = LockClient::with_options(backend, LockOptions::new(ttl))?;

@@ -1,17 +1,17 @@
 //! A service that takes its lock backend from the environment: run it with
-//! `DISTLOCK_URL=redis://:pw@127.0.0.1:6379 cargo run --example service`, or with a
-//! postgres:// or etcd:// URL, or with none for the in-process memory backend. The
-//! code is the same for every backend.
+//! `DISTLOCK_URL=redis://:pw@127.0.0.1:6379 cargo run -p distlock --features redis
+//! --example service`, or with a postgres://, etcd:// or zookeeper:// URL and that
+//! backend's feature, or with neither for the in-process memory backend. The code is
+//! the same for every backend (`tests/examples.rs` runs it on Redis).
 
 use std::time::Duration;
 
 use distlock::{BackendConfig, LockClient, LockOptions};
 
 #[tokio::main]
-async fn main() -> distlock::Result<()> {
-    let config = BackendConfig::from_env("DISTLOCK_URL").unwrap_or(BackendConfig {
-        url: "memory://".into(),
-    });
+pub(crate) async fn main() -> distlock::Result<()> {
+    let config = BackendConfig::from_env("DISTLOCK_URL")
+        .unwrap_or_else(|_| BackendConfig::from_url("memory://"));
     println!("backend: {config:?}");
     let backend = config.connect().await?;
     let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(5));

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use distlock_core::backend::redact_url;
+use distlock_core::backend::{encode, is_secret_name, redact_url};
 use distlock_core::{DynLockBackend, Error, ErrorKind, LockBackend, MemoryBackend, Result};
 
 fn config_error(message: impl Into<String>) -> Error {
@@ -223,51 +223,318 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
     Connector::new().connect(url).await
 }
 
-/// A backend setting for a service's configuration (a file, or the environment):
-/// one URL, so that swapping backends is changing one value.
+/// A backend setting for a service's configuration (a file, or the environment), so
+/// that swapping backends is changing this one setting. Two forms, for two styles of
+/// configuration file:
+///
+/// - **one URL**: `{ "url": "postgres://app:s3cret@db/app?table=billing_locks" }`;
+/// - **its parts**, each a field, as configuration files usually spell a server: the
+///   backend's URL scheme, its hosts, credentials, path and options.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> distlock::Result<()> {
-/// let config: distlock::BackendConfig = serde_json::from_str(r#"{ "url": "memory://" }"#).unwrap();
-/// let backend = config.connect().await?;
-/// assert_eq!(backend.name(), "memory");
+/// let by_url: distlock::BackendConfig = serde_json::from_str(r#"{ "url": "memory://" }"#).unwrap();
+/// assert_eq!(by_url.connect().await?.name(), "memory");
+///
+/// // The same settings as parts (shown as JSON; TOML or YAML through serde alike).
+/// let by_parts: distlock::BackendConfig = serde_json::from_str(r#"{
+///     "backend": "postgres",
+///     "hosts": ["db.internal:5433"],
+///     "user": "app",
+///     "password": "p+w&d",
+///     "path": "app",
+///     "options": { "table": "billing_locks", "response_timeout_ms": 2000 }
+/// }"#).unwrap();
+/// assert_eq!(
+///     by_parts.to_url()?,
+///     "postgres://app:p%2Bw%26d@db.internal:5433/app?table=billing_locks&response_timeout_ms=2000"
+/// );
 /// # Ok(()) }
 /// ```
-#[derive(Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+///
+/// The parts become a URL (each percent-encoded as needed, so a password is written
+/// as it is), which the backend reads as it reads any URL: the same defaults, and the
+/// same configuration error for an option it does not know, naming it and the valid
+/// ones. A field this type does not know is refused when the configuration is read,
+/// naming the fields it knows. `Debug` never shows the password.
+#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// The backend's URL; see [`connect`].
-    pub url: String,
+    /// The backend's whole URL (see [`connect`]); then no other field is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The backend, by its URL scheme (`redis`, `postgres`, `etcd`, `zookeeper`,
+    /// `redlock`, `redis-cluster`, `memory`, ... as in [`connect`]'s table), when the
+    /// setting is given in parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// The servers, each `host` or `host:port` (an IPv6 host in brackets); each port
+    /// defaults to its server's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// The user name, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The password, as written: it is percent-encoded into the URL here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// The URL's path, without its leading `/`: PostgreSQL's database, Redis's
+    /// database number, ZooKeeper's root node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The backend's options (its config type lists them), each a string, a number
+    /// or a boolean, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "ordered")]
+    pub options: Vec<(String, OptionValue)>,
+}
+
+/// One option's value in a [`BackendConfig`] given in parts.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(untagged)]
+pub enum OptionValue {
+    /// `true` or `false`.
+    Bool(bool),
+    /// A whole number (a time-out in milliseconds, a count).
+    Number(i64),
+    /// Any other value, as written.
+    Text(String),
+}
+
+impl fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Number(n) => write!(f, "{n}"),
+            OptionValue::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// The options as a map in the configuration file, kept in the order written.
+mod ordered {
+    use std::fmt;
+
+    use serde::de::{MapAccess, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserializer, Serializer};
+
+    use super::OptionValue;
+
+    pub(super) fn serialize<S: Serializer>(
+        options: &[(String, OptionValue)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(options.len()))?;
+        for (name, value) in options {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, OptionValue)>, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = Vec<(String, OptionValue)>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of option names to strings, numbers or booleans")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(pairs)
+            }
+        }
+        d.deserialize_map(Pairs)
+    }
 }
 
 impl BackendConfig {
-    /// The setting from the environment variable `var`; a configuration error when it
-    /// is unset or empty.
+    /// The setting as one URL.
+    pub fn from_url(url: impl Into<String>) -> Self {
+        BackendConfig {
+            url: Some(url.into()),
+            ..Default::default()
+        }
+    }
+
+    /// The setting from the environment variable `var`, as one URL; a configuration
+    /// error when it is unset or empty.
     pub fn from_env(var: &str) -> Result<Self> {
         match std::env::var(var) {
-            Ok(url) if !url.is_empty() => Ok(BackendConfig { url }),
+            Ok(url) if !url.is_empty() => Ok(BackendConfig::from_url(url)),
             _ => Err(config_error(format!(
                 "the environment variable {var} holds no backend URL"
             ))),
         }
     }
 
+    /// The URL the setting makes: `url` as given, or the parts, each percent-encoded.
+    /// A configuration error when it gives both forms, or neither.
+    pub fn to_url(&self) -> Result<String> {
+        let parts = [
+            ("backend", self.backend.is_some()),
+            ("hosts", !self.hosts.is_empty()),
+            ("user", self.user.is_some()),
+            ("password", self.password.is_some()),
+            ("path", self.path.is_some()),
+            ("options", !self.options.is_empty()),
+        ];
+        let given: Vec<&str> = parts.iter().filter(|p| p.1).map(|p| p.0).collect();
+        let Some(scheme) = &self.backend else {
+            return match &self.url {
+                Some(url) => Ok(url.clone()),
+                None if given.is_empty() => Err(config_error(
+                    "the backend setting is empty: give `url`, or `backend` and its parts",
+                )),
+                None => Err(config_error(format!(
+                    "the backend setting gives {} but no `backend` (its URL scheme, one of {:?})",
+                    given.join(", "),
+                    schemes()
+                ))),
+            };
+        };
+        if self.url.is_some() {
+            return Err(config_error(format!(
+                "the backend setting gives both `url` and {}: give one form",
+                given.join(", ")
+            )));
+        }
+        let mut url = format!("{scheme}://");
+        match (&self.user, &self.password) {
+            (Some(user), Some(password)) => {
+                url.push_str(&format!("{}:{}@", encode(user), encode(password)))
+            }
+            (Some(user), None) => url.push_str(&format!("{}@", encode(user))),
+            (None, Some(password)) => url.push_str(&format!(":{}@", encode(password))),
+            (None, None) => {}
+        }
+        url.push_str(&self.hosts.join(","));
+        if let Some(path) = &self.path {
+            let segments: Vec<String> = path
+                .trim_start_matches('/')
+                .split('/')
+                .map(encode)
+                .collect();
+            url.push('/');
+            url.push_str(&segments.join("/"));
+        }
+        for (i, (name, value)) in self.options.iter().enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            url.push_str(&format!("{}={}", encode(name), encode(&value.to_string())));
+        }
+        Ok(url)
+    }
+
     /// Connects to the backend; see [`connect`].
     pub async fn connect(&self) -> Result<Arc<DynLockBackend>> {
-        connect(&self.url).await
+        connect(&self.to_url()?).await
     }
 
     /// Connects to the backend through `connector`, which may know schemes beyond
     /// this build's.
     pub async fn connect_with(&self, connector: &Connector) -> Result<Arc<DynLockBackend>> {
-        connector.connect(&self.url).await
+        connector.connect(&self.to_url()?).await
     }
 }
 
 impl fmt::Debug for BackendConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BackendConfig")
-            .field("url", &redact_url(&self.url))
-            .finish()
+        let mut d = f.debug_struct("BackendConfig");
+        if let Some(url) = &self.url {
+            d.field("url", &redact_url(url));
+        }
+        if let Some(backend) = &self.backend {
+            d.field("backend", backend)
+                .field("hosts", &self.hosts)
+                .field("user", &self.user)
+                .field("password", &self.password.as_ref().map(|_| "***"))
+                .field("path", &self.path);
+            let options: Vec<String> = self
+                .options
+                .iter()
+                .map(|(name, value)| {
+                    if is_secret_name(name) {
+                        format!("{name}=***")
+                    } else {
+                        format!("{name}={value}")
+                    }
+                })
+                .collect();
+            d.field("options", &options);
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(scheme: &str) -> BackendConfig {
+        BackendConfig {
+            backend: Some(scheme.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn parts_make_the_url_each_part_encoded() {
+        let config = BackendConfig {
+            hosts: vec!["h1".into(), "[::1]:2380".into()],
+            user: Some("a@b".into()),
+            password: Some("p+w&d%@x".into()),
+            path: Some("/svc/locks".into()),
+            options: vec![
+                ("response_timeout_ms".into(), OptionValue::Number(400)),
+                ("tls".into(), OptionValue::Bool(true)),
+                ("prefix".into(), OptionValue::Text("a b&c".into())),
+            ],
+            ..parts("zookeeper")
+        };
+        assert_eq!(
+            config.to_url().expect("url"),
+            "zookeeper://a%40b:p%2Bw%26d%25%40x@h1,[::1]:2380/svc/locks?response_timeout_ms=400&tls=true&prefix=a%20b%26c"
+        );
+        assert_eq!(parts("memory").to_url().expect("url"), "memory://");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("p+w") && shown.contains("***"), "{shown}");
+    }
+
+    #[test]
+    fn both_forms_or_neither_or_parts_without_a_backend_are_refused() {
+        let both = BackendConfig {
+            url: Some("memory://".into()),
+            ..parts("memory")
+        };
+        let none = BackendConfig::default();
+        let headless = BackendConfig {
+            hosts: vec!["h".into()],
+            ..Default::default()
+        };
+        for (config, says) in [
+            (both, "give one form"),
+            (none, "is empty"),
+            (headless, "gives hosts but no `backend`"),
+        ] {
+            let err = config.to_url().expect_err(says);
+            assert_eq!(err.kind(), ErrorKind::Configuration);
+            assert!(err.to_string().contains(says), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_secret_option_is_hidden_in_debug() {
+        let config = BackendConfig {
+            options: vec![("password".into(), OptionValue::Text("s3cret".into()))],
+            ..parts("redis")
+        };
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let config = BackendConfig::from_url("redis://:s3cret@h");
+        assert!(!format!("{config:?}").contains("s3cret"));
     }
 }

@@ -36,7 +36,9 @@
 
 mod connect;
 
-pub use connect::{connect, schemes, BackendConfig, Connector, KnownBackend, BACKENDS};
+pub use connect::{
+    connect, schemes, BackendConfig, Connector, KnownBackend, OptionValue, BACKENDS,
+};
 pub use distlock_core::*;
 
 /// The Redis backend (feature `redis`).

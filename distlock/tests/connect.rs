@@ -19,9 +19,7 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         assert!(shown.contains(names), "{shown}");
         assert!(!shown.contains("s3cret"), "{shown}");
     }
-    let config = BackendConfig {
-        url: "postgres://app:s3cret@db/app".into(),
-    };
+    let config = BackendConfig::from_url("postgres://app:s3cret@db/app");
     assert!(!format!("{config:?}").contains("s3cret"));
     // A scheme of distlock's own backends reaches that backend's URL reader (or, in
     // a build without its feature, names the feature); a third party's joins through

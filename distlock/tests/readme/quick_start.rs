@@ -1,4 +1,4 @@
-// The README quick start, word for word (tests/readme.rs checks that, and runs it).
+// docs/fencing.md, "A fenced quick start", word for word (tests/readme.rs checks that, and runs it).
 use std::sync::Arc;
 use std::time::Duration;
 

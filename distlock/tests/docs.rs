@@ -1,0 +1,144 @@
+//! Every Rust block of the docs is code built here: README.md, CONTRIBUTING.md,
+//! docs/*.md and each crate's README.md show only a block of `tests/readme/*.rs`
+//! (between `// begin: NAME` and `// end`, word for word) or a whole example file of
+//! that folder. Those files are compiled: `guides.rs` here, `configure.rs` by
+//! `tests/configure.rs`, the quick starts by `tests/readme.rs`, which also runs them.
+//! So a stale example in the docs fails the tests.
+
+use std::path::{Path, PathBuf};
+
+#[allow(dead_code, unused_variables, unused_mut, unused_imports)]
+mod guides {
+    include!("readme/guides.rs");
+}
+
+/// The blocks of `source` between `// begin: NAME` and `// end`, each line without
+/// the indentation of its `begin` line.
+fn marked_blocks(source: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut current: Option<(usize, Vec<&str>)> = None;
+    for line in source.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("// begin: ") {
+            current = Some((line.len() - trimmed.len(), Vec::new()));
+        } else if trimmed == "// end" {
+            if let Some((_, lines)) = current.take() {
+                found.push(lines.join("\n"));
+            }
+        } else if let Some((indent, lines)) = current.as_mut() {
+            lines.push(line.get(*indent..).unwrap_or(line.trim_start()));
+        }
+    }
+    found
+}
+
+/// The Rust blocks of a Markdown text (```rust, with or without attributes).
+fn rust_blocks(markdown: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in markdown.lines() {
+        match current.as_mut() {
+            None if line.starts_with("```rust") => current = Some(Vec::new()),
+            None => {}
+            Some(_) if line.trim_end() == "```" => {
+                if let Some(lines) = current.take() {
+                    found.push(lines.join("\n"));
+                }
+            }
+            Some(lines) => lines.push(line),
+        }
+    }
+    found
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every Markdown file a reader meets: the README, the contributing guide, the guides
+/// and each crate's README.
+fn documents() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = vec![root.join("README.md"), root.join("CONTRIBUTING.md")];
+    let listed = |dir: PathBuf| -> Vec<PathBuf> {
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .collect()
+    };
+    files.extend(
+        listed(root.join("docs"))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
+    );
+    files.extend(
+        listed(root.clone())
+            .into_iter()
+            .map(|dir| dir.join("README.md"))
+            .filter(|p| p.is_file() && !p.starts_with(root.join("distlock/README.md"))),
+    );
+    files
+}
+
+#[test]
+fn every_rust_block_of_the_docs_is_built_here() {
+    let sources: Vec<String> = std::fs::read_dir(root().join("distlock/tests/readme"))
+        .expect("tests/readme")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| std::fs::read_to_string(p).expect("a source"))
+        .collect();
+    let marked: Vec<String> = sources.iter().flat_map(|s| marked_blocks(s)).collect();
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    let texts: Vec<(PathBuf, String)> = documents()
+        .into_iter()
+        .map(|d| {
+            let text = std::fs::read_to_string(&d).expect("a document");
+            (d, text)
+        })
+        .collect();
+    // The other way round: each marked block is shown somewhere.
+    for block in &marked {
+        if !texts
+            .iter()
+            .any(|(_, text)| rust_blocks(text).contains(block))
+        {
+            missing.push(format!(
+                "a block of tests/readme that no document shows:\n{block}"
+            ));
+        }
+    }
+    for (document, text) in &texts {
+        for block in rust_blocks(text) {
+            checked += 1;
+            let built = marked.contains(&block)
+                || sources.iter().any(|s| {
+                    // A whole example: everything after its first line, which says
+                    // where it is shown.
+                    s.split_once('\n')
+                        .is_some_and(|(_, body)| body.contains(&block))
+                });
+            if !built {
+                missing.push(format!("{}:\n{block}", document.display()));
+            }
+        }
+    }
+    assert!(
+        checked >= 18,
+        "only {checked} Rust blocks found: the scan missed some"
+    );
+    assert!(
+        missing.is_empty(),
+        "Rust blocks of the docs that no test builds, or built and not shown:\n\n{}",
+        missing.join("\n\n")
+    );
+}
+
+#[test]
+fn the_checker_finds_blocks_and_their_indentation() {
+    let source = "fn f() {\n        // begin: x\n        let a = 1;\n            nested();\n        // end\n}";
+    assert_eq!(marked_blocks(source), ["let a = 1;\n    nested();"]);
+    let markdown = "text\n```rust,ignore\nlet b = 2;\n```\n```sh\nls\n```\n```rust\nc();\n```";
+    assert_eq!(rust_blocks(markdown), ["let b = 2;", "c();"]);
+}

@@ -1,0 +1,206 @@
+// docs/*.md, CONTRIBUTING.md and the crates' READMEs: each block between a `begin` and
+// an `end` line is shown there word for word (tests/docs.rs checks that every Rust
+// block of those files is one of these, or a whole example, and so compiles).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{DynLockBackend, LockClient};
+
+type Outcome = Result<(), Box<dyn std::error::Error>>;
+
+async fn fenced_table(
+    pool: distlock::postgres::sqlx::PgPool,
+    mut conn: distlock::postgres::sqlx::PgConnection,
+    guard: distlock::LockGuard,
+) -> Outcome {
+    use distlock::postgres::fenced::{self, FencedTable};
+    use distlock::postgres::sqlx;
+    // begin: fenced-table
+    // Your table, your transaction: the fence is $1, your parameters follow.
+    let accounts = FencedTable::new("accounts")?;
+    accounts.migrate(&mut conn).await?; // once: the check function and the fence column
+    let sql = accounts.update("balance = balance + $2", "id = $3");
+    let mut tx = pool.begin().await.map_err(fenced::from_sqlx)?;
+    let query = sqlx::query(&sql).bind(fenced::fence_arg(guard.fence())?).bind(100_i64).bind(7_i64);
+    fenced::execute(query, &mut *tx).await?; // StaleFence: nothing written, the transaction aborted
+    tx.commit().await.map_err(fenced::from_sqlx)?;
+    // end
+    Ok(())
+}
+
+async fn fair(backend: Arc<DynLockBackend>) -> Outcome {
+    // begin: fair
+    use distlock::{LockClient, LockOptions};
+    let options = LockOptions::new(Duration::from_secs(30))
+        .with_fair(true)
+        .with_queue_place(Duration::from_secs(3)); // how long a vanished waiter can block the queue
+    let client = LockClient::with_options(backend, options)?;
+    let guard = client.lock("payments/settle", Duration::from_secs(60)).await?;
+    // end
+    drop(guard);
+    Ok(())
+}
+
+async fn update_ledger(client: &LockClient) -> distlock::Result<()> {
+    client.lock("ledger", Duration::from_secs(1)).await?.release().await
+}
+
+async fn reentrant(client: LockClient, wait: Duration) -> Outcome {
+    // begin: reentrant
+    client.reentrant(async {
+        let outer = client.lock("ledger", wait).await?;
+        update_ledger(&client).await?; // locks "ledger" again: a second hold, no wait
+        outer.release().await          // the last hold: the lease is released
+    }).await?;
+    // end
+    Ok(())
+}
+
+async fn kinds(backend: Arc<DynLockBackend>) -> Outcome {
+    // begin: kinds
+    use distlock::{Election, RwLock, Semaphore};
+
+    let uploads = Semaphore::new(backend.clone(), "uploads", 4)?;   // 4 permits
+    let permit = uploads.acquire(Duration::from_secs(10)).await?;   // a LockGuard
+    let batch = uploads.acquire_many(3, Duration::from_secs(10)).await?;
+
+    let config = RwLock::new(backend.clone(), "config")?;
+    let reading = config.read(Duration::from_secs(10)).await?;     // many readers
+    let writing = config.write(Duration::from_secs(10)).await?;    // or one writer
+
+    let election = Election::new(backend, "scheduler")?;
+    let mut observer = election.observe();                          // every term, in order
+    let leadership = election.campaign("10.0.0.7:8080", Duration::from_secs(60)).await?;
+    leadership.lost().await;                                        // or leadership.resign()
+    // end
+    drop((permit, batch, reading, writing, observer));
+    Ok(())
+}
+
+async fn breaker() -> distlock::Result<()> {
+    // begin: breaker
+    use std::sync::Arc;
+    use std::time::Duration;
+    use distlock::{BreakerOptions, ErrorKind, LockClient, LockOptions, MemoryBackend};
+
+    let options = LockOptions::new(Duration::from_secs(30))
+        // Open after 5 attempts in a row find the backend unavailable; stay open 5 s.
+        .with_circuit_breaker(BreakerOptions::new(5, Duration::from_secs(5)));
+    let locks = LockClient::with_options(Arc::new(MemoryBackend::new()), options)?;
+    match locks.lock("jobs/nightly", Duration::from_secs(10)).await {
+        Ok(guard) => guard.release().await?,
+        // Failed at once, without a call: the message says how long it stays open.
+        Err(e) if e.kind() == ErrorKind::CircuitOpen => eprintln!("shedding: {e}"),
+        Err(e) => return Err(e),
+    }
+    let health = locks.health().await?; // one round trip, whatever the breaker says
+    println!("{} answered in {:?}", health.backend(), health.latency());
+    // end
+    Ok(())
+}
+
+/// A third party's backend, as the contributing guide names it.
+mod my_backend {
+    pub(super) type Error = distlock::Error;
+
+    pub(super) struct MyBackend;
+
+    impl MyBackend {
+        pub(super) async fn connect(_url: &str) -> Result<distlock::MemoryBackend, Error> {
+            Ok(distlock::MemoryBackend::new())
+        }
+    }
+}
+
+mod contributing_suite {
+    use super::my_backend;
+
+    // begin: contributing-suite
+    // tests/conformance.rs, with `[[test]] name = "conformance" harness = false`
+    distlock_conformance::conformance_main!(async {
+        let backend = my_backend::MyBackend::connect("mystore://localhost").await?;
+        Ok::<_, my_backend::Error>(distlock_conformance::Target::new(std::sync::Arc::new(backend)))
+    });
+    // end
+}
+
+mod conformance_readme {
+    use super::my_backend;
+
+    // begin: conformance-readme
+    // tests/conformance.rs
+    distlock_conformance::conformance_main!(async {
+        let backend = my_backend::MyBackend::connect("mystore://localhost").await?;
+        Ok::<_, my_backend::Error>(distlock_conformance::Target::new(std::sync::Arc::new(backend)))
+    });
+    // end
+}
+
+/// A third party's fenced store, as the fencing guide names it.
+mod my_store {
+    pub(super) type Error = distlock::Error;
+
+    pub(super) async fn connect(_url: &str) -> Result<distlock::MemoryStore, Error> {
+        Ok(distlock::MemoryStore::new())
+    }
+}
+
+mod store_suite {
+    // begin: store-suite
+    // tests/fenced.rs, with [[test]] name = "fenced", harness = false
+    distlock_conformance::fenced_conformance_main!(async {
+        let store = my_store::connect("mystore://localhost").await?;
+        Ok::<_, my_store::Error>(distlock_conformance::fenced::StoreTarget::new(std::sync::Arc::new(store)))
+    });
+    // end
+    use super::my_store;
+}
+
+async fn adoption_checks() -> Result<(), String> {
+    use distlock_conformance::adoption;
+    use my_backend::MyBackend;
+    // begin: adoption
+    adoption::unreachable_endpoint_is_named("connect_timeout_ms=300", Duration::from_secs(3), |addr| async move {
+        MyBackend::connect(&format!("mystore://u:{}@{addr}?connect_timeout_ms=300", adoption::SECRET)).await
+    })
+    .await?;
+    // end
+    Ok(())
+}
+
+async fn crate_readmes() -> Outcome {
+    {
+        // begin: redis-readme
+        let backend = distlock_redis::RedisBackend::connect("redis://:password@127.0.0.1:6379/0?prefix=myapp:").await?;
+        let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+        // end
+        drop(client);
+    }
+    {
+        // begin: postgres-readme
+        let backend = distlock_postgres::PostgresBackend::connect("postgres://app:password@db/app?table=service_locks").await?;
+        let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+        // end
+        drop(client);
+    }
+    {
+        // begin: etcd-readme
+        let backend = distlock_etcd::EtcdBackend::connect("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379").await?;
+        let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+        // end
+        drop(client);
+    }
+    {
+        // begin: zookeeper-readme
+        let backend = distlock_zookeeper::ZooKeeperBackend::connect("zookeeper://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181").await?;
+        let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+        // Or chosen by URL, beside distlock's own backends:
+        let connector = distlock::Connector::new().with_backend(distlock_zookeeper::SCHEMES, |url| async move {
+            distlock_zookeeper::ZooKeeperBackend::connect(&url).await
+        });
+        // end
+        drop((client, connector));
+    }
+    Ok(())
+}
