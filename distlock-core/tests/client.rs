@@ -77,6 +77,48 @@ async fn lost_fires_at_once_when_the_lease_is_deleted_behind_the_holder() {
     );
 }
 
+/// A holder whose renewal task cannot run (its process starved or frozen: here the
+/// runtime's one thread blocked past the validity) is still told the truth when it
+/// asks: `loss()` and `is_held()` read the clock, not only what that task recorded.
+/// On the real clock: a paused tokio clock does not move while a thread sleeps.
+#[tokio::test(flavor = "current_thread")]
+async fn a_holder_whose_renewal_task_cannot_run_is_told_when_it_asks() {
+    let ttl = Duration::from_millis(300);
+    for (renew, reason) in [
+        (true, LossReason::RenewalFailed),
+        (false, LossReason::Expired),
+    ] {
+        let (memory, client) = setup(LockOptions::new(ttl).with_auto_renew(renew));
+        let key = format!("starved-{renew}");
+        let guard = client
+            .try_lock(key.as_str())
+            .await
+            .expect("try")
+            .expect("free");
+        assert_eq!(guard.loss(), None);
+        // Nothing else runs on this thread meanwhile: no renewal, no supervisor.
+        std::thread::sleep(ttl + ttl / 3);
+        assert_eq!(guard.loss(), Some(reason), "renew {renew}");
+        assert!(!guard.is_held());
+        assert_eq!(
+            guard.reenter().map(drop).map_err(|e| e.kind()),
+            Err(ErrorKind::NotHeld)
+        );
+        // The signal's future agrees at once.
+        let told = tokio::time::timeout(Duration::from_millis(50), guard.lost()).await;
+        assert_eq!(told, Ok(reason));
+        // The lease really had run out: the next holder gets a larger fence.
+        let next = client
+            .try_lock(key.as_str())
+            .await
+            .expect("try")
+            .expect("free");
+        assert!(next.fence() > guard.fence());
+        assert_eq!(holder_fence(&memory, &key).await, Some(next.fence().get()));
+        drop(guard);
+    }
+}
+
 /// The memory backend without its fair step, and with whatever else `strip` turns
 /// off in its capabilities (change notification, to make a polling backend).
 #[derive(Debug)]

@@ -106,6 +106,31 @@ impl Shared {
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
+    /// Why the lock is lost, or `None` while it is held. Read from the clock, not
+    /// only from what the supervisor has recorded: once the validity less the loss
+    /// margin has run out, the loss is recorded here and now, so a holder that asks
+    /// before it acts is told in time even when the supervisor task runs late (a
+    /// starved runtime, a paused process).
+    fn current_loss(&self) -> Option<LossReason> {
+        let status = *self.status.borrow();
+        if status.lost.is_some() {
+            return status.lost;
+        }
+        let loss_at = status
+            .valid_until
+            .checked_sub(self.options.loss_margin())
+            .unwrap_or(status.valid_until);
+        if Instant::now() < loss_at {
+            return None;
+        }
+        self.mark_lost(if self.options.auto_renew() {
+            LossReason::RenewalFailed
+        } else {
+            LossReason::Expired
+        });
+        self.status.borrow().lost
+    }
+
     fn set_valid_until(&self, valid_until: Instant) {
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
@@ -205,7 +230,7 @@ impl Holds {
     /// One more hold of this lease: `None` once the last hold ended or the lock was
     /// lost.
     pub(crate) fn reenter(self: &Arc<Self>) -> Option<LockGuard> {
-        if self.shared.status.borrow().lost.is_some() {
+        if self.shared.current_loss().is_some() {
             return None;
         }
         self.count
@@ -323,21 +348,27 @@ impl LockGuard {
         self.hold.shared.status.borrow().valid_until
     }
 
-    /// Whether the lock is still held: not lost, and the validity not run out.
+    /// Whether the lock is still held: [`loss`](Self::loss) is `None`.
     pub fn is_held(&self) -> bool {
-        let s = *self.hold.shared.status.borrow();
-        s.lost.is_none() && Instant::now() < s.valid_until
+        self.loss().is_none()
     }
 
-    /// Why the lock was lost, or `None` while it is held.
+    /// Why the lock was lost, or `None` while it is held. It reads the clock: once
+    /// the validity less the loss margin has run out, the loss is recorded and
+    /// returned now, whether or not the renewal task has run. Ask it (or
+    /// [`is_held`](Self::is_held)) right before each act that needs the lock.
     pub fn loss(&self) -> Option<LossReason> {
-        self.hold.shared.status.borrow().lost
+        self.hold.shared.current_loss()
     }
 
     /// A future that completes when the lock is lost, with the reason. It completes
     /// at once if the lock is already lost. It does not borrow the guard, so it can be
     /// moved into another task; after the lease's last hold is released or dropped it
     /// completes with [`LossReason::Released`].
+    ///
+    /// It is delivered by a task: in a process whose runtime is starved or paused it
+    /// arrives late, by as long as the task waited. [`loss`](Self::loss) and
+    /// [`is_held`](Self::is_held) are never late.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         let mut rx = self.hold.shared.status.subscribe();
         async move {
@@ -384,7 +415,7 @@ impl LockGuard {
         }
         self.hold.supervisor.cancel();
         let shared = self.hold.shared.clone();
-        let was_lost = shared.status.borrow().lost;
+        let was_lost = shared.current_loss();
         shared.mark_lost(LossReason::Released);
         let span =
             tracing::debug_span!("lock_release", key = %shared.key(), fence = %shared.fence());
@@ -489,26 +520,18 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         None
     };
     loop {
-        let status = *status_rx.borrow_and_update();
-        if status.lost.is_some() {
-            return;
-        }
         // The holder must stop a margin before the validity runs out: the server's
         // clock may run a little faster than ours, and stopping work takes time.
+        // Past that point the check records the loss.
+        if shared.current_loss().is_some() {
+            return;
+        }
+        let status = *status_rx.borrow_and_update();
         let loss_at = status
             .valid_until
             .checked_sub(margin)
             .unwrap_or(status.valid_until);
         let now = Instant::now();
-        if now >= loss_at {
-            let reason = if options.auto_renew() {
-                LossReason::RenewalFailed
-            } else {
-                LossReason::Expired
-            };
-            shared.mark_lost(reason);
-            return;
-        }
         let wake = if options.auto_renew() {
             // Never let one slow attempt use up the time left: try again by halfway.
             next_renewal.min(now + (loss_at - now) / 2)
