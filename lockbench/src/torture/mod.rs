@@ -171,6 +171,8 @@ struct TortureRun {
     seconds: f64,
     /// Lock operations that failed under the faults (a server away, a wait timed out).
     lock_errors: usize,
+    /// Those failures by error kind.
+    lock_error_kinds: String,
     /// Faults the schedule could not inject on this target, and why.
     unavailable: Vec<String>,
     /// Which servers the server faults reach.
@@ -458,6 +460,7 @@ async fn torture(
         stop: AtomicBool::new(false),
         holds: Mutex::new(Vec::new()),
         errors: AtomicUsize::new(0),
+        error_kinds: Default::default(),
         register_error: Mutex::new(None),
     });
     let holders: Vec<_> = clients
@@ -537,7 +540,11 @@ async fn torture(
         }
         progress(
             &run.backend,
-            &format!("torture: {} lock operations so far", work.lock_ops()),
+            &format!(
+                "torture: {} lock operations so far; failed: {}",
+                work.lock_ops(),
+                work.error_kinds()
+            ),
         );
     }
     injector.heal_all().await;
@@ -554,6 +561,7 @@ async fn torture(
     }
     run.seconds = start.elapsed().as_secs_f64();
     run.lock_errors = work.errors.load(Ordering::SeqCst);
+    run.lock_error_kinds = work.error_kinds();
     if let Some(e) = work
         .register_error
         .lock()
@@ -709,12 +717,13 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     for run in runs.iter().filter(|r| r.started) {
         let _ = writeln!(
             md,
-            "- **{}** ({}; server faults on {}; fenced register: {}): {} lock operations failed under the faults (retried).{}",
+            "- **{}** ({}; server faults on {}; fenced register: {}): {} lock operations failed under the faults (retried; by kind: {}).{}",
             run.backend,
             run.server,
             run.fault_scope,
             run.register,
             run.lock_errors,
+            run.lock_error_kinds,
             if run.unavailable.is_empty() {
                 String::new()
             } else {

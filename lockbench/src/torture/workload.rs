@@ -1,12 +1,13 @@
 //! The holders: each client contends for a few keys, reads both registers under the
 //! lock, works, and writes them back with its fence.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::backend::{AcquireOutcome, LockBackendExt};
-use distlock::{DynLockBackend, LockClient, LockKey, LockOptions, LossReason};
+use distlock::{DynLockBackend, ErrorKind, LockClient, LockKey, LockOptions, LossReason};
 use tokio::time::{sleep, Instant};
 
 use super::history::{Hold, HoldKind};
@@ -38,6 +39,9 @@ pub(crate) struct Workload {
     /// Lock operations that failed (a server away, a wait that timed out): expected
     /// under faults, reported, not a violation.
     pub(crate) errors: AtomicUsize,
+    /// The failed lock operations by error kind, to tell a server away from a wait
+    /// that ran out.
+    pub(crate) error_kinds: Mutex<BTreeMap<String, usize>>,
     /// The first error of the registers' server, which ends the run: the register is
     /// the judge and must not be in doubt.
     pub(crate) register_error: Mutex<Option<String>>,
@@ -58,6 +62,29 @@ impl Workload {
     /// The lock operations so far (an acquisition and a release per hold).
     pub(crate) fn lock_ops(&self) -> usize {
         self.holds.lock().unwrap_or_else(|p| p.into_inner()).len() * 2
+    }
+
+    /// Counts a failed lock operation of `kind`.
+    fn lock_failed(&self, kind: ErrorKind) {
+        *self
+            .error_kinds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(format!("{kind:?}"))
+            .or_default() += 1;
+    }
+
+    /// The failed lock operations so far, by kind: `Timeout 12, Unavailable 3`.
+    pub(crate) fn error_kinds(&self) -> String {
+        let kinds = self.error_kinds.lock().unwrap_or_else(|p| p.into_inner());
+        if kinds.is_empty() {
+            return "none".into();
+        }
+        kinds
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn register_failed(&self, e: BoxError) {
@@ -136,8 +163,12 @@ async fn guarded(
     locks: &LockClient,
 ) -> Result<bool, BoxError> {
     let first_sent = Instant::now();
-    let Ok(guard) = locks.lock(work.keys[key].as_str(), work.ttl * 4).await else {
-        return Ok(false);
+    let guard = match locks.lock(work.keys[key].as_str(), work.ttl * 4).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            work.lock_failed(e.kind());
+            return Ok(false);
+        }
     };
     let granted = Instant::now();
     // The grant's validity is its request's send time plus the TTL less the drift
@@ -224,7 +255,10 @@ async fn paused(
                 sleep(Duration::from_millis(5)).await;
             }
             Ok(AcquireOutcome::Held { .. }) => return Ok(true),
-            Err(_) => return Ok(false),
+            Err(e) => {
+                work.lock_failed(e.kind());
+                return Ok(false);
+            }
         }
     };
     let granted = Instant::now();
