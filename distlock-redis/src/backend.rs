@@ -250,6 +250,35 @@ impl RedisBackend {
         Ok(committed == 1)
     }
 
+    /// Compare-and-delete of `owner`'s lease on `key`; the key's waiters are told
+    /// (its release channel) only when `tell`: a Redlock attempt that won only a
+    /// minority of masters takes its grants back without waking anyone.
+    pub(crate) async fn release_telling(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        tell: bool,
+    ) -> Result<ReleaseOutcome> {
+        let channel = if tell {
+            self.channel(key)
+        } else {
+            String::new()
+        };
+        let released: i64 = self
+            .run(
+                &self.inner.scripts.release,
+                &[&self.lock_key(key)],
+                &[&owner.to_hex(), &channel],
+                false,
+            )
+            .await?;
+        Ok(if released == 1 {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
     /// The holder of `key` here and its owner token (kept inside the crate), or `None`.
     pub(crate) async fn holder(&self, key: &LockKey) -> Result<Option<(LockInfo, String)>> {
         let found: Option<(String, String, String)> = self
@@ -442,19 +471,7 @@ impl LockBackend for RedisBackend {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let released: i64 = self
-            .run(
-                &self.inner.scripts.release,
-                &[&self.lock_key(key)],
-                &[&owner.to_hex(), &self.channel(key)],
-                false,
-            )
-            .await?;
-        Ok(if released == 1 {
-            ReleaseOutcome::Released
-        } else {
-            ReleaseOutcome::NotHeld
-        })
+        self.release_telling(key, owner, true).await
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {

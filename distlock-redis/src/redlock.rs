@@ -26,8 +26,13 @@ const NAME: &str = "redlock";
 /// Each operation goes to every master at once and returns as soon as its outcome is
 /// decided. A release's or a renewal's requests still under way carry on in the
 /// background; an acquire's are dropped, and a failed acquire is released on every
-/// master. The crate docs say how fences are minted and
-/// what holds when a master restarts empty. Clones share the connections.
+/// master, without a release notification: attempts that met and split the masters
+/// would otherwise wake every waiter of the key at once, to split them again, a storm
+/// that can keep every attempt failing. An attempt that finds no majority of the
+/// masters holding the key answers "held", to be tried again after a random pause of
+/// one to four node time-outs (Redlock's retry delay). The crate docs say how fences
+/// are minted and what holds when a master restarts empty. Clones share the
+/// connections.
 #[derive(Clone)]
 pub struct RedlockBackend {
     inner: Arc<Inner>,
@@ -66,6 +71,13 @@ impl<T: Send + 'static> Replies<T> {
             tokio::spawn(async move { while pending.next().await.is_some() {} });
         }
     }
+}
+
+/// How long an attempt that found the masters split waits before it looks again:
+/// uniformly random between one and four node time-outs, so that attempts that met
+/// once come back apart.
+fn split_retry(node_timeout: Duration) -> Duration {
+    node_timeout.mul_f64(1.0 + 3.0 * rand::random::<f64>())
 }
 
 /// The lease a majority of the masters' `holders` show, if one does: its owner is
@@ -260,12 +272,15 @@ impl RedlockBackend {
 
     /// Releases `owner`'s hold of `key` on every master, in the background: what a
     /// failed acquire leaves behind.
+    /// Takes back an attempt's grants on every master, in the background, without
+    /// telling the key's waiters: the lock was never held, and a release
+    /// notification would start every waiter at once, to split the masters again.
     fn release_everywhere(&self, key: &LockKey, owner: &OwnerToken) {
         let (key, owner) = (key.clone(), *owner);
         let timeout = self.inner.config.node_timeout(Duration::MAX);
         self.fan_out(timeout, move |m| {
             let (key, owner) = (key.clone(), owner);
-            async move { m.release(&key, &owner).await }
+            async move { m.release_telling(&key, &owner, false).await }
         })
         .detach();
     }
@@ -359,7 +374,14 @@ impl LockBackend for RedlockBackend {
         }
         // The key frees for a majority once `needed` more of the holding masters free it.
         let needed = tally.quorum - granted;
-        let remaining = if held.len() >= needed && held.iter().all(Option::is_some) {
+        let remaining = if held.len() < tally.quorum {
+            // No majority of the answers says "held": no lease holds the key, or the
+            // masters of the one that does are partly away. Attempts that met split
+            // the masters among them and are taking their grants back now, so look
+            // again soon, after a random pause (Redlock's retry delay): attempts
+            // that start together would split again.
+            Some(split_retry(timeout))
+        } else if held.len() >= needed && held.iter().all(Option::is_some) {
             let mut left: Vec<Duration> = held.into_iter().flatten().collect();
             left.sort();
             left.get(needed - 1).copied()

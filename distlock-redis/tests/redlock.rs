@@ -10,6 +10,7 @@ use distlock_core::backend::{FenceDurability, LockBackendExt};
 use distlock_core::{ErrorKind, FencedHandle, LockBackend, LockKey, MemoryStore};
 use distlock_redis::RedlockBackend;
 use distlock_testservers::{RedisMasters, ServerHandle};
+use futures_util::StreamExt as _;
 use tokio::time::Instant;
 
 async fn masters(n: usize) -> RedisMasters {
@@ -234,4 +235,83 @@ async fn validity_leaves_the_declared_clock_drift() {
             received - sent
         );
     }
+}
+
+/// Kept as Redis keeps it: `distlock:{key}` holds `<owner>:<fence>`.
+const FOREIGN: &str = "0123456789abcdef0123456789abcdef";
+
+/// An attempt that wins only a minority of the masters takes its grants back without
+/// telling the key's waiters (no lease was ever held: a release notification would
+/// start them all at once, to split the masters again), and says to look again after
+/// a short random pause, Redlock's retry delay. A lease really held and released
+/// still tells them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
+    let masters = masters(3).await;
+    let members = masters.members();
+    let url = format!("{}?node_timeout_ms=100", masters.url());
+    let backend = RedlockBackend::connect(&url).await.expect("connect");
+    members[0].kill().await.expect("kill");
+    let _: () = redis::cmd("SET")
+        .arg("distlock:{split}")
+        .arg(format!("{FOREIGN}:5"))
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut admin(&members[1]).await)
+        .await
+        .expect("a foreign lease on one master");
+    let mut told = redis::Client::open(members[2].url())
+        .expect("url")
+        .get_async_pubsub()
+        .await
+        .expect("pubsub");
+    told.subscribe("distlock:released:{split}")
+        .await
+        .expect("subscribe");
+    told.subscribe("distlock:released:{held}")
+        .await
+        .expect("subscribe");
+    let mut messages = told.on_message();
+
+    // Master 0 away, master 1 held by another owner, master 2 granted: a minority.
+    let outcome = backend
+        .try_acquire(
+            &LockKey::new("split").expect("key"),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("an answer");
+    let distlock_core::backend::AcquireOutcome::Held {
+        remaining: Some(remaining),
+    } = outcome
+    else {
+        panic!("not held with a retry pause: {outcome:?}");
+    };
+    assert!(
+        (Duration::from_millis(100)..=Duration::from_millis(400)).contains(&remaining),
+        "{remaining:?}"
+    );
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while get(&members[2], "distlock:{split}").await.is_some() {
+        assert!(
+            Instant::now() < gone_by,
+            "the minority grant was not taken back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(300), messages.next()).await;
+    assert!(quiet.is_err(), "a waiter was told: {quiet:?}");
+
+    // A lease held by a majority (masters 1 and 2) and released: its waiters are told.
+    let lease = backend
+        .acquire_once("held", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&lease).await.expect("release");
+    let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
+        .await
+        .expect("told of the release")
+        .expect("a message");
+    assert_eq!(message.get_channel_name(), "distlock:released:{held}");
 }
