@@ -532,6 +532,10 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             .checked_sub(margin)
             .unwrap_or(status.valid_until);
         let now = Instant::now();
+        if now >= loss_at {
+            // It ran out since the check above: the check records it.
+            continue;
+        }
         let wake = if options.auto_renew() {
             // Never let one slow attempt use up the time left: try again by halfway.
             next_renewal.min(now + (loss_at - now) / 2)
