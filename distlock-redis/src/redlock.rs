@@ -270,11 +270,10 @@ impl RedlockBackend {
         Replies { pending }
     }
 
-    /// Releases `owner`'s hold of `key` on every master, in the background: what a
-    /// failed acquire leaves behind.
-    /// Takes back an attempt's grants on every master, in the background, without
-    /// telling the key's waiters: the lock was never held, and a release
-    /// notification would start every waiter at once, to split the masters again.
+    /// Takes back what a failed acquire left behind, `owner`'s grants of `key` on
+    /// every master, in the background and without telling the key's waiters: the
+    /// lock was never held, and a release notification would start every waiter at
+    /// once, to split the masters again.
     fn release_everywhere(&self, key: &LockKey, owner: &OwnerToken) {
         let (key, owner) = (key.clone(), *owner);
         let timeout = self.inner.config.node_timeout(Duration::MAX);
