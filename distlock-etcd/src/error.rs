@@ -65,6 +65,15 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         EtcdError::GRpcStatus(s) if distlock_core::backend::is_certificate_refused(s) => {
             ErrorKind::Configuration
         }
+        // A status with a source was made in this process from the error that broke
+        // the request (a connection reset or closed under it, as when the server
+        // restarts or kills connections): the server said nothing, and a retry may
+        // help. A status the server sent is read from its answer and has none.
+        EtcdError::GRpcStatus(s)
+            if s.code() == Code::Unknown && std::error::Error::source(s).is_some() =>
+        {
+            ErrorKind::Unavailable
+        }
         EtcdError::GRpcStatus(s) => match s.code() {
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Authentication,
             Code::Unavailable
@@ -161,6 +170,24 @@ mod tests {
             assert_eq!(e.kind(), kind, "{e}");
             assert_eq!(e.code(), Some(format!("{code:?}").as_str()));
         }
+        // A request broken under it by the connection (the soak's etcd row showed
+        // these after killed connections and restarts, as "transport error" with a
+        // broken pipe beneath): the server said nothing, so a retry may help.
+        let broken = from_etcd(
+            &config,
+            EtcdError::GRpcStatus(tonic::Status::from_error(Box::new(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "stream closed because of a broken pipe",
+            )))),
+        );
+        assert_eq!(broken.kind(), ErrorKind::Unavailable, "{broken}");
+        assert!(broken.is_retryable());
+        // The same code sent by the server is its own answer.
+        let said = from_etcd(
+            &config,
+            EtcdError::GRpcStatus(tonic::Status::new(Code::Unknown, "said")),
+        );
+        assert_eq!(said.kind(), ErrorKind::Backend, "{said}");
         // The client's own time-out: a status whose source is tonic's TimeoutExpired.
         let late = from_etcd(
             &config,
