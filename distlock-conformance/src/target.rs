@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Lease, OwnerToken,
-    ReleaseOutcome, Renewal,
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, Grant, Lease, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term,
 };
 use distlock_core::{BoxError, DynLockBackend, LockBackend, LockInfo, LockKey, MemoryBackend};
 use futures_util::future::BoxFuture;
@@ -457,5 +457,107 @@ impl LockBackend for MemoryLink {
 
     async fn scan(&self, prefix: &str) -> distlock_core::Result<Vec<(LockKey, LockInfo)>> {
         across!(self, self.store.scan(prefix))
+    }
+
+    // Every step the store's capabilities declare crosses the link: fair mode and
+    // permits too, so a client behind the link is the backend it names.
+    async fn try_grant_in_turn(
+        &self,
+        request: &AcquireRequest,
+        place: Duration,
+    ) -> distlock_core::Result<Grant> {
+        across!(self, self.store.try_grant_in_turn(request, place))
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> distlock_core::Result<()> {
+        across!(self, LockBackend::leave_queue(&self.store, key, owner))
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for MemoryLink {
+    async fn try_grant_permits(
+        &self,
+        request: &AcquireRequest,
+        claim: &Claim,
+        place: Option<Duration>,
+    ) -> distlock_core::Result<Grant> {
+        across!(self, self.store.try_grant_permits(request, claim, place))
+    }
+
+    async fn release_permits(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        across!(self, self.store.release_permits(key, owner))
+    }
+
+    async fn renew_permits(&self, request: &ExtendRequest) -> distlock_core::Result<Renewal> {
+        across!(self, self.store.renew_permits(request))
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> distlock_core::Result<()> {
+        across!(self, PermitBackend::leave_queue(&self.store, key, owner))
+    }
+
+    async fn holders(&self, key: &LockKey) -> distlock_core::Result<Vec<PermitHolder>> {
+        across!(self, self.store.holders(key))
+    }
+
+    async fn terms(&self, key: &LockKey, after: u64) -> distlock_core::Result<Vec<Term>> {
+        across!(self, self.store.terms(key, after))
+    }
+
+    async fn watch_permits(&self, key: &LockKey) -> distlock_core::Result<Option<ChangeStream>> {
+        across!(self, self.store.watch_permits(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use distlock_core::backend::{AcquireOutcome, LockBackendExt};
+
+    use super::*;
+
+    /// A client behind the simulated link declares the store's capabilities, so it
+    /// must do each step they name: a fair waiter or a permit taken through it once
+    /// failed with `Unsupported`, and the torture run's fair clients never held.
+    #[tokio::test]
+    async fn a_linked_memory_client_does_every_step_its_capabilities_declare() {
+        let target = Target::memory();
+        let (client, _link) = target
+            .linked_client()
+            .await
+            .expect("the memory target has links")
+            .expect("a linked client");
+        assert!(client.capabilities().fair && client.capabilities().permits);
+        let key = LockKey::new("linked").expect("a key");
+        let ttl = Duration::from_secs(5);
+        let owner = OwnerToken::random();
+        match client
+            .try_acquire_in_turn(&key, ttl, owner, ttl)
+            .await
+            .expect("a fair acquire through the link")
+        {
+            AcquireOutcome::Acquired(lease) => {
+                client.release_lease(&lease).await.expect("release");
+            }
+            other => panic!("a free key was not granted: {other:?}"),
+        }
+        assert!(client.permits().is_some(), "the link forwards permits");
+        let uploads = distlock_core::Semaphore::new(client.clone(), "linked-permits", 2)
+            .expect("a semaphore");
+        let permit = uploads
+            .try_acquire()
+            .await
+            .expect("a permit through the link");
+        assert!(permit.is_some(), "a free semaphore gave no permit");
     }
 }

@@ -449,6 +449,7 @@ async fn torture(
     let start = Instant::now();
     let registers = Registers::new(control, register.store.clone(), plan.keys, start).await?;
     let work = Arc::new(Workload {
+        backend: run.backend.clone(),
         keys: keys.clone(),
         ttl,
         registers: registers.clone(),
@@ -608,6 +609,7 @@ async fn torture(
     run.findings = history.check();
     run.failures.extend(run.findings.failures());
     run.harness.extend(run.findings.proved_nothing());
+    run.harness.extend(work.misdirected());
     run.harness
         .extend(short_of_promise(&kinds, &history.faults, plan.rounds));
     if run.findings.lock_ops < plan.min_lock_ops {

@@ -7,18 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::backend::{AcquireOutcome, LockBackendExt};
-use distlock::{DynLockBackend, ErrorKind, LockClient, LockKey, LockOptions, LossReason};
+use distlock::{DynLockBackend, LockClient, LockKey, LockOptions, LossReason};
 use tokio::time::{sleep, Instant};
 
 use super::history::{Hold, HoldKind};
 use super::register::Registers;
-use crate::run::BoxError;
+use crate::run::{progress, BoxError};
 
 /// The share of a long-holding client's guarded holds that are long.
 const LONG_SHARE: f64 = 0.25;
 
 /// What every holder of one run shares.
 pub(crate) struct Workload {
+    /// The row's name, for the progress output.
+    pub(crate) backend: String,
     pub(crate) keys: Vec<LockKey>,
     pub(crate) ttl: Duration,
     pub(crate) registers: Registers,
@@ -64,14 +66,18 @@ impl Workload {
         self.holds.lock().unwrap_or_else(|p| p.into_inner()).len() * 2
     }
 
-    /// Counts a failed lock operation of `kind`.
-    fn lock_failed(&self, kind: ErrorKind) {
-        *self
-            .error_kinds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(format!("{kind:?}"))
-            .or_default() += 1;
+    /// Counts a failed lock operation, by its kind; the first of each kind is shown
+    /// whole on the progress output, so that a count says what it counts.
+    fn lock_failed(&self, error: &distlock::Error) {
+        let mut kinds = self.error_kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let count = kinds.entry(format!("{:?}", error.kind())).or_default();
+        *count += 1;
+        if *count == 1 {
+            progress(
+                &self.backend,
+                &format!("torture: the first failed lock operation of its kind: {error}"),
+            );
+        }
     }
 
     /// The failed lock operations so far, by kind: `Timeout 12, Unavailable 3`.
@@ -87,6 +93,14 @@ impl Workload {
             .join(", ")
     }
 
+    /// Lock operations that failed for a reason no fault can cause: the run asked the
+    /// backend for something it does not do (a step its capabilities declare and its
+    /// client does not forward, say), so the row did not run what it names. Each is
+    /// the harness's outcome, never a finding about the backend.
+    pub(crate) fn misdirected(&self) -> Vec<String> {
+        misdirected(&self.error_kinds.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     fn register_failed(&self, e: BoxError) {
         let mut first = self
             .register_error
@@ -95,6 +109,30 @@ impl Workload {
         first.get_or_insert_with(|| e.to_string());
         self.stop.store(true, Ordering::SeqCst);
     }
+}
+
+/// The error kinds that say the run asked for something the backend does not do or
+/// does not accept, which no fault can cause.
+const MISDIRECTED_KINDS: [&str; 5] = [
+    "Unsupported",
+    "Configuration",
+    "InvalidKey",
+    "InvalidTtl",
+    "InvalidInput",
+];
+
+/// What [`Workload::misdirected`] says of these counts by kind.
+fn misdirected(kinds: &BTreeMap<String, usize>) -> Vec<String> {
+    kinds
+        .iter()
+        .filter(|(kind, _)| MISDIRECTED_KINDS.contains(&kind.as_str()))
+        .map(|(kind, n)| {
+            format!(
+                "{n} lock operations failed with {kind}, which no fault causes: \
+                     the row did not run what it names"
+            )
+        })
+        .collect()
 }
 
 /// One client's holder loop, until the run stops.
@@ -166,7 +204,7 @@ async fn guarded(
     let guard = match locks.lock(work.keys[key].as_str(), work.ttl * 4).await {
         Ok(guard) => guard,
         Err(e) => {
-            work.lock_failed(e.kind());
+            work.lock_failed(&e);
             return Ok(false);
         }
     };
@@ -256,7 +294,7 @@ async fn paused(
             }
             Ok(AcquireOutcome::Held { .. }) => return Ok(true),
             Err(e) => {
-                work.lock_failed(e.kind());
+                work.lock_failed(&e);
                 return Ok(false);
             }
         }
@@ -278,4 +316,27 @@ async fn paused(
         unsignalled: None,
     });
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_no_fault_causes_is_the_harness_s_outcome() {
+        let mut kinds = BTreeMap::new();
+        kinds.insert("Timeout".to_owned(), 40);
+        kinds.insert("Unavailable".to_owned(), 3);
+        kinds.insert("CircuitOpen".to_owned(), 1);
+        kinds.insert("Backend".to_owned(), 2);
+        assert!(misdirected(&kinds).is_empty());
+        kinds.insert("Unsupported".to_owned(), 88);
+        assert_eq!(
+            misdirected(&kinds),
+            [
+                "88 lock operations failed with Unsupported, which no fault causes: \
+              the row did not run what it names"
+            ]
+        );
+    }
 }
