@@ -28,6 +28,13 @@ fn main() {
     let _redis = distlock::redis::RedisBackend::connect;
     println!("{:?}", distlock::schemes());
     drop(client);
+    // Without the redis-cluster feature, a cluster URL is a configuration error that
+    // names the feature, before anything is sent.
+    let cluster = distlock::redis::RedisConfig::from_url("redis-cluster://a:7000,b:7001")
+        .expect_err("a cluster without the redis-cluster feature");
+    assert_eq!(cluster.kind(), distlock::ErrorKind::Configuration);
+    assert!(cluster.to_string().contains("`redis-cluster` feature"), "{cluster}");
+    println!("a cluster URL without the feature: {cluster}");
 }
 EOF
 cp "$root/Cargo.lock" "$dir/Cargo.lock"
@@ -41,12 +48,42 @@ fi
 echo "check-outside: a crate with distlock's redis feature alone builds without protoc"
 
 # How many crates a user's crate pulls in with each backend alone (its normal
-# dependency tree, itself and distlock's own crates included).
-for feature in redis postgres etcd zookeeper; do
+# dependency tree, itself and distlock's own crates included), beside a crate that
+# depends on that backend's driver alone, with the workspace's own line for it (the
+# features distlock uses): the difference is what distlock adds.
+count_tree() {
+  cargo tree --offline --manifest-path "$1/Cargo.toml" -e normal --prefix none 2>/dev/null \
+    | sed 's/ (\*)$//' | sort -u | wc -l
+}
+bare="$(mktemp -d)"
+trap 'rm -rf "$dir" "$bare"' EXIT
+mkdir -p "$bare/src"
+echo 'fn main() {}' > "$bare/src/main.rs"
+for pair in redis:redis postgres:sqlx etcd:etcd-client zookeeper:zookeeper-client; do
+  feature="${pair%%:*}"
+  driver="${pair#*:}"
   sed -i "s/features = \[\"[a-z]*\"\]/features = [\"$feature\"]/" "$dir/Cargo.toml"
-  count=$(cargo tree --offline --manifest-path "$dir/Cargo.toml" -e normal --prefix none 2>/dev/null \
-    | sed 's/ (\*)$//' | sort -u | wc -l)
-  echo "check-outside: distlock with \"$feature\" alone: $count crates in the dependency tree"
+  count=$(count_tree "$dir")
+  {
+    printf '[package]\nname = "driver-alone"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\n'
+    grep "^$driver = " "$root/Cargo.toml"
+    printf '\n[workspace]\n'
+  } > "$bare/Cargo.toml"
+  cp "$root/Cargo.lock" "$bare/Cargo.lock"
+  alone=$(count_tree "$bare")
+  echo "check-outside: distlock with \"$feature\" alone: $count crates in the dependency tree ($driver alone: $alone)"
+  # The ceilings: 75 with redis alone and 95 with etcd alone; on every backend, at
+  # most 12 crates over its driver's own tree. (sqlx's tree alone is over 110, so
+  # PostgreSQL's ceiling is that margin.)
+  ceiling=$((alone + 12))
+  case "$feature" in
+    redis) ceiling=$((ceiling < 75 ? ceiling : 75)) ;;
+    etcd) ceiling=$((ceiling < 95 ? ceiling : 95)) ;;
+  esac
+  if [ "$count" -gt "$ceiling" ]; then
+    echo "check-outside: distlock with \"$feature\" alone pulls $count crates, over its ceiling of $ceiling" >&2
+    exit 1
+  fi
 done
 
 # The command line's lean install, as its README gives it: every backend but etcd,

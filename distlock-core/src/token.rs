@@ -14,7 +14,9 @@ pub struct OwnerToken([u8; 16]);
 impl OwnerToken {
     /// A fresh token from the operating system's cryptographically secure generator.
     pub fn random() -> Self {
-        OwnerToken(rand::random())
+        let mut bytes = [0u8; 16];
+        crate::support::random::fill(&mut bytes);
+        OwnerToken(bytes)
     }
 
     /// A token from raw bytes (a backend reading back what it stored).

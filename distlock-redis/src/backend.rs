@@ -61,6 +61,7 @@ impl RedisBackend {
     /// [checking](RedisConfig::check) it.
     pub async fn connect_with(config: RedisConfig) -> Result<Self> {
         config.check()?;
+        #[cfg(feature = "cluster")]
         if config.cluster {
             let cluster = redis::cluster::ClusterClient::builder(config.driver_urls())
                 .connection_timeout(config.connect_timeout)
@@ -104,6 +105,7 @@ impl RedisBackend {
     /// lock settings are read as [`from_client`](Self::from_client) reads them, and
     /// its endpoints name the cluster in errors; release notifications go through a
     /// connection to its first endpoint.
+    #[cfg(feature = "cluster")]
     pub async fn from_cluster_client(
         cluster: &redis::cluster::ClusterClient,
         config: RedisConfig,
@@ -313,7 +315,7 @@ impl RedisBackend {
         let pattern = format!("{}{}*}}", glob_escape(&start), glob_escape(prefix));
         let mut conn = self.inner.conn.clone();
         let mut found: Vec<String> = Vec::new();
-        if matches!(conn, Conn::Cluster(_)) {
+        if conn.is_cluster() {
             found = redis::cmd("KEYS")
                 .arg(&pattern)
                 .query_async(&mut conn)

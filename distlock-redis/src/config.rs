@@ -207,6 +207,12 @@ impl RedisConfig {
         if self.endpoints.is_empty() {
             return Err(config_error("no server: name at least one"));
         }
+        if self.cluster && !cfg!(feature = "cluster") {
+            return Err(config_error(
+                "redis-cluster:// (a Redis Cluster) needs the `redis-cluster` feature of \
+                 distlock (the `cluster` feature of distlock-redis)",
+            ));
+        }
         if self.tls && !cfg!(feature = "tls") {
             return Err(config_error(
                 "rediss:// (TLS) needs the `tls` feature of distlock-redis",
@@ -348,6 +354,7 @@ impl RedisConfig {
     }
 
     /// The driver's URLs of every server (a cluster's seeds).
+    #[cfg(feature = "cluster")]
     pub(crate) fn driver_urls(&self) -> Vec<String> {
         self.endpoints
             .iter()
@@ -701,6 +708,17 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "cluster"))]
+    fn a_cluster_url_without_the_cluster_feature_names_the_feature() {
+        let err = RedisConfig::from_url("redis-cluster://:s3cret@a:7000,b:7001")
+            .expect_err("no cluster support in this build");
+        assert_eq!(err.kind(), ErrorKind::Configuration);
+        assert!(err.to_string().contains("`redis-cluster` feature"), "{err}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    #[cfg(feature = "cluster")]
     fn a_cluster_url_names_its_seeds() {
         let c = RedisConfig::from_url("redis-cluster://:s3cret@a:7000,b:7001?prefix=svc:")
             .expect("valid");

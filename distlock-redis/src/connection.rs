@@ -19,7 +19,19 @@ use crate::error::from_redis;
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    /// Whether this is a Redis Cluster's connection.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            Conn::Single(_) => false,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => true,
+        }
+    }
 }
 
 impl redis::aio::ConnectionLike for Conn {
@@ -29,6 +41,7 @@ impl redis::aio::ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -41,6 +54,7 @@ impl redis::aio::ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -48,6 +62,7 @@ impl redis::aio::ConnectionLike for Conn {
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.get_db(),
         }
     }

@@ -91,7 +91,7 @@
 //! - **Leases across a restart** survive only if the server persists them; the backend
 //!   does not promise either way.
 //! - **Redis Cluster** (`redis-cluster://:password@host1:6379,host2:6379,...`, the
-//!   seeds; see [`RedisConfig`]) is served with the same scripts: a lock and its
+//!   seeds; see [`RedisConfig`]; the `cluster` feature, distlock's `redis-cluster`) is served with the same scripts: a lock and its
 //!   counter share a slot by their hash tag, a release is published cluster-wide, and
 //!   the client follows the cluster's slots and redirections. Each master replicates
 //!   to its replicas asynchronously, as above: a master that fails over right after a

@@ -75,9 +75,11 @@ impl<T: Send + 'static> Replies<T> {
 
 /// How long an attempt that found the masters split waits before it looks again:
 /// uniformly random between one and four node time-outs, so that attempts that met
-/// once come back apart.
+/// once come back apart. (Should the operating system's generator refuse, two and a
+/// half: the pause still happens, only not spread.)
 fn split_retry(node_timeout: Duration) -> Duration {
-    node_timeout.mul_f64(1.0 + 3.0 * rand::random::<f64>())
+    let fraction = getrandom::u32().map_or(0.5, |r| f64::from(r) / f64::from(u32::MAX));
+    node_timeout.mul_f64(1.0 + 3.0 * fraction)
 }
 
 /// The lease a majority of the masters' `holders` show, if one does: its owner is

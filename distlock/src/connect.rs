@@ -210,7 +210,7 @@ impl Connector {
 /// | scheme | backend |
 /// | --- | --- |
 /// | `memory://` | a new in-process [`MemoryBackend`] |
-/// | `redis://`, `rediss://`, `redis-cluster://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server or a Redis Cluster (feature `redis`) |
+/// | `redis://`, `rediss://`, `redis-cluster://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server (feature `redis`; `redis-tls` for `rediss://`) or a Redis Cluster (feature `redis-cluster`) |
 /// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
 /// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
@@ -231,7 +231,11 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
 /// - **its parts**, each a field, as configuration files usually spell a server: the
 ///   backend's URL scheme, its hosts, credentials, path and options.
 ///
+/// With the `serde` feature:
+///
 /// ```
+/// # #[cfg(not(feature = "serde"))] fn main() {}
+/// # #[cfg(feature = "serde")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> distlock::Result<()> {
 /// let by_url: distlock::BackendConfig = serde_json::from_str(r#"{ "url": "memory://" }"#).unwrap();
@@ -258,40 +262,63 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
 /// same configuration error for an option it does not know, naming it and the valid
 /// ones. A field this type does not know is refused when the configuration is read,
 /// naming the fields it knows. `Debug` never shows the password.
-#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct BackendConfig {
     /// The backend's whole URL (see [`connect`]); then no other field is given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub url: Option<String>,
     /// The backend, by its URL scheme (`redis`, `postgres`, `etcd`, `zookeeper`,
     /// `redlock`, `redis-cluster`, `memory`, ... as in [`connect`]'s table), when the
     /// setting is given in parts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub backend: Option<String>,
     /// The servers, each `host` or `host:port` (an IPv6 host in brackets); each port
     /// defaults to its server's own.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub hosts: Vec<String>,
     /// The user name, as written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub user: Option<String>,
     /// The password, as written: it is percent-encoded into the URL here.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub password: Option<String>,
     /// The URL's path, without its leading `/`: PostgreSQL's database, Redis's
     /// database number, ZooKeeper's root node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
     pub path: Option<String>,
     /// The backend's options (its config type lists them), each a string, a number
     /// or a boolean, in the order given.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "ordered")]
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty", with = "ordered")
+    )]
     pub options: Vec<(String, OptionValue)>,
 }
 
 /// One option's value in a [`BackendConfig`] given in parts.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(untagged))]
 pub enum OptionValue {
     /// `true` or `false`.
     Bool(bool),
@@ -312,6 +339,7 @@ impl fmt::Display for OptionValue {
 }
 
 /// The options as a map in the configuration file, kept in the order written.
+#[cfg(feature = "serde")]
 mod ordered {
     use std::fmt;
 

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 /// Successive sleeps of a uniformly random length between zero and a cap that doubles
 /// each time, from `initial` up to `max` ("full jitter": waiters that collided once
 /// spread out instead of colliding again in step).
@@ -26,7 +24,7 @@ impl Backoff {
         let cap = self.cap;
         self.cap = (self.cap * 2).min(self.max);
         let nanos = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
-        Duration::from_nanos(rand::rng().random_range(0..=nanos))
+        Duration::from_nanos(crate::support::random::up_to(nanos))
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub(crate) mod random;
 mod url;
 
 pub use self::url::{encode, is_secret_name, ConnectionUrl, Endpoint, Options};
