@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # Checks that every crate meant for a registry carries what one needs: description,
 # keywords, categories, licence, a readme, both licence texts in the
-# package, and docs.rs metadata that builds every feature.
+# package, docs.rs metadata that builds every feature, and a minimum Rust version
+# that is the one CI builds with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The minimum Rust version the manifests claim is the one this run builds and tests
+# with: no older toolchain can be fetched here, so no older one is claimed.
+claimed=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+running=$(rustc --version | sed -E 's/^rustc ([0-9]+\.[0-9]+).*/\1/')
+if [ "$claimed" != "$running" ]; then
+  echo "check-packages: the workspace claims rust-version $claimed but CI builds with $running; claim only what CI checks" >&2
+  exit 1
+fi
+echo "check-packages: rust-version $claimed is the toolchain these tests run on"
 
 published=(distlock-core distlock-redis distlock-postgres distlock-etcd distlock-zookeeper distlock-conformance distlock distlock-cli)
 for crate in "${published[@]}"; do

@@ -56,7 +56,7 @@ fn root() -> PathBuf {
 }
 
 /// Every Markdown file a reader meets: the README, the contributing guide, the guides
-/// and each crate's README.
+/// and each crate's README (the facade's is its crates.io page).
 fn documents() -> Vec<PathBuf> {
     let root = root();
     let mut files = vec![root.join("README.md"), root.join("CONTRIBUTING.md")];
@@ -75,7 +75,7 @@ fn documents() -> Vec<PathBuf> {
         listed(root.clone())
             .into_iter()
             .map(|dir| dir.join("README.md"))
-            .filter(|p| p.is_file() && !p.starts_with(root.join("distlock/README.md"))),
+            .filter(|p| p.is_file()),
     );
     files
 }
@@ -141,4 +141,60 @@ fn the_checker_finds_blocks_and_their_indentation() {
     assert_eq!(marked_blocks(source), ["let a = 1;\n    nested();"]);
     let markdown = "text\n```rust,ignore\nlet b = 2;\n```\n```sh\nls\n```\n```rust\nc();\n```";
     assert_eq!(rust_blocks(markdown), ["let b = 2;", "c();"]);
+}
+
+/// The links of a Markdown text: the targets of `[text](target)`.
+fn link_targets(markdown: &str) -> Vec<&str> {
+    markdown
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')').map(|(target, _)| target))
+        .collect()
+}
+
+/// A published crate's README is its crates.io page, where a relative link has no
+/// repository to resolve against (the manifests name none): every link there is
+/// absolute, or to a place on the same page.
+#[test]
+fn every_published_readme_links_only_where_crates_io_can_follow() {
+    let root = root();
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("the workspace") {
+        let dir = entry.expect("an entry").path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        if manifest.contains("publish = false") || !manifest.contains("[package]") {
+            continue;
+        }
+        let readme = dir.join("README.md");
+        assert!(
+            readme.is_file() && !readme.is_symlink(),
+            "{}: a published crate needs a README.md of its own",
+            dir.display()
+        );
+        checked += 1;
+        let text = std::fs::read_to_string(&readme).expect("a README");
+        for target in link_targets(&text) {
+            if !(target.starts_with("https://") || target.starts_with('#')) {
+                broken.push(format!("{}: ({target})", readme.display()));
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} published crates found");
+    assert!(
+        broken.is_empty(),
+        "links crates.io cannot follow:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_link_check_finds_relative_links() {
+    let text = "see [the guide](docs/fencing.md), [docs.rs](https://docs.rs/x) and [here](#a)";
+    assert_eq!(
+        link_targets(text),
+        ["docs/fencing.md", "https://docs.rs/x", "#a"]
+    );
 }

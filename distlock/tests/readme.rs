@@ -1,4 +1,5 @@
-//! The README's Redis quick start is `tests/readme/redis.rs`, and the fencing guide's
+//! The README's Redis quick start (the repository's and the facade's crates.io page) is
+//! `tests/readme/redis.rs`, and the fencing guide's
 //! is `tests/readme/quick_start.rs`, each word for word, and each runs (the first
 //! against a real Redis).
 
@@ -33,6 +34,11 @@ fn the_readme_shows_the_redis_quick_start() {
     assert!(
         include_str!("../../README.md").contains(body(include_str!("readme/redis.rs"))),
         "README.md's quick start differs from tests/readme/redis.rs"
+    );
+    // The facade's own README, its crates.io page, shows the same.
+    assert!(
+        include_str!("../README.md").contains(body(include_str!("readme/redis.rs"))),
+        "distlock/README.md's quick start differs from tests/readme/redis.rs"
     );
 }
 
