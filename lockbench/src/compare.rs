@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{DynLockBackend, MemoryBackend};
-use distlock_conformance::{run_suite, Outcome, Target};
+use distlock_conformance::{cases, run_case, Outcome, Target};
 use distlock_testservers::{external_url, Server, ServerHandle};
 
 use crate::options::RunOptions;
@@ -224,20 +224,37 @@ async fn measure(
     }
     progress(&name, "conformance suite");
     let started = std::time::Instant::now();
-    let suite = run_suite(&target).await;
     let mut conformance = Conformance {
         passed: 0,
         failed: vec![],
         skipped: vec![],
-        seconds: started.elapsed().as_secs_f64(),
+        seconds: 0.0,
     };
-    for case in suite.cases {
-        match case.outcome {
+    let all = cases().count();
+    // One line per case as it ends, so that a long suite shows where it is.
+    for (i, case) in cases().enumerate() {
+        let report = run_case(&target, case).await;
+        let said = match &report.outcome {
+            Outcome::Passed => "passed".to_owned(),
+            Outcome::Failed(msg) => format!("FAILED: {msg}"),
+            Outcome::Skipped(why) => format!("not run: {why}"),
+        };
+        progress(
+            &name,
+            &format!(
+                "suite case {}/{all} {} {said} ({:.1} s)",
+                i + 1,
+                report.name,
+                report.duration.as_secs_f64()
+            ),
+        );
+        match report.outcome {
             Outcome::Passed => conformance.passed += 1,
-            Outcome::Failed(msg) => conformance.failed.push((case.name.into(), msg)),
-            Outcome::Skipped(why) => conformance.skipped.push((case.name.into(), why)),
+            Outcome::Failed(msg) => conformance.failed.push((report.name.into(), msg)),
+            Outcome::Skipped(why) => conformance.skipped.push((report.name.into(), why)),
         }
     }
+    conformance.seconds = started.elapsed().as_secs_f64();
     run.conformance = Some(conformance);
 }
 
@@ -449,6 +466,19 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
         suite: !skip_suite,
         ..Sizes::of(args.mode())
     };
+    crate::run::plan_rows(&args.backends);
+    let out = std::path::Path::new(&args.out);
+    let report_of = |runs: Vec<BackendRun>| Report {
+        mode: args.mode().name().into(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        backends: runs,
+    };
     let mut runs = Vec::new();
     for name in &args.backends {
         let started = std::time::Instant::now();
@@ -478,19 +508,26 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
         };
         run.seconds = started.elapsed().as_secs_f64();
         runs.push(run);
+        // What ran so far, kept should a later backend end the run.
+        if runs.len() < args.backends.len() {
+            let so_far = report_of(runs.clone());
+            let kept = std::fs::create_dir_all(out)
+                .and_then(|()| std::fs::write(out.join("report.md"), so_far.markdown()))
+                .and_then(|()| {
+                    std::fs::write(
+                        out.join("results.json"),
+                        serde_json::to_string_pretty(&so_far).unwrap_or_default(),
+                    )
+                });
+            if let Err(e) = kept {
+                eprintln!(
+                    "lockbench: cannot write the results so far into {}: {e}",
+                    out.display()
+                );
+            }
+        }
     }
-    let report = Report {
-        mode: args.mode().name().into(),
-        unix_time: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        backends: runs,
-    };
-    let out = std::path::Path::new(&args.out);
+    let report = report_of(runs);
     let written = std::fs::create_dir_all(out)
         .and_then(|()| std::fs::write(out.join("report.md"), report.markdown()))
         .and_then(|()| {

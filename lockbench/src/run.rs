@@ -1,7 +1,8 @@
 //! What every part of a lockbench run shares: its mode, the exit codes, the error
 //! type, connecting by URL, and progress lines.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use distlock::DynLockBackend;
 
@@ -46,7 +47,53 @@ pub(crate) async fn connect(url: &str) -> distlock::Result<Arc<DynLockBackend>> 
     distlock::connect(url).await
 }
 
-/// One progress line on stderr, naming the backend.
+/// When the run started, for the elapsed time on each progress line.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// The rows the run goes through, in order, for "backend i of n".
+static ROWS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Names the rows the run goes through, in order, and starts its clock.
+pub(crate) fn plan_rows(rows: &[String]) {
+    STARTED.get_or_init(Instant::now);
+    *ROWS.lock().unwrap_or_else(|p| p.into_inner()) = rows.to_vec();
+}
+
+/// One progress line on stderr: the time since the run started, the backend and its
+/// place among the run's rows, and what is happening.
 pub(crate) fn progress(backend: &str, what: &str) {
-    eprintln!("lockbench [{backend}] {what}");
+    let elapsed = STARTED.get_or_init(Instant::now).elapsed().as_secs();
+    let rows = ROWS.lock().unwrap_or_else(|p| p.into_inner());
+    eprintln!("{}", progress_line(elapsed, backend, &rows, what));
+}
+
+/// What [`progress`] prints: `lockbench +1:05 [redis 2/8] conformance suite`.
+fn progress_line(elapsed_secs: u64, backend: &str, rows: &[String], what: &str) -> String {
+    let clock = format!("+{}:{:02}", elapsed_secs / 60, elapsed_secs % 60);
+    match rows.iter().position(|row| row == backend) {
+        Some(i) => format!(
+            "lockbench {clock} [{backend} {}/{}] {what}",
+            i + 1,
+            rows.len()
+        ),
+        None => format!("lockbench {clock} [{backend}] {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_line;
+
+    #[test]
+    fn a_progress_line_says_the_time_and_the_row_s_place() {
+        let rows = ["memory".to_owned(), "redis".to_owned()];
+        assert_eq!(
+            progress_line(65, "redis", &rows, "conformance suite"),
+            "lockbench +1:05 [redis 2/2] conformance suite"
+        );
+        assert_eq!(
+            progress_line(3600, "rslock", &rows, "S2"),
+            "lockbench +60:00 [rslock] S2"
+        );
+    }
 }

@@ -213,6 +213,8 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    crate::run::plan_rows(&args.backends);
+    let out = std::path::Path::new(&args.out);
     let mut runs = Vec::new();
     for name in &args.backends {
         let mut run = TortureRun {
@@ -241,10 +243,29 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
             Err(e) => run.server = format!("not run: {e}"),
         }
         runs.push(run);
+        // What ran so far, kept should a later backend end the run.
+        if runs.len() < args.backends.len() {
+            let json = serde_json::json!({ "mode": mode.name(), "plan": plan, "backends": runs });
+            let kept = std::fs::create_dir_all(out)
+                .and_then(|()| {
+                    std::fs::write(out.join("torture.md"), markdown(mode.name(), plan, &runs))
+                })
+                .and_then(|()| {
+                    std::fs::write(
+                        out.join("torture.json"),
+                        serde_json::to_string_pretty(&json).unwrap_or_default(),
+                    )
+                });
+            if let Err(e) = kept {
+                eprintln!(
+                    "lockbench torture: cannot write the results so far into {}: {e}",
+                    out.display()
+                );
+            }
+        }
     }
     let mode = mode.name();
     let markdown = markdown(mode, plan, &runs);
-    let out = std::path::Path::new(&args.out);
     let json = serde_json::json!({ "mode": mode, "plan": plan, "backends": runs });
     let written = std::fs::create_dir_all(out)
         .and_then(|()| std::fs::write(out.join("torture.md"), &markdown))
