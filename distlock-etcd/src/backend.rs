@@ -82,6 +82,19 @@ fn send_txn(
     async move { client.txn(txn).await }
 }
 
+/// An acquisition whose lease expired (or was revoked) before the transaction that
+/// writes its grant reached the server: the server or the link stalled past the
+/// TTL, and nothing was granted. The contract's "a grant would have come back after
+/// its validity": an [`ErrorKind::Timeout`], which a waiter retries.
+fn lease_ran_out() -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        "the acquisition's lease ran out before its grant was written (the server or the \
+         link stalled past the TTL); nothing was granted",
+    )
+    .with_backend(NAME)
+}
+
 /// The lease of an owner: the token's first 63 bits, never zero (zero asks etcd to
 /// choose an ID).
 pub(crate) fn lease_id(owner: &OwnerToken) -> i64 {
@@ -230,8 +243,21 @@ impl EtcdBackend {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then(ops);
-        let reply = match self.request(|c| send_txn(c, &txn)).await {
-            Ok(reply) => reply,
+        let sent = self
+            .request(|c| {
+                let put = send_txn(c, &txn);
+                async move {
+                    match put.await {
+                        // The transaction wrote nothing: its lease was gone.
+                        Err(e) if is_lease_not_found(&e) => Ok(None),
+                        other => other.map(Some),
+                    }
+                }
+            })
+            .await;
+        let reply = match sent {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Err(lease_ran_out()),
             Err(e) => {
                 self.revoke_later(id);
                 return Err(e);

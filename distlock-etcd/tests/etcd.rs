@@ -199,3 +199,64 @@ async fn fenced_puts_to_the_users_own_keys_keep_a_fixed_width_fence_beside_them(
         ErrorKind::InvalidKey
     );
 }
+
+/// An acquisition whose lease is gone from the server before the transaction that
+/// writes its grant arrives (here revoked from outside while the link is slow; in the
+/// soak, expired under a paused server) is a retryable `Timeout` that leaves nothing
+/// held: etcd refuses the transaction ("requested lease not found"), which was
+/// reported as a backend error that no waiter retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_whose_lease_is_gone_before_its_grant_is_a_timeout() {
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = server.url().replacen("etcd://", "http://", 1);
+    let mut outside = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("a client of its own");
+    let target =
+        distlock_testservers::target_on(
+            server,
+            |url| async move { EtcdBackend::connect(&url).await },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (linked, link) = target
+        .linked_client()
+        .await
+        .expect("etcd's target has links")
+        .expect("a linked client");
+    let key = LockKey::new("stalled-grant").expect("key");
+    // 0.8 s each way: the lease is granted 0.8 s in, and the transaction that writes
+    // the grant reaches the server 1.6 s later. Meanwhile every lease is revoked.
+    link.set_latency(Duration::from_millis(800))
+        .await
+        .expect("latency");
+    let acquire =
+        tokio::spawn(async move { linked.try_acquire(&key, Duration::from_secs(5)).await });
+    let mut revoked = 0;
+    let until = Instant::now() + Duration::from_millis(2000);
+    while Instant::now() < until && revoked == 0 {
+        for lease in outside.leases().await.expect("leases").leases() {
+            outside.lease_revoke(lease.id()).await.expect("revoke");
+            revoked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let outcome = acquire.await.expect("the acquisition's task");
+    link.set_latency(Duration::ZERO).await.expect("no latency");
+    assert!(revoked > 0, "no lease was seen to revoke");
+    let err = outcome.expect_err("a grant whose lease was gone");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let key = LockKey::new("stalled-grant").expect("key");
+    assert!(
+        target
+            .backend()
+            .inspect(&key)
+            .await
+            .expect("inspect")
+            .is_none(),
+        "the key is held after a failed acquisition"
+    );
+}
