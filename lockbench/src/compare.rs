@@ -12,7 +12,7 @@ use distlock_testservers::{external_url, Server, ServerHandle};
 
 use crate::options::RunOptions;
 use crate::report::{BackendRun, Conformance, FloorRole, FloorRow, PeerRow, Report, SweepPoint};
-use crate::run::{progress, BoxError, EXIT_HARNESS, EXIT_VIOLATION};
+use crate::run::{progress, write_results, BoxError, EXIT_HARNESS, EXIT_VIOLATION};
 use crate::scenarios::{Primitives, S1Entry, Sizes};
 use crate::{floors, meter, peers, report, rows, scenarios, storage};
 
@@ -511,14 +511,11 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
         // What ran so far, kept should a later backend end the run.
         if runs.len() < args.backends.len() {
             let so_far = report_of(runs.clone());
-            let kept = std::fs::create_dir_all(out)
-                .and_then(|()| std::fs::write(out.join("report.md"), so_far.markdown()))
-                .and_then(|()| {
-                    std::fs::write(
-                        out.join("results.json"),
-                        serde_json::to_string_pretty(&so_far).unwrap_or_default(),
-                    )
-                });
+            let kept = write_results(
+                out,
+                ("report.md", &so_far.markdown()),
+                ("results.json", &so_far),
+            );
             if let Err(e) = kept {
                 eprintln!(
                     "lockbench: cannot write the results so far into {}: {e}",
@@ -528,17 +525,14 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
         }
     }
     let report = report_of(runs);
-    let written = std::fs::create_dir_all(out)
-        .and_then(|()| std::fs::write(out.join("report.md"), report.markdown()))
-        .and_then(|()| {
-            std::fs::write(
-                out.join("results.json"),
-                serde_json::to_string_pretty(&report).unwrap_or_default(),
-            )
-        })
-        .and_then(|()| std::fs::write(out.join("latency.svg"), report.latency_chart()))
-        .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()))
-        .and_then(|()| std::fs::write(out.join("sweep.svg"), report.sweep_chart()));
+    let written = write_results(
+        out,
+        ("report.md", &report.markdown()),
+        ("results.json", &report),
+    )
+    .and_then(|()| std::fs::write(out.join("latency.svg"), report.latency_chart()))
+    .and_then(|()| std::fs::write(out.join("handoff.svg"), report.handoff_chart()))
+    .and_then(|()| std::fs::write(out.join("sweep.svg"), report.sweep_chart()));
     if let Err(e) = written {
         eprintln!(
             "lockbench: cannot write the results into {}: {e}",

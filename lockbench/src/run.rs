@@ -47,6 +47,21 @@ pub(crate) async fn connect(url: &str) -> distlock::Result<Arc<DynLockBackend>> 
     distlock::connect(url).await
 }
 
+/// Writes a run's report and its data into `out` (made if missing): the Markdown as
+/// `markdown.0`, the data as pretty JSON as `data.0`.
+pub(crate) fn write_results(
+    out: &std::path::Path,
+    markdown: (&str, &str),
+    data: (&str, &impl serde::Serialize),
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join(markdown.0), markdown.1)?;
+    std::fs::write(
+        out.join(data.0),
+        serde_json::to_string_pretty(data.1).unwrap_or_default(),
+    )
+}
+
 /// When the run started, for the elapsed time on each progress line.
 static STARTED: OnceLock<Instant> = OnceLock::new();
 

@@ -52,7 +52,7 @@ use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
 use crate::options::RunOptions;
 use crate::rows::Row;
-use crate::run::{progress, BoxError, Mode};
+use crate::run::{progress, write_results, BoxError, Mode};
 
 /// Many clients, faults on a schedule, and a fenced register that must refuse every
 /// stale write (torture.md, torture.json). `--quick` injects each fault once per
@@ -246,16 +246,11 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
         // What ran so far, kept should a later backend end the run.
         if runs.len() < args.backends.len() {
             let json = serde_json::json!({ "mode": mode.name(), "plan": plan, "backends": runs });
-            let kept = std::fs::create_dir_all(out)
-                .and_then(|()| {
-                    std::fs::write(out.join("torture.md"), markdown(mode.name(), plan, &runs))
-                })
-                .and_then(|()| {
-                    std::fs::write(
-                        out.join("torture.json"),
-                        serde_json::to_string_pretty(&json).unwrap_or_default(),
-                    )
-                });
+            let kept = write_results(
+                out,
+                ("torture.md", &markdown(mode.name(), plan, &runs)),
+                ("torture.json", &json),
+            );
             if let Err(e) = kept {
                 eprintln!(
                     "lockbench torture: cannot write the results so far into {}: {e}",
@@ -267,15 +262,7 @@ pub(crate) async fn main(args: RunOptions) -> ExitCode {
     let mode = mode.name();
     let markdown = markdown(mode, plan, &runs);
     let json = serde_json::json!({ "mode": mode, "plan": plan, "backends": runs });
-    let written = std::fs::create_dir_all(out)
-        .and_then(|()| std::fs::write(out.join("torture.md"), &markdown))
-        .and_then(|()| {
-            std::fs::write(
-                out.join("torture.json"),
-                serde_json::to_string_pretty(&json).unwrap_or_default(),
-            )
-        });
-    if let Err(e) = written {
+    if let Err(e) = write_results(out, ("torture.md", &markdown), ("torture.json", &json)) {
         eprintln!(
             "lockbench torture: cannot write into {}: {e}",
             out.display()
