@@ -74,6 +74,12 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
         {
             ErrorKind::Unavailable
         }
+        // A member shutting down (a restart) answers with raft's own error, which
+        // etcd does not translate into a status code: the request was not applied
+        // there, and another member, or this one once up, may take it.
+        EtcdError::GRpcStatus(s) if s.code() == Code::Unknown && s.message() == "raft: stopped" => {
+            ErrorKind::Unavailable
+        }
         EtcdError::GRpcStatus(s) => match s.code() {
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Authentication,
             Code::Unavailable
@@ -182,6 +188,13 @@ mod tests {
         );
         assert_eq!(broken.kind(), ErrorKind::Unavailable, "{broken}");
         assert!(broken.is_retryable());
+        // A member that is shutting down says so in raft's words (the soak's etcd
+        // row met it once in a restart).
+        let stopping = from_etcd(
+            &config,
+            EtcdError::GRpcStatus(tonic::Status::new(Code::Unknown, "raft: stopped")),
+        );
+        assert_eq!(stopping.kind(), ErrorKind::Unavailable, "{stopping}");
         // The same code sent by the server is its own answer.
         let said = from_etcd(
             &config,
