@@ -1,8 +1,9 @@
 //! A service that takes its lock backend from the environment: run it with
 //! `DISTLOCK_URL=redis://:pw@127.0.0.1:6379 cargo run -p distlock --features redis
-//! --example service`, or with a postgres://, etcd:// or zookeeper:// URL and that
-//! backend's feature, or with neither for the in-process memory backend. The code is
-//! the same for every backend (`tests/examples.rs` runs it on Redis).
+//! --example service`, or with a redis-cluster://, postgres://, etcd:// or
+//! zookeeper:// URL and that backend's feature, or with neither for the in-process
+//! memory backend. The code is the same for every backend (`tests/examples.rs` runs
+//! it on Redis).
 
 use std::time::Duration;
 
