@@ -201,6 +201,9 @@ impl MemoryBackend {
 
     /// Waits while the simulated server is paused; fails while it is down.
     async fn reachable(&self) -> Result<()> {
+        if *self.shared.server.borrow() == ServerState::Up {
+            return Ok(());
+        }
         let mut rx = self.shared.server.subscribe();
         loop {
             let now = *rx.borrow_and_update();

@@ -18,26 +18,38 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-/// What a pending start does: spawn the task, and hand back its handle.
-type Start = Box<dyn FnOnce() -> JoinHandle<()> + Send>;
-
-enum State {
-    Waiting(Start),
+/// Where a deferred start is: `S` spawns the task and hands back its handle.
+enum State<S> {
+    Waiting(S),
     Running(JoinHandle<()>),
     Done,
 }
 
-/// One deferred start, shared by its owner (who may cancel it) and the timer.
-pub(crate) struct Deferred {
-    state: Mutex<State>,
+/// One deferred start, shared by its owner (who may cancel it) and the timer; the
+/// start is kept inline, so that a deferred start is one allocation.
+struct Start<S> {
+    state: Mutex<State<S>>,
 }
 
-impl Deferred {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+/// A deferred start, whatever it starts.
+pub(crate) trait Deferred: Send + Sync {
+    /// Starts the task now if it is still waiting.
+    fn start(&self);
+
+    /// Whether it is still to be started.
+    fn waiting(&self) -> bool;
+
+    /// Stops it: never started if still waiting, aborted if running.
+    fn cancel(&self);
+}
+
+impl<S> Start<S> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<S>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    /// Starts the task now if it is still waiting.
+impl<S: FnOnce() -> JoinHandle<()> + Send> Deferred for Start<S> {
     fn start(&self) {
         let mut state = self.state();
         if let State::Waiting(_) = &*state {
@@ -48,8 +60,11 @@ impl Deferred {
         }
     }
 
-    /// Stops it: never started if still waiting, aborted if running.
-    pub(crate) fn cancel(&self) {
+    fn waiting(&self) -> bool {
+        matches!(&*self.state(), State::Waiting(_))
+    }
+
+    fn cancel(&self) {
         match std::mem::replace(&mut *self.state(), State::Done) {
             State::Running(task) => task.abort(),
             State::Waiting(_) | State::Done => {}
@@ -60,7 +75,7 @@ impl Deferred {
 struct Entry {
     due: Instant,
     seq: u64,
-    deferred: Arc<Deferred>,
+    deferred: Arc<dyn Deferred>,
 }
 
 impl PartialEq for Entry {
@@ -87,6 +102,8 @@ impl Ord for Entry {
 #[derive(Default)]
 struct Queue {
     pending: BinaryHeap<Entry>,
+    /// The size after the last sweep of cancelled entries; the next comes at twice that.
+    swept_at: usize,
     seq: u64,
     /// When the timer task will next look at the queue; `None` while it waits for a
     /// wake-up with nothing pending (or has not been started).
@@ -125,8 +142,16 @@ impl Timer {
         self.queue().task.as_ref().is_none_or(|t| !t.is_finished())
     }
 
-    fn push(self: &Arc<Self>, due: Instant, deferred: Arc<Deferred>) {
+    fn push(self: &Arc<Self>, due: Instant, deferred: Arc<dyn Deferred>) {
         let mut queue = self.queue();
+        // Most starts are cancelled long before they are due (the hold was short):
+        // sweep them out whenever the heap has doubled since the last sweep, rather
+        // than popping each one when due. The heap then stays as large as the starts
+        // still waiting, at an amortised constant cost per push.
+        if queue.pending.len() >= (queue.swept_at * 2).max(SWEEP_FROM) {
+            queue.pending.retain(|entry| entry.deferred.waiting());
+            queue.swept_at = queue.pending.len();
+        }
         queue.seq += 1;
         let seq = queue.seq;
         queue.pending.push(Entry { due, seq, deferred });
@@ -160,10 +185,23 @@ impl Timer {
     }
 }
 
+/// The smallest heap that is swept of cancelled starts.
+const SWEEP_FROM: usize = 256;
+
 /// A client's deferred starts. Cheap to clone; clones share the timer tasks.
 #[derive(Clone, Default)]
 pub(crate) struct Starts {
-    timers: Arc<Mutex<HashMap<tokio::runtime::Id, Arc<Timer>>>>,
+    inner: Arc<Timers>,
+}
+
+#[derive(Default)]
+struct Timers {
+    /// The timer of the first runtime the client was used on, found without a lock:
+    /// most clients only ever run on one. Kept for the client's life, even once that
+    /// runtime has shut down (its timer then holds no starts: their guards are gone).
+    first: std::sync::OnceLock<(tokio::runtime::Id, Arc<Timer>)>,
+    /// The timers of the other runtimes.
+    others: Mutex<HashMap<tokio::runtime::Id, Arc<Timer>>>,
 }
 
 impl fmt::Debug for Starts {
@@ -173,29 +211,45 @@ impl fmt::Debug for Starts {
 }
 
 impl Starts {
-    /// Runs `start` at `due` (at once if that has passed), unless the returned handle
-    /// is cancelled first. Must be called within a tokio runtime; `start` runs on it.
+    /// Runs `start` at `due` (at once if that is not after `now`, the caller's
+    /// reading of the clock), unless the returned handle is cancelled first. Must be
+    /// called within a tokio runtime; `start` runs on it.
     pub(crate) fn defer(
         &self,
         due: Instant,
+        now: Instant,
         start: impl FnOnce() -> JoinHandle<()> + Send + 'static,
-    ) -> Arc<Deferred> {
-        let deferred = Arc::new(Deferred {
-            state: Mutex::new(State::Waiting(Box::new(start))),
+    ) -> Arc<dyn Deferred> {
+        let deferred: Arc<dyn Deferred> = Arc::new(Start {
+            state: Mutex::new(State::Waiting(start)),
         });
-        if due <= Instant::now() {
+        if due <= now {
             deferred.start();
             return deferred;
         }
         let runtime = tokio::runtime::Handle::current().id();
+        let first = self
+            .inner
+            .first
+            .get_or_init(|| (runtime, Arc::new(Timer::new())));
+        if first.0 == runtime {
+            first.1.push(due, deferred.clone());
+            return deferred;
+        }
         let timer = {
-            let mut timers = self.timers.lock().unwrap_or_else(|p| p.into_inner());
-            // Runtimes that have shut down took their timers (and guards) with them.
-            timers.retain(|_, timer| timer.alive());
-            timers
-                .entry(runtime)
-                .or_insert_with(|| Arc::new(Timer::new()))
-                .clone()
+            let mut timers = self.inner.others.lock().unwrap_or_else(|p| p.into_inner());
+            match timers.get(&runtime) {
+                // This runtime runs the caller, so it has not shut down.
+                Some(timer) => timer.clone(),
+                None => {
+                    // Runtimes that have shut down took their timers (and guards) with
+                    // them: forget those when another runtime comes.
+                    timers.retain(|_, timer| timer.alive());
+                    let timer = Arc::new(Timer::new());
+                    timers.insert(runtime, timer.clone());
+                    timer
+                }
+            }
         };
         timer.push(due, deferred.clone());
         deferred
@@ -243,8 +297,8 @@ mod tests {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
         let now = Instant::now();
-        let kept = starts.defer(now + Duration::from_millis(100), counting(&started));
-        let cancelled = starts.defer(now + Duration::from_millis(50), counting(&started));
+        let kept = starts.defer(now + Duration::from_millis(100), now, counting(&started));
+        let cancelled = starts.defer(now + Duration::from_millis(50), now, counting(&started));
         cancelled.cancel();
         tokio::time::sleep(Duration::from_millis(99)).await;
         assert_eq!(started.load(Ordering::SeqCst), 0);
@@ -259,12 +313,47 @@ mod tests {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
         let now = Instant::now();
-        let _late = starts.defer(now + Duration::from_secs(60), counting(&started));
+        let _late = starts.defer(now + Duration::from_secs(60), now, counting(&started));
         tokio::task::yield_now().await;
-        let _early = starts.defer(now + Duration::from_millis(10), counting(&started));
+        let _early = starts.defer(
+            now + Duration::from_millis(10),
+            Instant::now(),
+            counting(&started),
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
         tokio::task::yield_now().await;
         assert_eq!(started.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_starts_are_swept_out_and_the_waiting_ones_kept() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let now = Instant::now();
+        let kept = starts.defer(now + Duration::from_secs(10), now, counting(&started));
+        for _ in 0..10 * SWEEP_FROM {
+            starts
+                .defer(now + Duration::from_secs(5), now, counting(&started))
+                .cancel();
+        }
+        let heap = starts
+            .inner
+            .first
+            .get()
+            .expect("a timer")
+            .1
+            .queue()
+            .pending
+            .len();
+        assert!(
+            heap <= 2 * SWEEP_FROM,
+            "{heap} entries for one waiting start and {} cancelled ones",
+            10 * SWEEP_FROM
+        );
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1, "the waiting start ran");
+        kept.cancel();
     }
 
     #[test]
@@ -281,13 +370,18 @@ mod tests {
         // runs nothing outside `block_on`): a timer task there would never run.
         let first = runtime();
         let abandoned = first.block_on(async {
-            starts.defer(Instant::now() + Duration::from_secs(60), counting(&started))
+            starts.defer(
+                Instant::now() + Duration::from_secs(60),
+                Instant::now(),
+                counting(&started),
+            )
         });
         // A start registered on another runtime runs there, in time.
         let start_soon_on_a_new_runtime = || {
             runtime().block_on(async {
                 let _kept = starts.defer(
                     Instant::now() + Duration::from_millis(10),
+                    Instant::now(),
                     counting(&started),
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -306,18 +400,19 @@ mod tests {
     async fn a_past_due_start_runs_at_once_and_the_timer_ends_with_its_client() {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
-        let _now = starts.defer(Instant::now(), counting(&started));
+        let _now = starts.defer(Instant::now(), Instant::now(), counting(&started));
         tokio::task::yield_now().await;
         assert_eq!(started.load(Ordering::SeqCst), 1);
         let _later = starts.defer(
             Instant::now() + Duration::from_millis(10),
+            Instant::now(),
             counting(&started),
         );
-        let timer = {
-            let timers = starts.timers.lock().unwrap_or_else(|p| p.into_inner());
-            let only = timers.values().next().cloned();
-            only.and_then(|t| t.queue().task.take())
-        };
+        let timer = starts
+            .inner
+            .first
+            .get()
+            .and_then(|(_, t)| t.queue().task.take());
         drop(starts);
         let Some(timer) = timer else {
             panic!("no timer task was started");

@@ -2,11 +2,11 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
@@ -53,13 +53,26 @@ struct Status {
     lost: Option<LossReason>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     backend: Arc<DynLockBackend>,
+    /// The supervisor's deferred start, set once right after the grant.
+    supervisor: std::sync::OnceLock<Arc<dyn Deferred>>,
+    /// Keeps the client's timer task, which starts the supervisor, alive.
+    _starts: Starts,
+    /// How many holds are live (more than one once [re-entered](LockGuard::reenter)).
+    count: AtomicUsize,
     /// The lease as granted: key, owner, fence and TTL. Its validity as renewed is in
     /// `status`.
     lease: Lease,
     options: LockOptions,
-    status: watch::Sender<Status>,
+    /// The validity as renewed, and the loss once recorded; `changed` is notified
+    /// after each change. A mutex and one `Notify` rather than a `watch` channel: a
+    /// short hold that nobody watches then costs no wake-up bookkeeping on release.
+    status: std::sync::Mutex<Status>,
+    changed: Notify,
+    /// Whether anything has waited on `changed` (a [`LockGuard::lost`] future, the
+    /// supervisor): until then a change wakes no one, and notifies no one.
+    watched: AtomicBool,
     /// This guard's turn at the key among its client's own tasks: passed on when the
     /// lock is lost, or once a release has been applied.
     turn: std::sync::Mutex<Option<LocalTurn>>,
@@ -76,10 +89,41 @@ impl Shared {
         self.lease.fence()
     }
 
+    /// Stops the supervisor: never started if still waiting, aborted if running.
+    fn cancel_supervisor(&self) {
+        if let Some(supervisor) = self.supervisor.get() {
+            supervisor.cancel();
+        }
+    }
+
+    /// The status now.
+    fn status(&self) -> Status {
+        *self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `change` to the status; when it reports a change, wakes whoever waits
+    /// on one. Returns what `change` returned.
+    fn update(&self, change: impl FnOnce(&mut Status) -> bool) -> bool {
+        let changed = change(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+        // A watcher sets `watched` before it reads the status under the mutex: either
+        // it read after this change, or its flag is seen here.
+        if changed && self.watched.load(Ordering::SeqCst) {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
+
+    /// A future that completes at the next change of the status. Create it before
+    /// reading the status, so that a change in between is not missed.
+    fn next_change(&self) -> tokio::sync::futures::Notified<'_> {
+        self.watched.store(true, Ordering::SeqCst);
+        self.changed.notified()
+    }
+
     /// Records the loss once; the first reason wins. A real loss (not a release)
     /// passes the local turn on at once: the lock is no longer this guard's.
     fn mark_lost(&self, reason: LossReason) {
-        let first = self.status.send_if_modified(|s| {
+        let first = self.update(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -93,7 +137,7 @@ impl Shared {
                 &self.options,
                 self.fence(),
                 reason,
-                self.granted.elapsed(),
+                self.granted,
             );
         }
         if reason != LossReason::Released {
@@ -112,7 +156,7 @@ impl Shared {
     /// before it acts is told in time even when the supervisor task runs late (a
     /// starved runtime, a paused process).
     fn current_loss(&self) -> Option<LossReason> {
-        let status = *self.status.borrow();
+        let status = self.status();
         if status.lost.is_some() {
             return status.lost;
         }
@@ -128,11 +172,11 @@ impl Shared {
         } else {
             LossReason::Expired
         });
-        self.status.borrow().lost
+        self.status().lost
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
-        self.status.send_if_modified(|s| {
+        self.update(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -216,21 +260,15 @@ pub struct LockGuard {
     finished: bool,
 }
 
-/// What every hold of one lease shares: the lease's state, its supervisor, and how
-/// many holds are live (more than one once [re-entered](LockGuard::reenter)).
-pub(crate) struct Holds {
-    shared: Arc<Shared>,
-    supervisor: Arc<Deferred>,
-    /// Keeps the client's timer task, which starts the supervisor, alive.
-    _starts: Starts,
-    count: AtomicUsize,
-}
+/// What every hold of one lease shares, in one allocation with the lease's state:
+/// the same [`Shared`], seen from the guards.
+pub(crate) type Holds = Shared;
 
-impl Holds {
+impl Shared {
     /// One more hold of this lease: `None` once the last hold ended or the lock was
     /// lost.
     pub(crate) fn reenter(self: &Arc<Self>) -> Option<LockGuard> {
-        if self.shared.current_loss().is_some() {
+        if self.current_loss().is_some() {
             return None;
         }
         self.count
@@ -246,24 +284,30 @@ impl Holds {
 }
 
 impl LockGuard {
-    /// Starts guarding a freshly granted lease.
+    /// Starts guarding a freshly granted lease, at `granted` (now, as the caller read
+    /// the clock).
     pub(crate) fn start(
         backend: Arc<DynLockBackend>,
         lease: Lease,
+        granted: Instant,
         options: LockOptions,
         turn: Option<LocalTurn>,
         starts: &Starts,
     ) -> Self {
-        let granted = Instant::now();
         // Never later than the point where the loss must be signalled.
         let valid_until = lease.valid_until();
         let shared = Arc::new(Shared {
             backend,
             options,
-            status: watch::Sender::new(Status {
+            supervisor: std::sync::OnceLock::new(),
+            _starts: starts.clone(),
+            count: AtomicUsize::new(1),
+            status: std::sync::Mutex::new(Status {
                 valid_until: lease.valid_until(),
                 lost: None,
             }),
+            changed: Notify::new(),
+            watched: AtomicBool::new(false),
             turn: std::sync::Mutex::new(turn),
             lease,
             granted,
@@ -279,17 +323,15 @@ impl LockGuard {
             .unwrap_or(valid_until);
         let due = (granted + supervise_after(&shared.options)).min(loss_at);
         let supervised = shared.clone();
-        let supervisor = starts.defer(due, move || {
+        let supervisor = starts.defer(due, granted, move || {
             let span = tracing::debug_span!("lock_renewal", key = %supervised.key(), fence = %supervised.fence());
             tokio::spawn(supervise(supervised, granted).instrument(span))
         });
+        // Its start holds the shared state, which holds it: the cycle ends when the
+        // last hold cancels it (a release, or a drop).
+        let _ = shared.supervisor.set(supervisor);
         LockGuard {
-            hold: Arc::new(Holds {
-                shared,
-                supervisor,
-                _starts: starts.clone(),
-                count: AtomicUsize::new(1),
-            }),
+            hold: shared,
             finished: false,
         }
     }
@@ -330,12 +372,12 @@ impl LockGuard {
 
     /// The lock's key.
     pub fn key(&self) -> &LockKey {
-        self.hold.shared.key()
+        self.hold.key()
     }
 
     /// The fencing token of this acquisition: larger than that of every earlier holder.
     pub fn fence(&self) -> FencingToken {
-        self.hold.shared.fence()
+        self.hold.fence()
     }
 
     /// A handle that writes through `store` under this guard's fence.
@@ -345,7 +387,7 @@ impl LockGuard {
 
     /// Until when the lease is known to be valid (local monotonic clock).
     pub fn valid_until(&self) -> Instant {
-        self.hold.shared.status.borrow().valid_until
+        self.hold.status().valid_until
     }
 
     /// Whether the lock is still held: [`loss`](Self::loss) is `None`.
@@ -358,7 +400,7 @@ impl LockGuard {
     /// returned now, whether or not the renewal task has run. Ask it (or
     /// [`is_held`](Self::is_held)) right before each act that needs the lock.
     pub fn loss(&self) -> Option<LossReason> {
-        self.hold.shared.current_loss()
+        self.hold.current_loss()
     }
 
     /// A future that completes when the lock is lost, with the reason. It completes
@@ -370,15 +412,17 @@ impl LockGuard {
     /// arrives late, by as long as the task waited. [`loss`](Self::loss) and
     /// [`is_held`](Self::is_held) are never late.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        let mut rx = self.hold.shared.status.subscribe();
+        // The loss is always recorded, with `Released` at the latest when the last
+        // hold ends, so holding the shared state until then is enough.
+        let shared = self.hold.clone();
         async move {
             loop {
-                if let Some(reason) = rx.borrow_and_update().lost {
+                // Created before the status is read, so a change in between wakes it.
+                let changed = shared.next_change();
+                if let Some(reason) = shared.status().lost {
                     return reason;
                 }
-                if rx.changed().await.is_err() {
-                    return LossReason::Released;
-                }
+                changed.await;
             }
         }
     }
@@ -390,11 +434,12 @@ impl LockGuard {
         if let Some(reason) = self.loss() {
             return Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("the lock {:?} was lost: {reason}", self.hold.shared.key()),
+                format!("the lock {:?} was lost: {reason}", self.hold.key()),
             ));
         }
-        let span = tracing::debug_span!("lock_extend", key = %self.hold.shared.key(), fence = %self.hold.shared.fence());
-        self.hold.shared.extend(ttl).instrument(span).await
+        let span =
+            tracing::debug_span!("lock_extend", key = %self.hold.key(), fence = %self.hold.fence());
+        self.hold.extend(ttl).instrument(span).await
     }
 
     /// Stops renewal and releases the lock, in one round trip. `Ok` when this guard
@@ -413,8 +458,8 @@ impl LockGuard {
                 )),
             };
         }
-        self.hold.supervisor.cancel();
-        let shared = self.hold.shared.clone();
+        self.hold.cancel_supervisor();
+        let shared = self.hold.clone();
         let was_lost = shared.current_loss();
         shared.mark_lost(LossReason::Released);
         let span =
@@ -446,13 +491,13 @@ impl Drop for LockGuard {
         if self.finished || !self.end_hold() {
             return;
         }
-        self.hold.supervisor.cancel();
-        self.hold.shared.mark_lost(LossReason::Released);
+        self.hold.cancel_supervisor();
+        self.hold.mark_lost(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            debug!(key = %self.hold.shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
+            debug!(key = %self.hold.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
             return;
         };
-        let shared = self.hold.shared.clone();
+        let shared = self.hold.clone();
         let span = tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
         runtime.spawn(
             async move {
@@ -475,10 +520,10 @@ impl Drop for LockGuard {
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = *self.hold.shared.status.borrow();
+        let s = self.hold.status();
         f.debug_struct("LockGuard")
-            .field("key", self.hold.shared.key())
-            .field("fence", &self.hold.shared.fence())
+            .field("key", self.hold.key())
+            .field("fence", &self.hold.fence())
             .field("valid_until", &s.valid_until)
             .field("lost", &s.lost)
             .field("holds", &self.holds())
@@ -499,7 +544,6 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     let margin = options.loss_margin();
     let interval = options.renew_interval();
     let retry_delay = (interval / 4).max(Duration::from_millis(5));
-    let mut status_rx = shared.status.subscribe();
     let mut next_renewal = granted + interval;
     // Short holds never pay for a subscription: the watch starts once the lock has
     // been held a while, which is when this task starts. A release notification for
@@ -507,7 +551,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     // then checked at once. The set-up is bounded by the first renewal: a server that
     // froze right after the grant must not keep the supervisor from noticing the loss.
     let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
-    let mut changes = if watching && status_rx.borrow().lost.is_none() {
+    let mut changes = if watching && shared.status().lost.is_none() {
         match timeout_at(next_renewal, shared.backend.watch(shared.key())).await {
             Ok(Ok(changes)) => changes,
             Ok(Err(error)) => {
@@ -520,13 +564,15 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         None
     };
     loop {
+        // Created before the status is read, so that a change in between wakes it.
+        let status_changed = shared.next_change();
         // The holder must stop a margin before the validity runs out: the server's
         // clock may run a little faster than ours, and stopping work takes time.
         // Past that point the check records the loss.
         if shared.current_loss().is_some() {
             return;
         }
-        let status = *status_rx.borrow_and_update();
+        let status = shared.status();
         let loss_at = status
             .valid_until
             .checked_sub(margin)
@@ -544,12 +590,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         };
         tokio::select! {
             () = sleep_until(wake) => {}
-            changed = status_rx.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                continue;
-            }
+            () = status_changed => continue,
             change = next_change(&mut changes) => {
                 // The key may have been deleted behind our back: check at once.
                 if change.is_none() {

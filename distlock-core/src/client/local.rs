@@ -39,6 +39,11 @@ impl LocalQueues {
         if turns.len() >= 64 {
             turns.retain(|_, turn| Arc::strong_count(turn) > 1);
         }
-        turns.entry(key.clone()).or_default().clone()
+        if let Some(turn) = turns.get(key) {
+            return turn.clone();
+        }
+        let turn = Arc::new(Turn::new(()));
+        turns.insert(key.clone(), turn.clone());
+        turn
     }
 }

@@ -259,7 +259,8 @@ impl LockClient {
         call: impl Future<Output = Result<T>>,
         got: fn(&T) -> bool,
     ) -> Result<T> {
-        let started = Instant::now();
+        // The wait is timed for the metrics only: without them, no clock is read.
+        let started = telemetry::Stopwatch::start();
         async {
             let result = call.await;
             let outcome = match &result {
@@ -267,8 +268,7 @@ impl LockClient {
                 Ok(_) => Outcome::Busy,
                 Err(error) => Outcome::of_error(error),
             };
-            let waited = started.elapsed();
-            telemetry::acquisition(self.backend.name(), key, &self.options, outcome, waited);
+            telemetry::acquisition(self.backend.name(), key, &self.options, outcome, started);
             result
         }
         .instrument(span)
@@ -520,9 +520,12 @@ impl LockClient {
         };
         match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
-                if lease.remaining() < self.options.min_validity() {
+                // One clock reading serves the check and the guard's start.
+                let now = Instant::now();
+                let remaining = lease.valid_until().saturating_duration_since(now);
+                if remaining < self.options.min_validity() {
                     warn!(
-                        remaining = ?lease.remaining(),
+                        ?remaining,
                         "granted lease is below the minimum validity; releasing it"
                     );
                     let _ = self.backend.release(key, &owner).await;
@@ -539,6 +542,7 @@ impl LockClient {
                 let guard = LockGuard::start(
                     self.backend.clone(),
                     lease,
+                    now,
                     self.options.clone(),
                     turn,
                     &self.starts,

@@ -2,8 +2,6 @@
 //! `metrics` facade) and its tracing events, each in one place. The names and labels
 //! are listed in the crate docs.
 
-use std::time::Duration;
-
 use tracing::{debug, info, warn};
 
 use crate::client::guard::LossReason;
@@ -128,12 +126,29 @@ pub(crate) fn describe() {
 }
 
 /// A call to take a lock ended after `waited`.
+/// How long a call took, for the metrics: with the `metrics` feature off it reads no
+/// clock and measures nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stopwatch {
+    #[cfg(feature = "metrics")]
+    started: tokio::time::Instant,
+}
+
+impl Stopwatch {
+    pub(crate) fn start() -> Self {
+        Stopwatch {
+            #[cfg(feature = "metrics")]
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
 pub(crate) fn acquisition(
     backend: &str,
     key: &LockKey,
     options: &LockOptions,
     outcome: Outcome,
-    waited: Duration,
+    started: Stopwatch,
 ) {
     let span = tracing::Span::current();
     span.record("outcome", outcome.as_str());
@@ -141,10 +156,11 @@ pub(crate) fn acquisition(
     {
         let labels = with(labels(backend, key, options), "outcome", outcome.as_str());
         metrics::counter!("distlock_acquisitions_total", labels.clone()).increment(1);
-        metrics::histogram!("distlock_wait_seconds", labels).record(waited.as_secs_f64());
+        metrics::histogram!("distlock_wait_seconds", labels)
+            .record(started.started.elapsed().as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (backend, key, options, waited);
+    let _ = (backend, key, options, started);
 }
 
 /// A lease was granted and a guard now holds it.
@@ -157,26 +173,28 @@ pub(crate) fn granted(backend: &str, key: &LockKey, options: &LockOptions, fence
     let _ = options;
 }
 
-/// A held lease ended after `held`: released by its owner, or lost for `reason`.
+/// A held lease, granted at `granted`, ended: released by its owner, or lost for
+/// `reason`. The hold time is read from the clock only when something records it.
 pub(crate) fn ended(
     backend: &str,
     key: &LockKey,
     options: &LockOptions,
     fence: FencingToken,
     reason: LossReason,
-    held: Duration,
+    granted: tokio::time::Instant,
 ) {
-    let held_ms = held.as_millis() as u64;
+    let held_ms = || granted.elapsed().as_millis() as u64;
     if reason == LossReason::Released {
-        debug!(%key, backend, %fence, held_ms, "lock released");
+        debug!(%key, backend, %fence, held_ms = held_ms(), "lock released");
     } else {
-        warn!(%key, backend, %fence, held_ms, reason = reason_label(reason), "lock lost: {reason}");
+        warn!(%key, backend, %fence, held_ms = held_ms(), reason = reason_label(reason), "lock lost: {reason}");
     }
     #[cfg(feature = "metrics")]
     {
         let labels = labels(backend, key, options);
         metrics::gauge!("distlock_held", labels.clone()).decrement(1.0);
-        metrics::histogram!("distlock_hold_seconds", labels.clone()).record(held.as_secs_f64());
+        metrics::histogram!("distlock_hold_seconds", labels.clone())
+            .record(granted.elapsed().as_secs_f64());
         if reason != LossReason::Released {
             let labels = with(labels, "reason", reason_label(reason));
             metrics::counter!("distlock_losses_total", labels).increment(1);
