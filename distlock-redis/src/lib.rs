@@ -14,13 +14,15 @@
 //! # How it works
 //!
 //! A lock is one string key, `<prefix>{<key>}`, holding `<owner token>:<fence>` with a
-//! millisecond expiry. Each operation is one Lua script, so each is atomic and takes
+//! millisecond expiry (and a trailing `!` once a waiter has found it held). Each operation is one Lua script, so each is atomic and takes
 //! one round trip:
 //!
 //! - **acquire** sets the key only if it is absent (`SET NX PX`) and mints the fence in
 //!   the same step;
 //! - **release** deletes the key only if the owner token matches, and publishes on the
-//!   key's release channel, so waiters wake at once (expiry publishes nothing; waiters
+//!   key's release channel when someone waited for that grant, so waiters wake at once
+//!   (a waiter subscribes before it asks, and its refused ask marks the grant; a
+//!   release nobody waited for publishes nothing, and neither does expiry: waiters
 //!   never sleep past the holder's remaining TTL);
 //! - **extend** re-arms the expiry (`PEXPIRE`) only if the owner token matches, and never
 //!   re-creates the key;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::backend::{AcquireOutcome, LockBackendExt, OwnerToken, ReleaseOutcome};
+use distlock_core::backend::{
+    AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken, ReleaseOutcome,
+};
 use distlock_core::{ErrorKind, LockBackend, LockKey};
 use distlock_redis::RedisBackend;
 use distlock_testservers::{Redis, ServerHandle};
@@ -299,4 +301,116 @@ async fn an_elections_keys_are_kept_past_its_last_term_then_expire() {
     tokio::time::sleep(ttl * 2 + Duration::from_millis(200)).await;
     let left: u32 = permit_keys().query_async(&mut admin).await.expect("exists");
     assert_eq!(left, 0, "an election long over is still stored");
+}
+
+/// A release is published on the key's channel only when someone waited for that
+/// grant: a waiter that found the key held (racing or queued) marks the grant, and the
+/// marked grant's fence still reads back whole through inspect, extend and a retried
+/// acquire. A release nobody waited for publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_published_only_when_someone_waited_for_it() {
+    use futures_util::StreamExt as _;
+
+    let server = server().await;
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let mut pubsub = redis::Client::open(server.url())
+        .expect("url")
+        .get_async_pubsub()
+        .await
+        .expect("pubsub");
+    pubsub
+        .subscribe("distlock:released:{published}")
+        .await
+        .expect("subscribe");
+    let mut messages = pubsub.on_message();
+    let mut next_message = async || {
+        tokio::time::timeout(Duration::from_millis(500), messages.next())
+            .await
+            .ok()
+            .flatten()
+    };
+    let key = LockKey::new("published").expect("key");
+    let ttl = Duration::from_secs(10);
+
+    // Nobody waits: no message.
+    let quiet = backend
+        .acquire_once("published", ttl)
+        .await
+        .expect("acquire");
+    let quiet = quiet.expect("free");
+    backend.release_lease(&quiet).await.expect("release");
+    assert!(
+        next_message().await.is_none(),
+        "a release nobody waited for was published"
+    );
+
+    // A racing waiter found it held: one message, and the fence reads back whole.
+    let held = backend
+        .acquire_once("published", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let busy = backend.try_acquire(&key, ttl).await.expect("a racing try");
+    assert!(matches!(busy, AcquireOutcome::Held { .. }), "{busy:?}");
+    let info = backend.inspect(&key).await.expect("inspect").expect("held");
+    assert_eq!(info.fence, held.fence(), "the mark hides the fence");
+    let again = backend
+        .try_acquire_as(&key, ttl, *held.owner())
+        .await
+        .expect("a retried grant");
+    let AcquireOutcome::Acquired(again) = again else {
+        panic!("the holder's retry was refused: {again:?}")
+    };
+    assert_eq!(again.fence(), held.fence());
+    let extended = backend.extend(&held, ttl).await.expect("extend");
+    assert!(
+        matches!(&extended, ExtendOutcome::Extended(l) if l.fence() == held.fence()),
+        "{extended:?}"
+    );
+    backend.release_lease(&held).await.expect("release");
+    assert!(
+        next_message().await.is_some(),
+        "a release a waiter waited for was not published"
+    );
+
+    // A queued waiter found it held: the same.
+    let held = backend
+        .acquire_once("published", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let waiter = OwnerToken::random();
+    let queued = backend
+        .try_acquire_in_turn(&key, ttl, waiter, Duration::from_secs(2))
+        .await
+        .expect("queue");
+    assert!(matches!(queued, AcquireOutcome::Held { .. }), "{queued:?}");
+    backend.release_lease(&held).await.expect("release");
+    assert!(
+        next_message().await.is_some(),
+        "a release a queued waiter waited for was not published"
+    );
+    // The head is granted while another waiter is queued: that grant is marked too.
+    let behind = OwnerToken::random();
+    let outcome = backend
+        .try_acquire_in_turn(&key, ttl, behind, Duration::from_secs(2))
+        .await
+        .expect("queue behind");
+    assert!(
+        matches!(outcome, AcquireOutcome::Held { .. }),
+        "{outcome:?}"
+    );
+    let head = backend
+        .try_acquire_in_turn(&key, ttl, waiter, Duration::from_secs(2))
+        .await
+        .expect("the head's turn");
+    let AcquireOutcome::Acquired(head) = head else {
+        panic!("the head was not granted: {head:?}")
+    };
+    backend.release_lease(&head).await.expect("release");
+    assert!(
+        next_message().await.is_some(),
+        "the head's release, with a waiter queued behind it, was not published"
+    );
+    backend.leave_queue(&key, &behind).await.expect("leave");
 }

@@ -2,7 +2,9 @@
 -- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds;
 -- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace);
 -- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists.
--- The lock's value is "<owner>:<fence>".
+-- KEYS[3], in the fair step only: the key's queue of waiters.
+-- The lock's value is "<owner>:<fence>", with a '!' after it once someone has waited
+-- for this grant: release.lua publishes the release only then.
 -- Returns {1, fence} when granted, {0, pttl} when another owner holds the key.
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -10,7 +12,12 @@ if current then
     -- A retry of this very request whose reply was lost: the grant is ours already.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
-    return {1, string.sub(current, 34)}
+    return {1, string.match(current, '%d+', 34)}
+  end
+  -- Someone waits for this holder (a waiter subscribes before it asks): mark the
+  -- grant, so that its release is published.
+  if string.sub(current, -1) ~= '!' then
+    redis.call('SET', KEYS[1], current .. '!', 'KEEPTTL')
   end
   return {0, tostring(redis.call('PTTL', KEYS[1]))}
 end
@@ -32,5 +39,10 @@ if ARGV[4] == '1' then
 end
 local fence = string.format('%.0f', next_fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence, 'NX', 'PX', ARGV[2])
+-- In the fair step, the waiters still queued wait for this grant's release.
+local mark = ''
+if KEYS[3] and redis.call('ZCARD', KEYS[3]) > 0 then
+  mark = '!'
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. mark, 'NX', 'PX', ARGV[2])
 return {1, fence}

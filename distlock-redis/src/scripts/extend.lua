@@ -6,6 +6,6 @@ local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, 33) == ARGV[1] .. ':' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return string.sub(current, 34)
+  return string.match(current, '%d+', 34)
 end
 return false

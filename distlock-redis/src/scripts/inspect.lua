@@ -5,4 +5,4 @@ local current = redis.call('GET', KEYS[1])
 if not current then
   return false
 end
-return {string.sub(current, 34), tostring(redis.call('PTTL', KEYS[1])), string.sub(current, 1, 32)}
+return {string.match(current, '%d+', 34), tostring(redis.call('PTTL', KEYS[1])), string.sub(current, 1, 32)}

@@ -34,6 +34,10 @@ if not (held and string.sub(held, 1, 33) == ARGV[1] .. ':') then
     end
   end
   if held then
+    -- This waiter waits for the holder: mark the grant, as acquire.lua does.
+    if string.sub(held, -1) ~= '!' then
+      redis.call('SET', KEYS[1], held .. '!', 'KEEPTTL')
+    end
     return {0, tostring(redis.call('PTTL', KEYS[1]))}
   end
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] ~= ARGV[1] then
