@@ -85,11 +85,11 @@ async fn measure(
     let s1_client = take("client");
     let s1_primitives = take("primitives");
     let mut floors = Vec::new();
-    for (i, entry) in entries.iter().skip(2).take(floor_count).enumerate() {
+    for entry in entries.iter().skip(2).take(floor_count) {
         if let Some(summary) = take("floor") {
             floors.push(FloorRow {
                 name: entry.name.clone(),
-                role: FloorRole::of_index(i),
+                role: entry.role,
                 summary,
             });
         }
@@ -104,14 +104,26 @@ async fn measure(
         s2_throughput,
         meter::cpu_time(meter, scenarios::s2_throughput(&client, sizes))
     );
-    // The raw cycle floor at the same concurrency (the second floor; the first is one
-    // round trip).
-    let cycle_floor = entries.get(2 + 1).filter(|_| floor_count >= 2);
+    // The raw cycle floor, and the fenced one where there is one, at the same
+    // concurrency.
+    let floor_entries = &entries[2..2 + floor_count];
+    let of_role = |role| floor_entries.iter().find(|e| e.role == role);
+    let cycle_floor = of_role(FloorRole::Cycle);
     if let Some(floor) = cycle_floor {
         progress(&name, &format!("S2 raw floor, 32 clients: {}", floor.name));
         match meter::cpu_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
             Ok(summary) => run.s2_floor = Some(summary),
             Err(e) => run.errors.push(format!("S2 raw floor: {e}")),
+        }
+    }
+    if let Some(floor) = of_role(FloorRole::FencedCycle) {
+        progress(
+            &name,
+            &format!("S2 fenced floor, 32 clients: {}", floor.name),
+        );
+        match meter::cpu_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
+            Ok(summary) => run.s2_fenced_floor = Some(summary),
+            Err(e) => run.errors.push(format!("S2 fenced floor: {e}")),
         }
     }
     progress(

@@ -13,6 +13,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
 
+use crate::report::FloorRole;
 use crate::run::BoxError;
 use crate::scenarios::{Contender, S1Entry};
 
@@ -25,12 +26,38 @@ fn no_waiting<T>() -> Result<T, BoxError> {
     Err("a raw floor does not wait for a lock".into())
 }
 
-/// Redis: one `PING`; or `SET NX PX` then the compare-and-delete script.
+/// What a Redis floor's cycle does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RedisCycle {
+    /// One `PING`.
+    Ping,
+    /// `SET NX PX`, then the compare-and-delete script.
+    Bare,
+    /// [`FENCED_GRANT`], then the same compare-and-delete script.
+    Fenced,
+}
+
+/// The cheapest grant that also mints a fence: the lock's `SET NX PX`, and only when
+/// it succeeds the next fence, one above the key's last and never below the server's
+/// clock in microseconds (so that fences do not go down after a restart that lost the
+/// counter), kept in a counter beside the lock. One script, one round trip. It leaves
+/// out what distlock's acquire adds: the retry of a grant whose reply was lost, the
+/// holder's remaining TTL when busy, the counter's expiry and the waiter's mark.
+const FENCED_GRANT: &str = "\
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local fence = string.format('%.0f', math.max(tonumber(redis.call('GET', KEYS[2]) or '0') + 1, now))
+redis.call('SET', KEYS[2], fence)
+return fence";
+
+/// Redis: one `PING`; or a grant (bare, or fenced) then the compare-and-delete script.
 #[derive(Clone)]
 struct RedisFloor {
     conn: redis::aio::MultiplexedConnection,
     release: Arc<redis::Script>,
-    ping: bool,
+    fenced_grant: Arc<redis::Script>,
+    cycle: RedisCycle,
 }
 
 impl Contender for RedisFloor {
@@ -38,11 +65,25 @@ impl Contender for RedisFloor {
 
     async fn try_take(&self, key: &str) -> Result<Option<Self::Held>, BoxError> {
         let mut conn = self.conn.clone();
-        if self.ping {
-            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-            return Ok(Some(None));
-        }
         let owner = owner();
+        match self.cycle {
+            RedisCycle::Ping => {
+                let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+                return Ok(Some(None));
+            }
+            RedisCycle::Fenced => {
+                let fence: Option<String> = self
+                    .fenced_grant
+                    .key(key)
+                    .key(format!("{key}:fence"))
+                    .arg(&owner)
+                    .arg(30_000)
+                    .invoke_async(&mut conn)
+                    .await?;
+                return Ok(fence.map(|_| Some((key.to_owned(), owner))));
+            }
+            RedisCycle::Bare => {}
+        }
         let set: Option<String> = redis::cmd("SET")
             .arg(key)
             .arg(&owner)
@@ -80,14 +121,29 @@ pub(crate) async fn redis(url: &str) -> Result<Vec<S1Entry>, BoxError> {
     let release = Arc::new(redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     ));
-    let floor = |ping| RedisFloor {
+    let fenced_grant = Arc::new(redis::Script::new(FENCED_GRANT));
+    let floor = |cycle| RedisFloor {
         conn: conn.clone(),
         release: release.clone(),
-        ping,
+        fenced_grant: fenced_grant.clone(),
+        cycle,
     };
     Ok(vec![
-        S1Entry::new("PING (one round trip)", floor(true)),
-        S1Entry::new("SET NX PX + compare-and-delete", floor(false)),
+        S1Entry::floor(
+            FloorRole::RoundTrip,
+            "PING (one round trip)",
+            floor(RedisCycle::Ping),
+        ),
+        S1Entry::floor(
+            FloorRole::Cycle,
+            "SET NX PX + compare-and-delete",
+            floor(RedisCycle::Bare),
+        ),
+        S1Entry::floor(
+            FloorRole::FencedCycle,
+            "fenced grant (SET NX PX + a fence from TIME and a counter, one script) + compare-and-delete",
+            floor(RedisCycle::Fenced),
+        ),
     ])
 }
 
@@ -199,8 +255,13 @@ pub(crate) async fn postgres(url: &str) -> Result<Vec<S1Entry>, BoxError> {
         cycle,
     };
     Ok(vec![
-        S1Entry::new("SELECT 1 (one round trip)", floor(PgCycle::Select1)),
-        S1Entry::new(
+        S1Entry::floor(
+            FloorRole::RoundTrip,
+            "SELECT 1 (one round trip)",
+            floor(PgCycle::Select1),
+        ),
+        S1Entry::floor(
+            FloorRole::Cycle,
             "bare INSERT + DELETE on a lock table",
             floor(PgCycle::Table),
         ),
@@ -306,8 +367,13 @@ pub(crate) async fn etcd(endpoint: &str) -> Result<Vec<S1Entry>, BoxError> {
         cycle,
     };
     Ok(vec![
-        S1Entry::new("get (one round trip)", floor(EtcdCycle::Get)),
-        S1Entry::new(
+        S1Entry::floor(
+            FloorRole::RoundTrip,
+            "get (one round trip)",
+            floor(EtcdCycle::Get),
+        ),
+        S1Entry::floor(
+            FloorRole::Cycle,
             "lease grant + put-if-absent txn + delete txn + lease revoke (in the background)",
             floor(EtcdCycle::Txn { revoke: true }),
         ),
@@ -382,8 +448,9 @@ pub(crate) async fn zookeeper(servers: &str) -> Result<Vec<S1Entry>, BoxError> {
         exists,
     };
     Ok(vec![
-        S1Entry::new("exists (one round trip)", floor(true)),
-        S1Entry::new(
+        S1Entry::floor(FloorRole::RoundTrip, "exists (one round trip)", floor(true)),
+        S1Entry::floor(
+            FloorRole::Cycle,
             "create TTL node (fails if present) + delete at its version",
             floor(false),
         ),

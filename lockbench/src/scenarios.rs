@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::meter::{client_cpu_us, RedisMeter};
+use crate::report::FloorRole;
 use crate::run::BoxError;
 use crate::stats::Summary;
 
@@ -299,14 +300,26 @@ impl<C: Contender> Cycle for C {
 /// A contender of S1 (and of S2, for the floors), by name.
 pub(crate) struct S1Entry {
     pub(crate) name: String,
+    /// What the entry stands for when it is a floor; `Other` otherwise.
+    pub(crate) role: FloorRole,
     cycle: Arc<dyn Cycle>,
 }
 
 impl S1Entry {
     /// `contender`, shown as `name`.
     pub(crate) fn new(name: impl Into<String>, contender: impl Contender) -> Self {
+        S1Entry::floor(FloorRole::Other, name, contender)
+    }
+
+    /// A floor: `contender` in `role`, shown as `name`.
+    pub(crate) fn floor(
+        role: FloorRole,
+        name: impl Into<String>,
+        contender: impl Contender,
+    ) -> Self {
         S1Entry {
             name: name.into(),
+            role,
             cycle: Arc::new(contender),
         }
     }

@@ -223,6 +223,11 @@ impl Report {
                 ),
                 (S2, S2, &b.s2_throughput),
                 ("", "S2 raw cycle floor under 32 clients", &b.s2_floor),
+                (
+                    "",
+                    "S2 fenced cycle floor under 32 clients",
+                    &b.s2_fenced_floor,
+                ),
                 (S3, S3, &b.s3_handoff),
             ];
             for (_, name, summary) in &ours {

@@ -13,20 +13,12 @@ pub(crate) enum FloorRole {
     RoundTrip,
     /// The raw lock cycle on the same driver.
     Cycle,
+    /// The cheapest cycle on the same driver that also mints a fence that never goes
+    /// down, even after a restart that lost data: what the fence costs, apart from
+    /// what distlock adds.
+    FencedCycle,
     /// Another floor, shown beside the others.
     Other,
-}
-
-impl FloorRole {
-    /// The role of the `i`th floor a backend's floors list (the round trip first,
-    /// then the cycle).
-    pub(crate) fn of_index(i: usize) -> Self {
-        match i {
-            0 => FloorRole::RoundTrip,
-            1 => FloorRole::Cycle,
-            _ => FloorRole::Other,
-        }
-    }
 }
 
 /// A floor, as reported.
@@ -98,6 +90,8 @@ pub(crate) struct BackendRun {
     pub(crate) s2_throughput: Option<Summary>,
     /// S2 on the raw cycle floor, at the same concurrency and connection count.
     pub(crate) s2_floor: Option<Summary>,
+    /// S2 on the fenced cycle's floor, where the backend has one.
+    pub(crate) s2_fenced_floor: Option<Summary>,
     /// S2 at each concurrency of the sweep.
     pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
@@ -140,6 +134,11 @@ impl BackendRun {
     /// The raw lock cycle's floor.
     pub(crate) fn cycle_floor(&self) -> Option<&Summary> {
         self.floor(FloorRole::Cycle)
+    }
+
+    /// The fenced cycle's floor, where the backend has one.
+    pub(crate) fn fenced_floor(&self) -> Option<&Summary> {
+        self.floor(FloorRole::FencedCycle)
     }
 
     fn floor(&self, role: FloorRole) -> Option<&Summary> {
