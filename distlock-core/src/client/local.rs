@@ -22,8 +22,19 @@ pub(crate) type LocalTurn = OwnedMutexGuard<()>;
 
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    turns: Mutex<HashMap<LockKey, Arc<Turn<()>>>>,
+    turns: Mutex<Turns>,
 }
+
+#[derive(Default)]
+struct Turns {
+    by_key: HashMap<LockKey, Arc<Turn<()>>>,
+    /// How many queues were left after the last sweep; the next sweep comes once the
+    /// map has doubled since.
+    swept_at: usize,
+}
+
+/// The smallest map that is swept of queues nobody uses.
+const SWEEP_FROM: usize = 64;
 
 impl fmt::Debug for LocalQueues {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -33,17 +44,59 @@ impl fmt::Debug for LocalQueues {
 
 impl LocalQueues {
     /// The queue of `key`, created on first use. Queues nobody holds or waits on are
-    /// dropped now and then, so that the map stays as small as the keys in use.
+    /// dropped whenever a new one would double the map since the last sweep, so the
+    /// map stays within twice the keys in use (or [`SWEEP_FROM`]), at an amortised
+    /// constant cost per call however many keys are in use.
     pub(crate) fn of(&self, key: &LockKey) -> Arc<Turn<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
-        if turns.len() >= 64 {
-            turns.retain(|_, turn| Arc::strong_count(turn) > 1);
-        }
-        if let Some(turn) = turns.get(key) {
+        if let Some(turn) = turns.by_key.get(key) {
             return turn.clone();
         }
+        if turns.by_key.len() >= (turns.swept_at * 2).max(SWEEP_FROM) {
+            turns.by_key.retain(|_, turn| Arc::strong_count(turn) > 1);
+            turns.swept_at = turns.by_key.len();
+        }
         let turn = Arc::new(Turn::new(()));
-        turns.insert(key.clone(), turn.clone());
+        turns.by_key.insert(key.clone(), turn.clone());
         turn
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.turns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_key
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> LockKey {
+        LockKey::new(format!("k{i}")).expect("key")
+    }
+
+    #[test]
+    fn unused_queues_are_swept_and_queues_in_use_kept() {
+        let queues = LocalQueues::default();
+        // Queues in use: their turns are held by the caller.
+        let in_use: Vec<_> = (0..200).map(|i| queues.of(&key(i))).collect();
+        // Many keys used once and let go.
+        for i in 200..5_000 {
+            drop(queues.of(&key(i)));
+        }
+        let len = queues.len();
+        assert!(
+            len <= 2 * (in_use.len() + 1) + SWEEP_FROM,
+            "{len} queues kept for {} in use",
+            in_use.len()
+        );
+        // A key in use still has its own queue: the same one.
+        for (i, turn) in in_use.iter().enumerate() {
+            assert!(Arc::ptr_eq(turn, &queues.of(&key(i))), "key {i}");
+        }
     }
 }
