@@ -19,7 +19,8 @@ use zookeeper_client::{
 
 use crate::config::ZooKeeperConfig;
 use crate::node::{
-    children, decode_key, fence_of, gone, holder, millis, own_lease, read_nodes, Kind, Node,
+    children, decode_key, fence_of, gone, holder, millis, own_lease, parse_node, read_nodes, Kind,
+    Node,
 };
 use crate::session::Inner;
 
@@ -116,6 +117,7 @@ impl ZooKeeperBackend {
             connector,
             session: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            known_dirs: Mutex::default(),
         });
         inner.client().await?;
         Ok(ZooKeeperBackend {
@@ -159,13 +161,27 @@ impl ZooKeeperBackend {
         let me = inner.lease_path(key, owner);
         let data = millis(ttl).to_be_bytes();
         let mut attempts = 0;
-        // First round trip: the create, and the listing after it.
+        // First round trip: the key's node unless this backend saw it lately, the
+        // create, and the listing after it, all sent before any answer is awaited. A
+        // session's requests are applied in the order they were sent, so the lease's
+        // create finds the key's node made.
         let (mine, names) = loop {
             attempts += 1;
+            let make_dir = (!inner.dir_known(&dir))
+                .then(|| client.create(&dir, &[], &CreateMode::Container.with_acls(inner.acls())));
             let create = client.create(&me, &data, &inner.ttl_node(ttl));
             let listing = client.list_children(&dir);
+            if let Some(make_dir) = make_dir {
+                // Made, or there already: either way the create below says what
+                // counts (it fails as this would, on a lost connection or a refused
+                // ACL).
+                let _ = make_dir.await;
+            }
             match create.await {
-                Ok((stat, _)) => break (stat, listing.await?),
+                Ok((stat, _)) => {
+                    inner.remember_dir(&dir);
+                    break (stat, listing.await?);
+                }
                 Err(ZkError::NodeExists) => {
                     // A retry of a grant whose reply was lost: refresh it, and judge
                     // it afresh below.
@@ -177,30 +193,10 @@ impl ZooKeeperBackend {
                     }
                 }
                 Err(ZkError::NoNode) if attempts < 3 => {
-                    // No node for the key yet: make it and the lease in one step. Any
-                    // other lease in it is then younger than this one.
+                    // The key's node went since this backend last saw it (ZooKeeper
+                    // deletes an empty container): make it again, next time round.
                     let _ = listing.await;
-                    let mut multi = client.new_multi_writer();
-                    multi.add_create(&dir, &[], &CreateMode::Container.with_acls(inner.acls()))?;
-                    multi.add_create(&me, &data, &inner.ttl_node(ttl))?;
-                    match multi.commit().await {
-                        Ok(results) => {
-                            let stat = match results.into_iter().nth(1) {
-                                Some(MultiWriteResult::Create { stat, .. }) if stat.czxid > 0 => {
-                                    stat
-                                }
-                                // Servers before 3.6.3 leave a create's stat in a multi
-                                // empty (ZOOKEEPER-4026): read it back.
-                                _ => client.get_data(&me).await?.1,
-                            };
-                            return Ok(Grant::Granted(fence_of(&stat)));
-                        }
-                        Err(MultiWriteError::OperationFailed {
-                            source: ZkError::NodeExists,
-                            ..
-                        }) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+                    inner.forget_dir(&dir);
                 }
                 Err(e) => return Err(e),
             }
@@ -341,42 +337,43 @@ impl LockBackend for ZooKeeperBackend {
         let me = self.inner.lease_path(key, owner);
         self.inner
             .run(|client| async move {
-                // A renewal between the read and the delete changes the version: read
-                // again, a few times.
-                for _ in 0..5 {
-                    let Some((data, node)) = own_lease(&client, &me).await? else {
-                        return Ok(ReleaseOutcome::NotHeld);
-                    };
-                    let stat = node.stat;
-                    // The delete, only of the version read; the write before it tells
-                    // the server's time, to say whether the lease had already run out.
-                    let mut multi = client.new_multi_writer();
-                    multi.add_set_data(&me, &data, Some(stat.version))?;
-                    multi.add_delete(&me, Some(stat.version.wrapping_add(1)))?;
-                    match multi.commit().await {
-                        Ok(results) => {
-                            let now = match results.first() {
-                                Some(MultiWriteResult::SetData { stat }) => stat.mtime,
-                                _ => i64::MAX,
-                            };
-                            return Ok(if node.live_at(now) {
-                                ReleaseOutcome::Released
-                            } else {
-                                ReleaseOutcome::NotHeld
-                            });
-                        }
-                        Err(MultiWriteError::OperationFailed {
-                            source: ZkError::NoNode,
-                            ..
-                        }) => return Ok(ReleaseOutcome::NotHeld),
-                        Err(MultiWriteError::OperationFailed {
-                            source: ZkError::BadVersion,
-                            ..
-                        }) => continue,
-                        Err(e) => return Err(e.into()),
+                // The read and the delete in one round trip: the session applies its
+                // requests in the order sent, so the read sees the lease as the
+                // delete finds it, unless a renewal of this very lease was sent in
+                // between (then the lease is judged as it was just before it). The
+                // write before the delete tells the server's time, to say whether the
+                // lease had already run out. The path names this acquisition alone,
+                // so no version is needed to delete only its lease.
+                let read = client.get_data(&me);
+                let mut multi = client.new_multi_writer();
+                multi.add_set_data(&me, &[], None)?;
+                multi.add_delete(&me, None)?;
+                let written = multi.commit();
+                let lease = gone(read.await);
+                let now = match written.await {
+                    Ok(results) => match results.first() {
+                        Some(MultiWriteResult::SetData { stat }) => stat.mtime,
+                        _ => i64::MAX,
+                    },
+                    Err(MultiWriteError::OperationFailed {
+                        source: ZkError::NoNode,
+                        ..
+                    }) => return Ok(ReleaseOutcome::NotHeld),
+                    Err(e) => return Err(e.into()),
+                };
+                let live = match lease? {
+                    Some((data, stat)) => {
+                        parse_node("", "l-", &data, stat).is_some_and(|node| node.live_at(now))
                     }
-                }
-                Err(ZkError::BadVersion)
+                    // Gone when read, yet there to delete: a retried grant made it again
+                    // in between. Not this release's to call held.
+                    None => false,
+                };
+                Ok(if live {
+                    ReleaseOutcome::Released
+                } else {
+                    ReleaseOutcome::NotHeld
+                })
             })
             .await
     }

@@ -66,15 +66,19 @@
 //! - **acquire** creates its lease node and lists the key's nodes in the same round
 //!   trip, then reads the leases created before it. None live: granted (the expired
 //!   ones are deleted first, each only at the version judged). One live: its node is
-//!   deleted again, and the answer is "held" with the holder's remaining TTL. For a
-//!   key with no node yet, the key's node and the lease are created in one `multi`.
+//!   deleted again, and the answer is "held" with the holder's remaining TTL. Unless
+//!   the backend made or found the key's node lately (it remembers the last few
+//!   thousand), the create of the key's node is sent first in the same round trip:
+//!   a session's requests are applied in order, so a key locked for the first time
+//!   costs no extra round trip, and a key in use costs no extra write.
 //! - **the fence is the lease node's creation zxid**: durable, cluster-wide, and
 //!   strictly increasing, since a lease is granted only once every lease created
 //!   before it is gone ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
-//! - **release deletes the owner's node only, with a version check**: it reads the
-//!   node, then in one `multi` writes it at the version read (the write tells the
-//!   server's time) and deletes it at the next version. An expired lease is deleted
-//!   too, and reported "not held"; a renewal in between makes it read again.
+//! - **release deletes the owner's node only**: in one round trip it reads the node
+//!   and, in one `multi`, writes it (the write tells the server's time) and deletes
+//!   it. The path names the acquisition, so only its lease can be deleted; the session
+//!   applies the two in order, so the read sees the lease as the delete finds it. An
+//!   expired lease is deleted too, and reported "not held".
 //! - **extend** reads the lease and writes it at the version read; the write's time
 //!   says whether the lease had already run out before it.
 //! - **waiters watch only their predecessor**: a fair waiter
@@ -111,13 +115,20 @@
 //!   lease's validity is shortened by `max_clock_skew_ms` (10 ms by default; see
 //!   [`ClockDrift`](distlock_core::backend::ClockDrift)). Run the members under NTP.
 //! - **extend renews to the granted TTL** only (above).
+//! - **Nothing is sent while the session is disconnected**: every operation fails at
+//!   once with a retryable [`ErrorKind::Unavailable`](distlock_core::ErrorKind::Unavailable)
+//!   until the driver has reconnected. The driver would keep such a request and send
+//!   it on reconnecting, so a grant could be made long after its caller was told it
+//!   failed, and hold the key for a whole TTL under an owner nobody knows. A request
+//!   already sent when the connection broke is failed by the driver, never resent.
 //! - **Round trips** (contract point 9, as the suite's proxy counts them): acquire
 //!   takes up to four (this client sends the create and the listing as two writes,
 //!   which count two; then the read of the leases ahead; then a delete), and more in
 //!   two rare cases: a lease judged expired is renewed at that moment (one more), or
 //!   the same acquisition is retried after its reply was lost (its node is then
-//!   refreshed and listed again, two more). Release takes two, extend two. The
-//!   capabilities declare four, two and two.
+//!   refreshed and listed again, two more). Release sends its read and its `multi`
+//!   together, one round trip in time, which the proxy counts as one or two as the
+//!   replies fall; extend takes two. The capabilities declare four, two and two.
 //! - **No semaphores, read-write locks or elections** (`capabilities.permits` is
 //!   false): their cases are reported as not run.
 //! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this

@@ -2,6 +2,7 @@
 //! expired or closed, every operation run on it within the response time-out, and the
 //! paths and node options of a key's leases and places.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use distlock_core::backend::OwnerToken;
 use distlock_core::{Error, LockKey, Result};
 use zookeeper_client::Error as ZkError;
-use zookeeper_client::{Acls, Client, Connector, CreateMode, CreateOptions};
+use zookeeper_client::{Acls, Client, Connector, CreateMode, CreateOptions, SessionState};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{ends_session, from_zk, timed_out};
@@ -23,7 +24,13 @@ pub(crate) struct Inner {
     pub(crate) connector: Option<Connector>,
     pub(crate) session: Mutex<Option<Client>>,
     pub(crate) connecting: tokio::sync::Mutex<()>,
+    /// The key nodes this backend made or found lately, so that an acquire makes the
+    /// key's node first only when it may be missing; cleared when full.
+    pub(crate) known_dirs: Mutex<HashSet<String>>,
 }
+
+/// How many key nodes [`Inner::known_dirs`] remembers before it starts afresh.
+const KNOWN_DIRS: usize = 4096;
 
 impl Inner {
     pub(crate) fn acls(&self) -> Acls<'static> {
@@ -109,6 +116,13 @@ impl Inner {
         Fut: Future<Output = std::result::Result<T, ZkError>>,
     {
         let client = self.client().await?;
+        // While the session is disconnected, the driver keeps new requests and sends
+        // them once it has reconnected, whenever that is: a grant sent now could be
+        // made long after its caller was told it failed, and hold the key for a TTL
+        // under an owner nobody knows. Nothing is sent until the session is back.
+        if client.state() == SessionState::Disconnected {
+            return Err(from_zk(&self.config, ZkError::ConnectionLoss));
+        }
         match tokio::time::timeout(self.config.timeout, op(client)).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
@@ -119,6 +133,37 @@ impl Inner {
             }
             Err(_) => Err(timed_out(&self.config)),
         }
+    }
+
+    /// Whether the key node `dir` was made or found lately (it may have gone since).
+    pub(crate) fn dir_known(&self, dir: &str) -> bool {
+        self.known_dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(dir)
+    }
+
+    /// Remembers that the key node `dir` exists.
+    pub(crate) fn remember_dir(&self, dir: &str) {
+        let mut known = self
+            .known_dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if known.contains(dir) {
+            return;
+        }
+        if known.len() >= KNOWN_DIRS {
+            known.clear();
+        }
+        known.insert(dir.to_owned());
+    }
+
+    /// Forgets the key node `dir`: it was found gone.
+    pub(crate) fn forget_dir(&self, dir: &str) {
+        self.known_dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(dir);
     }
 
     pub(crate) fn dir(&self, key: &LockKey) -> String {

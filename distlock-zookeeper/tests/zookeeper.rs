@@ -232,6 +232,62 @@ async fn a_vanished_holder_leaves_nothing_once_its_ttl_has_run_out() {
     }
 }
 
+/// A grant asked while the server is down is refused at once and never made later. The
+/// driver keeps a disconnected session's requests and sends them once it reconnects:
+/// sent, such a grant would be made after its caller was told it failed, and hold the
+/// key for a whole TTL under an owner nobody knows once the holder lets go. The key is
+/// held throughout (its node exists), so the lease's create alone would succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_asked_while_the_server_is_down_is_not_made_once_it_is_back() {
+    use distlock_conformance::ServerControl as _;
+
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = ZooKeeperBackend::connect(&format!("{}?timeout_ms=1000", server.url()))
+        .await
+        .expect("connect");
+    let key = LockKey::new("asked-while-down").expect("key");
+    let ttl = Duration::from_secs(60);
+    let held = backend.try_acquire(&key, ttl).await.expect("acquire");
+    let AcquireOutcome::Acquired(held) = held else {
+        panic!("a fresh key was held: {held:?}")
+    };
+
+    server.kill().await.expect("kill");
+    // Give the driver time to see its connection go.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let refused = backend.try_acquire(&key, ttl).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == ErrorKind::Unavailable && e.is_retryable()),
+        "{refused:?}"
+    );
+    server.start().await.expect("start");
+
+    // Back: the holder still holds, and its release goes through.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        match backend.inspect(&key).await {
+            Ok(info) => {
+                let info = info.expect("the holder's lease survived the restart");
+                assert_eq!(info.fence, held.fence());
+                break;
+            }
+            Err(e) if e.is_retryable() && Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the server did not come back: {e}"),
+        }
+    }
+    let released = backend.release(&key, held.owner()).await.expect("release");
+    assert_eq!(released, distlock_core::backend::ReleaseOutcome::Released);
+    let next = backend.try_acquire(&key, ttl).await.expect("acquire");
+    assert!(
+        matches!(next, AcquireOutcome::Acquired(_)),
+        "the grant asked while the server was down was made once it came back: {next:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_renews_to_the_granted_ttl_only() {
     let server = ServerHandle::start(&ZooKeeper)
