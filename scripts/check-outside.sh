@@ -26,7 +26,11 @@ use std::sync::Arc;
 fn main() {
     let client = distlock::LockClient::new(Arc::new(distlock::MemoryBackend::new()));
     let _redis = distlock::redis::RedisBackend::connect;
-    println!("{:?}", distlock::schemes());
+    // The schemes this build connects to: none that needs a feature it lacks.
+    let schemes = distlock::schemes();
+    println!("{schemes:?}");
+    assert_eq!(schemes, ["memory", "redis", "redlock"], "{schemes:?}");
+    assert_eq!(distlock::Connector::new().schemes(), schemes);
     drop(client);
     // Without the redis-cluster feature, a cluster URL is a configuration error that
     // names the feature, before anything is sent.

@@ -57,12 +57,54 @@ pub const BACKENDS: [KnownBackend; 4] = [
     },
 ];
 
+/// The schemes that need a feature beyond their backend's: the scheme, that
+/// feature, and whether this build has it.
+const SCHEME_FEATURES: [(&str, &str, bool); 4] = [
+    (
+        "redis-cluster",
+        "redis-cluster",
+        cfg!(feature = "redis-cluster"),
+    ),
+    ("rediss", "redis-tls", cfg!(feature = "redis-tls")),
+    ("redlocks", "redis-tls", cfg!(feature = "redis-tls")),
+    ("etcds", "etcd-tls", cfg!(feature = "etcd-tls")),
+];
+
+/// Whether this build can connect to `scheme`, a scheme of one of its backends: the
+/// feature the scheme needs beyond its backend's, if any, is on.
+fn scheme_built(scheme: &str) -> bool {
+    SCHEME_FEATURES
+        .iter()
+        .find(|(s, _, _)| *s == scheme)
+        .is_none_or(|(_, _, built)| *built)
+}
+
+/// Those of a built backend's `schemes` that this build can connect to.
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "etcd",
+        feature = "zookeeper"
+    )),
+    allow(dead_code)
+)]
+fn built_schemes(schemes: &[&'static str]) -> Vec<&'static str> {
+    schemes
+        .iter()
+        .copied()
+        .filter(|s| scheme_built(s))
+        .collect()
+}
+
 /// The URL schemes this build can connect to: `memory`, and those of each backend
-/// whose feature is on.
+/// whose feature is on, less those that need a feature this build lacks
+/// (`redis-cluster://` needs `redis-cluster`; `rediss://` and `redlocks://`,
+/// `redis-tls`; `etcds://`, `etcd-tls`).
 pub fn schemes() -> Vec<&'static str> {
     let mut all = vec!["memory"];
     for backend in BACKENDS.iter().filter(|b| b.built) {
-        all.extend_from_slice(backend.schemes);
+        all.extend(built_schemes(backend.schemes));
     }
     all
 }
@@ -111,29 +153,33 @@ impl Default for Connector {
 }
 
 impl Connector {
-    /// The backends of this build: `memory://`, and each backend whose feature is on
-    /// (see [`connect`]).
+    /// The backends of this build: `memory://`, and each backend whose feature is on,
+    /// under the schemes [`schemes`] lists (see [`connect`]).
     pub fn new() -> Self {
         let connector = Connector {
             entries: Vec::new(),
         }
         .with_backend(&["memory"], |_| async { Ok(MemoryBackend::new()) });
         #[cfg(feature = "redis")]
-        let connector = connector.with_shared(distlock_redis::SCHEMES, |url| async move {
-            distlock_redis::connect(&url).await
-        });
+        let connector = connector
+            .with_shared(&built_schemes(distlock_redis::SCHEMES), |url| async move {
+                distlock_redis::connect(&url).await
+            });
         #[cfg(feature = "postgres")]
-        let connector = connector.with_shared(distlock_postgres::SCHEMES, |url| async move {
-            distlock_postgres::connect(&url).await
-        });
+        let connector = connector.with_shared(
+            &built_schemes(distlock_postgres::SCHEMES),
+            |url| async move { distlock_postgres::connect(&url).await },
+        );
         #[cfg(feature = "etcd")]
-        let connector = connector.with_shared(distlock_etcd::SCHEMES, |url| async move {
-            distlock_etcd::connect(&url).await
-        });
+        let connector = connector
+            .with_shared(&built_schemes(distlock_etcd::SCHEMES), |url| async move {
+                distlock_etcd::connect(&url).await
+            });
         #[cfg(feature = "zookeeper")]
-        let connector = connector.with_shared(distlock_zookeeper::SCHEMES, |url| async move {
-            distlock_zookeeper::connect(&url).await
-        });
+        let connector = connector.with_shared(
+            &built_schemes(distlock_zookeeper::SCHEMES),
+            |url| async move { distlock_zookeeper::connect(&url).await },
+        );
         connector
     }
 
@@ -189,10 +235,16 @@ impl Connector {
         if let Some((_, factory)) = self.entries.iter().find(|(s, _)| s == scheme) {
             return factory(url.to_owned()).await;
         }
-        let feature = BACKENDS
+        let feature = SCHEME_FEATURES
             .iter()
-            .find(|b| b.schemes.contains(&scheme))
-            .map(|b| b.feature);
+            .find(|(s, _, _)| *s == scheme)
+            .map(|(_, feature, _)| *feature)
+            .or_else(|| {
+                BACKENDS
+                    .iter()
+                    .find(|b| b.schemes.contains(&scheme))
+                    .map(|b| b.feature)
+            });
         Err(config_error(match feature {
             Some(feature) => format!(
                 "the {scheme}:// scheme needs distlock's `{feature}` feature, which this build lacks"
