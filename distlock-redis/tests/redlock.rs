@@ -243,8 +243,8 @@ const FOREIGN: &str = "0123456789abcdef0123456789abcdef";
 /// An attempt that wins only a minority of the masters takes its grants back without
 /// telling the key's waiters (no lease was ever held: a release notification would
 /// start them all at once, to split the masters again), and says to look again after
-/// a short random pause, Redlock's retry delay. A lease really held and released
-/// still tells them.
+/// a short random pause, Redlock's retry delay. A lease really held, found held by a
+/// waiter, and released still tells them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
     let masters = masters(3).await;
@@ -302,12 +302,21 @@ async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
     let quiet = tokio::time::timeout(Duration::from_millis(300), messages.next()).await;
     assert!(quiet.is_err(), "a waiter was told: {quiet:?}");
 
-    // A lease held by a majority (masters 1 and 2) and released: its waiters are told.
+    // A lease held by a majority (masters 1 and 2) that a waiter found held, then
+    // released: its waiters are told. (A release nobody waited for tells no one.)
     let lease = backend
         .acquire_once("held", Duration::from_secs(30))
         .await
         .expect("acquire")
         .expect("free");
+    let refused = backend
+        .try_acquire(&LockKey::new("held").expect("key"), Duration::from_secs(30))
+        .await
+        .expect("a waiter's try");
+    assert!(
+        matches!(refused, distlock_core::backend::AcquireOutcome::Held { .. }),
+        "{refused:?}"
+    );
     backend.release_lease(&lease).await.expect("release");
     let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
         .await
