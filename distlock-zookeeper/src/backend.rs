@@ -171,6 +171,7 @@ impl ZooKeeperBackend {
                 .then(|| client.create(&dir, &[], &CreateMode::Container.with_acls(inner.acls())));
             let create = client.create(&me, &data, &inner.ttl_node(ttl));
             let listing = client.list_children(&dir);
+            let sent_make_dir = make_dir.is_some();
             if let Some(make_dir) = make_dir {
                 // Made, or there already: either way the create below says what
                 // counts (it fails as this would, on a lost connection or a refused
@@ -179,7 +180,9 @@ impl ZooKeeperBackend {
             }
             match create.await {
                 Ok((stat, _)) => {
-                    inner.remember_dir(&dir);
+                    if sent_make_dir {
+                        inner.remember_dir(&dir);
+                    }
                     break (stat, listing.await?);
                 }
                 Err(ZkError::NodeExists) => {
