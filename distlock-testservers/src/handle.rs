@@ -105,12 +105,54 @@ impl fmt::Debug for ServerHandle {
     }
 }
 
+/// Where the harness looks for host ports when the system's ephemeral range cannot
+/// be read or leaves no room below it.
+const HOST_PORTS_FROM: u16 = 20_000;
+
+/// The ports this process has mapped a container to: never handed out twice, so two
+/// servers started at once cannot be given the same one.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The first port of the kernel's ephemeral range, from which it picks the local ports
+/// of outgoing connections and of listeners bound to port 0 (and Docker its own
+/// mappings).
+fn ephemeral_start() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+/// A host port for a container's mapping, free now and kept for the container's life
+/// (restarts included, which is why it is chosen here and not by Docker).
+///
+/// It is taken below the kernel's ephemeral range where there is room, so that no
+/// outgoing connection, listener on port 0 or Docker mapping of its own can take it
+/// between this check and the container's start (or while the container is stopped
+/// for a restart); and never twice in one process.
 fn free_port() -> Result<u16, HarnessError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(HarnessError::NoPort)?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(HarnessError::NoPort)
+    let below = ephemeral_start().unwrap_or(32_768);
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    if below > HOST_PORTS_FROM + 1_000 {
+        for _ in 0..200 {
+            let port = rand::random_range(HOST_PORTS_FROM..below);
+            if !handed.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.insert(port);
+                return Ok(port);
+            }
+        }
+    }
+    // No room below the ephemeral range (or none free there): one the kernel picks.
+    for _ in 0..200 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(HarnessError::NoPort)?;
+        let port = listener.local_addr().map_err(HarnessError::NoPort)?.port();
+        if handed.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::NoPort(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "every port tried is in use or already mapped by this process",
+    )))
 }
 
 impl ServerHandle {
@@ -418,5 +460,28 @@ impl ServerControl for ServerHandle {
 
     async fn ready(&self) -> Result<(), BoxError> {
         Ok(self.wait_ready(READY_WITHIN).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports asked for at once (as the members of a cluster are started) are all
+    /// different, free, and outside the range the kernel gives out on its own, where a
+    /// connection or a port-0 listener could take one before Docker binds it (CI saw
+    /// "port is already allocated" when two started servers met there).
+    #[test]
+    fn host_ports_are_distinct_free_and_out_of_the_kernel_s_way() {
+        let ports: Vec<u16> = (0..64).map(|_| free_port().expect("a port")).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        if let Some(start) = ephemeral_start().filter(|&s| s > HOST_PORTS_FROM + 1_000) {
+            assert!(ports.iter().all(|&p| p < start), "{ports:?} vs {start}");
+        }
+        // Each is free to bind now.
+        for port in ports {
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("free");
+        }
     }
 }
