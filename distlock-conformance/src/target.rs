@@ -28,8 +28,15 @@ pub trait ServerControl: Send + Sync + fmt::Debug {
     async fn restart(&self) -> Result<(), BoxError>;
     /// Kills the server (SIGKILL) and leaves it down.
     async fn kill(&self) -> Result<(), BoxError>;
-    /// Starts a killed server again.
+    /// Starts a killed or stopped server again.
     async fn start(&self) -> Result<(), BoxError>;
+    /// Stops the server gracefully, as [`restart`](Self::restart) does, and leaves it
+    /// down until [`start`](Self::start): a restart whose down time the caller
+    /// chooses, such as Redlock's delayed restart of a master that comes back empty.
+    /// The default refuses, saying so: a control that can only restart cannot stop.
+    async fn stop(&self) -> Result<(), BoxError> {
+        Err("this server control cannot stop a server and leave it down".into())
+    }
     /// Whether [`kill_connections`](Self::kill_connections) is supported.
     fn can_kill_connections(&self) -> bool {
         false

@@ -427,6 +427,10 @@ impl ServerControl for ServerHandle {
         Ok(self.wait_ready(READY_WITHIN).await?)
     }
 
+    async fn stop(&self) -> Result<(), BoxError> {
+        Ok(self.container.stop_with_timeout(Some(10)).await?)
+    }
+
     fn can_kill_connections(&self) -> bool {
         match self.server.connection_kill(&self.password) {
             ConnectionKill::Exec(_) => true,

@@ -135,6 +135,9 @@ impl ServerControl for Every {
     async fn start(&self) -> Result<(), BoxError> {
         self.each(|m| m.start()).await
     }
+    async fn stop(&self) -> Result<(), BoxError> {
+        self.each(|m| m.stop()).await
+    }
     fn can_kill_connections(&self) -> bool {
         self.0.iter().all(|m| m.can_kill_connections())
     }
