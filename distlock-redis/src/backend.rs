@@ -181,9 +181,17 @@ impl RedisBackend {
         wait: bool,
     ) -> Result<T> {
         let mut conn = self.inner.conn.clone();
+        // Sized once for the whole `EVALSHA` (its 40-digit hash, the keys, and room for
+        // the arguments), so that writing the arguments does not grow it.
+        let data = 40 + keys.iter().map(|k| k.len()).sum::<usize>() + 48 * args.len();
         let call = |name: &str, script: &str| {
-            let mut call = redis::cmd(name);
-            call.arg(script).arg(keys.len()).arg(keys).arg(args);
+            let mut call =
+                redis::Cmd::with_capacity(3 + keys.len() + args.len(), data + name.len());
+            call.arg(name)
+                .arg(script)
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
             call
         };
         let mut evalsha = call("EVALSHA", script.script.get_hash());
@@ -352,13 +360,18 @@ impl RedisBackend {
 
     /// The acquire step: plain, or in turn with a place in the key's queue that lasts
     /// `place`.
-    async fn grant(&self, request: &AcquireRequest, place: Option<Duration>) -> Result<Grant> {
+    pub(crate) async fn grant(
+        &self,
+        request: &AcquireRequest,
+        place: Option<Duration>,
+    ) -> Result<Grant> {
         let lock = self.lock_key(request.key());
-        let (fence_key, queue, places) = (
-            format!("{lock}:fence"),
-            format!("{lock}:queue"),
-            format!("{lock}:places"),
-        );
+        let fence_key = format!("{lock}:fence");
+        // The queue's keys only for the fair step.
+        let (queue, places) = match place {
+            Some(_) => (format!("{lock}:queue"), format!("{lock}:places")),
+            None => (String::new(), String::new()),
+        };
         let owner = request.owner().to_hex();
         let (ttl, counter_ttl) = (
             millis(request.ttl()),

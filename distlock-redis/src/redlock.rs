@@ -248,7 +248,8 @@ impl RedlockBackend {
             .enumerate()
             .map(|(i, member)| {
                 let call = op(member.clone());
-                let endpoint = member.config().endpoint_list();
+                // Named only in the error: nothing is formatted for a master that answers.
+                let named = member.clone();
                 let future: BoxFuture<'static, (usize, Result<T>)> = Box::pin(async move {
                     match tokio::time::timeout(timeout, call).await {
                         Ok(reply) => (i, reply),
@@ -258,7 +259,7 @@ impl RedlockBackend {
                                 ErrorKind::Timeout,
                                 format!(
                                     "master {i} ({}) did not answer within {timeout:?} (node_timeout_ms={})",
-                                    endpoint,
+                                    named.config().endpoint_list(),
                                     timeout.as_millis()
                                 ),
                             )
@@ -335,7 +336,7 @@ impl LockBackend for RedlockBackend {
         let shared = Arc::new(request.clone());
         let mut replies = self.fan_out(timeout, |m| {
             let request = shared.clone();
-            async move { m.try_grant(&request).await }
+            async move { m.grant(&request, None).await }
         });
         let mut tally = self.tally();
         let mut proposals: Vec<(usize, u64)> = Vec::new();
@@ -397,7 +398,7 @@ impl LockBackend for RedlockBackend {
         let (shared_key, owner) = (key.clone(), *owner);
         let mut replies = self.fan_out(timeout, |m| {
             let key = shared_key.clone();
-            async move { m.release(&key, &owner).await }
+            async move { m.release_telling(&key, &owner, true).await }
         });
         let mut tally = self.tally();
         let (mut released, mut not_held) = (0, 0);
