@@ -79,8 +79,8 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
-    BreakerOptions, BreakerState, Election, Health, Leader, Leadership, LockClient, LockGuard,
-    LockOptions, LossReason, Observation, Observations, RwLock, Semaphore,
+    BreakerOptions, BreakerState, Election, Fences, Health, Leader, Leadership, LockClient,
+    LockGuard, LockOptions, LossReason, MultiGuard, Observation, Observations, RwLock, Semaphore,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{

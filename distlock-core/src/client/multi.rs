@@ -1,0 +1,470 @@
+//! Several keys under one lock, all or nothing: [`LockClient::lock_all`] and its
+//! [`MultiGuard`].
+//!
+//! The keys are taken one by one, through the same calls as a single key (each with
+//! its own lease, fence, renewal and metrics), in one global order: sorted. A key
+//! found held makes the set give back what it took at once, then wait for that key
+//! alone, holding nothing else; once it has it, the rest is tried again. So a set is
+//! never held in part while it waits, and two clients locking the same keys in
+//! opposite orders cannot deadlock: neither waits while it holds.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::{join_all, select_all};
+use tokio::time::Instant;
+use tracing::{debug, Instrument};
+
+use super::{deadline_after, LockClient, LockGuard, LossReason};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::token::FencingToken;
+
+/// Each key's fence in a set held by a [`MultiGuard`], in the set's (sorted) order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fences(Vec<(LockKey, FencingToken)>);
+
+impl Fences {
+    /// The fence of `key`, or `None` when the set does not hold it.
+    pub fn get(&self, key: &str) -> Option<FencingToken> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+
+    /// Every key with its fence, in the set's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&LockKey, FencingToken)> {
+        self.0.iter().map(|(k, f)| (k, *f))
+    }
+
+    /// How many keys the set holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the set holds no key (never, for a set [`LockClient::lock_all`] made).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Every key of a set, held at once: one [`LockGuard`] per key, in sorted order.
+///
+/// Each key keeps its own lease, fence and renewal. The set is held while every key
+/// is; [`lost`](Self::lost) completes when any key is lost. Releasing it releases
+/// every key; dropping it releases every key in the background, as dropping a
+/// [`LockGuard`] does.
+#[must_use = "a guard that is not bound is dropped at once, and dropping it releases every key"]
+pub struct MultiGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("fences", &self.fences())
+            .finish()
+    }
+}
+
+impl MultiGuard {
+    /// The keys, in sorted order.
+    pub fn keys(&self) -> impl Iterator<Item = &LockKey> {
+        self.guards.iter().map(LockGuard::key)
+    }
+
+    /// The guard of one key of the set, or `None` when the set does not hold it.
+    pub fn guard(&self, key: &str) -> Option<&LockGuard> {
+        self.guards
+            .binary_search_by(|g| g.key().as_str().cmp(key))
+            .ok()
+            .map(|i| &self.guards[i])
+    }
+
+    /// The fence of `key`, or `None` when the set does not hold it: each key's writes
+    /// carry that key's fence.
+    pub fn fence(&self, key: &str) -> Option<FencingToken> {
+        self.guard(key).map(LockGuard::fence)
+    }
+
+    /// Every key's fence.
+    pub fn fences(&self) -> Fences {
+        Fences(
+            self.guards
+                .iter()
+                .map(|g| (g.key().clone(), g.fence()))
+                .collect(),
+        )
+    }
+
+    /// Whether every key is still held (see [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// The first key found lost and why, or `None` while every key is held.
+    pub fn loss(&self) -> Option<(LockKey, LossReason)> {
+        self.guards
+            .iter()
+            .find_map(|g| g.loss().map(|reason| (g.key().clone(), reason)))
+    }
+
+    /// The earliest instant until which every key is known to be held.
+    pub fn valid_until(&self) -> Instant {
+        self.guards
+            .iter()
+            .map(LockGuard::valid_until)
+            .min()
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// A future that completes when any key of the set is lost, with that key and the
+    /// reason (see [`LockGuard::lost`]). It does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = (LockKey, LossReason)> + Send + 'static {
+        let each: Vec<_> = self
+            .guards
+            .iter()
+            .map(|g| {
+                let (key, lost) = (g.key().clone(), g.lost());
+                Box::pin(async move { (key, lost.await) })
+            })
+            .collect();
+        async move { select_all(each).await.0 }
+    }
+
+    /// Extends every key's lease to `ttl` from now, all at once. The first error met
+    /// (an [`ErrorKind::NotHeld`] error for a key that was lost), after every key was
+    /// tried.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        join_all(self.guards.iter().map(|g| g.extend(ttl)))
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Releases every key, all at once. `Ok` when the set still held every key; the
+    /// first error otherwise (an [`ErrorKind::NotHeld`] error for a key that had been
+    /// lost, so that the caller learns its work may have overlapped another holder's),
+    /// after every key was released.
+    pub async fn release(self) -> Result<()> {
+        join_all(self.guards.into_iter().map(LockGuard::release))
+            .await
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The keys of a set, checked, without repeats, in the one order every client takes
+/// them in.
+fn sorted_keys<I, K>(keys: I) -> Result<Vec<LockKey>>
+where
+    I: IntoIterator<Item = K>,
+    K: AsRef<str>,
+{
+    let mut sorted = keys
+        .into_iter()
+        .map(|k| LockKey::new(k.as_ref()))
+        .collect::<Result<Vec<_>>>()?;
+    if sorted.is_empty() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "a set of keys to lock must name at least one key",
+        ));
+    }
+    sorted.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "the key {:?} is named twice in one set: name each key once",
+                pair[0]
+            ),
+        ));
+    }
+    Ok(sorted)
+}
+
+/// Gives back the keys of a set that could not be completed, all together, and returns
+/// once they are released. The releases run in a task of their own, so that a caller
+/// dropped meanwhile (a cancelled `lock_all`) does not stop them halfway.
+async fn give_back(held: Vec<LockGuard>) {
+    if held.is_empty() {
+        return;
+    }
+    let releases = tokio::spawn(async move {
+        for outcome in join_all(held.into_iter().map(LockGuard::release)).await {
+            if let Err(error) = outcome {
+                // The lease runs out at its TTL: nobody waits longer than that.
+                debug!(%error, "giving back part of a set failed");
+            }
+        }
+    });
+    if let Err(error) = releases.await {
+        debug!(%error, "the task giving back part of a set ended early");
+    }
+}
+
+/// How one pass over the keys ended.
+enum Pass {
+    /// Every key is held.
+    All(Vec<LockGuard>),
+    /// The key at this index was held by someone else (or could not be asked); what
+    /// the pass had taken is given back.
+    Stopped(usize),
+}
+
+impl LockClient {
+    /// Takes every key of `keys` or none, waiting up to `wait` (`Duration::MAX` for as
+    /// long as it takes): one [`MultiGuard`] with each key's fence, a loss signal for
+    /// any key, and one release for all. An [`ErrorKind::Timeout`] error when the
+    /// deadline passes, holding nothing.
+    ///
+    /// The keys are taken one by one in sorted order. When one is held by someone else,
+    /// what was taken is released at once, and the set waits for that key alone (as
+    /// [`lock`](Self::lock) waits) before it tries the rest again: it never holds part
+    /// of the set while it waits, so clients locking the same keys in any order do not
+    /// deadlock. Dropping the future releases whatever it held, in the background.
+    ///
+    /// An [`ErrorKind::InvalidInput`] error for an empty set or a key named twice, and
+    /// an [`ErrorKind::Configuration`] error on a client in fair mode: a set that
+    /// gives its keys back while it waits cannot keep a place in each key's queue.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let backend = Arc::new(MemoryBackend::new());
+    /// let client = LockClient::new(backend.clone());
+    /// let set = client
+    ///     .lock_all(["stock/paris", "stock/berlin"], Duration::from_secs(5))
+    ///     .await?;
+    /// let keys: Vec<&str> = set.keys().map(|k| k.as_str()).collect();
+    /// assert_eq!(keys, ["stock/berlin", "stock/paris"]); // one order for every client
+    /// let berlin = set.fence("stock/berlin").expect("in the set");
+    ///
+    /// // Another client's set that shares a key is refused whole: it holds nothing.
+    /// let other = LockClient::new(backend);
+    /// assert!(other.try_lock_all(["stock/paris", "stock/rome"]).await?.is_none());
+    /// assert!(other.try_lock("stock/rome").await?.is_some());
+    ///
+    /// set.release().await?;
+    /// let again = other.lock_all(["stock/berlin"], Duration::from_secs(5)).await?;
+    /// assert!(again.fence("stock/berlin") > Some(berlin)); // each key's fence rises
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock_all<I, K>(&self, keys: I, wait: Duration) -> Result<MultiGuard>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let keys = self.set_of(keys)?;
+        let deadline = deadline_after(wait);
+        let span = tracing::info_span!("lock_all_acquire", keys = keys.len());
+        self.lock_all_until(&keys, deadline).instrument(span).await
+    }
+
+    /// Tries once: every key of `keys`, or `None` (holding nothing) when any is held by
+    /// someone else. Errors as [`lock_all`](Self::lock_all)'s.
+    pub async fn try_lock_all<I, K>(&self, keys: I) -> Result<Option<MultiGuard>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let keys = self.set_of(keys)?;
+        let span = tracing::info_span!("lock_all_try_acquire", keys = keys.len());
+        async {
+            match self.pass(&keys, None).await? {
+                Pass::All(guards) => Ok(Some(MultiGuard { guards })),
+                Pass::Stopped(_) => Ok(None),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Takes every key of `keys` (waiting up to `wait`), runs `work` with their
+    /// fences, and releases them: [`with_lock`](Self::with_lock) for a set. If any key
+    /// is lost while `work` runs, `work` is dropped at its next await point and an
+    /// [`ErrorKind::LockLost`] error is returned; so too when the release finds a key
+    /// no longer held.
+    pub async fn with_lock_all<I, K, F, Fut, T>(
+        &self,
+        keys: I,
+        wait: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+        F: FnOnce(Fences) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock_all(keys, wait).await?;
+        let lost = guard.lost();
+        let output = tokio::select! {
+            biased;
+            (key, reason) = lost => {
+                drop(guard);
+                return Err(Error::new(
+                    ErrorKind::LockLost,
+                    format!("the lock {key:?} of a set was lost while work ran under it: {reason}"),
+                ));
+            }
+            output = work(guard.fences()) => output,
+        };
+        match guard.release().await {
+            Ok(()) => Ok(output),
+            Err(error) if error.kind() == ErrorKind::NotHeld => Err(Error::new(
+                ErrorKind::LockLost,
+                "a lock of the set was no longer held when the work finished",
+            )
+            .with_source(error)),
+            Err(error) => {
+                tracing::warn!(%error, "release of a set after work failed");
+                Ok(output)
+            }
+        }
+    }
+
+    fn set_of<I, K>(&self, keys: I) -> Result<Vec<LockKey>>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        if self.options.fair() {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                "lock_all on a client in fair mode: a set gives back its keys while it waits, \
+                 so it cannot keep a place in each key's queue; lock sets through a client \
+                 without with_fair(true)",
+            ));
+        }
+        sorted_keys(keys)
+    }
+
+    /// One pass over `keys` in order, each tried once, except that the key `waited`
+    /// holds is already taken. What it took is given back when one is held by someone
+    /// else or cannot be asked (a retryable error); any other error ends the call.
+    async fn pass(&self, keys: &[LockKey], mut waited: Option<LockGuard>) -> Result<Pass> {
+        let mut held = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if waited.as_ref().is_some_and(|g| g.key() == key) {
+                held.extend(waited.take());
+                continue;
+            }
+            match self.try_lock(key.as_str()).await {
+                Ok(Some(guard)) => held.push(guard),
+                Ok(None) => {
+                    held.extend(waited.take());
+                    give_back(held).await;
+                    return Ok(Pass::Stopped(i));
+                }
+                Err(error) if error.is_retryable() && error.kind() != ErrorKind::CircuitOpen => {
+                    debug!(%error, %key, "a key of the set could not be asked; waiting for it");
+                    held.extend(waited.take());
+                    give_back(held).await;
+                    return Ok(Pass::Stopped(i));
+                }
+                Err(error) => {
+                    held.extend(waited.take());
+                    give_back(held).await;
+                    return Err(error);
+                }
+            }
+        }
+        Ok(Pass::All(held))
+    }
+
+    async fn lock_all_until(&self, keys: &[LockKey], deadline: Instant) -> Result<MultiGuard> {
+        let mut waited = None;
+        let mut passes = 0u32;
+        loop {
+            passes += 1;
+            match self.pass(keys, waited.take()).await? {
+                Pass::All(guards) => {
+                    debug!(passes, "acquired every key of the set");
+                    return Ok(MultiGuard { guards });
+                }
+                Pass::Stopped(i) => {
+                    // Holding nothing, wait for the key that stopped the pass.
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let guard = self.lock(keys[i].as_str(), left).await.map_err(|error| {
+                        if error.kind() == ErrorKind::Timeout {
+                            Error::new(
+                                ErrorKind::Timeout,
+                                format!(
+                                    "could not acquire every key of a set of {} before the deadline ({passes} passes): {:?} was held",
+                                    keys.len(),
+                                    keys[i]
+                                ),
+                            )
+                            .with_source(error)
+                        } else {
+                            error
+                        }
+                    })?;
+                    waited = Some(guard);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_is_sorted_and_each_key_named_once() {
+        let keys = sorted_keys(["b", "c", "a"]).expect("valid");
+        let names: Vec<&str> = keys.iter().map(LockKey::as_str).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let twice = sorted_keys(["a", "b", "a"]).expect_err("a key named twice");
+        assert_eq!(twice.kind(), ErrorKind::InvalidInput);
+        assert!(twice.to_string().contains("\"a\""), "{twice}");
+        let none = sorted_keys(Vec::<String>::new()).expect_err("an empty set");
+        assert_eq!(none.kind(), ErrorKind::InvalidInput);
+        let bad = sorted_keys(["a", ""]).expect_err("an empty key");
+        assert_eq!(bad.kind(), ErrorKind::InvalidKey);
+    }
+
+    #[tokio::test]
+    async fn a_fair_client_refuses_a_set_with_a_configuration_error() {
+        use crate::{LockOptions, MemoryBackend};
+        let options = LockOptions::new(Duration::from_secs(5)).with_fair(true);
+        let client = LockClient::with_options(std::sync::Arc::new(MemoryBackend::new()), options)
+            .expect("the memory backend has a fair mode");
+        let refused = client
+            .lock_all(["a", "b"], Duration::from_secs(1))
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.kind(), ErrorKind::Configuration);
+        assert!(refused.to_string().contains("fair"), "{refused}");
+        let tried = client.try_lock_all(["a"]).await.expect_err("refused");
+        assert_eq!(tried.kind(), ErrorKind::Configuration);
+        // Nothing was taken: a racing client gets both keys.
+        let racing = LockClient::new(client.backend().clone());
+        assert!(racing
+            .try_lock_all(["a", "b"])
+            .await
+            .expect("no error")
+            .is_some());
+    }
+
+    #[test]
+    fn fences_are_found_by_key() {
+        let fences = Fences(vec![
+            (LockKey::new("a").expect("valid"), FencingToken::new(3)),
+            (LockKey::new("b").expect("valid"), FencingToken::new(9)),
+        ]);
+        assert_eq!(fences.get("b"), Some(FencingToken::new(9)));
+        assert_eq!(fences.get("c"), None);
+        assert_eq!(fences.len(), 2);
+    }
+}
