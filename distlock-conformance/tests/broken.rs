@@ -769,4 +769,9 @@ caught! {
     slow_renewal_is_not_held: SlowRenewalIsNotHeld by fault_short_pause_is_not_a_loss, saying "a short pause lost the lock";
     untyped_errors: UntypedErrors by fault_killed_server_gives_typed_errors_then_recovers, saying "a killed server gave a Backend error";
     no_reconnect: NoReconnect by fault_killed_connections_do_not_stop_renewal, saying "renewal stopped after the connections were killed";
+    set_kept_in_part: ReleaseLeavesRecord by set_is_taken_all_or_nothing, saying "a refused try_lock_all left part of the set held";
+    set_cancelled_kept_in_part: ReleaseLeavesRecord by set_cancelled_midway_leaves_nothing_held, saying "still held after";
+    sets_held_twice: StatePerClient by sets_in_opposite_orders_do_not_deadlock, saying "both clients held the pair at once";
+    set_loss_unsignalled: ExtendReacquires by set_signals_the_loss_of_any_key, saying "did not fire within";
+    set_fences_coarse: FenceFromCoarseClock by set_fences_rise_per_key, saying "fences did not rise with each grant";
 }

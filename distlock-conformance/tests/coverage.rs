@@ -30,6 +30,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "core counts validity from before the request (node-redlock #274 cannot be written as a backend)",
     ),
     (
+        "set_rejects_bad_input",
+        "the client checks a set's keys before it asks the backend anything",
+    ),
+    (
         "latency_is_never_counted_as_validity",
         "core counts validity from before the request; a backend's answer carries no validity",
     ),

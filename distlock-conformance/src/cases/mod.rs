@@ -227,6 +227,7 @@ pub mod permits;
 pub mod quorum;
 pub mod release;
 pub mod round_trips;
+pub mod sets;
 pub mod validity;
 
 fn fail<T>(msg: impl Into<String>) -> Result<T, CaseError> {
@@ -276,7 +277,7 @@ fn client(t: &Target, options: LockOptions) -> Result<LockClient, CaseError> {
 }
 
 /// Every area's cases, in the order the runner runs them (fault cases last).
-pub(crate) const AREAS: [&[Case]; 15] = [
+pub(crate) const AREAS: [&[Case]; 16] = [
     exclusion::CASES,
     release::CASES,
     extend::CASES,
@@ -285,6 +286,7 @@ pub(crate) const AREAS: [&[Case]; 15] = [
     errors::CASES,
     round_trips::CASES,
     client::CASES,
+    sets::CASES,
     operator::CASES,
     clients::CASES,
     fairness::CASES,
