@@ -196,6 +196,14 @@ async fn measure(
             }
         }
     }
+    progress(
+        &name,
+        "sets: S1 of two keys beside one, then two clients in opposite orders",
+    );
+    match crate::sets::run(&backend, sizes).await {
+        Ok(row) => run.sets = Some(row),
+        Err(e) => run.errors.push(format!("sets: {e}")),
+    }
     step!(
         "S4 takeover after a vanished holder",
         s4_takeover,
@@ -577,6 +585,15 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
                     b.backend
                 );
             }
+            violated = true;
+        }
+        if let Some(sets) = b.sets.as_ref().filter(|s| s.opposite_timeouts > 0) {
+            eprintln!(
+                "lockbench: {}: VIOLATED: {} waits of sets in opposite orders ran out ({} s each): a deadlock",
+                b.backend,
+                sets.opposite_timeouts,
+                crate::sets::OPPOSITE_WAIT.as_secs()
+            );
             violated = true;
         }
     }

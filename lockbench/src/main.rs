@@ -32,6 +32,7 @@ mod report;
 mod rows;
 mod run;
 mod scenarios;
+mod sets;
 mod stats;
 mod storage;
 mod torture;

@@ -103,6 +103,8 @@ pub(crate) struct BackendRun {
     pub(crate) s4_takeover: Option<Takeover>,
     /// S1 and S3 of each kind beyond the mutex, where the backend has permits.
     pub(crate) kinds: Vec<KindRow>,
+    /// Several keys under one lock: S1 of a two-key set, and opposite orders.
+    pub(crate) sets: Option<crate::sets::SetRow>,
     /// The floors measured, each with its role (one round trip, the raw lock cycle).
     pub(crate) floors: Vec<FloorRow>,
     /// Peer libraries on the same server, in the same scenarios.
