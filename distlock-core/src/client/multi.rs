@@ -221,8 +221,9 @@ impl LockClient {
     /// any key, and one release for all. An [`ErrorKind::Timeout`] error when the
     /// deadline passes, holding nothing.
     ///
-    /// The keys are taken one by one in sorted order. When one is held by someone else,
-    /// what was taken is released at once, and the set waits for that key alone (as
+    /// The keys are taken one by one in sorted order. When one is held by someone else
+    /// (or cannot be asked: a retryable error, retried until the deadline), what was
+    /// taken is released at once, and the set waits for that key alone (as
     /// [`lock`](Self::lock) waits) before it tries the rest again: it never holds part
     /// of the set while it waits, so clients locking the same keys in any order do not
     /// deadlock. Dropping the future releases whatever it held, in the background.
@@ -270,7 +271,9 @@ impl LockClient {
     }
 
     /// Tries once: every key of `keys`, or `None` (holding nothing) when any is held by
-    /// someone else. Errors as [`lock_all`](Self::lock_all)'s.
+    /// someone else. A key that cannot be asked (an unreachable server, say) is the
+    /// backend's error, again holding nothing; bad input as for
+    /// [`lock_all`](Self::lock_all).
     pub async fn try_lock_all<I, K>(&self, keys: I) -> Result<Option<MultiGuard>>
     where
         I: IntoIterator<Item = K>,
@@ -279,7 +282,7 @@ impl LockClient {
         let keys = self.set_of(keys)?;
         let span = tracing::info_span!("lock_all_try_acquire", keys = keys.len());
         async {
-            match self.pass(&keys, None).await? {
+            match self.pass(&keys, None, false).await? {
                 Pass::All(guards) => Ok(Some(MultiGuard { guards })),
                 Pass::Stopped(_) => Ok(None),
             }
@@ -350,8 +353,14 @@ impl LockClient {
 
     /// One pass over `keys` in order, each tried once, except that the key `waited`
     /// holds is already taken. What it took is given back when one is held by someone
-    /// else or cannot be asked (a retryable error); any other error ends the call.
-    async fn pass(&self, keys: &[LockKey], mut waited: Option<LockGuard>) -> Result<Pass> {
+    /// else, or, for a caller `waiting` until a deadline, cannot be asked (a retryable
+    /// error, waited out as a held key is); any other error ends the call.
+    async fn pass(
+        &self,
+        keys: &[LockKey],
+        mut waited: Option<LockGuard>,
+        waiting: bool,
+    ) -> Result<Pass> {
         let mut held = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
             if waited.as_ref().is_some_and(|g| g.key() == key) {
@@ -365,7 +374,11 @@ impl LockClient {
                     give_back(held).await;
                     return Ok(Pass::Stopped(i));
                 }
-                Err(error) if error.is_retryable() && error.kind() != ErrorKind::CircuitOpen => {
+                Err(error)
+                    if waiting
+                        && error.is_retryable()
+                        && error.kind() != ErrorKind::CircuitOpen =>
+                {
                     debug!(%error, %key, "a key of the set could not be asked; waiting for it");
                     held.extend(waited.take());
                     give_back(held).await;
@@ -386,7 +399,7 @@ impl LockClient {
         let mut passes = 0u32;
         loop {
             passes += 1;
-            match self.pass(keys, waited.take()).await? {
+            match self.pass(keys, waited.take(), true).await? {
                 Pass::All(guards) => {
                     debug!(passes, "acquired every key of the set");
                     return Ok(MultiGuard { guards });
@@ -455,6 +468,25 @@ mod tests {
             .await
             .expect("no error")
             .is_some());
+    }
+
+    /// A server that cannot be reached is an error for a try, not a held key; a wait
+    /// rides it out until the deadline, then says so, holding nothing.
+    #[tokio::test]
+    async fn an_unreachable_server_is_an_error_not_a_held_set() {
+        let backend = std::sync::Arc::new(crate::MemoryBackend::new());
+        let client = LockClient::new(backend.clone());
+        backend.stop();
+        let tried = client.try_lock_all(["a", "b"]).await.expect_err("an error");
+        assert_eq!(tried.kind(), ErrorKind::Unavailable, "{tried}");
+        let waited = client
+            .lock_all(["a", "b"], Duration::from_millis(200))
+            .await
+            .expect_err("an error");
+        assert_eq!(waited.kind(), ErrorKind::Timeout, "{waited}");
+        backend.start();
+        let set = client.try_lock_all(["a", "b"]).await.expect("no error");
+        assert!(set.is_some(), "nothing was left held");
     }
 
     #[test]
