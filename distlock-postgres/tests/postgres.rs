@@ -1,6 +1,7 @@
 //! What the conformance suite does not cover: purging old rows and old places in the
 //! fair queue, the durability options, hostile names, the statement timeout behind
-//! PgBouncer, and which releases notify.
+//! PgBouncer, which releases notify, and fenced writes of your own rows (one
+//! transaction under a set of keys too).
 //! Each test has a server of its own.
 
 use std::time::Duration;
@@ -266,6 +267,22 @@ async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
         .expect("the right CA");
 }
 
+/// "The user's" table: accounts 1 and 2 with a balance of 100 each, migrated for
+/// fenced statements.
+async fn accounts_table(
+    conn: &mut sqlx::PgConnection,
+) -> Result<distlock_postgres::fenced::FencedTable, distlock_core::BoxError> {
+    sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("INSERT INTO accounts VALUES (1, 100), (2, 100)")
+        .execute(&mut *conn)
+        .await?;
+    let accounts = distlock_postgres::fenced::FencedTable::new("accounts")?;
+    accounts.migrate(conn).await?;
+    Ok(accounts)
+}
+
 /// `FencedTable` on a table of "the user's": migrated twice, written in the user's
 /// transactions, upserted, claimed, and refused under a stale fence with the
 /// transaction aborted and nothing written.
@@ -273,19 +290,12 @@ async fn a_server_certificate_of_another_ca_is_a_configuration_error() {
 async fn fenced_statements_on_the_users_table_in_the_users_transactions(
 ) -> Result<(), distlock_core::BoxError> {
     use distlock_core::FencingToken;
-    use distlock_postgres::fenced::{self, FencedTable};
+    use distlock_postgres::fenced;
     use sqlx::{Connection, PgConnection};
 
     let server = server().await;
     let mut conn = PgConnection::connect(&server.url()).await?;
-    sqlx::query("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)")
-        .execute(&mut conn)
-        .await?;
-    sqlx::query("INSERT INTO accounts VALUES (1, 100), (2, 100)")
-        .execute(&mut conn)
-        .await?;
-    let accounts = FencedTable::new("accounts")?;
-    accounts.migrate(&mut conn).await?;
+    let accounts = accounts_table(&mut conn).await?;
     accounts.migrate(&mut conn).await?;
     let f = |n| fenced::fence_arg(FencingToken::new(n)).expect("fence");
     let add = accounts.update("balance = balance + $2", "id = $3");
@@ -477,5 +487,89 @@ async fn only_releases_of_names_that_had_a_waiter_notify_and_every_waiter_is_wok
             .expect("a waiter's answer")?;
         guard.release().await?;
     }
+    Ok(())
+}
+
+/// A transfer between two rows under a set of two keys (`LockClient::lock_all`): one
+/// transaction writes each row under its own key's fence. Once another holder has
+/// written one row under a newer fence, the set's next transfer is refused whole: the
+/// stale statement aborts the transaction, and the other row's write goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_under_a_set_writes_each_row_under_its_own_key_s_fence(
+) -> Result<(), distlock_core::BoxError> {
+    use distlock_core::{LockClient, LossReason};
+    use distlock_postgres::fenced;
+    use sqlx::{Connection, PgConnection};
+    use std::sync::Arc;
+
+    let server = server().await;
+    let backend = Arc::new(PostgresBackend::connect(&server.url()).await?);
+    let mut conn = PgConnection::connect(&server.url()).await?;
+    let accounts = accounts_table(&mut conn).await?;
+    let add = accounts.update("balance = balance + $2", "id = $3");
+
+    // Renewed every second, so that the loss is found within about one.
+    let options = distlock_core::LockOptions::new(Duration::from_secs(3));
+    let client = LockClient::with_options(backend.clone(), options)?;
+    let set = client
+        .lock_all(["account/1", "account/2"], Duration::from_secs(5))
+        .await?;
+    let fences = set.fences();
+    let (of_1, of_2) = (
+        fences.get("account/1").expect("in the set"),
+        fences.get("account/2").expect("in the set"),
+    );
+    /// Moves `amount` from row 1 to row 2 in one transaction, each row under its key's
+    /// fence.
+    async fn transfer(
+        conn: &mut PgConnection,
+        add: &str,
+        fences: [(distlock_core::FencingToken, i64); 2],
+        amount: i64,
+    ) -> distlock_core::Result<()> {
+        let mut tx = conn.begin().await.map_err(fenced::from_sqlx)?;
+        for ((fence, id), by) in fences.into_iter().zip([-amount, amount]) {
+            let query = sqlx::query(add)
+                .bind(fenced::fence_arg(fence)?)
+                .bind(by)
+                .bind(id);
+            fenced::execute(query, &mut *tx).await?;
+        }
+        tx.commit().await.map_err(fenced::from_sqlx)
+    }
+    let of_set = [(of_1, 1), (of_2, 2)];
+    transfer(&mut conn, &add, of_set, 10).await?;
+
+    // The set loses account/2 (deleted behind its back); another holder writes row 2.
+    let lost = set.lost();
+    assert!(backend.force_release(&LockKey::new("account/2")?).await?);
+    let other = LockClient::new(backend.clone());
+    let newer = other.lock("account/2", Duration::from_secs(5)).await?;
+    assert!(newer.fence() > of_2);
+    fenced::execute(
+        sqlx::query(&add)
+            .bind(fenced::fence_arg(newer.fence())?)
+            .bind(1_i64)
+            .bind(2_i64),
+        &mut conn,
+    )
+    .await?;
+
+    // The set's next transfer is refused whole.
+    let refused = transfer(&mut conn, &add, of_set, 10)
+        .await
+        .expect_err("row 2 was written under a newer fence");
+    assert_eq!(refused.kind(), ErrorKind::StaleFence, "{refused}");
+    let rows: Vec<(i64, i64)> = sqlx::query_as("SELECT id, balance FROM accounts ORDER BY id")
+        .fetch_all(&mut conn)
+        .await?;
+    assert_eq!(
+        rows,
+        vec![(1, 90), (2, 111)],
+        "a refused transfer wrote a row"
+    );
+    let (key, reason) = tokio::time::timeout(Duration::from_secs(5), lost).await?;
+    assert_eq!((key.as_str(), reason), ("account/2", LossReason::NotHeld));
+    newer.release().await?;
     Ok(())
 }
