@@ -57,6 +57,26 @@ async fn reentrant(client: LockClient, wait: Duration) -> Outcome {
     Ok(())
 }
 
+/// Writes two resources, each under its own key's fence.
+async fn transfer(from: Option<distlock::FencingToken>, to: Option<distlock::FencingToken>) {}
+
+async fn sets(client: LockClient) -> Outcome {
+    // begin: sets
+    let set = client.lock_all(["stock/berlin", "stock/paris"], Duration::from_secs(10)).await?;
+    let from = set.fence("stock/berlin").expect("in the set"); // each key's own fence
+    let to = set.fence("stock/paris").expect("in the set");
+    // ... write each resource with its own key's fence ...
+    set.release().await?;                                      // every key, or NotHeld if one was lost
+
+    client
+        .with_lock_all(["account/17", "account/42"], Duration::from_secs(10), |fences| async move {
+            transfer(fences.get("account/17"), fences.get("account/42")).await
+        })
+        .await?;
+    // end
+    Ok(())
+}
+
 async fn kinds(backend: Arc<DynLockBackend>) -> Outcome {
     // begin: kinds
     use distlock::{Election, RwLock, Semaphore};
