@@ -904,3 +904,43 @@ impl LockBackend for Unlisted {
         self.0.inspect(key).await
     }
 }
+
+/// A release whose future is dropped before the reply (a caller's timeout, say) is
+/// still made, in the background: the key frees once the server answers again, not
+/// at the lease's TTL.
+#[tokio::test]
+async fn a_release_cancelled_before_its_reply_is_still_made() {
+    let memory = Arc::new(MemoryBackend::new());
+    let client =
+        LockClient::with_options(memory.clone(), LockOptions::new(Duration::from_secs(30)))
+            .expect("options");
+    let guard = client
+        .try_lock("cancelled-release")
+        .await
+        .expect("no error")
+        .expect("free");
+    memory.pause();
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release answered while the server was paused"
+    );
+    memory.resume();
+    let other = LockClient::new(memory.clone());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if other
+            .try_lock("cancelled-release")
+            .await
+            .expect("no error")
+            .is_some()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the key was still held 5 s after the server came back"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}

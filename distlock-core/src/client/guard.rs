@@ -446,7 +446,9 @@ impl LockGuard {
     /// still held it; an [`ErrorKind::NotHeld`] error when the lease had already been
     /// lost (so the caller learns that its work may have overlapped another holder's).
     /// Where the lease has other [holds](Self::reenter), this ends only this one,
-    /// without a round trip.
+    /// without a round trip. Dropping the returned future before the reply (a
+    /// caller's timeout, say) still releases the lease, in the background, as dropping
+    /// the guard does.
     pub async fn release(mut self) -> Result<()> {
         if !self.end_hold() {
             // Another hold of this lease goes on: only this one ends.
@@ -464,11 +466,15 @@ impl LockGuard {
         shared.mark_lost(LossReason::Released);
         let span =
             tracing::debug_span!("lock_release", key = %shared.key(), fence = %shared.fence());
+        // Should this future be dropped before the reply, the release is sent again in
+        // the background, as a dropped guard's is.
+        let mut under_way = ReleaseUnderWay(Some(shared.clone()));
         let outcome = shared
             .backend
             .release(shared.key(), shared.lease.owner())
             .instrument(span)
             .await;
+        under_way.0 = None;
         // The next local waiter goes once the release has been applied (or failed).
         shared.pass_turn();
         let outcome = outcome?;
@@ -493,29 +499,48 @@ impl Drop for LockGuard {
         }
         self.hold.cancel_supervisor();
         self.hold.mark_lost(LossReason::Released);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            debug!(key = %self.hold.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
-            return;
-        };
-        let shared = self.hold.clone();
-        let span = tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
-        runtime.spawn(
-            async move {
-                match shared
-                    .backend
-                    .release(shared.key(), shared.lease.owner())
-                    .await
-                {
-                    Ok(outcome) => debug!(?outcome, "released on drop"),
-                    Err(error) => {
-                        warn!(%error, "release on drop failed; the lease will run out at its ttl")
-                    }
-                }
-                shared.pass_turn();
-            }
-            .instrument(span),
-        );
+        release_in_background(self.hold.clone());
     }
+}
+
+/// A release whose reply has not come yet: dropped first (the future of
+/// [`LockGuard::release`] cancelled), it sends the release in the background.
+struct ReleaseUnderWay(Option<Arc<Shared>>);
+
+impl Drop for ReleaseUnderWay {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            release_in_background(shared);
+        }
+    }
+}
+
+/// Releases the lease of `shared` in a task of its own (a guard dropped, or a release
+/// cancelled), then lets the next local waiter go; outside a runtime, the lease runs
+/// out at its TTL.
+fn release_in_background(shared: Arc<Shared>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        debug!(key = %shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
+        return;
+    };
+    let span =
+        tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
+    runtime.spawn(
+        async move {
+            match shared
+                .backend
+                .release(shared.key(), shared.lease.owner())
+                .await
+            {
+                Ok(outcome) => debug!(?outcome, "released on drop"),
+                Err(error) => {
+                    warn!(%error, "release on drop failed; the lease will run out at its ttl")
+                }
+            }
+            shared.pass_turn();
+        }
+        .instrument(span),
+    );
 }
 
 impl fmt::Debug for LockGuard {
