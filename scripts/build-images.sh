@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local server image that the conformance harness uses when the official
 # images (redis, postgres, etcd) cannot be pulled: a Debian bookworm tree made by
-# debootstrap with redis-server, postgresql-15, pgbouncer, etcd-server and zookeeper,
+# debootstrap with redis-server, postgresql-15, pgbouncer, mariadb-server, etcd-server and zookeeper,
 # imported with `docker import`. One image serves them all; the harness picks the
-# entrypoint (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-etcd,
-# distlock-zookeeper). PgBouncer has
+# entrypoint (distlock-redis, distlock-postgres, distlock-pgbouncer, distlock-mariadb,
+# distlock-etcd, distlock-zookeeper). PgBouncer has
 # no official image: the harness always runs it from this one. Each server's own
-# client is in it too (redis-cli, pg_isready and psql, etcdctl): the harness checks
+# client is in it too (redis-cli, pg_isready and psql, mariadb-admin and mariadb, etcdctl): the harness checks
 # readiness and kills connections with them, inside the container. Where the harness
 # puts certificates under /tls, Redis, PostgreSQL and etcd serve TLS only.
 #
@@ -38,7 +38,7 @@ trap 'umount -l "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
 root="$work/rootfs"
 
 echo "build-images: debootstrap $SUITE (minbase) into $root"
-debootstrap --variant=minbase --include=redis-server,postgresql-15,pgbouncer,etcd-server,etcd-client,zookeeper,default-jre-headless,netcat-openbsd,procps \
+debootstrap --variant=minbase --include=redis-server,postgresql-15,pgbouncer,mariadb-server,mariadb-client,etcd-server,etcd-client,zookeeper,default-jre-headless,netcat-openbsd,procps \
   "$SUITE" "$root" "$MIRROR" >"$work/debootstrap.log" 2>&1 || {
   tail -n 30 "$work/debootstrap.log"; exit 1; }
 
@@ -47,7 +47,7 @@ rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
   "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/*
 find "$root/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'en*' -exec rm -rf {} + 2>/dev/null || true
 # Debian's packages start their services in the chroot's package scripts; nothing must run.
-rm -rf "$root"/var/lib/postgresql/15/main "$root"/etc/postgresql/15/main
+rm -rf "$root"/var/lib/postgresql/15/main "$root"/etc/postgresql/15/main "$root"/var/lib/mysql/*
 
 install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-redis" <<'SH'
 #!/bin/sh
@@ -122,6 +122,31 @@ runuser -u postgres -- /usr/sbin/pgbouncer /etc/pgbouncer/pgbouncer.ini &
 bouncer=$!
 trap 'kill -TERM $bouncer $pg 2>/dev/null; wait $pg' TERM INT
 wait $bouncer
+SH
+
+install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-mariadb" <<'SH'
+#!/bin/sh
+# MariaDB (Debian's mariadb-server) on 3306 with a root password over TCP, as the
+# official image's MARIADB_ROOT_PASSWORD and MARIADB_DATABASE set them; data in
+# /var/lib/mysql survives a container restart, and InnoDB flushes every commit.
+set -e
+DATA=/var/lib/mysql
+mkdir -p "$DATA" /run/mysqld
+chown -R mysql:mysql "$DATA" /run/mysqld
+if [ ! -d "$DATA/mysql" ]; then
+  mariadb-install-db --user=mysql --datadir="$DATA" --skip-test-db \
+    --auth-root-authentication-method=normal >/dev/null
+  PW=$(printf '%s' "${MARIADB_ROOT_PASSWORD:-mariadb}" | sed "s/'/''/g")
+  mariadbd --user=mysql --datadir="$DATA" --bootstrap >/dev/null <<SQL
+FLUSH PRIVILEGES;
+ALTER USER 'root'@'localhost' IDENTIFIED BY '$PW';
+CREATE USER 'root'@'%' IDENTIFIED BY '$PW';
+GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;
+CREATE DATABASE IF NOT EXISTS \`${MARIADB_DATABASE:-distlock}\`;
+SQL
+fi
+exec mariadbd --user=mysql --datadir="$DATA" --bind-address=0.0.0.0 --port=3306 \
+  --max-connections=500 --innodb-flush-log-at-trx-commit=1 "$@"
 SH
 
 install -m 0755 /dev/stdin "$root/usr/local/bin/distlock-etcd" <<'SH'

@@ -312,6 +312,20 @@ async fn migrate(url: &str, print: bool) -> Result<u8, Error> {
         );
         return Ok(0);
     }
+    #[cfg(feature = "mysql")]
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        use distlock::mysql::{MySqlBackend, MySqlConfig};
+        let config = MySqlConfig::from_url(url)?;
+        if print {
+            for statement in MySqlBackend::migration_sql(&config) {
+                println!("{statement};");
+            }
+            return Ok(0);
+        }
+        let backend = MySqlBackend::connect_with(config.with_migrate(true)).await?;
+        println!("the tables of {} are in place", backend.config().table());
+        return Ok(0);
+    }
     let backend = connector().connect(url).await?;
     if print {
         println!("-- the {} backend keeps no tables", backend.name());

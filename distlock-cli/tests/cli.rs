@@ -6,7 +6,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use distlock_conformance::ServerControl;
-use distlock_testservers::{Etcd, Postgres, Redis, Server, ServerHandle, ZooKeeper};
+use distlock_testservers::{Etcd, MariaDb, Postgres, Redis, Server, ServerHandle, ZooKeeper};
 use tokio::process::{Child, Command};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -126,7 +126,7 @@ async fn end_to_end(server: &'static dyn Server) {
     a_busy_lock_exits_like_flock_and_signals_reach_the_command(&url, &dir).await;
     force_release_stops_the_holders_command(&url, &dir).await;
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
-    health_answers_and_fails_while_the_server_is_down(server.name(), &url, &handle).await;
+    health_answers_and_fails_while_the_server_is_down(server.backend_name(), &url, &handle).await;
     refused_credentials_and_migrations(server, &url, &handle).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -199,11 +199,13 @@ async fn refused_credentials_and_migrations(
         &["migrate"],
     )
     .await;
-    if server.name() == "postgres" {
-        assert!(
-            sql.contains("CREATE TABLE IF NOT EXISTS \"public\".\"distlock_locks\""),
-            "{sql}"
-        );
+    let keeps_tables = match server.name() {
+        "postgres" => Some("CREATE TABLE IF NOT EXISTS \"public\".\"distlock_locks\""),
+        "mariadb" => Some("CREATE TABLE IF NOT EXISTS `distlock_locks`"),
+        _ => None,
+    };
+    if let Some(create) = keeps_tables {
+        assert!(sql.contains(create), "{sql}");
         assert_eq!(code(&migrated), 0, "{}", stderr(&migrated));
         let there = finish(&format!("{url}?table=cli_locks&migrate=false"), &["list"]).await;
         assert_eq!(code(&there), 0, "{}", stderr(&there));
@@ -415,6 +417,11 @@ async fn redis_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_end_to_end() {
     end_to_end(&Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_end_to_end() {
+    end_to_end(&MariaDb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,5 @@
-//! Real servers for distlock's tests and benchmarks: Redis, PostgreSQL and etcd in
+//! Real servers for distlock's tests and benchmarks: Redis, PostgreSQL, MariaDB, etcd
+//! and ZooKeeper in
 //! containers started by testcontainers, at pinned versions, with the fault controls
 //! of [`ServerControl`] (pause, restart, kill,
 //! kill connections), and a proxy per client that counts round trips and can cut the
@@ -14,7 +15,7 @@
 //! The image tags are written once, in `images.txt` beside this crate, which the
 //! scripts read too. The official images are used where they are present or can be
 //! pulled. Where no registry can be reached, `scripts/build-images.sh` builds one local
-//! image from Debian's packages that serves all three servers, and PostgreSQL behind
+//! image from Debian's packages that serves every server, and PostgreSQL behind
 //! PgBouncer ([`PgBouncer`], which has no official image and always runs from it).
 //! `DISTLOCK_IMAGES` picks: `official`, `local`, or `auto` (the default: the official
 //! image if present, else the local image if present, else the official image,
@@ -22,8 +23,8 @@
 //!
 //! # Servers already running
 //!
-//! `DISTLOCK_REDIS_URL`, `DISTLOCK_POSTGRES_URL` and `DISTLOCK_ETCD_URL` point the
-//! tests at servers that are already running instead (see [`external_url`]); the
+//! `DISTLOCK_REDIS_URL`, `DISTLOCK_POSTGRES_URL`, `DISTLOCK_MARIADB_URL`,
+//! `DISTLOCK_ETCD_URL` and `DISTLOCK_ZOOKEEPER_URL` point the tests at servers that are already running instead (see [`external_url`]); the
 //! fault cases then have no control over them and are reported as not run.
 //!
 //! # Leftovers
@@ -41,6 +42,7 @@
 pub mod etcd;
 mod handle;
 mod image;
+pub mod mariadb;
 mod network;
 pub mod pgbouncer;
 pub mod postgres;
@@ -65,6 +67,7 @@ use testcontainers::{ContainerRequest, GenericImage};
 pub use etcd::{enable_auth as enable_etcd_auth, Etcd, EtcdCluster};
 pub use handle::{HarnessError, ServerHandle};
 pub use image::{image_source, ImageSource};
+pub use mariadb::MariaDb;
 pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;
@@ -77,6 +80,13 @@ pub use zookeeper::{ZooKeeper, ZooKeeperEnsemble};
 pub trait Server: Send + Sync + fmt::Debug + 'static {
     /// A short lowercase name; also the server's line in `images.txt`.
     fn name(&self) -> &'static str;
+
+    /// The name the backend that serves this server gives itself
+    /// (`LockBackend::name`): the server's own name unless another backend serves it
+    /// (MariaDB is served by the MySQL backend).
+    fn backend_name(&self) -> &'static str {
+        self.name()
+    }
 
     /// The port the server listens on inside its container.
     fn port(&self) -> u16;
@@ -160,7 +170,7 @@ pub enum ConnectionKill {
 
 /// Every server a backend is compared on, in a fixed order. ([`PgBouncer`] is a way
 /// to reach PostgreSQL, tested by the PostgreSQL backend's own tests, not listed here.)
-pub const ALL: [&dyn Server; 4] = [&Redis, &Postgres, &Etcd, &ZooKeeper];
+pub const ALL: [&dyn Server; 5] = [&Redis, &Postgres, &MariaDb, &Etcd, &ZooKeeper];
 
 /// The server named `name`.
 pub fn by_name(name: &str) -> Option<&'static dyn Server> {

@@ -30,7 +30,7 @@ pub struct KnownBackend {
 
 /// distlock's own network backends, whether this build has them or not; the
 /// in-memory backend (`memory://`) is always there.
-pub const BACKENDS: [KnownBackend; 4] = [
+pub const BACKENDS: [KnownBackend; 5] = [
     KnownBackend {
         name: "redis",
         feature: "redis",
@@ -42,6 +42,12 @@ pub const BACKENDS: [KnownBackend; 4] = [
         feature: "postgres",
         schemes: &["postgres", "postgresql"],
         built: cfg!(feature = "postgres"),
+    },
+    KnownBackend {
+        name: "mysql",
+        feature: "mysql",
+        schemes: &["mysql", "mariadb"],
+        built: cfg!(feature = "mysql"),
     },
     KnownBackend {
         name: "etcd",
@@ -84,6 +90,7 @@ fn scheme_built(scheme: &str) -> bool {
     not(any(
         feature = "redis",
         feature = "postgres",
+        feature = "mysql",
         feature = "etcd",
         feature = "zookeeper"
     )),
@@ -170,6 +177,11 @@ impl Connector {
             &built_schemes(distlock_postgres::SCHEMES),
             |url| async move { distlock_postgres::connect(&url).await },
         );
+        #[cfg(feature = "mysql")]
+        let connector = connector
+            .with_shared(&built_schemes(distlock_mysql::SCHEMES), |url| async move {
+                distlock_mysql::connect(&url).await
+            });
         #[cfg(feature = "etcd")]
         let connector = connector
             .with_shared(&built_schemes(distlock_etcd::SCHEMES), |url| async move {
@@ -265,6 +277,7 @@ impl Connector {
 /// | `redis://`, `rediss://`, `redis-cluster://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server (feature `redis`; `redis-tls` for `rediss://`) or a Redis Cluster (feature `redis-cluster`) |
 /// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
+/// | `mysql://`, `mariadb://` | [`MySqlBackend`](distlock_mysql::MySqlBackend) on MySQL or MariaDB (feature `mysql`) |
 /// | `etcd://`, `etcds://` | [`EtcdBackend`](distlock_etcd::EtcdBackend) (feature `etcd`) |
 /// | `zookeeper://`, `zk://` | [`ZooKeeperBackend`](distlock_zookeeper::ZooKeeperBackend) (feature `zookeeper`) |
 ///
@@ -324,7 +337,7 @@ pub struct BackendConfig {
         serde(default, skip_serializing_if = "Option::is_none")
     )]
     pub url: Option<String>,
-    /// The backend, by its URL scheme (`redis`, `postgres`, `etcd`, `zookeeper`,
+    /// The backend, by its URL scheme (`redis`, `postgres`, `mysql`, `etcd`, `zookeeper`,
     /// `redlock`, `redis-cluster`, `memory`, ... as in [`connect`]'s table), when the
     /// setting is given in parts.
     #[cfg_attr(

@@ -3,8 +3,9 @@
 //! This facade re-exports [`distlock_core`]: the [`LockBackend`] trait and its contract,
 //! the [`LockClient`] with its guards, and the in-process [`MemoryBackend`]. Each
 //! network backend is an opt-in cargo feature, as in sqlx: `redis` (module
-//! [`redis`]), `postgres` (module [`postgres`]) and `etcd` (module [`etcd`]), each
-//! with a `-tls` variant. Add only what you use (`cargo add distlock --features
+//! [`redis`]), `postgres` (module [`postgres`]), `mysql` (module [`mysql`], MySQL and
+//! MariaDB), `etcd` (module [`etcd`]) and `zookeeper` (module [`zookeeper`]); redis,
+//! postgres and etcd each with a `-tls` variant. Add only what you use (`cargo add distlock --features
 //! redis`): the etcd backend needs `protoc` at build time, and the others do not.
 //!
 //! ```
@@ -51,6 +52,12 @@ pub mod redis {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use distlock_postgres::*;
+}
+
+/// The MySQL and MariaDB backend (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    pub use distlock_mysql::*;
 }
 
 /// The etcd backend (feature `etcd`).

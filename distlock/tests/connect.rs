@@ -57,26 +57,26 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_code_path_runs_on_every_backend_chosen_by_url() {
     // Fails, never skips, without the backends: `cargo test --workspace` enables them
-    // (lockbench depends on all three); alone, run it with
-    // `--features redis,postgres,etcd`.
-    let mut urls = vec![("memory".to_owned(), "memory://".to_owned(), None)];
+    // (lockbench depends on them all); alone, run it with
+    // `--features redis,postgres,mysql,etcd,zookeeper`.
+    let mut urls = vec![("memory", "memory://".to_owned(), None)];
     for server in distlock_testservers::ALL {
         let handle = ServerHandle::start(server)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        urls.push((server.name().to_owned(), handle.url(), Some(handle)));
+        urls.push((server.backend_name(), handle.url(), Some(handle)));
     }
     let masters = distlock_testservers::RedisMasters::start(3)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    urls.push(("redlock".to_owned(), masters.url(), None));
+    urls.push(("redlock", masters.url(), None));
     let connector = Connector::new();
     for (name, url, _server) in &urls {
         let backend = connector
             .connect(url)
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(backend.name(), name);
+        assert_eq!(backend.name(), *name);
         let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(2));
         let client = LockClient::with_options(backend, LockOptions::new(ttl)).expect("options");
         let first = client
@@ -95,9 +95,10 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
 /// build with every feature has them all.
 #[test]
 fn the_backend_table_is_each_crates_own() {
-    let own: [&[&str]; 4] = [
+    let own: [&[&str]; 5] = [
         distlock_redis::SCHEMES,
         distlock_postgres::SCHEMES,
+        distlock_mysql::SCHEMES,
         distlock_etcd::SCHEMES,
         distlock_zookeeper::SCHEMES,
     ];

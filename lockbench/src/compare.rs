@@ -295,11 +295,15 @@ async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError
     match server.name() {
         "redis" => floors::redis(url).await,
         "postgres" => floors::postgres(url).await,
+        "mariadb" => {
+            let server = url.split('?').next().unwrap_or(url);
+            floors::mysql(&server.replacen("mariadb://", "mysql://", 1)).await
+        }
         "zookeeper" => {
             let servers = url.trim_start_matches("zookeeper://");
             floors::zookeeper(servers.split(['/', '?']).next().unwrap_or_default()).await
         }
-        _ => {
+        "etcd" => {
             let first = url
                 .trim_start_matches("etcd://")
                 .split(',')
@@ -307,6 +311,9 @@ async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError
                 .unwrap_or_default();
             floors::etcd(&format!("http://{first}")).await
         }
+        // A server with no floor of its own is measured without one, never against
+        // another server's.
+        other => Err(format!("lockbench has no raw floor for {other}").into()),
     }
 }
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::Postgres;
+use sqlx::{MySql, Postgres};
 
 use crate::report::FloorRole;
 use crate::run::BoxError;
@@ -268,6 +269,126 @@ pub(crate) async fn postgres(url: &str) -> Result<Vec<S1Entry>, BoxError> {
         S1Entry::new(
             "pg_try_advisory_lock + pg_advisory_unlock",
             floor(PgCycle::Advisory),
+        ),
+    ])
+}
+
+/// Which MySQL statements a floor cycle runs.
+#[derive(Clone, Copy)]
+enum MySqlCycle {
+    Select1,
+    Table,
+    SessionLock,
+}
+
+/// MySQL or MariaDB, on a pool of its own as large as the backend's (10
+/// connections), so that S2 runs both at the same concurrency and connection count.
+#[derive(Clone)]
+struct MySqlFloor {
+    pool: MySqlPool,
+    cycle: MySqlCycle,
+}
+
+impl Contender for MySqlFloor {
+    /// The key, the owner, and (for `GET_LOCK`, which belongs to its session) the
+    /// connection that holds it.
+    type Held = Option<(String, [u8; 16], Option<PoolConnection<MySql>>)>;
+
+    async fn try_take(&self, key: &str) -> Result<Option<Self::Held>, BoxError> {
+        let mut conn = self.pool.acquire().await?;
+        match self.cycle {
+            MySqlCycle::Select1 => {
+                let _: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *conn).await?;
+                Ok(Some(None))
+            }
+            MySqlCycle::Table => {
+                let owner = rand::random::<u128>().to_be_bytes();
+                let got = sqlx::query(
+                    "INSERT IGNORE INTO lockbench_floor VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL 30 SECOND)",
+                )
+                .bind(key.as_bytes())
+                .bind(&owner[..])
+                .execute(&mut *conn)
+                .await?;
+                Ok((got.rows_affected() == 1).then(|| Some((key.to_owned(), owner, None))))
+            }
+            MySqlCycle::SessionLock => {
+                // GET_LOCK names are at most 64 characters: a hash of the key.
+                let got: Option<i32> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+                    .bind(format!("{:016x}", advisory_id(key)))
+                    .fetch_one(&mut *conn)
+                    .await?;
+                Ok((got == Some(1)).then(|| Some((key.to_owned(), [0; 16], Some(conn)))))
+            }
+        }
+    }
+
+    async fn take(&self, _: &str, _: Duration) -> Result<Self::Held, BoxError> {
+        no_waiting()
+    }
+
+    async fn give_back(&self, held: Self::Held) -> Result<(), BoxError> {
+        let Some((key, owner, session)) = held else {
+            return Ok(());
+        };
+        let mut conn = match session {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        match self.cycle {
+            MySqlCycle::Select1 => {}
+            MySqlCycle::Table => {
+                sqlx::query("DELETE FROM lockbench_floor WHERE name = ? AND owner = ?")
+                    .bind(key.as_bytes())
+                    .bind(&owner[..])
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            MySqlCycle::SessionLock => {
+                let _: Option<i32> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+                    .bind(format!("{:016x}", advisory_id(&key)))
+                    .fetch_one(&mut *conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// MySQL's and MariaDB's floors: `SELECT 1`; the bare insert-or-nothing and delete
+/// statements on a lock table (what services write by hand, without a fence); and the
+/// `GET_LOCK`/`RELEASE_LOCK` session-lock pair users would pick instead. `url` is a
+/// `mysql://` URL of the server.
+pub(crate) async fn mysql(url: &str) -> Result<Vec<S1Entry>, BoxError> {
+    let pool = MySqlPoolOptions::new()
+        .max_connections(PG_POOL)
+        // As the backend's pool: no ping before each statement.
+        .test_before_acquire(false)
+        .connect(url)
+        .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS lockbench_floor (name VARBINARY(256) PRIMARY KEY, owner VARBINARY(64) NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE=InnoDB",
+    )
+    .execute(&pool)
+    .await?;
+    let floor = |cycle| MySqlFloor {
+        pool: pool.clone(),
+        cycle,
+    };
+    Ok(vec![
+        S1Entry::floor(
+            FloorRole::RoundTrip,
+            "SELECT 1 (one round trip)",
+            floor(MySqlCycle::Select1),
+        ),
+        S1Entry::floor(
+            FloorRole::Cycle,
+            "bare INSERT IGNORE + DELETE on a lock table",
+            floor(MySqlCycle::Table),
+        ),
+        S1Entry::new(
+            "GET_LOCK + RELEASE_LOCK (session lock)",
+            floor(MySqlCycle::SessionLock),
         ),
     ])
 }

@@ -7,7 +7,7 @@
 //! results folder.
 //!
 //! ```text
-//! lockbench [--quick | --soak] [--out DIR] [--backends memory,redis,postgres,etcd,zookeeper] [--require-all] [--skip-suite]
+//! lockbench [--quick | --soak] [--out DIR] [--backends memory,redis,postgres,mariadb,etcd,zookeeper] [--require-all] [--skip-suite]
 //! lockbench torture [--quick | --soak] [--out DIR] [--backends ...] [--require-all]
 //! ```
 //!

@@ -8,7 +8,7 @@ use crate::run::Mode;
 
 /// The backends every run goes through unless `--backends` says otherwise.
 pub(crate) const DEFAULT_BACKENDS: &str =
-    "memory,redis,postgres,etcd,zookeeper,redlock-3,redlock-5,redis-cluster";
+    "memory,redis,postgres,mariadb,etcd,zookeeper,redlock-3,redlock-5,redis-cluster";
 
 /// What every run of lockbench takes: its mode, where its results go, and on which
 /// backends.

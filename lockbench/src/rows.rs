@@ -60,7 +60,7 @@ impl Row {
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
             Row::Memory => "memory",
-            Row::Server(server) => server.name(),
+            Row::Server(server) => server.backend_name(),
             Row::Redlock { .. } => "redlock",
             Row::Cluster { .. } => "redis",
         }

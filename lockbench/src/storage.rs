@@ -1,10 +1,10 @@
 //! S5, bounded storage: lock and release many distinct names, then count what the
 //! server still keeps of them, at once and once each backend's own bound has passed
-//! (Redis: the lease plus the fence counter's grace; PostgreSQL: its purge; etcd:
-//! the lease).
+//! (Redis: the lease plus the fence counter's grace; PostgreSQL and MySQL: their
+//! purge; etcd: the lease).
 //!
 //! Counted on the server, by each server's own means: keys matching the names on
-//! Redis, rows on PostgreSQL, keys under the names' prefix on etcd.
+//! Redis, rows on PostgreSQL and MariaDB, keys under the names' prefix on etcd.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +45,13 @@ pub(crate) fn bound(server: &str, short: bool) -> (&'static str, Duration) {
         ("postgres", true) => (
             "purge_every_ms=1000&response_timeout_ms=1000",
             Duration::from_secs(6),
+        ),
+        // Rows that ended `purge_after_ms` ago (a minute) go at the next purge (every
+        // 30 s).
+        ("mariadb", false) => ("", Duration::from_secs(95)),
+        ("mariadb", true) => (
+            "purge_every_ms=1000&purge_after_ms=1000",
+            Duration::from_secs(4),
         ),
         // A key's node is a container: ZooKeeper deletes it once empty, at its next
         // check (every second on the test servers; every minute by default).
@@ -98,6 +105,7 @@ pub(crate) async fn measure(
 enum Counter {
     Redis(redis::aio::MultiplexedConnection),
     Postgres(sqlx::PgPool),
+    MySql(sqlx::MySqlPool),
     Etcd(Box<etcd_client::Client>),
     /// The session, and the backend's configuration (where its key nodes live).
     ZooKeeper(
@@ -115,12 +123,18 @@ impl Counter {
                     .await?,
             ),
             "postgres" => Counter::Postgres(sqlx::PgPool::connect(url).await?),
+            "mariadb" => {
+                let server = url.split('?').next().unwrap_or(url);
+                Counter::MySql(
+                    sqlx::MySqlPool::connect(&server.replacen("mariadb://", "mysql://", 1)).await?,
+                )
+            }
             "zookeeper" => {
                 let config = distlock::zookeeper::ZooKeeperConfig::from_url(url)?;
                 let client = zookeeper_client::Client::connect(&config.servers().join(",")).await?;
                 Counter::ZooKeeper(client, Box::new(config))
             }
-            _ => {
+            "etcd" => {
                 let endpoints: Vec<String> = url
                     .trim_start_matches("etcd://")
                     .split('?')
@@ -133,6 +147,7 @@ impl Counter {
                     etcd_client::Client::connect(endpoints, None).await?,
                 ))
             }
+            other => return Err(format!("lockbench cannot count what {other} keeps").into()),
         })
     }
 
@@ -164,6 +179,14 @@ impl Counter {
                 let n: i64 =
                     sqlx::query_scalar("SELECT count(*) FROM distlock_locks WHERE key LIKE $1")
                         .bind(format!("{prefix}%"))
+                        .fetch_one(pool)
+                        .await?;
+                Ok(u64::try_from(n)?)
+            }
+            Counter::MySql(pool) => {
+                let n: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM distlock_locks WHERE name LIKE ?")
+                        .bind(format!("{prefix}%").into_bytes())
                         .fetch_one(pool)
                         .await?;
                 Ok(u64::try_from(n)?)

@@ -205,6 +205,13 @@ async fn crate_readmes() -> Outcome {
         drop(client);
     }
     {
+        // begin: mysql-readme
+        let backend = distlock_mysql::MySqlBackend::connect("mysql://app:password@db/app?table=service_locks").await?;
+        let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+        // end
+        drop(client);
+    }
+    {
         // begin: etcd-readme
         let backend = distlock_etcd::EtcdBackend::connect("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379").await?;
         let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));

@@ -69,7 +69,7 @@ impl BackendRun {
     fn has_floors(&self) -> bool {
         matches!(
             self.backend.as_str(),
-            "redis" | "postgres" | "etcd" | "zookeeper"
+            "redis" | "postgres" | "mariadb" | "etcd" | "zookeeper"
         )
     }
 
@@ -123,7 +123,10 @@ impl BackendRun {
             _ if floors => out.push(not_measured(name.into())),
             _ => {}
         }
-        if matches!(self.backend.as_str(), "redis" | "postgres" | "etcd") {
+        if matches!(
+            self.backend.as_str(),
+            "redis" | "postgres" | "mariadb" | "etcd"
+        ) {
             let name = "client CPU per S2 cycle at most 1.3× the raw floor's";
             match (&self.s2_throughput, &self.s2_floor) {
                 (Some(ours), Some(floor)) => out.push(cpu_within(name.into(), ours, floor, 1.3)),

@@ -3,8 +3,8 @@
 //!
 //! - The **fenced** register is distlock's own fenced-store adapter of the backend's
 //!   kind, on a server of its own: `RedisStore` on a Redis of its own (for Redis,
-//!   Redlock and the cluster), `PostgresStore` on a second PostgreSQL, `EtcdStore` on
-//!   a second etcd, `ZooKeeperStore` on a second ZooKeeper, `MemoryStore` for
+//!   Redlock and the cluster), `PostgresStore` on a second PostgreSQL, `MySqlStore`
+//!   on a second MariaDB, `EtcdStore` on a second etcd, `ZooKeeperStore` on a second ZooKeeper, `MemoryStore` for
 //!   memory.
 //!   Holders read it with a claiming read and write it under their fence; the run
 //!   logs each operation the adapter accepted, with when it was sent and when it
@@ -19,12 +19,14 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use distlock::etcd::fenced::EtcdStore;
+use distlock::mysql::fenced::MySqlStore;
+use distlock::mysql::MySqlBackend;
 use distlock::postgres::fenced::PostgresStore;
 use distlock::redis::fenced::RedisStore;
 use distlock::zookeeper::fenced::ZooKeeperStore;
 use distlock::zookeeper::ZooKeeperBackend;
 use distlock::{DynFencedStore, ErrorKind, FencedStoreExt, FencingToken, MemoryStore};
-use distlock_testservers::{Etcd, Redis, ServerHandle, ZooKeeper};
+use distlock_testservers::{Etcd, MariaDb, Redis, ServerHandle, ZooKeeper};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
@@ -43,8 +45,8 @@ pub(crate) struct FencedRegister {
 
 impl FencedRegister {
     /// The adapter of `row`'s kind, on a server other than the lock servers: a new
-    /// container for the Redis family (one Redis, Redlock, a cluster), etcd and
-    /// ZooKeeper, the control's PostgreSQL server for PostgreSQL, and the in-process
+    /// container for the Redis family (one Redis, Redlock, a cluster), MariaDB, etcd
+    /// and ZooKeeper, the control's PostgreSQL server for PostgreSQL, and the in-process
     /// store for the in-process backend.
     pub(crate) async fn start(row: Row, control_url: &str) -> Result<Self, BoxError> {
         let family = match row {
@@ -77,6 +79,15 @@ impl FencedRegister {
                     Arc::new(PostgresStore::new(&lock_backend).await?),
                     "PostgresStore on a PostgreSQL of its own",
                     None,
+                )
+            }
+            "mysql" => {
+                let handle = ServerHandle::start(&MariaDb).await?;
+                let lock_backend = MySqlBackend::connect(&handle.url()).await?;
+                (
+                    Arc::new(MySqlStore::new(&lock_backend).await?),
+                    "MySqlStore on a MariaDB of its own",
+                    Some(handle),
                 )
             }
             "zookeeper" => {

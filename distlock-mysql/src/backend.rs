@@ -1,0 +1,459 @@
+//! [`MySqlBackend`]: the contract on a MySQL or MariaDB lock table, one statement per
+//! operation.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ExtendRequest, FenceDurability, Grant, OwnerToken,
+    ReleaseOutcome, Renewal, RoundTrips,
+};
+use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
+use sqlx::{Executor as _, Row as _};
+use tracing::debug;
+
+use crate::config::MySqlConfig;
+use crate::error::{from_sqlx, is_contention, timed_out, Setting};
+use crate::sql::{Statements, REFUSED};
+
+const NAME: &str = "mysql";
+
+/// A lock backend on a MySQL or MariaDB (InnoDB) table.
+///
+/// Every operation is one statement in autocommit mode, so one round trip, and needs
+/// no session state. Clones share the pool.
+#[derive(Clone)]
+pub struct MySqlBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: MySqlConfig,
+    capabilities: Capabilities,
+    pool: MySqlPool,
+    sql: Statements,
+}
+
+impl fmt::Debug for MySqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One argument of a statement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+impl MySqlBackend {
+    /// Connects with the settings of a `mysql://` or `mariadb://` URL (see
+    /// [`MySqlConfig`]) and creates the lock tables if they are missing (unless
+    /// `migrate=false`). Wrong credentials fail here, at once, with
+    /// [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(MySqlConfig::from_url(url)?).await
+    }
+
+    /// Connects with `config`, typed or parsed, after [checking](MySqlConfig::check)
+    /// it, on a pool of the backend's own (`pool_size` connections). Each connection
+    /// sets `innodb_lock_wait_timeout` to the response timeout (rounded up to whole
+    /// seconds), so that no statement waits on a row lock longer than the backend
+    /// waits for it.
+    pub async fn connect_with(config: MySqlConfig) -> Result<Self> {
+        config.check()?;
+        let lock_wait = config.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.pool_size)
+            .min_connections(0)
+            .acquire_timeout(config.acquire_timeout)
+            // One round trip per operation: no ping before each.
+            .test_before_acquire(false)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(
+                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
+                    )
+                    .await
+                    .map(drop)
+                })
+            })
+            .connect_lazy_with(config.connect.clone());
+        Self::start(config, pool, 1).await
+    }
+
+    /// A backend on the service's own sqlx `pool`: no pool of its own. From `config`
+    /// only the lock settings are read (table, time-outs, `migrate`, purge); the
+    /// connection settings are the pool's.
+    ///
+    /// What it does with the pool: each operation takes one connection for one
+    /// statement, waiting at most the acquire timeout, and gives it back. It changes no
+    /// session setting (a row-lock wait is then bounded by the pool's own
+    /// `innodb_lock_wait_timeout`; the backend gives up on a statement at its response
+    /// timeout either way). A pool that tests each connection before handing it out
+    /// (sqlx's default, `test_before_acquire`) adds a round trip to every operation:
+    /// the capabilities then declare two; with
+    /// `MySqlPoolOptions::test_before_acquire(false)` each operation is one.
+    pub async fn from_pool(pool: MySqlPool, config: MySqlConfig) -> Result<Self> {
+        config.check()?;
+        let trips = if pool.options().get_test_before_acquire() {
+            2
+        } else {
+            1
+        };
+        Self::start(config, pool, trips).await
+    }
+
+    async fn start(config: MySqlConfig, pool: MySqlPool, trips: u32) -> Result<Self> {
+        let mut capabilities = Capabilities::default();
+        capabilities.round_trips = RoundTrips {
+            acquire: trips,
+            release: trips,
+            extend: trips,
+        };
+        capabilities.min_ttl = Duration::from_millis(10);
+        capabilities.fence_durability = FenceDurability::Durable;
+        capabilities.leases_survive_restart = true;
+        // MySQL has no notifications: waiters poll, with backoff.
+        capabilities.change_notification = false;
+        capabilities.force_release = true;
+        capabilities.list = true;
+        capabilities.fair = false;
+        capabilities.permits = false;
+        let sql = Statements::new(&config.table);
+        let backend = MySqlBackend {
+            inner: Arc::new(Inner {
+                config,
+                capabilities,
+                pool,
+                sql,
+            }),
+        };
+        // Connects (so that wrong credentials fail here) and creates the tables, or
+        // checks that a DBA did.
+        if backend.inner.config.migrate {
+            backend.migrate().await?;
+        } else {
+            backend.check_tables().await?;
+        }
+        if let Some(every) = backend.inner.config.purge_every {
+            tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
+        }
+        Ok(backend)
+    }
+
+    /// The statements [`migrate`](Self::migrate) runs for `config`'s lock table, in
+    /// order, for a DBA or a migration tool to run (then connect with
+    /// `migrate=false`). `distlock migrate --print` prints them.
+    pub fn migration_sql(config: &MySqlConfig) -> Vec<String> {
+        Statements::new(&config.table).migrate
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &MySqlConfig {
+        &self.inner.config
+    }
+
+    /// Creates the lock table and its fence floor if they are missing. Idempotent, and
+    /// safe to run from many processes at once. [`connect`](Self::connect) runs it
+    /// unless the configuration turned it off (`migrate=false`).
+    pub async fn migrate(&self) -> Result<()> {
+        for statement in &self.inner.sql.migrate {
+            self.execute(statement, &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the migration's tables, and the floor's one row, are there: a
+    /// [`Configuration`](distlock_core::ErrorKind::Configuration) error says what to run.
+    async fn check_tables(&self) -> Result<()> {
+        let rows = match self.rows(&self.inner.sql.check, &[]).await? {
+            Ok(rows) => rows,
+            // The floor table is missing: the count cannot even be read.
+            Err(e) if crate::error::number(&e) == Some(1146) => Vec::new(),
+            Err(e) => return Err(self.driver_error(e)),
+        };
+        let counts = rows.first().and_then(|row| {
+            Some((
+                row.try_get::<i64, _>(0).ok()?,
+                row.try_get::<i64, _>(1).ok()?,
+            ))
+        });
+        if counts == Some((self.inner.sql.tables.len() as i64, 1)) {
+            return Ok(());
+        }
+        Err(distlock_core::backend::config_error(
+            NAME,
+            format!(
+                "migrate=false, but the lock tables ({}, with the floor's row) are not all there on {}; \
+                 run the statements of MySqlBackend::migration_sql (`distlock migrate --print`), \
+                 or connect once with migrate=true",
+                self.inner.sql.tables.join(", "),
+                self.inner.config.endpoint()
+            ),
+        ))
+    }
+
+    /// Deletes the rows of released leases and of leases that ran out more than
+    /// `older_than` ago, and returns how many. A released lease's row is kept (it holds the name's fence); the
+    /// backend runs this on its own every `purge_every_ms` (30 s unless set;
+    /// `purge=false` turns it off) with `older_than` of `purge_after_ms` (a minute
+    /// unless set).
+    ///
+    /// It is safe at any age: the floor of fences is raised over every deleted row in
+    /// the same transaction, which no grant overlaps (see the crate's docs).
+    pub async fn purge_expired(&self, older_than: Duration) -> Result<u64> {
+        let us = micros(older_than);
+        let config = &self.inner.config;
+        let sql = &self.inner.sql;
+        let work = async {
+            let mut conn = self.inner.pool.acquire().await?;
+            // Read committed, for this transaction only: its reads of the lock table
+            // lock nothing, and its delete keeps locks on the rows it deletes alone,
+            // so a release or extend meanwhile waits for it (or it for them) but
+            // never both (under repeatable read a scan's shared locks, upgraded to
+            // delete, deadlocked with releases).
+            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            tx.execute(sqlx::query(&sql.lock_floor)).await?;
+            tx.execute(sqlx::query(&sql.raise_floor).bind(us)).await?;
+            let done = tx.execute(sqlx::query(&sql.purge).bind(us)).await?;
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(done.rows_affected())
+        };
+        tokio::time::timeout(config.response_timeout, work)
+            .await
+            .map_err(|_| timed_out(config, Setting::Response))?
+            .map_err(|e| from_sqlx(config, e))
+    }
+
+    /// A driver error as this backend reports it (credentials scrubbed).
+    pub(crate) fn driver_error(&self, e: sqlx::Error) -> Error {
+        from_sqlx(&self.inner.config, e)
+    }
+
+    /// The pool the backend runs its statements on.
+    pub(crate) fn pool(&self) -> &MySqlPool {
+        &self.inner.pool
+    }
+
+    /// Runs `op` within the response timeout: a timeout outside, the driver's own
+    /// result inside (a pool that gave no connection in time is the acquire timeout).
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: impl Future<Output = std::result::Result<T, sqlx::Error>>,
+    ) -> Result<std::result::Result<T, sqlx::Error>> {
+        let config = &self.inner.config;
+        match tokio::time::timeout(config.response_timeout, op).await {
+            Err(_) => Err(timed_out(config, Setting::Response)),
+            Ok(Err(sqlx::Error::PoolTimedOut)) => Err(timed_out(config, Setting::Acquire)),
+            Ok(result) => Ok(result),
+        }
+    }
+
+    /// One statement with `args`: its rows, or the driver's error for the caller to
+    /// classify.
+    async fn rows(
+        &self,
+        statement: &str,
+        args: &[Arg<'_>],
+    ) -> Result<std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
+        self.bounded(self.inner.pool.fetch_all(bind(statement, args)))
+            .await
+    }
+
+    /// One statement with `args` that returns no rows: its OK packet, or the driver's
+    /// error for the caller to classify.
+    async fn done(
+        &self,
+        statement: &str,
+        args: &[Arg<'_>],
+    ) -> Result<std::result::Result<MySqlQueryResult, sqlx::Error>> {
+        self.bounded(self.inner.pool.execute(bind(statement, args)))
+            .await
+    }
+
+    /// [`done`](Self::done), with the driver's error as this backend's.
+    async fn execute(&self, statement: &str, args: &[Arg<'_>]) -> Result<MySqlQueryResult> {
+        self.done(statement, args)
+            .await?
+            .map_err(|e| self.driver_error(e))
+    }
+
+    /// [`rows`](Self::rows), with the driver's error as this backend's.
+    async fn fetch(&self, statement: &str, args: &[Arg<'_>]) -> Result<Vec<MySqlRow>> {
+        self.rows(statement, args)
+            .await?
+            .map_err(|e| self.driver_error(e))
+    }
+}
+
+/// `statement` with `args` bound, in order.
+fn bind<'q>(
+    statement: &'q str,
+    args: &[Arg<'q>],
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let mut query = sqlx::query(statement);
+    for arg in args {
+        query = match *arg {
+            Arg::Bytes(bytes) => query.bind(bytes),
+            Arg::Int(value) => query.bind(value),
+        };
+    }
+    query
+}
+
+/// `duration` in whole microseconds, as MySQL's `INTERVAL ... MICROSECOND` takes it.
+pub(crate) fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn fence(raw: i64) -> FencingToken {
+    FencingToken::new(u64::try_from(raw).unwrap_or(0))
+}
+
+fn remaining(raw_us: Option<i64>) -> Duration {
+    raw_us
+        .and_then(|us| u64::try_from(us).ok())
+        .map(Duration::from_micros)
+        .unwrap_or_default()
+}
+
+/// Deletes the rows of ended leases every `every`, for as long as the backend lives.
+/// A failure is logged and tried again next time.
+async fn purge_on_its_own(backend: std::sync::Weak<Inner>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(inner) = backend.upgrade() else {
+            return;
+        };
+        let backend = MySqlBackend { inner };
+        let after = backend.inner.config.purge_after;
+        match backend.purge_expired(after).await {
+            Ok(deleted) => debug!(deleted, "purged the rows of ended leases"),
+            Err(e) => debug!(error = %e, "purging the rows of ended leases failed"),
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for MySqlBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.inner.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let args = [
+            Arg::Bytes(request.key().as_str().as_bytes()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+            Arg::Int(micros(request.ttl())),
+        ];
+        match self.done(&self.inner.sql.acquire, &args).await? {
+            // The granted fence, or a refusal with the holder's remaining TTL (see
+            // `sql.rs`); 0 only where no row was written at all (no floor row).
+            Ok(done) => Ok(match done.last_insert_id() {
+                0 => Grant::Held { remaining: None },
+                raw if raw >= REFUSED => Grant::Held {
+                    remaining: Some(Duration::from_micros(raw - REFUSED)),
+                },
+                raw => Grant::Granted(FencingToken::new(raw)),
+            }),
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: not acquired");
+                Ok(Grant::Held { remaining: None })
+            }
+            Err(e) => Err(self.driver_error(e)),
+        }
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let args = [
+            Arg::Bytes(key.as_str().as_bytes()),
+            Arg::Bytes(&owner.as_bytes()[..]),
+        ];
+        let done = self.execute(&self.inner.sql.release, &args).await?;
+        Ok(if done.rows_affected() == 0 {
+            ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
+        })
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let args = [
+            Arg::Int(micros(request.ttl())),
+            Arg::Bytes(request.key().as_str().as_bytes()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+        ];
+        let done = self.execute(&self.inner.sql.extend, &args).await?;
+        Ok(if done.rows_affected() == 0 {
+            Renewal::NotHeld
+        } else {
+            Renewal::Renewed
+        })
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let args = [Arg::Bytes(key.as_str().as_bytes())];
+        let rows = self.fetch(&self.inner.sql.inspect, &args).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
+        let (raw, us) = decoded.map_err(|e| self.driver_error(e))?;
+        Ok(Some(LockInfo {
+            fence: fence(raw),
+            remaining: remaining(us),
+        }))
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let args = [Arg::Bytes(prefix.as_bytes()), Arg::Bytes(prefix.as_bytes())];
+        let rows = self.fetch(&self.inner.sql.list, &args).await?;
+        let mut held = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let decoded = (|| {
+                Ok::<_, sqlx::Error>((
+                    row.try_get::<Vec<u8>, _>(0)?,
+                    row.try_get::<i64, _>(1)?,
+                    row.try_get(2)?,
+                ))
+            })();
+            let (name, raw, us) = decoded.map_err(|e| self.driver_error(e))?;
+            // A row whose name is no lock key (written by hand, say) is not a lock.
+            let Ok(key) = String::from_utf8(name)
+                .map_err(drop)
+                .and_then(|name| LockKey::new(name).map_err(drop))
+            else {
+                continue;
+            };
+            let info = LockInfo {
+                fence: fence(raw),
+                remaining: remaining(us),
+            };
+            held.push((key, info));
+        }
+        Ok(held)
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let args = [Arg::Bytes(key.as_str().as_bytes())];
+        let done = self.execute(&self.inner.sql.force_release, &args).await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,343 @@
+//! [`MySqlConfig`]: what a `mysql://` or `mariadb://` URL says.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use distlock_core::backend::{ConnectionUrl, Endpoint};
+use distlock_core::{Error, Result};
+use sqlx::mysql::MySqlConnectOptions;
+
+/// The URL schemes this backend serves.
+pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
+
+/// MySQL's and MariaDB's port, where a URL names none.
+pub const DEFAULT_PORT: u16 = 3306;
+
+/// Where and how to reach MySQL or MariaDB, and which lock table to use: built from a
+/// URL ([`from_url`](Self::from_url), or `str::parse`), or typed ([`MySqlConfig::new`]
+/// from sqlx's own [`MySqlConnectOptions`], and the `with_` setters); the same
+/// settings either way. With a pool the service already has, only the lock settings
+/// are read (see [`MySqlBackend::from_pool`](crate::MySqlBackend::from_pool)).
+///
+/// `mysql://user:password@host[:port]/database?table=..&pool_size=..&migrate=true|false&purge_every_ms=..&purge=true|false&response_timeout_ms=..&acquire_timeout_ms=..`
+/// (`mariadb://` is the same)
+///
+/// - the port is 3306 unless given; user, password and database are percent-encoded
+///   where they hold a reserved character (`%40` for `@`, say); the database is
+///   required, since the lock tables live in it;
+/// - `table` (default `distlock_locks`) names the lock table: lowercase letters,
+///   digits and `_`, starting with a letter or `_`, at most 48 bytes (the backend adds
+///   suffixes of its own); anything else is refused, so no setting can inject SQL;
+/// - `pool_size` (default 10) bounds the connections;
+/// - `migrate=false` leaves the tables to a DBA: the backend then only checks at
+///   connect that they are there ([`MySqlBackend::migration_sql`](crate::MySqlBackend::migration_sql)
+///   prints what to run);
+/// - `purge_every_ms` (default 30000) is how often the rows of released leases, and
+///   of leases that ran out more than `purge_after_ms` (default 60000) ago, are
+///   deleted; `purge=false` turns that off;
+/// - `response_timeout_ms` (default 5000) bounds each statement (and is the server's
+///   `innodb_lock_wait_timeout` for the backend's own connections, rounded up to whole
+///   seconds), `acquire_timeout_ms` (default 3000) each wait for a pooled connection,
+///   connecting included.
+///
+/// TLS is not in this version: the server must accept connections without it. Any
+/// other option is a configuration error that names it and lists the valid ones.
+/// `Debug` and errors show the URL with its password replaced by `***`.
+#[derive(Clone)]
+pub struct MySqlConfig {
+    pub(crate) connect: MySqlConnectOptions,
+    pub(crate) shown_url: String,
+    pub(crate) password: Option<String>,
+    pub(crate) table: String,
+    pub(crate) pool_size: u32,
+    pub(crate) migrate: bool,
+    pub(crate) response_timeout: Duration,
+    pub(crate) acquire_timeout: Duration,
+    pub(crate) purge_every: Option<Duration>,
+    pub(crate) purge_after: Duration,
+}
+
+/// The longest table name: MySQL's 64 less the longest suffix the backend adds
+/// (`_fenced`), and some room.
+const MAX_TABLE: usize = 48;
+
+fn config_error(message: impl Into<String>) -> Error {
+    distlock_core::backend::config_error("mysql", message)
+}
+
+/// Checks the table name: what it may be is narrow on purpose, so that it needs no
+/// escaping and cannot carry SQL.
+pub(crate) fn check_table(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= MAX_TABLE {
+        Ok(())
+    } else {
+        Err(config_error(format!(
+            "the table name {name:?} is not allowed: use 1 to {MAX_TABLE} lowercase letters, digits or _, not starting with a digit"
+        )))
+    }
+}
+
+impl FromStr for MySqlConfig {
+    type Err = Error;
+
+    fn from_str(url: &str) -> Result<Self> {
+        MySqlConfig::from_url(url)
+    }
+}
+
+impl MySqlConfig {
+    /// The server sqlx's `connect` options name, with every lock default.
+    pub fn new(connect: MySqlConnectOptions) -> Self {
+        let shown_url = format!(
+            "mysql://{}@{}/{}",
+            distlock_core::backend::encode(connect.get_username()),
+            Endpoint::new(connect.get_host(), connect.get_port()),
+            distlock_core::backend::encode(connect.get_database().unwrap_or(""))
+        );
+        MySqlConfig {
+            connect,
+            shown_url,
+            password: None,
+            table: "distlock_locks".into(),
+            pool_size: 10,
+            migrate: true,
+            response_timeout: Duration::from_secs(5),
+            acquire_timeout: Duration::from_secs(3),
+            purge_every: Some(Duration::from_secs(30)),
+            purge_after: Duration::from_secs(60),
+        }
+    }
+
+    /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration)
+    /// error names what is wrong, never echoing the password.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = ConnectionUrl::parse("mysql", url, SCHEMES, DEFAULT_PORT)?;
+        let [endpoint] = url.endpoints.as_slice() else {
+            return Err(config_error(
+                "a mysql URL names one server (for several, put a proxy such as ProxySQL or MaxScale in front)",
+            ));
+        };
+        let mut options = url.options();
+        let table = options.take("table")?;
+        let pool_size = options.take("pool_size")?;
+        let migrate = options.flag("migrate")?;
+        let response_timeout = options.millis("response_timeout_ms")?;
+        let acquire_timeout = options.millis("acquire_timeout_ms")?;
+        let purge_every = options.millis("purge_every_ms")?;
+        let purge = options.flag("purge")?;
+        let purge_after = options.millis("purge_after_ms")?;
+        options.finish()?;
+
+        let database = url.path.strip_prefix('/').unwrap_or(&url.path);
+        if database.is_empty() {
+            return Err(config_error(format!(
+                "the URL names no database: write mysql://user:password@{endpoint}/database, \
+                 the database the lock tables live in"
+            )));
+        }
+        let mut connect = MySqlConnectOptions::new()
+            .host(&endpoint.host)
+            .port(endpoint.port)
+            .database(database);
+        if let Some(user) = &url.user {
+            connect = connect.username(user);
+        }
+        if let Some(password) = &url.password {
+            connect = connect.password(password);
+        }
+
+        let mut config = MySqlConfig::new(connect);
+        config.shown_url = url.redacted();
+        config.password = url.password.clone();
+        if let Some(table) = table {
+            config.table = table;
+        }
+        if let Some(size) = pool_size {
+            config.pool_size = size
+                .parse()
+                .map_err(|_| config_error(format!("pool_size must be 1 to 1000, not {size:?}")))?;
+        }
+        config.migrate = migrate.unwrap_or(true);
+        if let Some(timeout) = response_timeout {
+            config.response_timeout = timeout;
+        }
+        if let Some(timeout) = acquire_timeout {
+            config.acquire_timeout = timeout;
+        }
+        if let Some(every) = purge_every {
+            config.purge_every = Some(every);
+        }
+        if purge == Some(false) {
+            config.purge_every = None;
+        }
+        if let Some(after) = purge_after {
+            config.purge_after = after;
+        }
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks the settings as a whole: what [`from_url`](Self::from_url) and
+    /// [`MySqlBackend::connect_with`](crate::MySqlBackend::connect_with) refuse.
+    pub fn check(&self) -> Result<()> {
+        check_table(&self.table)?;
+        if !(1..=1000).contains(&self.pool_size) {
+            return Err(config_error(format!(
+                "pool_size must be 1 to 1000, not {}",
+                self.pool_size
+            )));
+        }
+        if self.response_timeout.is_zero() || self.acquire_timeout.is_zero() {
+            return Err(config_error(
+                "response_timeout_ms and acquire_timeout_ms must be above 0",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The lock table's name (`table`).
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How many connections the backend's own pool opens at most (`pool_size`).
+    pub fn with_pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Whether connecting creates the tables that are missing (`migrate`).
+    pub fn with_migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
+    /// The bound on each statement (`response_timeout_ms`).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The bound on each wait for a pooled connection (`acquire_timeout_ms`).
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// How often the rows of ended leases are deleted; `None` never (`purge_every_ms`,
+    /// `purge=false`).
+    pub fn with_purge_every(mut self, every: Option<Duration>) -> Self {
+        self.purge_every = every;
+        self
+    }
+
+    /// How long after its lease ended the periodic purge deletes a row
+    /// (`purge_after_ms`).
+    pub fn with_purge_after(mut self, after: Duration) -> Self {
+        self.purge_after = after;
+        self
+    }
+
+    /// The lock table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The bound on the backend's own pool.
+    pub fn pool_size(&self) -> u32 {
+        self.pool_size
+    }
+
+    /// Whether connecting creates missing tables.
+    pub fn migrate(&self) -> bool {
+        self.migrate
+    }
+
+    /// How often the rows of ended leases are deleted, if at all.
+    pub fn purge_every(&self) -> Option<Duration> {
+        self.purge_every
+    }
+
+    /// The server, as `host:port`, for errors.
+    pub(crate) fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.connect.get_host(), self.connect.get_port())
+    }
+
+    /// Replaces the password, wherever it appears in `text`, by `***`.
+    pub(crate) fn scrub(&self, text: String) -> String {
+        distlock_core::backend::scrub(text, self.password.as_deref())
+    }
+}
+
+impl fmt::Debug for MySqlConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlConfig")
+            .field("url", &self.shown_url)
+            .field("table", &self.table)
+            .field("pool_size", &self.pool_size)
+            .field("migrate", &self.migrate)
+            .field("purge_every", &self.purge_every)
+            .field("purge_after", &self.purge_after)
+            .field("response_timeout", &self.response_timeout)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_read_and_debug_hides_the_password() {
+        let config: MySqlConfig =
+            "mariadb://app:s3cr%40t@db:3307/locks?table=service_locks&pool_size=4&purge=false"
+                .parse()
+                .expect("parsed");
+        assert_eq!(config.table(), "service_locks");
+        assert_eq!(config.pool_size(), 4);
+        assert_eq!(config.purge_every(), None);
+        assert_eq!(config.endpoint(), Endpoint::new("db", 3307));
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr"), "{shown}");
+        assert!(shown.contains("***"), "{shown}");
+        let defaults: MySqlConfig = "mysql://app@db/locks".parse().expect("parsed");
+        assert_eq!(defaults.endpoint().port, DEFAULT_PORT);
+        assert_eq!(defaults.table(), "distlock_locks");
+        assert_eq!(defaults.purge_every(), Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn bad_settings_are_configuration_errors_that_say_what_to_change() {
+        for (url, says) in [
+            ("mysql://app:pw@db/locks?table=Locks", "table name"),
+            ("mysql://app:pw@db/locks?table=a;drop", "table name"),
+            ("mysql://app:pw@db/locks?pool_size=0", "pool_size"),
+            ("mysql://app:pw@db/locks?pool_sise=3", "pool_sise"),
+            ("mysql://app:pw@db", "names no database"),
+            ("mysql://app:pw@a,b/locks", "one server"),
+            ("mysql://app:pw@db/locks?sslmode=require", "sslmode"),
+        ] {
+            let error = MySqlConfig::from_url(url).expect_err(url);
+            assert_eq!(
+                error.kind(),
+                distlock_core::ErrorKind::Configuration,
+                "{url}"
+            );
+            let text = error.to_string();
+            assert!(text.contains(says), "{url}: {text}");
+            assert!(!text.contains("pw@"), "{url}: {text}");
+        }
+        let long = "t".repeat(MAX_TABLE + 1);
+        assert!(MySqlConfig::from_url(&format!("mysql://db/locks?table={long}")).is_err());
+        let typed = MySqlConfig::new(MySqlConnectOptions::new()).with_pool_size(0);
+        assert!(typed.check().is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! The SQL, built once per backend from a table name that [`check_table`]
+//! (crate::config) has already limited to `[a-z_][a-z0-9_]*`.
+//!
+//! Time is the server's, in UTC (`UTC_TIMESTAMP(6)`, microseconds), never a client's
+//! and never the session's time zone. MySQL reads the clock once per statement, so a
+//! statement that waited on a row lock judges leases as of its start: a lease then
+//! looks alive a little longer than it is (a grant is refused, never given early),
+//! and a grant's lease ends a little sooner than asked (the client counts its
+//! validity from before it sent the request, so it never trusts a lease longer than
+//! the server keeps it). A release therefore ends a lease by setting its expiry to a
+//! fixed past, never to its own clock, which a statement that waited for the row
+//! could still judge to be in the future.
+//!
+//! # Fences
+//!
+//! Each row keeps its name's last fence, and a grant raises it by one under the row's
+//! lock. A name's first row starts above `top` in `<table>_floor`, the highest fence
+//! of any row the purge has deleted, so a name purged and taken again never gets a
+//! fence below one it had. Every grant reads `top` with a shared lock, and the purge
+//! raises it and deletes rows in one transaction that holds it exclusively: a grant
+//! and a purge never overlap, so no grant can read a `top` the purge is about to make
+//! stale. The delete itself takes only rows whose fence is at most the raised `top`,
+//! judged on each row's latest version under its lock, so a row the purge's reading
+//! missed is kept, never deleted above the floor.
+//!
+//! # Answers in the OK packet
+//!
+//! The acquire statement tells its outcome in the insert id of its OK packet: it calls
+//! `LAST_INSERT_ID(expr)` with the granted fence (below 2⁶³, being a `BIGINT`), or
+//! when refused with [`REFUSED`] (2⁶³) plus the holder's remaining TTL in
+//! microseconds, and the server reports the last such value of the statement. So an
+//! acquisition is one statement and one round trip whether granted or not, with no
+//! `RETURNING` (which MySQL lacks) and no affected-rows count (which the driver's
+//! `CLIENT_FOUND_ROWS` makes ambiguous).
+
+/// The statements of one lock table.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) migrate: Vec<String>,
+    /// The tables the migration creates, unquoted.
+    pub(crate) tables: Vec<String>,
+    /// Counts the migration's tables that are there, and the floor's row.
+    pub(crate) check: String,
+    pub(crate) acquire: String,
+    pub(crate) release: String,
+    pub(crate) extend: String,
+    pub(crate) inspect: String,
+    pub(crate) list: String,
+    pub(crate) force_release: String,
+    pub(crate) lock_floor: String,
+    pub(crate) raise_floor: String,
+    pub(crate) purge: String,
+}
+
+/// The expiry of a released lease: before any clock a statement reads.
+const ENDED: &str = "1970-01-01 00:00:00";
+
+/// Added to the holder's remaining TTL in a refusal's insert id: no fence reaches it.
+pub(crate) const REFUSED: u64 = 1 << 63;
+
+/// Microseconds until `expires_at`, by the server's clock.
+const REMAINING_US: &str = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
+
+impl Statements {
+    pub(crate) fn new(table: &str) -> Self {
+        let t = format!("`{table}`");
+        let floor = format!("`{table}_floor`");
+        Statements {
+            migrate: vec![
+                // `name` holds a lock key's UTF-8 bytes (at most 256), compared byte
+                // for byte; `owner` the owner token's 16 bytes.
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\
+                       name VARBINARY(256) NOT NULL, \
+                       owner VARBINARY(64) NOT NULL, \
+                       fence BIGINT NOT NULL, \
+                       expires_at DATETIME(6) NOT NULL, \
+                       PRIMARY KEY (name)) ENGINE=InnoDB"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {floor} (\
+                       id TINYINT NOT NULL, \
+                       top BIGINT NOT NULL, \
+                       PRIMARY KEY (id)) ENGINE=InnoDB"
+                ),
+                format!("INSERT IGNORE INTO {floor} (id, top) VALUES (1, 0)"),
+            ],
+            tables: vec![table.to_owned(), format!("{table}_floor")],
+            check: format!(
+                "SELECT \
+                   (SELECT COUNT(*) FROM information_schema.tables \
+                      WHERE table_schema = DATABASE() AND table_name IN ('{table}', '{table}_floor')), \
+                   (SELECT COUNT(*) FROM {floor} WHERE id = 1)"
+            ),
+            // Inserts the name's first row (its fence above the floor), or takes over
+            // a row whose lease ended, or confirms a live retry of this very owner
+            // (same fence, lease renewed). The assignments run left to right, each
+            // seeing the ones before: the fence first, from the row as it was; then
+            // the owner, from the old expiry; then the expiry, from the new owner.
+            acquire: format!(
+                "INSERT INTO {t} (name, owner, fence, expires_at) \
+                 SELECT ?, ?, LAST_INSERT_ID(f.top + 1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                   FROM {floor} f WHERE f.id = 1 LOCK IN SHARE MODE \
+                 ON DUPLICATE KEY UPDATE \
+                   fence = IF({t}.expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID({t}.fence + 1), \
+                            IF({t}.owner = VALUES(owner), LAST_INSERT_ID({t}.fence), \
+                               {t}.fence + 0 * LAST_INSERT_ID({REFUSED} + {REMAINING_US}))), \
+                   owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
+                   expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at)"
+            ),
+            // Ends this owner's live lease; the row stays, with its fence. The row's
+            // expiry goes to a fixed past ([`ENDED`]), not to this statement's clock: a
+            // statement that read the clock earlier and waited for this row (an
+            // extend racing the release) would otherwise still see the lease as live
+            // and revive it.
+            release: format!(
+                "UPDATE {t} SET expires_at = '{ENDED}' \
+                 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            // Only a live lease of this owner; never revives an ended one.
+            extend: format!(
+                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            inspect: format!(
+                "SELECT fence, {REMAINING_US} FROM {t} \
+                 WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            list: format!(
+                "SELECT name, fence, {REMAINING_US} FROM {t} \
+                 WHERE LEFT(name, LENGTH(?)) = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            force_release: format!(
+                "UPDATE {t} SET expires_at = '{ENDED}' \
+                 WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            // The purge's transaction: the floor first, exclusively (every grant waits
+            // for it, and it for every grant under way), then the floor raised over
+            // the rows about to go, then those rows deleted.
+            lock_floor: format!("SELECT top FROM {floor} WHERE id = 1 FOR UPDATE"),
+            raise_floor: format!(
+                "UPDATE {floor} SET top = GREATEST(top, COALESCE( \
+                   (SELECT MAX(fence) FROM {t} \
+                      WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND), 0)) \
+                 WHERE id = 1"
+            ),
+            purge: format!(
+                "DELETE FROM {t} \
+                 WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                   AND fence <= (SELECT top FROM {floor} WHERE id = 1)"
+            ),
+        }
+    }
+}

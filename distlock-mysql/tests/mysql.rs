@@ -1,0 +1,269 @@
+//! What the conformance suite does not cover: the purge and the floor of fences, a
+//! table left to a DBA (`migrate=false`), and the OK packet's insert id read by the
+//! right statement. Each test has a server of its own.
+
+use std::time::Duration;
+
+use distlock_core::backend::{AcquireOutcome, LockBackendExt, OwnerToken, ReleaseOutcome};
+use distlock_core::{ErrorKind, FencedStoreExt, FencingToken, LockBackend, LockKey};
+use distlock_mysql::fenced::MySqlStore;
+use distlock_mysql::sqlx::Executor as _;
+use distlock_mysql::{MySqlBackend, MySqlConfig};
+use distlock_testservers::{MariaDb, ServerHandle};
+
+async fn server() -> ServerHandle {
+    ServerHandle::start(&MariaDb)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Takes `key` and gives it back at once: the fence it was granted.
+async fn cycle(backend: &MySqlBackend, key: &str) -> FencingToken {
+    let lease = backend
+        .acquire_once(key, Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(
+        backend.release_lease(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    lease.fence()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purging_old_rows_never_lowers_a_fence() {
+    let server = server().await;
+    let backend = MySqlBackend::connect(&format!("{}?purge=false", server.url()))
+        .await
+        .expect("connect");
+    // A name taken several times has a fence above what a fresh row starts at.
+    let mut last = FencingToken::new(0);
+    for _ in 0..5 {
+        last = cycle(&backend, "purged").await;
+    }
+    let other = cycle(&backend, "other").await;
+    // A live lease is never purged.
+    let live = backend
+        .acquire_once("live", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let purged = backend.purge_expired(Duration::ZERO).await.expect("purge");
+    assert_eq!(purged, 2, "the two ended rows, not the live one");
+    assert_eq!(
+        LockBackend::inspect(&backend, &LockKey::new("live").expect("key"))
+            .await
+            .expect("inspect")
+            .map(|info| info.fence),
+        Some(live.fence())
+    );
+    // Both names start again above every fence the purge deleted.
+    let again = cycle(&backend, "purged").await;
+    assert!(again > last, "{again:?} after {last:?}");
+    assert!(again > other, "{again:?} after {other:?}");
+    let fresh = cycle(&backend, "never-seen").await;
+    assert!(
+        fresh > last,
+        "a new name starts above the floor too: {fresh:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purges_racing_grants_never_lower_a_fence() {
+    let server = server().await;
+    let backend = MySqlBackend::connect(&format!("{}?purge=false", server.url()))
+        .await
+        .expect("connect");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let purger = {
+        let (backend, stop) = (backend.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut purged = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                purged += backend.purge_expired(Duration::ZERO).await.expect("purge");
+            }
+            purged
+        })
+    };
+    let mut workers = Vec::new();
+    for worker in 0..4 {
+        let backend = backend.clone();
+        workers.push(tokio::spawn(async move {
+            let key = format!("race/{}", worker % 2);
+            let mut last = FencingToken::new(0);
+            for _ in 0..150 {
+                let key = LockKey::new(key.as_str()).expect("key");
+                let outcome = backend
+                    .try_acquire_as(&key, Duration::from_secs(5), OwnerToken::random())
+                    .await
+                    .expect("acquire");
+                if let AcquireOutcome::Acquired(lease) = outcome {
+                    assert!(
+                        lease.fence() > last,
+                        "{key:?}: {:?} after {last:?}",
+                        lease.fence()
+                    );
+                    last = lease.fence();
+                    backend.release_lease(&lease).await.expect("release");
+                }
+            }
+            last
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let purged = purger.await.expect("purger");
+    assert!(purged > 0, "the purge never ran between grants");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_left_to_a_dba_is_checked_and_its_migration_printed() {
+    let server = server().await;
+    let url = format!("{}?table=dba_locks&migrate=false", server.url());
+    let refused = MySqlBackend::connect(&url)
+        .await
+        .expect_err("no tables yet");
+    assert_eq!(refused.kind(), ErrorKind::Configuration, "{refused}");
+    let said = refused.to_string();
+    assert!(
+        said.contains("migration_sql") && said.contains("dba_locks"),
+        "{said}"
+    );
+    assert!(!said.contains(server.password()), "{said}");
+    // The DBA runs the printed statements; then the backend starts without migrating.
+    let config = MySqlConfig::from_url(&url).expect("config");
+    let pool = distlock_mysql::sqlx::MySqlPool::connect_lazy(
+        &server.url().replace("mariadb://", "mysql://"),
+    )
+    .expect("pool");
+    for statement in MySqlBackend::migration_sql(&config) {
+        pool.execute(statement.as_str())
+            .await
+            .expect("migration statement");
+    }
+    let backend = MySqlBackend::connect(&url).await.expect("tables in place");
+    assert!(cycle(&backend, "k").await > FencingToken::new(0));
+}
+
+/// The insert id of an OK packet is the statement's own: a fenced write that inserts
+/// a new resource on a connection whose last statement reported a fence is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_in_the_ok_packet_is_never_an_earlier_statement_s() {
+    let server = server().await;
+    let backend = MySqlBackend::connect(&format!("{}?pool_size=1&purge=false", server.url()))
+        .await
+        .expect("connect");
+    let mut fence = FencingToken::new(0);
+    for _ in 0..20 {
+        fence = cycle(&backend, "k").await;
+    }
+    assert!(fence >= FencingToken::new(20));
+    let store = MySqlStore::new(&backend).await.expect("store");
+    // On the one connection: a grant reported fence >= 20; a new resource under fence 1.
+    let _held = backend
+        .acquire_once("k", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    store
+        .write("new-resource", FencingToken::new(1), b"v")
+        .await
+        .expect("a new resource takes any fence");
+    // A refused grant after a granted one on the same connection reports no fence.
+    let refused = backend
+        .acquire_once("k", Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    assert!(refused.is_none(), "held by the first lease: {refused:?}");
+}
+
+/// Your own table, fenced: a write under an older fence is refused whole once a newer
+/// holder wrote, inside your transaction; the same fence writes again; the migration
+/// runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_statements_on_the_users_table_in_the_users_transactions() {
+    use distlock_mysql::fenced::{self, FencedTable};
+    use distlock_mysql::sqlx;
+
+    let server = server().await;
+    let pool = sqlx::MySqlPool::connect(&server.url().replace("mariadb://", "mysql://"))
+        .await
+        .expect("pool");
+    pool.execute("CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)")
+        .await
+        .expect("table");
+    pool.execute("INSERT INTO accounts (id, balance) VALUES (1, 100), (2, 100)")
+        .await
+        .expect("rows");
+    let accounts = FencedTable::new("accounts").expect("name");
+    let mut conn = pool.acquire().await.expect("connection");
+    accounts.migrate(&mut conn).await.expect("migrated");
+    accounts.migrate(&mut conn).await.expect("migrated again");
+    drop(conn);
+    assert_eq!(
+        FencedTable::new("accounts; DROP TABLE x")
+            .expect_err("refused")
+            .kind(),
+        ErrorKind::Configuration
+    );
+
+    let deposit = |fence: u64, id: i64| {
+        let fence = fenced::fence_arg(FencingToken::new(fence)).expect("fence");
+        sqlx::query("UPDATE accounts SET balance = balance + 10, fence = ? WHERE id = ?")
+            .bind(fence)
+            .bind(id)
+    };
+    let balance = |id: i64| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT balance FROM accounts WHERE id = ?")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .expect("balance")
+        }
+    };
+    assert_eq!(
+        fenced::execute(deposit(5, 1), &pool)
+            .await
+            .expect("fence 5"),
+        1
+    );
+    assert_eq!(
+        fenced::execute(deposit(7, 1), &pool)
+            .await
+            .expect("fence 7"),
+        1
+    );
+    assert_eq!(
+        fenced::execute(deposit(7, 1), &pool)
+            .await
+            .expect("fence 7 again"),
+        1
+    );
+    // The older holder, in its transaction: a write to another row first, then the
+    // stale one; the stale statement is refused, and the rollback undoes the other.
+    let mut tx = pool.begin().await.expect("begin");
+    fenced::execute(deposit(5, 2), &mut *tx)
+        .await
+        .expect("row 2 has seen no fence above 5");
+    let stale = fenced::execute(deposit(5, 1), &mut *tx)
+        .await
+        .expect_err("row 1 has seen fence 7");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+    assert!(stale.to_string().contains("5 is below 7"), "{stale}");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(balance(1).await, 130, "three accepted deposits on row 1");
+    assert_eq!(balance(2).await, 100, "the rolled-back deposit on row 2");
+    // One statement over both rows, one of them stale: refused whole.
+    let both = sqlx::query("UPDATE accounts SET balance = balance + 1, fence = ?").bind(6_i64);
+    let refused = fenced::execute(both, &pool)
+        .await
+        .expect_err("row 1 is at 7");
+    assert_eq!(refused.kind(), ErrorKind::StaleFence);
+    assert_eq!((balance(1).await, balance(2).await), (130, 100));
+}
