@@ -125,7 +125,7 @@ impl MySqlBackend {
         capabilities.change_notification = false;
         capabilities.force_release = true;
         capabilities.list = true;
-        capabilities.fair = false;
+        capabilities.fair = true;
         capabilities.permits = false;
         let sql = Statements::new(&config.table);
         let backend = MySqlBackend {
@@ -226,6 +226,7 @@ impl MySqlBackend {
             tx.execute(sqlx::query(&sql.lock_floor)).await?;
             tx.execute(sqlx::query(&sql.raise_floor).bind(us)).await?;
             let done = tx.execute(sqlx::query(&sql.purge).bind(us)).await?;
+            tx.execute(sqlx::query(&sql.purge_places).bind(us)).await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(done.rows_affected())
         };
@@ -293,6 +294,85 @@ impl MySqlBackend {
         self.rows(statement, args)
             .await?
             .map_err(|e| self.driver_error(e))
+    }
+}
+
+impl MySqlBackend {
+    /// The fair step (see `sql.rs`'s `FairSql`): one transaction at `READ COMMITTED`,
+    /// under the key's row lock.
+    async fn fair_step(
+        &self,
+        request: &AcquireRequest,
+        place: Duration,
+    ) -> std::result::Result<Grant, sqlx::Error> {
+        let sql = &self.inner.sql;
+        let name = request.key().as_str().as_bytes();
+        let owner = &request.owner().as_bytes()[..];
+        let mut conn = self.inner.pool.acquire().await?;
+        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        tx.execute(sqlx::query(&sql.fair.lock_key).bind(name))
+            .await?;
+        let mine: i64 = sqlx::query_scalar(&sql.fair.mine)
+            .bind(name)
+            .bind(owner)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.execute(sqlx::query(&sql.fair.drop_run_out).bind(name).bind(owner))
+            .await?;
+        tx.execute(
+            sqlx::query(&sql.fair.queue)
+                .bind(name)
+                .bind(owner)
+                .bind(micros(place)),
+        )
+        .await?;
+        let head: Option<Vec<u8>> = sqlx::query_scalar(&sql.fair.head)
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let first = mine > 0 || head.as_deref() == Some(owner);
+        let grant = if first {
+            let done = tx
+                .execute(
+                    sqlx::query(&sql.acquire)
+                        .bind(name)
+                        .bind(owner)
+                        .bind(micros(request.ttl())),
+                )
+                .await?;
+            let grant = answer(done.last_insert_id());
+            if matches!(grant, Grant::Granted(_)) {
+                tx.execute(sqlx::query(&sql.fair.leave).bind(name).bind(owner))
+                    .await?;
+            }
+            grant
+        } else {
+            let remaining: Option<i64> = sqlx::query_scalar(&sql.inspect_remaining)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            Grant::Held {
+                remaining: remaining
+                    .and_then(|us| u64::try_from(us).ok())
+                    .map(Duration::from_micros),
+            }
+        };
+        tx.commit().await?;
+        Ok(grant)
+    }
+}
+
+/// An acquire statement's answer, from the insert id of its OK packet (see `sql.rs`).
+fn answer(raw: u64) -> Grant {
+    match raw {
+        // No row was written at all (no floor row).
+        0 => Grant::Held { remaining: None },
+        raw if raw >= REFUSED => Grant::Held {
+            remaining: Some(Duration::from_micros(raw - REFUSED)),
+        },
+        raw => Grant::Granted(FencingToken::new(raw)),
     }
 }
 
@@ -364,21 +444,34 @@ impl LockBackend for MySqlBackend {
             Arg::Int(micros(request.ttl())),
         ];
         match self.done(&self.inner.sql.acquire, &args).await? {
-            // The granted fence, or a refusal with the holder's remaining TTL (see
-            // `sql.rs`); 0 only where no row was written at all (no floor row).
-            Ok(done) => Ok(match done.last_insert_id() {
-                0 => Grant::Held { remaining: None },
-                raw if raw >= REFUSED => Grant::Held {
-                    remaining: Some(Duration::from_micros(raw - REFUSED)),
-                },
-                raw => Grant::Granted(FencingToken::new(raw)),
-            }),
+            Ok(done) => Ok(answer(done.last_insert_id())),
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired");
                 Ok(Grant::Held { remaining: None })
             }
             Err(e) => Err(self.driver_error(e)),
         }
+    }
+
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        match self.bounded(self.fair_step(request, place)).await? {
+            Ok(grant) => Ok(grant),
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: not acquired in turn");
+                Ok(Grant::Held { remaining: None })
+            }
+            Err(e) => Err(self.driver_error(e)),
+        }
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let args = [
+            Arg::Bytes(key.as_str().as_bytes()),
+            Arg::Bytes(&owner.as_bytes()[..]),
+        ];
+        self.execute(&self.inner.sql.fair.leave, &args)
+            .await
+            .map(drop)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

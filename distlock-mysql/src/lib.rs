@@ -31,18 +31,32 @@
 //! - **inspect** and **list** read the holder's fence and remaining TTL.
 //!
 //! MySQL has no notifications a waiter could listen for, so waiters poll, with
-//! backoff (`capabilities.change_notification` is false). Fair mode and permits are
-//! not offered (`capabilities.fair` and `capabilities.permits` are false: a fair
-//! client or a semaphore on this backend is a configuration error that says so).
+//! backoff (`capabilities.change_notification` is false); a refused grant reports the
+//! holder's remaining TTL, so a waiter never sleeps past the lease's end.
+//!
+//! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
+//! keeps a key's waiters in a third table, `<table>_queue`: one row per waiter (`name`,
+//! `owner`, an `AUTO_INCREMENT` `seq` for the order of arrival, and `until`, when its
+//! place runs out). The fair step is one short transaction at `READ COMMITTED`: it
+//! first takes the key's row in the lock table exclusively (creating it, ended and
+//! with no fence minted, for a new name), so the fair steps and plain acquisitions of
+//! a key run one at a time and no two waiters' steps can deadlock; then it drops the
+//! places that ran out, queues the owner (or renews its place, keeping its `seq`), and,
+//! when the owner is at the head, takes the key as the plain acquire does and leaves
+//! the queue. Nine or ten round trips, where a plain acquire takes one. A vanished
+//! waiter leaves the queue once its place runs out; a waiter that gives up deletes its
+//! row. Permits (semaphores, read-write locks, elections) are not offered
+//! (`capabilities.permits` is false: a semaphore on this backend is an error that
+//! says so).
 //!
 //! Under contention, a deadlock the server broke (1213) or a row-lock wait that ran
 //! out (1205) means "not acquired", never an error.
 //!
 //! # What it guarantees
 //!
-//! The contract of [`distlock_core::LockBackend`] but its optional fair and permit
-//! points, proved by the conformance suite against a real MariaDB server, fault cases
-//! included.
+//! The contract of [`distlock_core::LockBackend`], fair mode included, but its
+//! optional permit points, proved by the conformance suite against a real MariaDB
+//! server, fault cases included.
 //!
 //! - **Fences are durable** ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability))
 //!   and strictly increasing per name: each row keeps its name's fence and a grant

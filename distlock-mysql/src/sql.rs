@@ -42,16 +42,43 @@ pub(crate) struct Statements {
     /// Counts the migration's tables that are there, and the floor's row.
     pub(crate) check: String,
     pub(crate) acquire: String,
+    pub(crate) fair: FairSql,
     pub(crate) release: String,
     pub(crate) extend: String,
     pub(crate) inspect: String,
+    /// The holder's remaining TTL in microseconds, while the key is held.
+    pub(crate) inspect_remaining: String,
     pub(crate) list: String,
     pub(crate) force_release: String,
     pub(crate) lock_floor: String,
     pub(crate) raise_floor: String,
     pub(crate) purge: String,
+    pub(crate) purge_places: String,
 }
 
+/// The statements of the fair step and of leaving the queue: the waiters of a key in
+/// `<table>_queue`, one row per waiter, in the order of an `AUTO_INCREMENT` `seq`.
+///
+/// The fair step is one short transaction at `READ COMMITTED`, in the order below. Its
+/// first statement takes the key's row in the lock table exclusively (creating it,
+/// ended, with no fence minted, if the name is new), so the fair steps and plain
+/// acquisitions of one key run one at a time, and the queue of a key changes only
+/// under that lock: no gap locks are needed, and two waiters' steps never deadlock.
+#[derive(Debug, Clone)]
+pub(crate) struct FairSql {
+    /// Locks the key's row; a new name's row is created ended, its fence the floor's.
+    pub(crate) lock_key: String,
+    /// Whether the key is held now by this owner (a retry of a granted step).
+    pub(crate) mine: String,
+    /// Drops the places of other waiters that ran out.
+    pub(crate) drop_run_out: String,
+    /// Queues this owner, or renews its place (keeping its `seq`).
+    pub(crate) queue: String,
+    /// The owner at the head of the queue.
+    pub(crate) head: String,
+    /// Takes this owner out of the queue (granted, or giving up).
+    pub(crate) leave: String,
+}
 /// The expiry of a released lease: before any clock a statement reads.
 const ENDED: &str = "1970-01-01 00:00:00";
 
@@ -65,6 +92,7 @@ impl Statements {
     pub(crate) fn new(table: &str) -> Self {
         let t = format!("`{table}`");
         let floor = format!("`{table}_floor`");
+        let q = format!("`{table}_queue`");
         Statements {
             migrate: vec![
                 // `name` holds a lock key's UTF-8 bytes (at most 256), compared byte
@@ -84,12 +112,29 @@ impl Statements {
                        PRIMARY KEY (id)) ENGINE=InnoDB"
                 ),
                 format!("INSERT IGNORE INTO {floor} (id, top) VALUES (1, 0)"),
+                // Fair waiters: one row per waiter, in the order of `seq`, each kept
+                // until `until` unless the waiter calls again.
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {q} (\
+                       name VARBINARY(256) NOT NULL, \
+                       owner VARBINARY(64) NOT NULL, \
+                       seq BIGINT NOT NULL AUTO_INCREMENT, \
+                       until DATETIME(6) NOT NULL, \
+                       PRIMARY KEY (name, owner), \
+                       KEY arrival (seq), \
+                       KEY turn (name, seq)) ENGINE=InnoDB"
+                ),
             ],
-            tables: vec![table.to_owned(), format!("{table}_floor")],
+            tables: vec![
+                table.to_owned(),
+                format!("{table}_floor"),
+                format!("{table}_queue"),
+            ],
             check: format!(
                 "SELECT \
                    (SELECT COUNT(*) FROM information_schema.tables \
-                      WHERE table_schema = DATABASE() AND table_name IN ('{table}', '{table}_floor')), \
+                      WHERE table_schema = DATABASE() \
+                        AND table_name IN ('{table}', '{table}_floor', '{table}_queue')), \
                    (SELECT COUNT(*) FROM {floor} WHERE id = 1)"
             ),
             // Inserts the name's first row (its fence above the floor), or takes over
@@ -108,6 +153,27 @@ impl Statements {
                    owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
                    expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at)"
             ),
+            fair: FairSql {
+                lock_key: format!(
+                    "INSERT INTO {t} (name, owner, fence, expires_at) \
+                     SELECT ?, '', f.top, '{ENDED}' FROM {floor} f WHERE f.id = 1 LOCK IN SHARE MODE \
+                     ON DUPLICATE KEY UPDATE name = VALUES(name)"
+                ),
+                mine: format!(
+                    "SELECT COUNT(*) FROM {t} \
+                     WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
+                ),
+                drop_run_out: format!(
+                    "DELETE FROM {q} WHERE name = ? AND owner <> ? AND until <= UTC_TIMESTAMP(6)"
+                ),
+                queue: format!(
+                    "INSERT INTO {q} (name, owner, until) \
+                     VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+                     ON DUPLICATE KEY UPDATE until = VALUES(until)"
+                ),
+                head: format!("SELECT owner FROM {q} WHERE name = ? ORDER BY seq LIMIT 1"),
+                leave: format!("DELETE FROM {q} WHERE name = ? AND owner = ?"),
+            },
             // Ends this owner's live lease; the row stays, with its fence. The row's
             // expiry goes to a fixed past ([`ENDED`]), not to this statement's clock: a
             // statement that read the clock earlier and waited for this row (an
@@ -124,6 +190,10 @@ impl Statements {
             ),
             inspect: format!(
                 "SELECT fence, {REMAINING_US} FROM {t} \
+                 WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            inspect_remaining: format!(
+                "SELECT {REMAINING_US} FROM {t} \
                  WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             list: format!(
@@ -148,6 +218,10 @@ impl Statements {
                 "DELETE FROM {t} \
                  WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
                    AND fence <= (SELECT top FROM {floor} WHERE id = 1)"
+            ),
+            // Places of waiters that vanished from keys nobody asks for again.
+            purge_places: format!(
+                "DELETE FROM {q} WHERE until < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
             ),
         }
     }

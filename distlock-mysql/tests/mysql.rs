@@ -267,3 +267,44 @@ async fn fenced_statements_on_the_users_table_in_the_users_transactions() {
     assert_eq!(refused.kind(), ErrorKind::StaleFence);
     assert_eq!((balance(1).await, balance(2).await), (130, 100));
 }
+
+/// The place of a fair waiter that vanished goes with the purge, as ended leases do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_deletes_the_places_of_vanished_waiters() {
+    let server = server().await;
+    let backend = MySqlBackend::connect(&format!("{}?purge=false", server.url()))
+        .await
+        .expect("connect");
+    let key = LockKey::new("queued").expect("key");
+    let _holder = backend
+        .acquire_once("queued", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let waited = backend
+        .try_acquire_in_turn(
+            &key,
+            Duration::from_secs(5),
+            OwnerToken::random(),
+            Duration::from_millis(50),
+        )
+        .await
+        .expect("queued");
+    assert!(matches!(waited, AcquireOutcome::Held { .. }), "{waited:?}");
+    let places = || async {
+        let pool = distlock_mysql::sqlx::MySqlPool::connect(
+            &server.url().replace("mariadb://", "mysql://"),
+        )
+        .await
+        .expect("pool");
+        distlock_mysql::sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM distlock_locks_queue")
+            .fetch_one(&pool)
+            .await
+            .expect("count")
+    };
+    assert_eq!(places().await, 1, "the waiter's place");
+    // The place ran out (the waiter stopped calling); the purge takes it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    backend.purge_expired(Duration::ZERO).await.expect("purge");
+    assert_eq!(places().await, 0, "a vanished waiter's place was kept");
+}
