@@ -489,6 +489,55 @@ mod tests {
         assert!(set.is_some(), "nothing was left held");
     }
 
+    /// `extend` moves every key's lease on the server to the new TTL and the set's
+    /// validity with it; once a key is lost, it says so (naming the key) after still
+    /// extending the others.
+    #[tokio::test]
+    async fn extend_moves_every_key_and_reports_a_lost_one() {
+        use crate::{LockBackend, LockOptions, MemoryBackend};
+        let backend = std::sync::Arc::new(MemoryBackend::new());
+        let options = LockOptions::new(Duration::from_secs(2));
+        let client = LockClient::with_options(backend.clone(), options).expect("options");
+        let set = client
+            .lock_all(["x", "y"], Duration::from_secs(1))
+            .await
+            .expect("free");
+        let before = set.valid_until();
+        set.extend(Duration::from_secs(60)).await.expect("extended");
+        assert!(set.valid_until() > before + Duration::from_secs(30));
+        for key in ["x", "y"] {
+            let info = backend
+                .inspect(&LockKey::new(key).expect("valid"))
+                .await
+                .expect("inspect")
+                .expect("held");
+            assert!(
+                info.remaining > Duration::from_secs(30),
+                "{key}: {:?} left",
+                info.remaining
+            );
+        }
+        // An operator breaks one key: the set's extend reports it, and still extends
+        // the other.
+        assert!(backend
+            .force_release(&LockKey::new("x").expect("valid"))
+            .await
+            .expect("forced"));
+        let lost = set
+            .extend(Duration::from_secs(90))
+            .await
+            .expect_err("x is lost");
+        assert_eq!(lost.kind(), ErrorKind::NotHeld, "{lost}");
+        assert!(lost.to_string().contains("\"x\""), "{lost}");
+        let y = backend
+            .inspect(&LockKey::new("y").expect("valid"))
+            .await
+            .expect("inspect")
+            .expect("held");
+        assert!(y.remaining > Duration::from_secs(60), "{:?}", y.remaining);
+        assert!(!set.is_held());
+    }
+
     #[test]
     fn fences_are_found_by_key() {
         let fences = Fences(vec![
