@@ -74,6 +74,13 @@ pub(crate) fn needs_fair(t: &Target) -> Option<String> {
     (!t.capabilities().fair).then(|| "the backend has no fair mode (capabilities.fair)".into())
 }
 
+pub(crate) fn needs_atomic_sets(t: &Target) -> Option<String> {
+    (!t.capabilities().atomic_sets).then(|| {
+        "the backend takes a set of keys one by one, not in one step (capabilities.atomic_sets)"
+            .into()
+    })
+}
+
 pub(crate) fn needs_permits(t: &Target) -> Option<String> {
     (!t.capabilities().permits).then(|| {
         "the backend has no semaphores, read-write locks or elections (capabilities.permits)".into()

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use distlock_conformance::{LinkControl, RoundTripMeter, ServerControl, Target};
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, WakeRegistry,
+    ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
 };
 use distlock_core::{
     BoxError, DynLockBackend, Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey,
@@ -105,6 +105,9 @@ enum Bug {
     /// Refuses TTLs under a second as zero, the minimum it declares included (a TTL
     /// kept in whole seconds, rounded down, then checked).
     ShortTtlsRefused,
+    /// Declares a set of keys taken in one step, but takes them one by one and keeps
+    /// those it took when a later one is held (a multi-key lock that does not undo).
+    AtomicSetKeepsPart,
     /// Answers a renewal the server has not answered within 50 ms from what the client
     /// remembers: "renewed" (an optimistic cache of its own leases).
     RenewsFromCacheWhenSlow,
@@ -192,6 +195,9 @@ impl Naive {
         // Above a round trip (1 ms) and a timer's tick, so that the shortest lease can
         // be granted before it runs out.
         caps.min_ttl = Duration::from_millis(10);
+        // The clean backend takes a set in one step; so does the bug that gets it wrong.
+        // Every other bug takes sets key by key, where the set cases catch it.
+        caps.atomic_sets = matches!(bug, Bug::None | Bug::AtomicSetKeepsPart);
         Arc::new_cyclic(|me| Naive {
             me: me.clone(),
             bug,
@@ -390,6 +396,43 @@ impl LockBackend for Naive {
             };
         }
         self.grant(r).await
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        if self.bug == Bug::AtomicSetKeepsPart {
+            let mut fences = Vec::with_capacity(requests.len());
+            for (index, r) in requests.iter().enumerate() {
+                match self.grant(r).await? {
+                    Grant::Granted(fence) => fences.push(fence),
+                    Grant::Held { remaining } => return Ok(SetGrant::Held { index, remaining }),
+                }
+            }
+            return Ok(SetGrant::Granted(fences));
+        }
+        self.round_trip().await?;
+        let held = requests.iter().position(|r| {
+            self.holder(r.key())
+                .is_some_and(|(owner, _)| owner != *r.owner())
+        });
+        if let Some(index) = held {
+            return Ok(SetGrant::Held {
+                index,
+                remaining: None,
+            });
+        }
+        let mut state = self.state();
+        let fences = requests
+            .iter()
+            .map(|r| {
+                let fence = self.next_fence(&mut state, r.key());
+                state.locks.insert(
+                    self.stored(r.key()),
+                    (*r.owner(), fence, self.expiry(r.ttl())),
+                );
+                FencingToken::new(fence)
+            })
+            .collect();
+        Ok(SetGrant::Granted(fences))
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -770,6 +813,7 @@ caught! {
     untyped_errors: UntypedErrors by fault_killed_server_gives_typed_errors_then_recovers, saying "a killed server gave a Backend error";
     no_reconnect: NoReconnect by fault_killed_connections_do_not_stop_renewal, saying "renewal stopped after the connections were killed";
     set_kept_in_part: ReleaseLeavesRecord by set_is_taken_all_or_nothing, saying "a refused try_lock_all left part of the set held";
+    atomic_set_kept_in_part: AtomicSetKeepsPart by a_set_in_one_step_is_whole_or_nothing, saying "a refused set left part of the set held";
     set_cancelled_kept_in_part: ReleaseLeavesRecord by set_cancelled_midway_leaves_nothing_held, saying "still held after";
     sets_held_twice: StatePerClient by sets_in_opposite_orders_do_not_deadlock, saying "both clients held the pair at once";
     set_loss_unsignalled: ExtendReacquires by set_signals_the_loss_of_any_key, saying "did not fire within";

@@ -23,7 +23,7 @@ pub use crate::capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTr
 pub use crate::fenced::{check_fence, FenceCheck};
 pub use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
-    ReleaseOutcome, Renewal,
+    ReleaseOutcome, Renewal, SetGrant, SetOutcome,
 };
 pub use crate::permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VALUE, TERMS_KEPT};
 pub use crate::redact::redact_url;
@@ -180,6 +180,27 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         ))
     }
 
+    /// The set acquisition step, for a backend that declares
+    /// [`Capabilities::atomic_sets`]: in one atomic step on the server, takes the key
+    /// of every request (each for its own TTL, as its own owner, minting its next fence
+    /// as [`try_grant`](Self::try_grant) does), or none of them. When another lease
+    /// holds any of the keys, nothing is changed and the answer is [`SetGrant::Held`]
+    /// with the first such request's position. The keys are distinct, in sorted order;
+    /// an owner that already holds its key is granted it again, as by `try_grant`. Its
+    /// round trips are those of one acquisition (point 9). Callers use
+    /// [`LockBackendExt::try_acquire_all`]. By default an [`ErrorKind::Unsupported`]
+    /// error.
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let _ = requests;
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {} backend cannot take a set of keys in one step",
+                self.name()
+            ),
+        ))
+    }
+
     /// Takes `owner` out of `key`'s queue of waiters: a fair waiter that gave up.
     /// Harmless when the owner is not queued; never touches a lease. By default
     /// nothing (a backend without a queue has nothing to leave).
@@ -277,6 +298,9 @@ macro_rules! forward_backend {
             async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
                 (**self).leave_queue(key, owner).await
             }
+            async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+                (**self).try_grant_all(requests).await
+            }
             fn permits(&self) -> Option<&dyn PermitBackend> {
                 (**self).permits()
             }
@@ -349,6 +373,82 @@ pub trait LockBackendExt: LockBackend {
         let sent_at = Instant::now();
         let grant = self.try_grant_in_turn(&request, place).await?;
         settle(self, request, grant, sent_at).await
+    }
+
+    /// Tries once to acquire every key of `keys` for `ttl`, each as its own owner, in
+    /// one atomic step ([`try_grant_all`](LockBackend::try_grant_all)): every lease,
+    /// or [`SetOutcome::Held`] with nothing acquired. `keys` must be distinct and
+    /// sorted, each with the owner the caller minted for it (so that it can release
+    /// what a request whose reply was lost may have taken).
+    ///
+    /// An [`ErrorKind::Unsupported`] error, with nothing sent, where the backend does
+    /// not declare [`Capabilities::atomic_sets`]; an [`ErrorKind::InvalidInput`] error
+    /// for no keys, or keys not distinct and sorted; an [`ErrorKind::InvalidTtl`] error
+    /// as for [`try_acquire_as`](Self::try_acquire_as). Each lease's validity is
+    /// counted from before the request was sent (contract point 7); a grant whose reply
+    /// arrives after that ran out is released, every key, and reported as a retryable
+    /// [`ErrorKind::Timeout`]. A backend that answers with another number of fences
+    /// than keys is an [`ErrorKind::Backend`] error, after its keys are released.
+    async fn try_acquire_all(
+        &self,
+        keys: &[(LockKey, OwnerToken)],
+        ttl: Duration,
+    ) -> Result<SetOutcome> {
+        let capabilities = self.capabilities();
+        if !capabilities.atomic_sets {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "this backend cannot take a set of keys in one step (capabilities.atomic_sets)",
+            )
+            .with_backend(self.name().to_owned()));
+        }
+        if keys.is_empty()
+            || keys
+                .windows(2)
+                .any(|pair| pair[0].0.as_str() >= pair[1].0.as_str())
+        {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "a set of keys must name at least one key, each once, in sorted order",
+            ));
+        }
+        let ttl = capabilities.check_ttl(ttl)?;
+        let requests: Vec<AcquireRequest> = keys
+            .iter()
+            .map(|(key, owner)| AcquireRequest::new(key.clone(), ttl, *owner))
+            .collect();
+        let sent_at = Instant::now();
+        let fences = match self.try_grant_all(&requests).await? {
+            SetGrant::Held { index, remaining } => {
+                return Ok(SetOutcome::Held { index, remaining });
+            }
+            SetGrant::Granted(fences) => fences,
+        };
+        let drift = capabilities.clock_drift.allowance(ttl);
+        let leases: Vec<Lease> = requests
+            .iter()
+            .zip(&fences)
+            .map(|(r, fence)| Lease::new(r.key().clone(), *r.owner(), *fence, ttl, sent_at, drift))
+            .collect();
+        let wrong = fences.len() != requests.len();
+        if wrong || leases.iter().any(Lease::is_expired) {
+            for request in &requests {
+                let _ = self.release(request.key(), request.owner()).await;
+            }
+            if wrong {
+                return Err(Error::new(
+                    ErrorKind::Backend,
+                    format!(
+                        "the backend answered a set of {} keys with {} fences",
+                        requests.len(),
+                        fences.len()
+                    ),
+                )
+                .with_backend(self.name().to_owned()));
+            }
+            return Err(late(self.name(), "grant of a set"));
+        }
+        Ok(SetOutcome::Acquired(leases))
     }
 
     /// Extends `lease` to `ttl` from now, if it is still held: the renewed lease, with

@@ -118,6 +118,11 @@ pub struct Capabilities {
     /// semaphores, read-write locks and elections ([`PermitBackend`](crate::backend::PermitBackend)),
     /// keeping their contract.
     pub permits: bool,
+    /// Whether [`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all) takes
+    /// a set of keys in one atomic step on the server, all or none, in the round trips
+    /// of one acquisition: what [`LockClient::lock_all`](crate::LockClient::lock_all)
+    /// then uses instead of taking the keys one by one.
+    pub atomic_sets: bool,
 }
 
 impl Default for Capabilities {
@@ -139,6 +144,7 @@ impl Default for Capabilities {
             clock_drift: ClockDrift::NONE,
             fair: false,
             permits: false,
+            atomic_sets: false,
         }
     }
 }

@@ -173,6 +173,38 @@ pub enum Grant {
     },
 }
 
+/// A backend's answer to one set acquisition step
+/// ([`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetGrant {
+    /// Every request was granted: each key is held by its request's owner for its
+    /// request's TTL, with these fences, in the requests' order.
+    Granted(Vec<FencingToken>),
+    /// Another lease holds the key of the request at `index` (the first such found);
+    /// no request was granted.
+    Held {
+        /// The position, in the requests, of the key found held.
+        index: usize,
+        /// That holder's remaining TTL by the server's clock, when the backend knows it.
+        remaining: Option<Duration>,
+    },
+}
+
+/// What [`LockBackendExt::try_acquire_all`](crate::backend::LockBackendExt::try_acquire_all)
+/// gives: every lease, or the first key found held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetOutcome {
+    /// Every key is held, one lease per key, in the keys' order.
+    Acquired(Vec<Lease>),
+    /// The key at `index` was held by another lease; none was acquired.
+    Held {
+        /// The position, in the keys, of the key found held.
+        index: usize,
+        /// That holder's remaining TTL, when the backend knows it.
+        remaining: Option<Duration>,
+    },
+}
+
 /// A backend's answer to one renewal step
 /// ([`LockBackend::renew`](crate::LockBackend::renew)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

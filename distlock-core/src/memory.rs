@@ -12,7 +12,9 @@ use crate::backend::{ChangeStream, LockBackend};
 use crate::capabilities::{Capabilities, FenceDurability};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
+use crate::lease::{
+    AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal, SetGrant,
+};
 use crate::permits::{Claim, PermitBackend, PermitHolder, Term, TERMS_KEPT};
 use crate::token::{FencingToken, OwnerToken};
 use crate::wake::WakeRegistry;
@@ -137,6 +139,7 @@ impl MemoryBackend {
             list: true,
             fair: true,
             permits: true,
+            atomic_sets: true,
             ..Capabilities::default()
         };
         MemoryBackend {
@@ -492,6 +495,30 @@ impl LockBackend for MemoryBackend {
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         self.reachable().await?;
         Ok(self.lock_state().grant(request, Instant::now()))
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        for (index, request) in requests.iter().enumerate() {
+            if let Some(holder) = state.live(request.key(), now) {
+                if holder.owner != *request.owner() {
+                    let remaining = Some(holder.expires_at.saturating_duration_since(now));
+                    return Ok(SetGrant::Held { index, remaining });
+                }
+            }
+        }
+        // Every key was free or its owner's a moment ago, under the same lock: each
+        // grant succeeds (a count short of the requests would be refused by core).
+        let fences = requests
+            .iter()
+            .filter_map(|request| match state.grant(request, now) {
+                Grant::Granted(fence) => Some(fence),
+                Grant::Held { .. } => None,
+            })
+            .collect();
+        Ok(SetGrant::Granted(fences))
     }
 
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {

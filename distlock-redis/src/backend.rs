@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    PermitBackend, ReleaseOutcome, Renewal,
+    PermitBackend, ReleaseOutcome, Renewal, SetGrant,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use redis::{FromRedisValue, ToRedisArgs};
@@ -139,6 +139,9 @@ impl RedisBackend {
         capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = true;
+        // One script takes a set: on one server, where every key is. A cluster spreads
+        // the keys over slots, and a Redlock master answers to the Redlock's majority.
+        capabilities.atomic_sets = matches!(conn, Conn::Single(_)) && !config.redlock_member;
         RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -470,6 +473,65 @@ impl LockBackend for RedisBackend {
 
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         self.grant(request, Some(place)).await
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        if !self.inner.capabilities.atomic_sets {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "a set of keys is taken in one step on one Redis server only, not on a cluster or a Redlock master",
+            )
+            .with_backend(NAME));
+        }
+        let mut keys = Vec::with_capacity(2 * requests.len());
+        let mut args = Vec::with_capacity(3 * requests.len());
+        for request in requests {
+            let lock = self.lock_key(request.key());
+            let fence = format!("{lock}:fence");
+            keys.push(lock);
+            keys.push(fence);
+            args.push(request.owner().to_hex());
+            args.push(millis(request.ttl()));
+            args.push(millis(request.ttl() + self.inner.config.fence_grace));
+        }
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let reply: Result<Vec<String>> = self
+            .run(&self.inner.scripts.acquire_all, &keys, &args, true)
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
+                // The primary may have granted what too few replicas saw: give it back.
+                for request in requests {
+                    let _ = self.release(request.key(), request.owner()).await;
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        match reply.split_first() {
+            Some((granted, fences)) if granted == "1" => fences
+                .iter()
+                .map(|f| parse_u64(f, "a fence that is not a number").map(FencingToken::new))
+                .collect::<Result<Vec<_>>>()
+                .map(SetGrant::Granted),
+            Some((_, held)) => {
+                let index = held
+                    .first()
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| i.checked_sub(1))
+                    .unwrap_or(0);
+                let remaining = held
+                    .get(1)
+                    .and_then(|ms| ms.parse::<u64>().ok())
+                    .map(Duration::from_millis);
+                Ok(SetGrant::Held { index, remaining })
+            }
+            None => Err(
+                Error::new(ErrorKind::Backend, "the set's script answered nothing")
+                    .with_backend(NAME),
+            ),
+        }
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {

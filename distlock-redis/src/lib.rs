@@ -26,7 +26,11 @@
 //!   never sleep past the holder's remaining TTL);
 //! - **extend** re-arms the expiry (`PEXPIRE`) only if the owner token matches, and never
 //!   re-creates the key;
-//! - **inspect** reads the holder's fence and remaining TTL.
+//! - **inspect** reads the holder's fence and remaining TTL;
+//! - **a set of keys** (`LockClient::lock_all`) is taken by one script, all or none:
+//!   every key checked first, then each set and its fence minted as a single acquire
+//!   does (`capabilities.atomic_sets`). On one server only: a Redis Cluster spreads a
+//!   set's keys over slots, and a Redlock's sets go key by key.
 //!
 //! Several independent masters are [`RedlockBackend`]'s (below).
 //!

@@ -33,11 +33,12 @@ pub(crate) struct Scripts {
     pub(crate) permits_extend: Lua,
     pub(crate) permits_leave: Lua,
     pub(crate) permits_holders: Lua,
+    pub(crate) acquire_all: Lua,
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
 /// queue's part, then the plain acquire's, in one script.
-pub(crate) const SOURCES: [&str; 13] = [
+pub(crate) const SOURCES: [&str; 14] = [
     include_str!("scripts/acquire.lua"),
     include_str!("scripts/release.lua"),
     include_str!("scripts/extend.lua"),
@@ -54,11 +55,12 @@ pub(crate) const SOURCES: [&str; 13] = [
     include_str!("scripts/permits_extend.lua"),
     include_str!("scripts/permits_leave.lua"),
     include_str!("scripts/permits_holders.lua"),
+    include_str!("scripts/acquire_all.lua"),
 ];
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders] =
+        let [acquire, release, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all] =
             SOURCES.map(Lua::new);
         Scripts {
             acquire,
@@ -74,6 +76,7 @@ impl Scripts {
             permits_extend,
             permits_leave,
             permits_holders,
+            acquire_all,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use distlock_core::backend::{
     AcquireOutcome, ExtendOutcome, FenceDurability, Lease, LockBackendExt, OwnerToken,
-    ReleaseOutcome,
+    ReleaseOutcome, SetOutcome,
 };
 use distlock_core::{
     DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,

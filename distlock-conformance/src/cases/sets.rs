@@ -79,6 +79,95 @@ cases! {
         all_free_within(t, &[&a, &b, &c], Duration::from_secs(2)).await
     }
 
+    /// Where a backend takes a set in one step, a refused set changes nothing, a granted one holds every key with the server's fences, and the step takes one acquisition's round trips.
+    #[case(Client, needs_atomic_sets)]
+    pub async fn a_set_in_one_step_is_whole_or_nothing(t: &Target) -> CaseResult {
+        let ttl = t.long_ttl();
+        let mut keys = [t.key("one-step-a"), t.key("one-step-b"), t.key("one-step-c")];
+        keys.sort_by(|x, y| x.as_str().cmp(y.as_str()));
+        let owned = |keys: &[LockKey]| -> Vec<(LockKey, OwnerToken)> {
+            keys.iter().map(|k| (k.clone(), OwnerToken::random())).collect()
+        };
+        // A fence each key had before, to rise above.
+        let mut before = Vec::new();
+        for key in &keys {
+            let lease = acquire(t, key, ttl).await?;
+            before.push(lease.fence());
+            t.backend().release(key, lease.owner()).await?;
+        }
+        // The middle key held elsewhere: refused, with nothing else taken.
+        let holder = acquire(t, &keys[1], ttl).await?;
+        match t.backend().try_acquire_all(&owned(&keys), ttl).await? {
+            SetOutcome::Held { index: 1, .. } => {}
+            SetOutcome::Held { index, .. } => {
+                return fail(format!("the set was refused at key {index}, where key 1 is held"))
+            }
+            SetOutcome::Acquired(_) => {
+                return fail(format!("a set was granted while {} was held", keys[1]))
+            }
+        }
+        ensure!(
+            holder_fence(t, &keys[0]).await?.is_none() && holder_fence(t, &keys[2]).await?.is_none(),
+            "a refused set left part of the set held"
+        );
+        t.backend().release(&keys[1], holder.owner()).await?;
+        // Free: every key held at once, each with the fence the server keeps for it.
+        let set = owned(&keys);
+        let SetOutcome::Acquired(leases) = t.backend().try_acquire_all(&set, ttl).await? else {
+            return fail("a set of free keys was refused");
+        };
+        ensure!(leases.len() == keys.len(), "{} leases for {} keys", leases.len(), keys.len());
+        for ((lease, key), earlier) in leases.iter().zip(&keys).zip(&before) {
+            ensure!(lease.key() == key, "the lease of {key} names {}", lease.key());
+            ensure!(
+                holder_fence(t, key).await? == Some(lease.fence().get()),
+                "{key}: the set's fence {} is not the server's",
+                lease.fence()
+            );
+            ensure!(
+                lease.fence() > *earlier,
+                "{key}: the set's fence {} after {earlier}",
+                lease.fence()
+            );
+        }
+        for lease in &leases {
+            t.backend().release_lease(lease).await?;
+        }
+        // One step: the round trips of one acquisition, whatever the set's size.
+        if let Some((backend, meter)) = t.round_trip_meter() {
+            let declared = u64::from(backend.capabilities().round_trips.acquire);
+            let mut fewest = u64::MAX;
+            for round in 0..4 {
+                let keys: Vec<LockKey> = {
+                    let mut k = [
+                        t.key("one-step-trips-a"),
+                        t.key("one-step-trips-b"),
+                        t.key("one-step-trips-c"),
+                    ];
+                    k.sort_by(|x, y| x.as_str().cmp(y.as_str()));
+                    k.to_vec()
+                };
+                sleep(Duration::from_millis(20)).await;
+                let started = meter.round_trips();
+                let outcome = backend.try_acquire_all(&owned(&keys), ttl).await?;
+                // The first round warms the connection and the script or statement.
+                if round > 0 {
+                    fewest = fewest.min(meter.round_trips() - started);
+                }
+                if let SetOutcome::Acquired(leases) = outcome {
+                    for lease in &leases {
+                        backend.release_lease(lease).await?;
+                    }
+                }
+            }
+            ensure!(
+                fewest <= declared,
+                "a set of 3 keys took {fewest} round trips; one acquisition is declared to take {declared}"
+            );
+        }
+        Ok(())
+    }
+
     /// Two clients locking the same two keys in opposite orders both finish, and never hold the pair at once.
     #[case(Client, always)]
     pub async fn sets_in_opposite_orders_do_not_deadlock(t: &Target) -> CaseResult {

@@ -586,20 +586,20 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
 /// A queued one also leaves the key's queue.
-struct PendingGrant {
+pub(crate) struct PendingGrant {
     cleanup: Option<(Arc<DynLockBackend>, LockKey, OwnerToken)>,
     queued: bool,
 }
 
 impl PendingGrant {
-    fn new(backend: Arc<DynLockBackend>, key: LockKey, owner: OwnerToken) -> Self {
+    pub(crate) fn new(backend: Arc<DynLockBackend>, key: LockKey, owner: OwnerToken) -> Self {
         PendingGrant {
             cleanup: Some((backend, key, owner)),
             queued: false,
         }
     }
 
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.cleanup = None;
     }
 }

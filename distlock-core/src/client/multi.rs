@@ -1,12 +1,15 @@
 //! Several keys under one lock, all or nothing: [`LockClient::lock_all`] and its
 //! [`MultiGuard`].
 //!
-//! The keys are taken one by one, through the same calls as a single key (each with
-//! its own lease, fence, renewal and metrics), in one global order: sorted. A key
-//! found held makes the set give back what it took at once, then wait for that key
-//! alone, holding nothing else; once it has it, the rest is tried again. So a set is
-//! never held in part while it waits, and two clients locking the same keys in
-//! opposite orders cannot deadlock: neither waits while it holds.
+//! Where the backend declares [`Capabilities::atomic_sets`](crate::backend::Capabilities::atomic_sets),
+//! the keys are taken in one step on the server, all or none
+//! ([`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all)); elsewhere one
+//! by one, through the same calls as a single key, in one global order: sorted.
+//! Either way each key gets its own lease, fence, renewal and metrics. A key found
+//! held makes the set give back what it took at once (nothing, in one step), then
+//! wait for that key alone, holding nothing else; once it has it, the rest is tried
+//! again. So a set is never held in part while it waits, and two clients locking the
+//! same keys in opposite orders cannot deadlock: neither waits while it holds.
 
 use std::fmt;
 use std::future::Future;
@@ -16,10 +19,12 @@ use futures_util::future::{join_all, select_all};
 use tokio::time::Instant;
 use tracing::{debug, Instrument};
 
-use super::{deadline_after, LockClient, LockGuard, LossReason};
+use super::telemetry::{self, Outcome, Stopwatch};
+use super::{deadline_after, reentrant, LockClient, LockGuard, LossReason, PendingGrant};
+use crate::backend::{LockBackendExt, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::token::FencingToken;
+use crate::token::{FencingToken, OwnerToken};
 
 /// Each key's fence in a set held by a [`MultiGuard`], in the set's (sorted) order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -361,6 +366,12 @@ impl LockClient {
         mut waited: Option<LockGuard>,
         waiting: bool,
     ) -> Result<Pass> {
+        if self.backend.capabilities().atomic_sets {
+            match self.pass_at_once(keys, waited, waiting).await {
+                Ok(pass) => return pass,
+                Err(handed_back) => waited = handed_back,
+            }
+        }
         let mut held = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
             if waited.as_ref().is_some_and(|g| g.key() == key) {
@@ -392,6 +403,144 @@ impl LockClient {
             }
         }
         Ok(Pass::All(held))
+    }
+
+    /// A pass in one step on the server: the keys `waited` does not hold, all taken
+    /// together or none ([`LockBackendExt::try_acquire_all`]). `Err`, handing `waited`
+    /// back untouched, where the key-by-key pass is to run instead: a key this task
+    /// holds in a reentrant scope, or a backend that turned out not to have the step.
+    async fn pass_at_once(
+        &self,
+        keys: &[LockKey],
+        waited: Option<LockGuard>,
+        waiting: bool,
+    ) -> std::result::Result<Result<Pass>, Option<LockGuard>> {
+        let rest: Vec<(usize, &LockKey)> = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, key)| waited.as_ref().is_none_or(|g| g.key() != *key))
+            .collect();
+        if rest
+            .iter()
+            .any(|(_, key)| reentrant::holds(&self.local, key))
+        {
+            return Err(waited);
+        }
+        // This client's own turn on each key, as a single try takes it: another task of
+        // this client holding or waiting for a key stops the pass there.
+        let mut turns = Vec::with_capacity(rest.len());
+        for (i, key) in &rest {
+            match self.local.of(key).try_lock_owned() {
+                Ok(turn) => turns.push(turn),
+                Err(_) => {
+                    give_back(waited.into_iter().collect()).await;
+                    return Ok(Ok(Pass::Stopped(*i)));
+                }
+            }
+        }
+        let started = Stopwatch::start();
+        let owners: Vec<(LockKey, OwnerToken)> = rest
+            .iter()
+            .map(|(_, key)| ((*key).clone(), OwnerToken::random()))
+            .collect();
+        // Each grant is covered until a guard owns it, as a single attempt's is.
+        let mut pending: Vec<PendingGrant> = owners
+            .iter()
+            .map(|(key, owner)| PendingGrant::new(self.backend.clone(), key.clone(), *owner))
+            .collect();
+        let outcome = match &self.breaker {
+            None => {
+                self.backend
+                    .try_acquire_all(&owners, self.options.ttl())
+                    .await
+            }
+            Some(breaker) => match breaker.admit() {
+                Ok(admission) => {
+                    let result = self
+                        .backend
+                        .try_acquire_all(&owners, self.options.ttl())
+                        .await;
+                    admission.record(&result);
+                    result
+                }
+                Err(error) => Err(error),
+            },
+        };
+        let record = |outcome: Outcome| {
+            for (key, _) in &owners {
+                telemetry::acquisition(self.backend.name(), key, &self.options, outcome, started);
+            }
+        };
+        match outcome {
+            Ok(SetOutcome::Acquired(leases)) => {
+                let now = Instant::now();
+                let short = leases.iter().any(|l| {
+                    l.valid_until().saturating_duration_since(now) < self.options.min_validity()
+                });
+                if short {
+                    tracing::warn!(
+                        "a granted set has a lease below the minimum validity; releasing it"
+                    );
+                    join_all(
+                        owners
+                            .iter()
+                            .map(|(key, owner)| self.backend.release(key, owner)),
+                    )
+                    .await;
+                    pending.iter_mut().for_each(PendingGrant::disarm);
+                    give_back(waited.into_iter().collect()).await;
+                    record(Outcome::Busy);
+                    return Ok(Ok(Pass::Stopped(rest[0].0)));
+                }
+                pending.iter_mut().for_each(PendingGrant::disarm);
+                let mut guards: Vec<LockGuard> = leases
+                    .into_iter()
+                    .zip(turns)
+                    .map(|(lease, turn)| {
+                        let guard = LockGuard::start(
+                            self.backend.clone(),
+                            lease,
+                            now,
+                            self.options.clone(),
+                            Some(turn),
+                            &self.starts,
+                        );
+                        reentrant::remember(&self.local, &guard);
+                        guard
+                    })
+                    .collect();
+                record(Outcome::Acquired);
+                guards.extend(waited);
+                guards.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
+                Ok(Ok(Pass::All(guards)))
+            }
+            Ok(SetOutcome::Held { index, .. }) => {
+                pending.iter_mut().for_each(PendingGrant::disarm);
+                give_back(waited.into_iter().collect()).await;
+                record(Outcome::Busy);
+                let stopped = rest.get(index).map_or(rest[0].0, |(i, _)| *i);
+                Ok(Ok(Pass::Stopped(stopped)))
+            }
+            Err(error) if error.kind() == ErrorKind::Unsupported => {
+                pending.iter_mut().for_each(PendingGrant::disarm);
+                Err(waited)
+            }
+            Err(error) => {
+                // The request may have been applied with its reply lost: the cleanups
+                // stay armed for faults, not for input the backend refused.
+                if !(error.is_retryable() || error.kind() == ErrorKind::Backend) {
+                    pending.iter_mut().for_each(PendingGrant::disarm);
+                }
+                drop(pending);
+                give_back(waited.into_iter().collect()).await;
+                record(Outcome::of_error(&error));
+                if waiting && error.is_retryable() && error.kind() != ErrorKind::CircuitOpen {
+                    debug!(%error, "the set could not be asked; waiting for its first key");
+                    return Ok(Ok(Pass::Stopped(rest[0].0)));
+                }
+                Ok(Err(error))
+            }
+        }
     }
 
     async fn lock_all_until(&self, keys: &[LockKey], deadline: Instant) -> Result<MultiGuard> {

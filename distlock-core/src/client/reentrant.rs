@@ -58,6 +58,19 @@ pub(crate) fn reenter(client: &Arc<LocalQueues>, key: &LockKey) -> Option<LockGu
         .flatten()
 }
 
+/// Whether this task's reentrant scope holds `key` through `client`.
+pub(crate) fn holds(client: &Arc<LocalQueues>, key: &LockKey) -> bool {
+    SCOPE
+        .try_with(|held| {
+            held.borrow().iter().any(|h| {
+                std::ptr::eq(h.client.as_ptr(), Arc::as_ptr(client))
+                    && h.key == *key
+                    && h.holds.strong_count() > 0
+            })
+        })
+        .unwrap_or(false)
+}
+
 /// Records a fresh guard in this scope, if there is one.
 pub(crate) fn remember(client: &Arc<LocalQueues>, guard: &LockGuard) {
     let _ = SCOPE.try_with(|held| {
