@@ -63,14 +63,20 @@ bare="$(mktemp -d)"
 trap 'rm -rf "$dir" "$bare"' EXIT
 mkdir -p "$bare/src"
 echo 'fn main() {}' > "$bare/src/main.rs"
-for pair in redis:redis postgres:sqlx etcd:etcd-client zookeeper:zookeeper-client; do
+for pair in redis:redis postgres:sqlx mysql:sqlx etcd:etcd-client zookeeper:zookeeper-client; do
   feature="${pair%%:*}"
   driver="${pair#*:}"
   sed -i "s/features = \[\"[a-z]*\"\]/features = [\"$feature\"]/" "$dir/Cargo.toml"
   count=$(count_tree "$dir")
   {
     printf '[package]\nname = "driver-alone"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\n'
-    grep "^$driver = " "$root/Cargo.toml"
+    # The driver with the features the backend turns on (the MySQL backend adds
+    # sqlx's `mysql` to the workspace's line).
+    if [ "$feature" = mysql ]; then
+      grep "^$driver = " "$root/Cargo.toml" | sed 's/"postgres"/"mysql"/'
+    else
+      grep "^$driver = " "$root/Cargo.toml"
+    fi
     printf '\n[workspace]\n'
   } > "$bare/Cargo.toml"
   cp "$root/Cargo.lock" "$bare/Cargo.lock"
@@ -93,6 +99,6 @@ done
 # The command line's lean install, as its README gives it: every backend but etcd,
 # without protoc.
 (cd "$root" && PROTOC=/nonexistent/protoc cargo build --offline --quiet --locked \
-  -p distlock-cli --no-default-features --features redis,postgres,zookeeper)
+  -p distlock-cli --no-default-features --features redis,postgres,mysql,zookeeper)
 "$CARGO_TARGET_DIR/debug/distlock" --version
 echo "check-outside: distlock-cli without etcd builds without protoc"

@@ -10,13 +10,26 @@ if ! command -v protoc >/dev/null 2>&1; then
   bash scripts/apt-install.sh protobuf-compiler
 fi
 
-bash scripts/prepare-servers.sh
+# The server images are made while the lints and the docs compile: on a fresh machine
+# that is a debootstrap, mostly downloads and disk, where the compiler wants the cores.
+# The tests wait for them.
+images_log="$(mktemp)"
+bash scripts/prepare-servers.sh >"$images_log" 2>&1 &
+images=$!
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 bash scripts/check-packages.sh
 # Every public item's docs build, with no broken link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
+
+if ! wait "$images"; then
+  cat "$images_log" >&2
+  echo "test: the server images could not be prepared" >&2
+  exit 1
+fi
+cat "$images_log"
+rm -f "$images_log"
 # Container tests start their own servers; the harness bounds how many run at once.
 # Every feature, so that the TLS builds and their tests run too.
 cargo test --workspace --all-features --locked
