@@ -420,6 +420,10 @@ impl LockClient {
             .enumerate()
             .filter(|(_, key)| waited.as_ref().is_none_or(|g| g.key() != *key))
             .collect();
+        if rest.is_empty() {
+            // The set was one key, which the wait took.
+            return Ok(Ok(Pass::All(waited.into_iter().collect())));
+        }
         if rest
             .iter()
             .any(|(_, key)| reentrant::holds(&self.local, key))
@@ -685,6 +689,32 @@ mod tests {
             .expect("held");
         assert!(y.remaining > Duration::from_secs(60), "{:?}", y.remaining);
         assert!(!set.is_held());
+    }
+
+    /// A set of one key that was held when asked is taken once its holder lets go,
+    /// whether the backend takes sets in one step (memory) or key by key.
+    #[tokio::test]
+    async fn a_set_of_one_held_key_is_taken_once_it_is_free() {
+        use crate::{LockBackend, MemoryBackend};
+        let backend = std::sync::Arc::new(MemoryBackend::new());
+        assert!(backend.capabilities().atomic_sets);
+        let holder = LockClient::new(backend.clone());
+        let held = holder
+            .try_lock("only")
+            .await
+            .expect("no error")
+            .expect("free");
+        let client = LockClient::new(backend);
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held.release().await
+        };
+        let (set, released) =
+            tokio::join!(client.lock_all(["only"], Duration::from_secs(5)), release);
+        released.expect("released");
+        let set = set.expect("taken once free");
+        assert_eq!(set.keys().count(), 1);
+        assert!(set.is_held());
     }
 
     #[test]
