@@ -94,10 +94,13 @@ impl MySqlBackend {
     /// connection settings are the pool's.
     ///
     /// What it does with the pool: each operation takes one connection for one
-    /// statement, waiting at most the acquire timeout, and gives it back. It changes no
-    /// session setting (a row-lock wait is then bounded by the pool's own
-    /// `innodb_lock_wait_timeout`; the backend gives up on a statement at its response
-    /// timeout either way). A pool that tests each connection before handing it out
+    /// statement (a fair step or a purge: for one short transaction), waiting at most
+    /// the acquire timeout, and gives it back. It changes no session setting: the fair
+    /// step and the purge set `READ COMMITTED` with `SET TRANSACTION`, which holds for
+    /// the next transaction only, and begin that transaction at once (a step cancelled
+    /// between the two leaves it for the connection's next transaction). A row-lock
+    /// wait is bounded by the pool's own `innodb_lock_wait_timeout`; the backend gives
+    /// up on a statement at its response timeout either way. A pool that tests each connection before handing it out
     /// (sqlx's default, `test_before_acquire`) adds a round trip to every operation:
     /// the capabilities then declare two; with
     /// `MySqlPoolOptions::test_before_acquire(false)` each operation is one.
