@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, RoundTrips,
+    ReleaseOutcome, Renewal, RoundTrips, SetGrant,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use etcd_client::{
@@ -63,6 +63,8 @@ fn capabilities() -> Capabilities {
     capabilities.extend_any_ttl = false;
     capabilities.fair = true;
     capabilities.permits = true;
+    // Each key's lease granted, all at once, then one transaction for the set.
+    capabilities.atomic_sets = true;
     // A lease grant, then the transaction that creates the key; a keep-alive stream
     // opened, then its message (the owner check runs alongside); one transaction.
     capabilities.round_trips = RoundTrips {
@@ -418,6 +420,115 @@ impl LockBackend for EtcdBackend {
         Ok(match self.create_lock(request, Vec::new()).await? {
             Some(fence) => Grant::Granted(fence),
             None => Grant::Held { remaining: None },
+        })
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        // Each key on its owner's lease, as a single key is, the leases granted side by
+        // side; then one transaction creates every key or, when any exists, none, and
+        // reads them all instead, to name the first one held. Every key created in it
+        // has the transaction's revision as its creation revision: one fence for the
+        // set, above every earlier fence of each of its keys.
+        let leases: Vec<i64> = requests.iter().map(|r| lease_id(r.owner())).collect();
+        let granted = futures_util::future::join_all(
+            requests
+                .iter()
+                .zip(&leases)
+                .map(|(request, id)| self.grant_lease(*id, request.ttl())),
+        )
+        .await;
+        let mut refused = None;
+        let mut failed = None;
+        for (n, outcome) in granted.into_iter().enumerate() {
+            match outcome {
+                Ok(true) => {}
+                // A live lease of that ID: another acquisition's token shares its bits.
+                Ok(false) => refused = refused.or(Some(n)),
+                Err(e) => failed = failed.or(Some((n, e))),
+            }
+        }
+        if refused.is_some() || failed.is_some() {
+            // What this step granted goes back; a lease it did not grant is not its own.
+            let mut gave_back = 0;
+            for (n, id) in leases.iter().enumerate() {
+                if Some(n) != refused && failed.as_ref().is_none_or(|(f, _)| *f != n) {
+                    self.revoke_later(*id);
+                    gave_back += 1;
+                }
+            }
+            debug!(gave_back, "a lease of the set could not be granted");
+            if let Some((_, e)) = failed {
+                return Err(e);
+            }
+            return Ok(SetGrant::Held {
+                index: refused.unwrap_or(0),
+                remaining: None,
+            });
+        }
+        let keys: Vec<String> = requests.iter().map(|r| self.key(r.key())).collect();
+        let txn = Txn::new()
+            .when(
+                keys.iter()
+                    .map(|key| Compare::create_revision(key.clone(), CompareOp::Equal, 0))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                requests
+                    .iter()
+                    .zip(&keys)
+                    .zip(&leases)
+                    .map(|((request, key), id)| {
+                        TxnOp::put(
+                            key.clone(),
+                            request.owner().to_hex(),
+                            Some(PutOptions::new().with_lease(*id)),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(
+                keys.iter()
+                    .map(|key| TxnOp::get(key.clone(), Some(GetOptions::new().with_keys_only())))
+                    .collect::<Vec<_>>(),
+            );
+        let revoke_all = || leases.iter().for_each(|id| self.revoke_later(*id));
+        let reply = match self
+            .request(|c| {
+                let put = send_txn(c, &txn);
+                async move {
+                    match put.await {
+                        // The transaction wrote nothing: a lease was gone.
+                        Err(e) if is_lease_not_found(&e) => Ok(None),
+                        other => other.map(Some),
+                    }
+                }
+            })
+            .await
+        {
+            Ok(Some(reply)) => reply,
+            Ok(None) => {
+                revoke_all();
+                return Err(lease_ran_out());
+            }
+            Err(e) => {
+                revoke_all();
+                return Err(e);
+            }
+        };
+        if reply.succeeded() {
+            let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
+            let fence = FencingToken::new(u64::try_from(revision).unwrap_or(0));
+            return Ok(SetGrant::Granted(vec![fence; requests.len()]));
+        }
+        revoke_all();
+        let index = reply
+            .op_responses()
+            .iter()
+            .position(|op| matches!(op, TxnOpResponse::Get(got) if !got.kvs().is_empty()))
+            .unwrap_or(0);
+        Ok(SetGrant::Held {
+            index,
+            remaining: None,
         })
     }
 

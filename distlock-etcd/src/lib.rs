@@ -23,6 +23,11 @@
 //!   then revoked in the background. A key that expired, was taken over or was already
 //!   released fails the comparison, so the release reports "not held". A force release
 //!   revokes the holder's lease, so the holder's later release reports "not held".
+//! - **a set of keys** (`LockClient::lock_all`) is one transaction, all or none
+//!   (`capabilities.atomic_sets`): each key's lease is granted as for a single key, the
+//!   grants sent side by side, then one transaction creates every key only if none
+//!   exists. Every key of a set has the same fence, that transaction's revision, above
+//!   every earlier fence of each of its keys. A refused set gives its leases back.
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
 //! - **semaphores, read-write locks and elections**

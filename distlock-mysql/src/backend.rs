@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, RoundTrips,
+    ReleaseOutcome, Renewal, RoundTrips, SetGrant,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
@@ -18,7 +18,7 @@ use tracing::debug;
 
 use crate::config::MySqlConfig;
 use crate::error::{from_sqlx, is_contention, timed_out, Setting};
-use crate::sql::{Statements, REFUSED};
+use crate::sql::{SetRequest, Statements, REFUSED};
 
 const NAME: &str = "mysql";
 
@@ -98,7 +98,11 @@ impl MySqlBackend {
     /// the acquire timeout, and gives it back. It changes no session setting: the fair
     /// step and the purge set `READ COMMITTED` with `SET TRANSACTION`, which holds for
     /// the next transaction only, and begin that transaction at once (a step cancelled
-    /// between the two leaves it for the connection's next transaction). A row-lock
+    /// between the two leaves it for the connection's next transaction). A set of keys
+    /// (`lock_all`) is one batch of statements that sets `READ COMMITTED` the same way,
+    /// runs its own short transaction and leaves the user variable `@distlock_set` on
+    /// the session; a batch that does not finish closes its connection instead of
+    /// giving it back, since it may still be inside that transaction. A row-lock
     /// wait is bounded by the pool's own `innodb_lock_wait_timeout`; the backend gives
     /// up on a statement at its response timeout either way. A pool that tests each connection before handing it out
     /// (sqlx's default, `test_before_acquire`) adds a round trip to every operation:
@@ -130,6 +134,8 @@ impl MySqlBackend {
         capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = false;
+        // One batch of statements: a short transaction, then a read of its outcome.
+        capabilities.atomic_sets = true;
         let sql = Statements::new(&config.table);
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
@@ -367,6 +373,93 @@ impl MySqlBackend {
     }
 }
 
+impl MySqlBackend {
+    /// The set step's batch (see `sql.rs`) on a connection of the pool, and the rows
+    /// it reads after its commit: each key's name, owner, fence and remaining TTL.
+    ///
+    /// The batch opens a transaction that the driver does not know of. A connection
+    /// whose batch did not finish (cancelled, cut off, or failed part way, as a lock
+    /// wait that ran out fails only its statement) may still be inside it, holding
+    /// row locks, so it is closed, never handed out again: the server then rolls the
+    /// transaction back.
+    async fn set_step(&self, batch: &str) -> std::result::Result<Vec<MySqlRow>, sqlx::Error> {
+        struct Closing(Option<sqlx::pool::PoolConnection<sqlx::MySql>>);
+        impl Drop for Closing {
+            fn drop(&mut self) {
+                if let Some(conn) = self.0.as_mut() {
+                    conn.close_on_drop();
+                }
+            }
+        }
+        let mut conn = Closing(Some(self.inner.pool.acquire().await?));
+        let Some(held) = conn.0.as_mut() else {
+            return Err(sqlx::Error::PoolClosed);
+        };
+        let conn_ref: &mut sqlx::MySqlConnection = held;
+        let rows = sqlx::Executor::fetch_all(conn_ref, sqlx::raw_sql(batch)).await?;
+        // Finished, committed: the connection goes back to the pool as it is.
+        drop(conn.0.take());
+        Ok(rows)
+    }
+}
+
+/// The set step's answer from the rows it read after its commit: every key held by
+/// its request's owner (a grant, with each key's fence), or the first that is not.
+fn set_answer(requests: &[AcquireRequest], rows: &[MySqlRow]) -> Result<SetGrant> {
+    let mut seen = Vec::with_capacity(rows.len());
+    for row in rows {
+        let decoded = (|| {
+            Ok::<_, sqlx::Error>((
+                row.try_get::<Vec<u8>, _>(0)?,
+                row.try_get::<Vec<u8>, _>(1)?,
+                row.try_get::<i64, _>(2)?,
+                row.try_get::<Option<i64>, _>(3)?,
+            ))
+        })();
+        seen.push(decoded.map_err(|e| {
+            Error::new(
+                distlock_core::ErrorKind::Backend,
+                format!("the set's answer could not be read: {e}"),
+            )
+            .with_backend(NAME)
+        })?);
+    }
+    // Each request's key as the server has it now: its owner, fence and remaining
+    // TTL, when it has a live lease.
+    let live: Vec<Option<(&[u8], i64, u64)>> = requests
+        .iter()
+        .map(|request| {
+            seen.iter()
+                .find(|(name, ..)| name.as_slice() == request.key().as_str().as_bytes())
+                .and_then(|(_, owner, raw, us)| {
+                    let us = u64::try_from(us.unwrap_or(0)).ok().filter(|us| *us > 0)?;
+                    Some((owner.as_slice(), *raw, us))
+                })
+        })
+        .collect();
+    let mine = |n: usize| -> Option<i64> {
+        live[n]
+            .filter(|(owner, ..)| *owner == &requests[n].owner().as_bytes()[..])
+            .map(|(_, raw, _)| raw)
+    };
+    if let Some(fences) = (0..requests.len()).map(mine).collect::<Option<Vec<_>>>() {
+        return Ok(SetGrant::Granted(fences.into_iter().map(fence).collect()));
+    }
+    // Not all held by this set: its own leases were ended before the commit. The
+    // first key another lease holds, with that holder's remaining TTL; else (that
+    // holder left meanwhile) the first key this set does not hold.
+    let other = (0..requests.len()).find(|n| live[*n].is_some() && mine(*n).is_none());
+    let index = other
+        .or_else(|| (0..requests.len()).find(|n| mine(*n).is_none()))
+        .unwrap_or(0);
+    Ok(SetGrant::Held {
+        index,
+        remaining: other
+            .and_then(|n| live[n])
+            .map(|(_, _, us)| Duration::from_micros(us)),
+    })
+}
+
 /// An acquire statement's answer, from the insert id of its OK packet (see `sql.rs`).
 fn answer(raw: u64) -> Grant {
     match raw {
@@ -451,6 +544,29 @@ impl LockBackend for MySqlBackend {
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired");
                 Ok(Grant::Held { remaining: None })
+            }
+            Err(e) => Err(self.driver_error(e)),
+        }
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let batch = {
+            let owners: Vec<_> = requests.iter().map(|r| r.owner().as_bytes()).collect();
+            let set: Vec<SetRequest<'_>> = requests
+                .iter()
+                .zip(&owners)
+                .map(|(r, owner)| (r.key().as_str().as_bytes(), &owner[..], micros(r.ttl())))
+                .collect();
+            self.inner.sql.acquire_all(&set)
+        };
+        match self.bounded(self.set_step(&batch)).await? {
+            Ok(rows) => set_answer(requests, &rows),
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: the set was not acquired");
+                Ok(SetGrant::Held {
+                    index: 0,
+                    remaining: None,
+                })
             }
             Err(e) => Err(self.driver_error(e)),
         }

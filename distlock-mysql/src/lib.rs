@@ -28,7 +28,18 @@
 //! - **release** ends the lease only for its owner, comparing the whole owner token on
 //!   the server (the row stays, with its fence, until the purge);
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
-//! - **inspect** and **list** read the holder's fence and remaining TTL.
+//! - **inspect** and **list** read the holder's fence and remaining TTL;
+//! - **a set of keys** (`LockClient::lock_all`) is one batch of statements in one round
+//!   trip, all or none (`capabilities.atomic_sets`): a short transaction at `READ
+//!   COMMITTED` takes every key as a single acquire does, in the keys' sorted order,
+//!   counts the keys its owners hold, ends those leases again when that is not all of
+//!   them, and commits; a read after the commit gives the answer. The count goes
+//!   through the session's user variable `@distlock_set`. A refused set also ends a
+//!   lease its own owner held on one of its keys before (a retry of a set whose
+//!   answer was lost gives that set back). A batch that does not finish (cancelled,
+//!   cut off, or a lock wait that ran out, which fails only its statement and leaves
+//!   the transaction open) closes its connection, and the server rolls the
+//!   transaction back.
 //!
 //! MySQL has no notifications a waiter could listen for, so waiters poll, with
 //! backoff (`capabilities.change_notification` is false); a refused grant reports the

@@ -42,6 +42,8 @@ pub(crate) struct Statements {
     /// Counts the migration's tables that are there, and the floor's row.
     pub(crate) check: String,
     pub(crate) acquire: String,
+    /// The lock table and the floor, quoted: for [`Statements::acquire_all`].
+    table: (String, String),
     pub(crate) fair: FairSql,
     pub(crate) release: String,
     pub(crate) extend: String,
@@ -79,6 +81,75 @@ pub(crate) struct FairSql {
     /// Takes this owner out of the queue (granted, or giving up).
     pub(crate) leave: String,
 }
+/// One request of a set: the key's bytes, the owner token's and the TTL in
+/// microseconds.
+pub(crate) type SetRequest<'a> = (&'a [u8], &'a [u8], i64);
+
+/// Bytes as a hexadecimal literal: digits only, so nothing in them can end it.
+fn hex_literal(bytes: &[u8]) -> String {
+    let digits: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("X'{digits}'")
+}
+
+impl Statements {
+    /// The set step for `requests`: one batch of statements in one round trip, its
+    /// values written in as literals (hexadecimal bytes and integers).
+    ///
+    /// One short transaction at `READ COMMITTED` takes the key of every request as
+    /// [`acquire`](Self::acquire) takes one, in the requests' order (the keys sorted,
+    /// so two sets meet at their first common key and never deadlock); counts the
+    /// keys its owners now hold; and, when that is fewer than all, ends those
+    /// leases again before it commits, so a set is held whole or not at all. The
+    /// count goes through the session's user variable `@distlock_set`. After the
+    /// commit, one row per key that has a row: its name, owner, fence and remaining
+    /// TTL in microseconds, from which the caller reads the answer.
+    pub(crate) fn acquire_all(&self, requests: &[SetRequest<'_>]) -> String {
+        let (t, floor) = &self.table;
+        let rows = requests
+            .iter()
+            .enumerate()
+            .map(|(i, (name, owner, us))| {
+                let (name, owner) = (hex_literal(name), hex_literal(owner));
+                if i == 0 {
+                    format!("SELECT {name} AS name, {owner} AS owner, {us} AS us, {i} AS i")
+                } else {
+                    format!("SELECT {name}, {owner}, {us}, {i}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let pairs = requests
+            .iter()
+            .map(|(name, owner, _)| format!("({}, {})", hex_literal(name), hex_literal(owner)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let names = requests
+            .iter()
+            .map(|(name, _, _)| hex_literal(name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let n = requests.len();
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             START TRANSACTION; \
+             INSERT INTO {t} (name, owner, fence, expires_at) \
+               SELECT r.name, r.owner, f.top + 1, UTC_TIMESTAMP(6) + INTERVAL r.us MICROSECOND \
+               FROM ({rows}) r JOIN {floor} f ON f.id = 1 \
+               ORDER BY r.i LOCK IN SHARE MODE \
+             ON DUPLICATE KEY UPDATE \
+               fence = IF({t}.expires_at <= UTC_TIMESTAMP(6), {t}.fence + 1, {t}.fence), \
+               owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
+               expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at); \
+             SET @distlock_set = (SELECT COUNT(*) FROM {t} \
+               WHERE (name, owner) IN ({pairs}) AND expires_at > UTC_TIMESTAMP(6)); \
+             UPDATE {t} SET expires_at = '{ENDED}' \
+               WHERE (name, owner) IN ({pairs}) AND @distlock_set < {n}; \
+             COMMIT; \
+             SELECT name, owner, fence, {REMAINING_US} FROM {t} WHERE name IN ({names})"
+        )
+    }
+}
+
 /// The expiry of a released lease: before any clock a statement reads.
 const ENDED: &str = "1970-01-01 00:00:00";
 
@@ -153,6 +224,7 @@ impl Statements {
                    owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
                    expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at)"
             ),
+            table: (t.clone(), floor.clone()),
             fair: FairSql {
                 lock_key: format!(
                     "INSERT INTO {t} (name, owner, fence, expires_at) \
@@ -224,5 +296,22 @@ impl Statements {
                 "DELETE FROM {q} WHERE until < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_s_values_are_written_in_as_hexadecimal_and_integers_only() {
+        let sql = Statements::new("locks");
+        let batch = sql.acquire_all(&[(b"a'; DROP", &[0xab, 0x01], 5_000), (b"b", &[0xff], 7)]);
+        assert!(!batch.contains('{'), "a name left unwritten: {batch}");
+        assert!(!batch.contains("DROP"), "a key written as text: {batch}");
+        assert!(batch.contains("X'61273b2044524f50'"), "{batch}");
+        assert!(batch.contains("(X'62', X'ff')"), "{batch}");
+        assert!(batch.contains("@distlock_set < 2"), "{batch}");
+        assert!(batch.contains("INSERT INTO `locks` "), "{batch}");
     }
 }

@@ -308,3 +308,115 @@ async fn the_purge_deletes_the_places_of_vanished_waiters() {
     backend.purge_expired(Duration::ZERO).await.expect("purge");
     assert_eq!(places().await, 0, "a vanished waiter's place was kept");
 }
+
+/// A set step cancelled while its transaction waits on a row lock: once that lock is
+/// let go, none of the set is left held, and the backend's one connection (which the
+/// cancelled batch's transaction must not come back on) serves the next operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_cancelled_on_a_row_lock_leaves_nothing_held() {
+    use distlock_mysql::sqlx;
+    let server = server().await;
+    let backend = MySqlBackend::connect(&format!("{}?pool_size=1&purge=false", server.url()))
+        .await
+        .expect("connect");
+    assert!(backend.capabilities().atomic_sets);
+    // The second key's row exists, and another session holds its row lock.
+    cycle(&backend, "set-b").await;
+    let pool = sqlx::MySqlPool::connect(&server.url().replace("mariadb://", "mysql://"))
+        .await
+        .expect("a pool of the test's own");
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query("SELECT fence FROM distlock_locks WHERE name = 'set-b' FOR UPDATE")
+        .fetch_all(&mut *blocker)
+        .await
+        .expect("the row lock");
+    let client = distlock_core::LockClient::new(std::sync::Arc::new(backend.clone()));
+    let attempt = tokio::time::timeout(
+        Duration::from_millis(500),
+        client.try_lock_all(["set-a", "set-b"]),
+    )
+    .await;
+    assert!(
+        attempt.is_err(),
+        "the set's step did not wait on the row lock: {attempt:?}"
+    );
+    blocker.commit().await.expect("commit");
+    let free = |name: &'static str| {
+        let backend = backend.clone();
+        async move {
+            LockBackend::inspect(&backend, &LockKey::new(name).expect("key"))
+                .await
+                .expect("inspect")
+                .is_none()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(free("set-a").await && free("set-b").await) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "part of a cancelled set is still held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Both keys are free for anyone, at once, on the backend's one connection.
+    cycle(&backend, "set-a").await;
+    cycle(&backend, "set-b").await;
+}
+
+/// A set step whose row-lock wait runs out fails only its statement, inside the
+/// transaction its batch opened: the step answers "held", and the transaction, with
+/// the row lock it took on the first key, must not outlive the step on the backend's
+/// one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_whose_lock_wait_ran_out_leaves_no_transaction_open() {
+    use distlock_core::backend::SetOutcome;
+    use distlock_mysql::sqlx;
+    let server = server().await;
+    let pool = sqlx::MySqlPool::connect(&server.url().replace("mariadb://", "mysql://"))
+        .await
+        .expect("a pool of the test's own");
+    // Connections made from now on give up a row-lock wait after one second.
+    sqlx::query("SET GLOBAL innodb_lock_wait_timeout = 1")
+        .execute(&pool)
+        .await
+        .expect("set the wait");
+    let url = format!("{}?pool_size=1&purge=false", server.url());
+    let backend = MySqlBackend::connect(&url).await.expect("connect");
+    let other = MySqlBackend::connect(&url).await.expect("connect");
+    cycle(&backend, "wait-b").await;
+    let mut blocker = pool.begin().await.expect("begin");
+    sqlx::query("SELECT fence FROM distlock_locks WHERE name = 'wait-b' FOR UPDATE")
+        .fetch_all(&mut *blocker)
+        .await
+        .expect("the row lock");
+    let set = [
+        (LockKey::new("wait-a").expect("key"), OwnerToken::random()),
+        (LockKey::new("wait-b").expect("key"), OwnerToken::random()),
+    ];
+    let outcome = backend
+        .try_acquire_all(&set, Duration::from_secs(30))
+        .await
+        .expect("a wait that ran out is contention, not an error");
+    assert!(matches!(outcome, SetOutcome::Held { .. }), "{outcome:?}");
+    blocker.commit().await.expect("commit");
+    // The first key's row is not locked by a transaction left open: another backend
+    // takes it (a lock wait would run out in a second and refuse it).
+    let taken = other
+        .acquire_once("wait-a", Duration::from_secs(5))
+        .await
+        .expect("acquire");
+    assert!(
+        taken.is_some(),
+        "the first key of a refused set is still locked"
+    );
+    // And what the backend's one connection does next is committed, for all to see.
+    let lease = backend
+        .acquire_once("wait-c", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let seen = LockBackend::inspect(&other, &LockKey::new("wait-c").expect("key"))
+        .await
+        .expect("inspect");
+    assert_eq!(seen.map(|info| info.fence), Some(lease.fence()));
+}

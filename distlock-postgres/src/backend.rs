@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, WakeRegistry,
+    ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
@@ -19,7 +19,7 @@ use tracing::debug;
 use crate::config::PostgresConfig;
 use crate::error::{from_sqlx, is_contention, timed_out, Setting};
 use crate::pool::{Checkout, Pool};
-use crate::sql::{inline, Arg, Statements};
+use crate::sql::{inline, set_refused_at, Arg, Statements};
 
 const NAME: &str = "postgres";
 
@@ -139,6 +139,7 @@ impl PostgresBackend {
         capabilities.list = true;
         capabilities.fair = true;
         capabilities.permits = true;
+        capabilities.atomic_sets = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
         let batch_prefix = batched.then(|| {
             config
@@ -490,6 +491,70 @@ impl LockBackend for PostgresBackend {
             Arg::Float(ttl_ms(place)),
         ];
         self.grant(&self.inner.sql.acquire_in_turn, &args).await
+    }
+
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let ttls: Vec<f64> = requests.iter().map(|r| ttl_ms(r.ttl())).collect();
+        let mut args = Vec::with_capacity(3 * requests.len());
+        for (request, ms) in requests.iter().zip(&ttls) {
+            args.push(Arg::Text(request.key().as_str()));
+            args.push(Arg::Bytes(&request.owner().as_bytes()[..]));
+            args.push(Arg::Float(*ms));
+        }
+        let statement = self.inner.sql.acquire_all(requests.len());
+        let reply = self
+            .bounded(self.rows(&statement, &args))
+            .await?
+            .and_then(|rows| {
+                rows.iter()
+                    .map(|row| {
+                        Ok::<_, sqlx::Error>((
+                            row.try_get::<i32, _>(0)?,
+                            row.try_get::<Option<i64>, _>(1)?,
+                            row.try_get::<Option<i64>, _>(2)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            });
+        let rows = match reply {
+            Err(sqlx::Error::Database(db)) if set_refused_at(db.message()).is_some() => {
+                // Granted in part, and undone by the statement itself.
+                let index = set_refused_at(db.message()).unwrap_or(0);
+                return Ok(SetGrant::Held {
+                    index,
+                    remaining: None,
+                });
+            }
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: the set was not acquired");
+                return Ok(SetGrant::Held {
+                    index: 0,
+                    remaining: None,
+                });
+            }
+            Err(e) => return Err(from_sqlx(&self.inner.config, e)),
+            Ok(rows) => rows,
+        };
+        let position = |raw: i32| usize::try_from(raw).unwrap_or(0);
+        match rows.first() {
+            Some((index, None, remaining_ms)) => Ok(SetGrant::Held {
+                index: position(*index),
+                remaining: remaining(*remaining_ms),
+            }),
+            _ => rows
+                .iter()
+                .map(|(_, raw, _)| {
+                    raw.map(fence).ok_or_else(|| {
+                        Error::new(
+                            distlock_core::ErrorKind::Backend,
+                            "the set's statement answered a grant without its fence",
+                        )
+                        .with_backend(NAME)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(SetGrant::Granted),
+        }
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {

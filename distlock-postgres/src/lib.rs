@@ -31,7 +31,13 @@
 //!   transaction in the database wait for one another, which cost S2 (32 tasks on
 //!   fresh names) more than half its throughput when every release notified;
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
-//! - **inspect** reads the holder's fence and remaining TTL.
+//! - **inspect** reads the holder's fence and remaining TTL;
+//! - **a set of keys** (`LockClient::lock_all`) is one statement, all or none
+//!   (`capabilities.atomic_sets`): every key is taken as a single acquire takes it, in
+//!   the keys' sorted order, and a set taken only in part aborts its own statement (it
+//!   casts a text naming the first key found held to an integer), so that PostgreSQL
+//!   undoes every write of it. A set refused whole wrote nothing and reports the
+//!   holder's remaining TTL; one refused in part reports the key, not the TTL.
 //!
 //! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //! keeps a key's waiters in a second table, `<table>_queue`: one row per waiter

@@ -15,6 +15,8 @@ pub(crate) struct Statements {
     /// The functions the migration creates, as quoted names.
     pub(crate) functions: Vec<String>,
     pub(crate) acquire: String,
+    /// The set step, around its rows of requests: see [`Statements::acquire_all`].
+    acquire_all: (String, String),
     pub(crate) acquire_in_turn: String,
     pub(crate) leave_queue: String,
     pub(crate) release: String,
@@ -60,7 +62,7 @@ impl Statements {
                    expires_at = EXCLUDED.expires_at \
                  WHERE l.expires_at <= clock_timestamp() \
                     OR (l.owner = EXCLUDED.owner AND l.expires_at > clock_timestamp()) \
-                 RETURNING fence"
+                 RETURNING l.key, l.fence"
             )
         };
         // The fence when granted, or the holder's fence and remaining TTL.
@@ -125,6 +127,38 @@ impl Statements {
                 take(&format!(
                     "VALUES ($1, $2, nextval('{seq}'), clock_timestamp() + {ms})"
                 ))
+            ),
+            // The set step: every request taken as by `acquire`, in the requests'
+            // order (the keys sorted, so two sets meet at their first common key and
+            // never deadlock), or none. A set granted in part aborts itself, so that
+            // the statement's writes are undone whole: the last branch casts a text
+            // naming the first refused request to an integer, which fails (see
+            // `set_refused_at`). A set refused whole wrote nothing and answers the
+            // first refused request's position, with its holder's remaining TTL when
+            // the statement's snapshot sees that holder.
+            acquire_all: (
+                "WITH req (key, owner, ms, i) AS (VALUES ".to_owned(),
+                format!(
+                    "), granted AS ({}), \
+                     verdict AS ( \
+                       SELECT count(g.key) AS taken, min(r.i) FILTER (WHERE g.key IS NULL) AS refused \
+                       FROM req r LEFT JOIN granted g ON g.key = r.key) \
+                     SELECT r.i, g.fence, NULL::bigint FROM req r JOIN granted g ON g.key = r.key \
+                       CROSS JOIN verdict v WHERE v.refused IS NULL \
+                     UNION ALL \
+                     SELECT v.refused, NULL::bigint, \
+                       (SELECT {remaining_ms} FROM {t} h JOIN req r ON r.key = h.key \
+                         WHERE r.i = v.refused AND h.expires_at > clock_timestamp()) \
+                     FROM verdict v \
+                     WHERE CASE WHEN v.refused IS NULL THEN false \
+                                WHEN v.taken = 0 THEN true \
+                                ELSE ('{SET_REFUSED}' || v.refused)::int IS NULL END \
+                     ORDER BY 1",
+                    take(&format!(
+                        "SELECT key, owner, nextval('{seq}'), \
+                           clock_timestamp() + (ms * interval '1 millisecond') FROM req ORDER BY i"
+                    ))
+                ),
             ),
             // The fair step, in one statement: this owner is first when no other
             // waiter with a live place is ahead of it (or it holds the key already: a
@@ -221,6 +255,41 @@ impl Statements {
     }
 }
 
+/// What the set step casts to an integer to abort itself, before the position of the
+/// first refused request.
+const SET_REFUSED: &str = "distlock: the set was refused at request ";
+
+impl Statements {
+    /// The set step for `n` requests, whose arguments are each request's key, owner and
+    /// TTL in milliseconds, in that order (`$1`, `$2`, `$3` for the first request).
+    /// Its rows: each request's position and fence, when granted; else one row, the
+    /// first refused request's position, no fence, and the holder's remaining TTL in
+    /// milliseconds (or `NULL`). A set granted in part fails instead, undone, with
+    /// an error that [`set_refused_at`] reads.
+    pub(crate) fn acquire_all(&self, n: usize) -> String {
+        let rows = (0..n)
+            .map(|i| {
+                format!(
+                    "(${}::text, ${}::bytea, ${}::float8, {i})",
+                    3 * i + 1,
+                    3 * i + 2,
+                    3 * i + 3
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("{}{rows}{}", self.acquire_all.0, self.acquire_all.1)
+    }
+}
+
+/// The position of the first refused request, when `message` is the error of a set
+/// step that was granted in part and undone.
+pub(crate) fn set_refused_at(message: &str) -> Option<usize> {
+    let (_, after) = message.split_once(SET_REFUSED)?;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// A statement's argument: bound, or (in PgBouncer mode) written into the statement.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
@@ -315,6 +384,24 @@ mod tests {
             );
         }
         assert!(sql.acquire.contains("nextval('\"locks\".\"held_fence\"')"));
+        let set = sql.acquire_all(3);
+        assert!(!set.contains('{'), "a name left unwritten: {set}");
+        assert!(
+            set.contains("($7::text, $8::bytea, $9::float8, 2)"),
+            "{set}"
+        );
+        assert!(!set.contains("$10"), "{set}");
+    }
+
+    #[test]
+    fn a_refused_position_is_read_from_the_error_only() {
+        let message = format!("invalid input syntax for type integer: \"{SET_REFUSED}2\"");
+        assert_eq!(set_refused_at(&message), Some(2));
+        assert_eq!(
+            set_refused_at("invalid input syntax for type integer: \"x\""),
+            None
+        );
+        assert_eq!(set_refused_at(SET_REFUSED), None);
     }
 
     #[test]

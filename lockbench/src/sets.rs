@@ -19,6 +19,9 @@ pub(crate) const OPPOSITE_WAIT: Duration = Duration::from_secs(10);
 /// What the sets measured on one backend.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SetRow {
+    /// Whether the backend took each set in one step on the server
+    /// (`capabilities.atomic_sets`), rather than key by key.
+    pub(crate) one_step: bool,
     /// S1 of the one-key cycle, in the same blocks as the two-key one.
     pub(crate) one_key: Summary,
     /// S1 of a two-key set: `try_lock_all` on two fresh keys, then its release.
@@ -69,6 +72,7 @@ pub(crate) async fn run(backend: &Arc<DynLockBackend>, sizes: Sizes) -> Result<S
     let two_keys = s1.next().ok_or("no S1 for two keys")??;
     let (opposite, opposite_timeouts) = opposite_orders(backend, sizes.throughput_for).await?;
     Ok(SetRow {
+        one_step: backend.capabilities().atomic_sets,
         one_key,
         two_keys,
         opposite,

@@ -152,18 +152,23 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## Several keys under one lock\n\n`LockClient::lock_all`, on every backend. *S1*: one client at a time on fresh keys, `try_lock_all` of two keys then the set's release, in the same blocks as the one-key cycle (*÷ one key*). *Opposite orders*: two clients, each with a client of its own, lock the same two keys in opposite orders, release, and go again, for the S2 time; a wait that runs out ({} s) would be a deadlock, and must be 0.\n",
+            "\n## Several keys under one lock\n\n`LockClient::lock_all`, on every backend. *A set taken*: in one step on the server where the backend declares `capabilities.atomic_sets`, else key by key. *S1*: one client at a time on fresh keys, `try_lock_all` of two keys then the set's release, in the same blocks as the one-key cycle (*÷ one key*). *Opposite orders*: two clients, each with a client of its own, lock the same two keys in opposite orders, release, and go again, for the S2 time; a wait that runs out ({} s) would be a deadlock, and must be 0.\n",
             crate::sets::OPPOSITE_WAIT.as_secs()
         );
         let _ = writeln!(
             md,
-            "| backend | S1 one key p50 | S1 two keys p50 / p99 | two ÷ one | opposite orders: sets/s | its p50 / p99 | waits run out |"
+            "| backend | a set taken | S1 one key p50 | S1 two keys p50 / p99 | two ÷ one | opposite orders: sets/s | its p50 / p99 | waits run out |"
         );
-        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
         for b in self.backends.iter().filter(|b| b.started) {
             let row = match &b.sets {
                 Some(s) => format!(
-                    "{} | {} / {} | {} | {:.0} | {} / {} | {}",
+                    "{} | {} | {} / {} | {} | {:.0} | {} / {} | {}",
+                    if s.one_step {
+                        "in one step"
+                    } else {
+                        "key by key"
+                    },
                     ms(s.one_key.p50_us),
                     ms(s.two_keys.p50_us),
                     ms(s.two_keys.p99_us),
@@ -177,7 +182,7 @@ impl Report {
                     ms(s.opposite.p99_us),
                     s.opposite_timeouts
                 ),
-                None => "not measured (see the errors below) | | | | | |".into(),
+                None => "not measured (see the errors below) | | | | | | |".into(),
             };
             let _ = writeln!(md, "| {} | {row} |", b.backend);
         }
