@@ -19,15 +19,51 @@ use crate::backend::ChangeStream;
 /// [`close_all`](Self::close_all) ends every stream, which tells waiters that
 /// notifications stopped (a lost connection) and that they must poll.
 ///
+/// A waiter may also register under a tag ([`register_tagged`](Self::register_tagged)),
+/// such as the owner token of a fair waiter: [`wake_tagged`](Self::wake_tagged) then
+/// wakes the key's untagged waiters and those with that one tag only, so that a
+/// release handed to the head of a queue wakes the head, not the herd. A plain
+/// [`wake`](Self::wake) wakes every waiter of the key, tagged or not.
+///
 /// Entries whose streams were all dropped are pruned when the registry has doubled in
 /// size since the last pruning, so the map stays proportional to the keys being
-/// waited on, at an amortised constant cost per registration.
+/// waited on, at an amortised constant cost per registration; a key's tags are pruned
+/// the same way, when that key's tags have doubled.
 pub struct WakeRegistry {
     inner: Mutex<Inner>,
 }
 
+/// The waiters of one key: untagged, and by tag.
+struct Entry {
+    all: watch::Sender<()>,
+    tagged: HashMap<String, watch::Sender<()>>,
+    /// The number of tags after their last pruning; the next one comes at twice that.
+    tags_pruned_at: usize,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Entry {
+            all: watch::Sender::new(()),
+            tagged: HashMap::new(),
+            tags_pruned_at: 0,
+        }
+    }
+
+    fn used(&self) -> bool {
+        self.all.receiver_count() > 0 || self.tagged.values().any(|tx| tx.receiver_count() > 0)
+    }
+
+    fn wake_all(&self) {
+        self.all.send_replace(());
+        for tx in self.tagged.values() {
+            tx.send_replace(());
+        }
+    }
+}
+
 struct Inner {
-    waiters: HashMap<String, watch::Sender<()>>,
+    waiters: HashMap<String, Entry>,
     /// The size after the last pruning; the next one comes at twice that.
     pruned_at: usize,
     closed: bool,
@@ -91,6 +127,17 @@ impl WakeRegistry {
     /// Registers a waiter on `key`. On a closed registry the stream ends at once (the
     /// waiter polls).
     pub fn register(&self, key: &str) -> Registration {
+        self.register_as(key, None)
+    }
+
+    /// Registers a waiter on `key` under `tag`: woken by [`wake`](Self::wake) of the
+    /// key, and by [`wake_tagged`](Self::wake_tagged) of the key with this tag only.
+    /// [`Registration::first`] is about the key, as for [`register`](Self::register).
+    pub fn register_tagged(&self, key: &str, tag: &str) -> Registration {
+        self.register_as(key, Some(tag))
+    }
+
+    fn register_as(&self, key: &str, tag: Option<&str>) -> Registration {
         let mut inner = self.lock();
         if inner.closed {
             return Registration {
@@ -101,8 +148,8 @@ impl WakeRegistry {
         }
         let mut pruned = Vec::new();
         if inner.waiters.len() >= (inner.pruned_at * 2).max(16) {
-            inner.waiters.retain(|k, tx| {
-                let used = tx.receiver_count() > 0;
+            inner.waiters.retain(|k, entry| {
+                let used = entry.used();
                 if !used {
                     pruned.push(k.clone());
                 }
@@ -110,13 +157,23 @@ impl WakeRegistry {
             });
             inner.pruned_at = inner.waiters.len();
         }
-        let (rx, first) = match inner.waiters.get(key) {
-            Some(tx) => (tx.subscribe(), false),
-            None => {
-                let tx = watch::Sender::new(());
-                let rx = tx.subscribe();
-                inner.waiters.insert(key.to_owned(), tx);
-                (rx, true)
+        let first = !inner.waiters.contains_key(key);
+        let entry = inner
+            .waiters
+            .entry(key.to_owned())
+            .or_insert_with(Entry::new);
+        let rx = match tag {
+            None => entry.all.subscribe(),
+            Some(tag) => {
+                if entry.tagged.len() >= (entry.tags_pruned_at * 2).max(16) {
+                    entry.tagged.retain(|_, tx| tx.receiver_count() > 0);
+                    entry.tags_pruned_at = entry.tagged.len();
+                }
+                entry
+                    .tagged
+                    .entry(tag.to_owned())
+                    .or_insert_with(|| watch::Sender::new(()))
+                    .subscribe()
             }
         };
         // A key just pruned and registered again is subscribed again, not unsubscribed.
@@ -128,10 +185,20 @@ impl WakeRegistry {
         }
     }
 
-    /// Wakes every waiter of `key`.
+    /// Wakes every waiter of `key`, tagged or not.
     pub fn wake(&self, key: &str) {
-        if let Some(tx) = self.lock().waiters.get(key) {
-            tx.send_replace(());
+        if let Some(entry) = self.lock().waiters.get(key) {
+            entry.wake_all();
+        }
+    }
+
+    /// Wakes the untagged waiters of `key` and those registered under `tag`.
+    pub fn wake_tagged(&self, key: &str, tag: &str) {
+        if let Some(entry) = self.lock().waiters.get(key) {
+            entry.all.send_replace(());
+            if let Some(tx) = entry.tagged.get(tag) {
+                tx.send_replace(());
+            }
         }
     }
 
@@ -199,6 +266,43 @@ mod tests {
         assert!(!registry.is_open());
         let mut late = registry.register("a");
         assert_eq!(late.changes.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn a_tagged_wake_reaches_its_tag_and_the_untagged_only() {
+        let registry = WakeRegistry::new();
+        let mut head = registry.register_tagged("k", "head");
+        assert!(head.first, "the key's first waiter, tagged or not");
+        let mut next = registry.register_tagged("k", "next");
+        assert!(!next.first);
+        let mut racing = registry.register("k");
+        registry.wake_tagged("k", "head");
+        assert_eq!(head.changes.next().await, Some(()));
+        assert_eq!(racing.changes.next().await, Some(()));
+        assert!(
+            next.changes.next().now_or_never().is_none(),
+            "next was woken"
+        );
+        // A plain wake reaches every waiter of the key.
+        registry.wake("k");
+        assert_eq!(next.changes.next().await, Some(()));
+        assert_eq!(head.changes.next().await, Some(()));
+    }
+
+    #[test]
+    fn a_key_s_unused_tags_are_pruned() {
+        let registry = WakeRegistry::new();
+        let _kept = registry.register_tagged("k", "kept");
+        for i in 0..100 {
+            drop(registry.register_tagged("k", &format!("t{i}")));
+        }
+        let inner = registry.lock();
+        let tags = inner.waiters.get("k").map_or(0, |e| e.tagged.len());
+        assert!(tags < 40, "{tags} tags kept for one live waiter");
+        assert!(inner
+            .waiters
+            .get("k")
+            .is_some_and(|e| e.tagged.contains_key("kept")));
     }
 
     #[test]

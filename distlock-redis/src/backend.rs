@@ -277,10 +277,12 @@ impl RedisBackend {
         } else {
             String::new()
         };
+        let lock = self.lock_key(key);
+        let (queue, places) = (format!("{lock}:queue"), format!("{lock}:places"));
         let released: i64 = self
             .run(
                 &self.inner.scripts.release,
-                &[&self.lock_key(key)],
+                &[&lock, &queue, &places],
                 &[&owner.to_hex(), &channel],
                 false,
             )
@@ -576,7 +578,17 @@ impl LockBackend for RedisBackend {
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        self.watch_channel(self.channel(key)).await
+        self.watch_channel(self.channel(key), None).await
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        // A release names the head of the queue (release.lua): only it is woken.
+        self.watch_channel(self.channel(key), Some(&owner.to_hex()))
+            .await
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
@@ -608,7 +620,11 @@ impl LockBackend for RedisBackend {
 
 impl RedisBackend {
     /// Waits on `channel`: the release notifications of a lock or of a name's permits.
-    pub(crate) async fn watch_channel(&self, channel: String) -> Result<Option<ChangeStream>> {
+    pub(crate) async fn watch_channel(
+        &self,
+        channel: String,
+        tag: Option<&str>,
+    ) -> Result<Option<ChangeStream>> {
         let mut slot = self.inner.watcher.lock().await;
         if slot.as_ref().is_none_or(|s| !s.waiters.is_open()) {
             let pubsub = self
@@ -622,7 +638,10 @@ impl RedisBackend {
         let Some(subscriber) = slot.as_mut() else {
             return Err(unexpected("no subscriber"));
         };
-        let registration = subscriber.waiters.register(&channel);
+        let registration = match tag {
+            Some(tag) => subscriber.waiters.register_tagged(&channel, tag),
+            None => subscriber.waiters.register(&channel),
+        };
         if registration.first {
             if let Err(e) = subscriber.sink.subscribe(&channel).await {
                 subscriber.waiters.forget(&channel);

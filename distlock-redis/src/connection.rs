@@ -136,7 +136,14 @@ impl Subscriber {
         let dispatch = waiters.clone();
         tokio::spawn(async move {
             while let Some(msg) = stream.next().await {
-                dispatch.wake(msg.get_channel_name());
+                // A message naming a fair waiter wakes it (and any racing waiters);
+                // an empty one wakes every waiter of the channel.
+                match std::str::from_utf8(msg.get_payload_bytes()) {
+                    Ok(tag) if !tag.is_empty() => {
+                        dispatch.wake_tagged(msg.get_channel_name(), tag);
+                    }
+                    _ => dispatch.wake(msg.get_channel_name()),
+                }
             }
             // The connection is gone: ending every stream makes waiters poll instead.
             dispatch.close_all();

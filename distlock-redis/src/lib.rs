@@ -41,6 +41,11 @@
 //! drops the places that ran out, queues the caller or renews its place, and grants
 //! only to the head once the key is free, with the plain acquire's own code. Both sets
 //! expire with the longest place in them, so a queue everyone left takes no memory.
+//! A release of a key with fair waiters publishes the owner token of the first one
+//! whose place is live, the one the next fair step grants: each client wakes only
+//! that waiter (and any racing waiters), not the whole queue, so a handoff costs one
+//! fair step rather than one per waiter. A waiter that gives up while at the head
+//! wakes them all, since any of them may be next.
 //! A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
 //! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
 //!

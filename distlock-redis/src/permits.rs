@@ -226,7 +226,7 @@ impl PermitBackend for RedisBackend {
     }
 
     async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        self.watch_channel(self.permit_channel(key)).await
+        self.watch_channel(self.permit_channel(key), None).await
     }
 }
 
