@@ -343,6 +343,16 @@ impl PostgresBackend {
     /// Listens for the notifications whose payload is `payload`, where notifications
     /// are on; `None` means "poll".
     pub(crate) async fn listen(&self, payload: &str) -> Result<Option<ChangeStream>> {
+        self.listen_as(payload, None).await
+    }
+
+    /// [`listen`](Self::listen), for a fair waiter when `owner` is given: woken by a
+    /// release that names it as the head of the queue, not by one that names another.
+    async fn listen_as(
+        &self,
+        payload: &str,
+        owner: Option<&OwnerToken>,
+    ) -> Result<Option<ChangeStream>> {
         if !self.inner.config.notify() {
             return Ok(None);
         }
@@ -364,7 +374,29 @@ impl PostgresBackend {
         let Some(listener) = slot.as_ref() else {
             return Ok(None);
         };
-        Ok(Some(listener.waiters.register(payload).changes))
+        let registration = match owner {
+            Some(owner) => listener.waiters.register_tagged(payload, &owner.to_hex()),
+            None => listener.waiters.register(payload),
+        };
+        Ok(Some(registration.changes))
+    }
+
+    /// What wakes a waiter of `key`: a fair one (`owner`) only when a release names it
+    /// as the head of the queue, a racing one at every release.
+    async fn watch_as(
+        &self,
+        key: &LockKey,
+        owner: Option<&OwnerToken>,
+    ) -> Result<Option<ChangeStream>> {
+        let Some(changes) = self.listen_as(key.as_str(), owner).await? else {
+            return Ok(None);
+        };
+        // Releases notify only names marked as waited for; the mark comes after LISTEN
+        // and before the caller's first attempt, so no release in between goes unheard.
+        let args = [Arg::Text(key.as_str())];
+        self.run(self.rows(&self.inner.sql.mark_waited, &args))
+            .await?;
+        Ok(Some(changes))
     }
 
     /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
@@ -603,15 +635,15 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        let Some(changes) = self.listen(key.as_str()).await? else {
-            return Ok(None);
-        };
-        // Releases notify only names marked as waited for; the mark comes after LISTEN
-        // and before the caller's first attempt, so no release in between goes unheard.
-        let args = [Arg::Text(key.as_str())];
-        self.run(self.rows(&self.inner.sql.mark_waited, &args))
-            .await?;
-        Ok(Some(changes))
+        self.watch_as(key, None).await
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        self.watch_as(key, Some(owner)).await
     }
 
     fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
@@ -652,7 +684,9 @@ impl LockBackend for PostgresBackend {
 }
 
 /// The LISTEN connection; a notification's payload is the released key, whose waiters
-/// are kept in a [`WakeRegistry`].
+/// are kept in a [`WakeRegistry`], then, after a newline, the owner token of the fair
+/// waiter at the head of its queue, if any: of the key's fair waiters only that one is
+/// woken.
 struct Listener {
     waiters: Arc<WakeRegistry>,
 }
@@ -665,7 +699,11 @@ impl Listener {
             // `try_recv` reports a lost connection as `None` instead of reconnecting in
             // silence: notifications sent meanwhile are lost, so waiters must poll.
             while let Ok(Some(note)) = listener.try_recv().await {
-                dispatch.wake(note.payload());
+                // "<key>\n<owner>" names the fair waiter at the head of the key's queue.
+                match note.payload().split_once('\n') {
+                    Some((key, head)) => dispatch.wake_tagged(key, head),
+                    None => dispatch.wake(note.payload()),
+                }
             }
             dispatch.close_all();
         });

@@ -47,7 +47,10 @@
 //! row; any other upserts its row (keeping its `seq`) and deletes the places that ran
 //! out. A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
 //! unless set); a waiter that gives up deletes its row and notifies. The purge deletes
-//! places that ran out long ago with the ended leases.
+//! places that ran out long ago with the ended leases. A release's notification names
+//! the first waiter whose place is live (its payload is the key, a newline, and that
+//! owner token), the one the next fair step grants: only that fair waiter is woken
+//! (with any racing waiters of the key), not every waiter in the queue.
 //!
 //! **Semaphores, read-write locks and elections**
 //! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`) live in

@@ -46,9 +46,15 @@ impl Statements {
         let ms = "($3::float8 * interval '1 millisecond')";
         let remaining_ms = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint";
         // One row per lease ended; a notification only where the name has had a waiter.
+        // Its payload is the key, then, when the key has fair waiters, a newline (which
+        // no key holds) and the owner token of the first whose place is live: the one
+        // the next fair step grants, and the only fair waiter woken.
         let notify_waiters = format!(
             "SELECT true FROM ended \
-             LEFT JOIN LATERAL (SELECT pg_notify('{channel}', $1) WHERE ended.waited) n ON true"
+             LEFT JOIN LATERAL (SELECT pg_notify('{channel}', $1 || coalesce(E'\\n' || ( \
+               SELECT encode(w.owner, 'hex') FROM {q} w \
+               WHERE w.key = $1 AND w.until > clock_timestamp() ORDER BY w.seq LIMIT 1), '')) \
+             WHERE ended.waited) n ON true"
         );
         // Inserts the row `source` gives, or takes over an expired row, or confirms a
         // live retry of this very owner: the fence, when granted.

@@ -573,3 +573,74 @@ async fn a_transfer_under_a_set_writes_each_row_under_its_own_key_s_fence(
     newer.release().await?;
     Ok(())
 }
+
+/// Whether `wakes` yields within `within` milliseconds.
+async fn woken(wakes: &mut distlock_core::backend::ChangeStream, within: u64) -> bool {
+    use futures_util::StreamExt as _;
+    tokio::time::timeout(Duration::from_millis(within), wakes.next())
+        .await
+        .is_ok()
+}
+
+/// A release of a key with fair waiters wakes the head of the queue, the one the next
+/// fair step grants, and not the waiters behind it; a racing waiter of the key is woken
+/// too. Once the head has the key and releases it, the next waiter is woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_head_of_the_queue_not_the_herd() {
+    let server = server().await;
+    let backend = PostgresBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let key = LockKey::new("herd").expect("key");
+    let (ttl, place) = (Duration::from_secs(10), Duration::from_secs(10));
+    let holder = backend
+        .acquire_once("herd", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let (head, next) = (OwnerToken::random(), OwnerToken::random());
+    let mut head_wakes = backend
+        .watch_in_turn(&key, &head)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    let mut next_wakes = backend
+        .watch_in_turn(&key, &next)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    let mut racing_wakes = backend
+        .watch(&key)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    for owner in [head, next] {
+        let queued = backend
+            .try_acquire_in_turn(&key, ttl, owner, place)
+            .await
+            .expect("queue");
+        assert!(matches!(queued, AcquireOutcome::Held { .. }), "{queued:?}");
+    }
+    backend.release_lease(&holder).await.expect("release");
+    assert!(woken(&mut head_wakes, 2000).await, "the head was not woken");
+    assert!(
+        woken(&mut racing_wakes, 2000).await,
+        "a racing waiter was not woken"
+    );
+    assert!(
+        !woken(&mut next_wakes, 300).await,
+        "a waiter behind the head was woken"
+    );
+    let AcquireOutcome::Acquired(lease) = backend
+        .try_acquire_in_turn(&key, ttl, head, place)
+        .await
+        .expect("the head's step")
+    else {
+        panic!("the head of the queue was refused a free key");
+    };
+    backend.release_lease(&lease).await.expect("release");
+    assert!(
+        woken(&mut next_wakes, 2000).await,
+        "the next waiter was not woken"
+    );
+}
