@@ -37,7 +37,8 @@
 //!   the keys' sorted order, and a set taken only in part aborts its own statement (it
 //!   casts a text naming the first key found held to an integer), so that PostgreSQL
 //!   undoes every write of it. A set refused whole wrote nothing and reports the
-//!   holder's remaining TTL; one refused in part reports the key, not the TTL.
+//!   holder's remaining TTL when the statement's snapshot sees that holder; one
+//!   refused in part reports the key, not the TTL.
 //!
 //! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //! keeps a key's waiters in a second table, `<table>_queue`: one row per waiter
