@@ -226,6 +226,21 @@ impl EtcdBackend {
         .await
     }
 
+    /// Sends `txn`, whose puts are attached to leases: its reply, or `None` when a
+    /// lease was gone, so that the transaction wrote nothing.
+    async fn txn_on_leases(&self, txn: &Txn) -> Result<Option<etcd_client::TxnResponse>> {
+        self.request(|c| {
+            let put = send_txn(c, txn);
+            async move {
+                match put.await {
+                    Err(e) if is_lease_not_found(&e) => Ok(None),
+                    other => other.map(Some),
+                }
+            }
+        })
+        .await
+    }
+
     /// The acquisition transaction on a lease already granted: creates the key only if
     /// it does not exist, attached to the lease, and runs `also` with it. The fence, or
     /// `None` when the key exists; the lease is revoked unless granted.
@@ -245,19 +260,7 @@ impl EtcdBackend {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then(ops);
-        let sent = self
-            .request(|c| {
-                let put = send_txn(c, &txn);
-                async move {
-                    match put.await {
-                        // The transaction wrote nothing: its lease was gone.
-                        Err(e) if is_lease_not_found(&e) => Ok(None),
-                        other => other.map(Some),
-                    }
-                }
-            })
-            .await;
-        let reply = match sent {
+        let reply = match self.txn_on_leases(&txn).await {
             Ok(Some(reply)) => reply,
             Ok(None) => return Err(lease_ran_out()),
             Err(e) => {
@@ -492,19 +495,7 @@ impl LockBackend for EtcdBackend {
                     .collect::<Vec<_>>(),
             );
         let revoke_all = || leases.iter().for_each(|id| self.revoke_later(*id));
-        let reply = match self
-            .request(|c| {
-                let put = send_txn(c, &txn);
-                async move {
-                    match put.await {
-                        // The transaction wrote nothing: a lease was gone.
-                        Err(e) if is_lease_not_found(&e) => Ok(None),
-                        other => other.map(Some),
-                    }
-                }
-            })
-            .await
-        {
+        let reply = match self.txn_on_leases(&txn).await {
             Ok(Some(reply)) => reply,
             Ok(None) => {
                 revoke_all();
