@@ -310,8 +310,9 @@ async fn the_purge_deletes_the_places_of_vanished_waiters() {
 }
 
 /// A set step cancelled while its transaction waits on a row lock: once that lock is
-/// let go, none of the set is left held, and the backend's one connection (which the
-/// cancelled batch's transaction must not come back on) serves the next operation.
+/// let go, none of the set is left held (the client's cleanup releases what the batch
+/// took after the cancel), and the backend's one connection serves the next operation.
+/// A transaction left open on that connection is the next test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_cancelled_on_a_row_lock_leaves_nothing_held() {
     use distlock_mysql::sqlx;
