@@ -367,13 +367,14 @@ async fn a_set_cancelled_on_a_row_lock_leaves_nothing_held() {
 /// A set step whose row-lock wait runs out fails only its statement, inside the
 /// transaction its batch opened: the step answers "held", and the transaction, with
 /// the row lock it took on the first key, must not outlive the step on the backend's
-/// one connection.
+/// one connection (a pool of one whose row-lock waits run out in a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_whose_lock_wait_ran_out_leaves_no_transaction_open() {
     use distlock_core::backend::SetOutcome;
     use distlock_mysql::sqlx;
     let server = server().await;
-    let pool = sqlx::MySqlPool::connect(&server.url().replace("mariadb://", "mysql://"))
+    let driver_url = server.url().replace("mariadb://", "mysql://");
+    let pool = sqlx::MySqlPool::connect(&driver_url)
         .await
         .expect("a pool of the test's own");
     // Connections made from now on give up a row-lock wait after one second.
@@ -382,7 +383,18 @@ async fn a_set_whose_lock_wait_ran_out_leaves_no_transaction_open() {
         .await
         .expect("set the wait");
     let url = format!("{}?pool_size=1&purge=false", server.url());
-    let backend = MySqlBackend::connect(&url).await.expect("connect");
+    // The backend under test is on a pool of one such connection: a backend's own
+    // pool would set the wait to its response timeout (5 s), and the two would race.
+    let one = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect(&driver_url)
+        .await
+        .expect("a pool of one connection");
+    let config = distlock_mysql::MySqlConfig::from_url(&url).expect("config");
+    let backend = MySqlBackend::from_pool(one, config)
+        .await
+        .expect("from_pool");
     let other = MySqlBackend::connect(&url).await.expect("connect");
     cycle(&backend, "wait-b").await;
     let mut blocker = pool.begin().await.expect("begin");
