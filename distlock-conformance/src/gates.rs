@@ -74,6 +74,13 @@ pub(crate) fn needs_fair(t: &Target) -> Option<String> {
     (!t.capabilities().fair).then(|| "the backend has no fair mode (capabilities.fair)".into())
 }
 
+pub(crate) fn needs_fair_handoff(t: &Target) -> Option<String> {
+    (!t.capabilities().fair_handoff).then(|| {
+        "the backend's releases do not hand the key to the head of its queue (capabilities.fair_handoff)"
+            .into()
+    })
+}
+
 pub(crate) fn needs_atomic_sets(t: &Target) -> Option<String> {
     (!t.capabilities().atomic_sets).then(|| {
         "the backend takes a set of keys one by one, not in one step (capabilities.atomic_sets)"

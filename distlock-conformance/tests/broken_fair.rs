@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_conformance::Target;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OwnerToken, ReleaseOutcome,
-    Renewal,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Handoff, OwnerToken,
+    ReleaseOutcome, Renewal,
 };
 use distlock_core::{LockBackend, LockInfo, LockKey, MemoryBackend, Result};
 
@@ -31,6 +31,10 @@ enum Bug {
     /// plain (racing) request: the fair step checks the queue, and the lease only when
     /// it was granted in turn.
     FairStepOverridesPlainHolder,
+    /// Counts a grant a release handed over from when the waiter takes it, not from
+    /// before the release made it: the waiter believes its lease lasts longer than
+    /// the server keeps it.
+    HandoffCountedFromItsNotice,
 }
 
 #[derive(Debug)]
@@ -61,7 +65,9 @@ impl LockBackend for Fair {
     }
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         match self.bug {
-            Bug::None | Bug::LeaveIgnored => self.store.try_grant_in_turn(request, place).await,
+            Bug::None | Bug::LeaveIgnored | Bug::HandoffCountedFromItsNotice => {
+                self.store.try_grant_in_turn(request, place).await
+            }
             Bug::FairStepOverridesPlainHolder => {
                 let grant = self.store.try_grant_in_turn(request, place).await?;
                 let plain = self
@@ -101,6 +107,23 @@ impl LockBackend for Fair {
     }
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.store.watch(key).await
+    }
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        self.store.watch_in_turn(key, owner).await
+    }
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        let handoff = self.store.handed_over(key, owner)?;
+        Some(match self.bug {
+            Bug::HandoffCountedFromItsNotice => Handoff {
+                granted_after: tokio::time::Instant::now(),
+                ..handoff
+            },
+            _ => handoff,
+        })
     }
 }
 
@@ -180,6 +203,30 @@ async fn a_fair_step_that_overrides_a_plain_holder_is_caught() {
         Bug::FairStepOverridesPlainHolder,
         "fair_and_racing_waiters_never_overlap",
         "was granted while another held the key",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_handoff_counted_from_its_notice_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::HandoffCountedFromItsNotice,
+        "a_release_hands_the_key_to_the_head_of_its_queue",
+        "later than the grant",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_leave_that_keeps_a_handed_grant_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::LeaveIgnored,
+        "a_release_hands_the_key_to_the_head_of_its_queue",
+        "within 10 s of the release",
     )
     .await;
 }

@@ -21,6 +21,7 @@ use crate::key::LockKey;
 
 pub use crate::capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
 pub use crate::fenced::{check_fence, FenceCheck};
+pub use crate::handoff::{Handoff, HandoffBook};
 pub use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
     ReleaseOutcome, Renewal, SetGrant, SetOutcome,
@@ -110,6 +111,20 @@ pub type DynLockBackend = dyn LockBackend;
 ///    [`try_grant`](Self::try_grant) ignores the queue: it takes a free key even with
 ///    waiters queued. Fair and plain grants share one lease per key, so mixing them
 ///    never breaks mutual exclusion (point 1) or fencing (point 6).
+///
+///    Where [`Capabilities::fair_handoff`] is declared, a release also hands the key
+///    over: in the release's own step the server grants the key, with the next fence,
+///    to the first waiter whose place is live, for the TTL of that waiter's last fair
+///    step or until its place runs out if that is sooner (so a waiter that vanished
+///    holds the key no longer than it would have held the queue); it takes the waiter
+///    out of the queue and tells it. The waiter learns of the grant from
+///    [`handed_over`](LockBackend::handed_over), without a request of its own. Its
+///    lease's validity counts, for the shorter of its TTL and its place, from before
+///    its last fair step the server did not grant: that step ran before the release,
+///    and set the place, so point 7 holds for it too. A waiter that gives up
+///    ([`leave_queue`](LockBackend::leave_queue)) gives back a grant handed to it. A
+///    lease that merely runs out hands nothing over: the head's next fair step takes
+///    the key.
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug {
     /// A short name for logs, errors and reports ("memory", "redis", ...).
@@ -202,11 +217,24 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     }
 
     /// Takes `owner` out of `key`'s queue of waiters: a fair waiter that gave up.
-    /// Harmless when the owner is not queued; never touches a lease. By default
-    /// nothing (a backend without a queue has nothing to leave).
+    /// Harmless when the owner is not queued. It never touches a lease, except, where
+    /// [`Capabilities::fair_handoff`] is declared, one that a release handed to this
+    /// owner (contract point 10), which it releases as [`release`](Self::release)
+    /// does. By default nothing (a backend without a queue has nothing to leave).
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let _ = (key, owner);
         Ok(())
+    }
+
+    /// The grant a release handed to `owner`, a fair waiter on `key`, on the server
+    /// (contract point 10), for a backend that declares [`Capabilities::fair_handoff`]:
+    /// its fence, and an instant before the grant from which its validity counts.
+    /// Taken once; `None` when this process has heard of no such grant (the waiter's
+    /// next fair step then finds the key its own, as any retry does). No request is
+    /// sent. A backend keeps what this needs in a [`HandoffBook`]. By default `None`.
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        let _ = (key, owner);
+        None
     }
 
     /// The steps of semaphores, read-write locks and elections, for a backend that
@@ -301,6 +329,9 @@ macro_rules! forward_backend {
             async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
                 (**self).try_grant_all(requests).await
             }
+            fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+                (**self).handed_over(key, owner)
+            }
             fn permits(&self) -> Option<&dyn PermitBackend> {
                 (**self).permits()
             }
@@ -373,6 +404,39 @@ pub trait LockBackendExt: LockBackend {
         let sent_at = Instant::now();
         let grant = self.try_grant_in_turn(&request, place).await?;
         settle(self, request, grant, sent_at).await
+    }
+
+    /// The lease a release handed to `owner`, a fair waiter on `key` asking for `ttl`
+    /// with places of `place` (contract point 10; [`LockBackend::handed_over`]): its
+    /// validity is the shorter of `ttl` and `place` (rounded up as
+    /// [`try_acquire_in_turn`](Self::try_acquire_in_turn) rounds it), counted from the
+    /// handoff's [`granted_after`](Handoff::granted_after), less the clock-drift
+    /// allowance. `None` when nothing was handed over, or when what was handed over
+    /// has no validity left by this count (the waiter's next fair step, finding the
+    /// key its own, renews it). No request is sent.
+    fn handed_lease(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        owner: OwnerToken,
+        place: Duration,
+    ) -> Option<Lease> {
+        let capabilities = self.capabilities();
+        if !capabilities.fair_handoff {
+            return None;
+        }
+        let handoff = self.handed_over(key, &owner)?;
+        let lasts = ttl.min(capabilities.ttl_at_least(place));
+        let drift = capabilities.clock_drift.allowance(lasts);
+        let lease = Lease::new(
+            key.clone(),
+            owner,
+            handoff.fence,
+            lasts,
+            handoff.granted_after,
+            drift,
+        );
+        (!lease.is_expired()).then_some(lease)
     }
 
     /// Tries once to acquire every key of `keys` for `ttl`, each as its own owner, in

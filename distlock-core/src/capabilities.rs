@@ -114,6 +114,12 @@ pub struct Capabilities {
     /// (contract point 10): what a [`LockClient`](crate::LockClient) in fair mode
     /// ([`LockOptions::with_fair`](crate::LockOptions::with_fair)) needs.
     pub fair: bool,
+    /// Whether a release hands the key over on the server, in fair mode: the release's
+    /// own step grants the key to the first waiter of its queue whose place is live,
+    /// and tells that waiter, which learns of its lease from
+    /// [`LockBackend::handed_over`](crate::LockBackend::handed_over) without a
+    /// request of its own (contract point 10). Only with [`fair`](Self::fair).
+    pub fair_handoff: bool,
     /// Whether [`LockBackend::permits`](crate::LockBackend::permits) gives the steps of
     /// semaphores, read-write locks and elections ([`PermitBackend`](crate::backend::PermitBackend)),
     /// keeping their contract.
@@ -143,6 +149,7 @@ impl Default for Capabilities {
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,
             fair: false,
+            fair_handoff: false,
             permits: false,
             atomic_sets: false,
         }

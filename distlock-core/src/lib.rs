@@ -13,7 +13,9 @@
 //!   [scopes](LockClient::reentrant) are opt-in.
 //! - [`LockBackendExt`](backend::LockBackendExt) does the contract's per-call work once, for every backend:
 //!   TTLs checked, validity counted from before the request, leases built, late grants
-//!   given back. [`WakeRegistry`](backend::WakeRegistry) is the one registry of waiters per key.
+//!   given back. [`WakeRegistry`](backend::WakeRegistry) is the one registry of waiters per key,
+//!   and [`HandoffBook`](backend::HandoffBook) what a backend whose releases hand the key
+//!   to the head of its queue keeps of its fair waiters.
 //! - Beyond the mutex, on backends that declare [`Capabilities::permits`](backend::Capabilities::permits): a
 //!   [`Semaphore`], a [`RwLock`] (writers first) and leader [`Election`] (campaign,
 //!   observe, resign), each grant a lease held by a [`LockGuard`] with its own fence.
@@ -68,6 +70,7 @@ mod capabilities;
 mod client;
 mod error;
 mod fenced;
+mod handoff;
 mod key;
 mod lease;
 mod memory;

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::backend::{ChangeStream, LockBackend};
 use crate::capabilities::{Capabilities, FenceDurability};
 use crate::error::{Error, ErrorKind, Result};
+use crate::handoff::{Handoff, HandoffBook};
 use crate::key::LockKey;
 use crate::lease::{
     AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal, SetGrant,
@@ -46,6 +47,8 @@ struct Shared {
     server: watch::Sender<ServerState>,
     capabilities: Capabilities,
     waiters: WakeRegistry,
+    /// The fair waiters, and the grants releases handed them (contract point 10).
+    handoffs: HandoffBook,
 }
 
 #[derive(Debug, Default)]
@@ -101,11 +104,13 @@ impl Permits {
     }
 }
 
-/// A fair waiter's place in a key's queue, kept until `until`.
+/// A fair waiter's place in a key's queue, kept until `until`, and the TTL of its last
+/// fair step, which a release that hands it the key grants.
 #[derive(Debug)]
 struct Place {
     owner: OwnerToken,
     until: Instant,
+    ttl: Duration,
 }
 
 #[derive(Debug)]
@@ -138,6 +143,7 @@ impl MemoryBackend {
             force_release: true,
             list: true,
             fair: true,
+            fair_handoff: true,
             permits: true,
             atomic_sets: true,
             ..Capabilities::default()
@@ -148,6 +154,7 @@ impl MemoryBackend {
                 server: watch::Sender::new(ServerState::Up),
                 capabilities,
                 waiters: WakeRegistry::new(),
+                handoffs: HandoffBook::new(),
             }),
         }
     }
@@ -202,6 +209,23 @@ impl MemoryBackend {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Tells the waiters of `key` that it was released: the waiter it was `handed`
+    /// to, if any, learns its fence and is woken alone (with any racing waiters);
+    /// otherwise every waiter is woken.
+    fn tell_release(&self, key: &LockKey, handed: Option<(OwnerToken, FencingToken)>) {
+        match handed {
+            Some((owner, fence)) => {
+                self.shared
+                    .handoffs
+                    .hand_over(key.as_str(), owner, fence.get());
+                self.shared
+                    .waiters
+                    .wake_tagged(key.as_str(), &owner.to_hex());
+            }
+            None => self.shared.waiters.wake(key.as_str()),
+        }
+    }
+
     /// Waits while the simulated server is paused; fails while it is down.
     async fn reachable(&self) -> Result<()> {
         if *self.shared.server.borrow() == ServerState::Up {
@@ -252,6 +276,44 @@ impl State {
             },
         );
         Grant::Granted(fence)
+    }
+
+    /// Frees `key`, held by `owner`, and hands it to the first waiter of its queue
+    /// whose place is live, with the next fence, for that waiter's TTL or until its
+    /// place runs out if that is sooner: the release's step (contract point 10). `false` when `owner` did not hold it.
+    fn free_and_hand_over(
+        &mut self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        now: Instant,
+    ) -> (bool, Option<(OwnerToken, FencingToken)>) {
+        match self.live(key, now) {
+            Some(holder) if holder.owner == *owner => self.locks.remove(key),
+            _ => return (false, None),
+        };
+        let Some(queue) = self.queues.get_mut(key) else {
+            return (true, None);
+        };
+        queue.retain(|p| p.until > now);
+        let Some(head) = queue.pop_front() else {
+            self.queues.remove(key);
+            return (true, None);
+        };
+        if queue.is_empty() {
+            self.queues.remove(key);
+        }
+        self.last_fence += 1;
+        let fence = FencingToken::new(self.last_fence);
+        self.locks.insert(
+            key.clone(),
+            Holder {
+                owner: head.owner,
+                fence,
+                // A vanished waiter holds the key no longer than its place.
+                expires_at: (now + head.ttl).min(head.until),
+            },
+        );
+        (true, Some((head.owner, fence)))
     }
 
     /// Takes `owner` out of `key`'s queue; drops the queue once empty.
@@ -525,13 +587,29 @@ impl LockBackend for MemoryBackend {
         self.reachable().await?;
         let now = Instant::now();
         let mut state = self.lock_state();
+        if state
+            .live(request.key(), now)
+            .is_some_and(|holder| holder.owner == *request.owner())
+        {
+            // Its own already (a grant a release handed it, or a retry whose reply was
+            // lost): granted again, as a plain step grants it, queue or no queue.
+            let grant = state.grant(request, now);
+            drop(state);
+            let handoffs = &self.shared.handoffs;
+            handoffs.forget(request.key().as_str(), *request.owner());
+            return Ok(grant);
+        }
         let queue = state.queues.entry(request.key().clone()).or_default();
         queue.retain(|p| p.until > now || p.owner == *request.owner());
         match queue.iter_mut().find(|p| p.owner == *request.owner()) {
-            Some(mine) => mine.until = now + place,
+            Some(mine) => {
+                mine.until = now + place;
+                mine.ttl = request.ttl();
+            }
             None => queue.push_back(Place {
                 owner: *request.owner(),
                 until: now + place,
+                ttl: request.ttl(),
             }),
         }
         let first = queue.front().is_some_and(|p| p.owner == *request.owner());
@@ -542,35 +620,45 @@ impl LockBackend for MemoryBackend {
             _ => None,
         };
         if !first || remaining.is_some() {
+            // Every fence so far is at most the counter: a grant handed over with a
+            // higher one is made after this step.
+            let latest = state.last_fence;
+            drop(state);
+            let handoffs = &self.shared.handoffs;
+            handoffs.turned_down(request.key().as_str(), *request.owner(), now, latest);
             return Ok(Grant::Held { remaining });
         }
         let grant = state.grant(request, now);
         state.leave(request.key(), request.owner());
+        drop(state);
+        let handoffs = &self.shared.handoffs;
+        handoffs.forget(request.key().as_str(), *request.owner());
         Ok(grant)
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         self.reachable().await?;
-        self.lock_state().leave(key, owner);
+        self.shared.handoffs.forget(key.as_str(), *owner);
+        let now = Instant::now();
+        let handed = {
+            let mut state = self.lock_state();
+            state.leave(key, owner);
+            // A grant a release handed this waiter, which gave up: given back.
+            state.free_and_hand_over(key, owner, now).1
+        };
         // The next waiter may be first now.
-        self.shared.waiters.wake(key.as_str());
+        self.tell_release(key, handed);
         Ok(())
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.reachable().await?;
         let now = Instant::now();
-        let released = {
-            let mut state = self.lock_state();
-            match state.live(key, now) {
-                Some(holder) if holder.owner == *owner => state.locks.remove(key).is_some(),
-                _ => false,
-            }
-        };
+        let (released, handed) = self.lock_state().free_and_hand_over(key, owner, now);
         if !released {
             return Ok(ReleaseOutcome::NotHeld);
         }
-        self.shared.waiters.wake(key.as_str());
+        self.tell_release(key, handed);
         Ok(ReleaseOutcome::Released)
     }
 
@@ -600,6 +688,24 @@ impl LockBackend for MemoryBackend {
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.reachable().await?;
         Ok(Some(self.shared.waiters.register(key.as_str()).changes))
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        self.reachable().await?;
+        self.shared.handoffs.expect(key.as_str(), *owner);
+        let registration = self
+            .shared
+            .waiters
+            .register_tagged(key.as_str(), &owner.to_hex());
+        Ok(Some(registration.changes))
+    }
+
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        self.shared.handoffs.take(key.as_str(), *owner)
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<bool> {

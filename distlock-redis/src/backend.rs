@@ -7,11 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    PermitBackend, ReleaseOutcome, Renewal, SetGrant,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, Handoff,
+    HandoffBook, OwnerToken, PermitBackend, ReleaseOutcome, Renewal, SetGrant,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use redis::{FromRedisValue, ToRedisArgs};
+use tokio::time::Instant;
 use tracing::debug;
 
 use crate::config::RedisConfig;
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     client: redis::Client,
     pub(crate) scripts: Scripts,
     watcher: tokio::sync::Mutex<Option<Subscriber>>,
+    /// This process's fair waiters, and the grants releases handed them.
+    handoffs: Arc<HandoffBook>,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -138,6 +141,11 @@ impl RedisBackend {
         capabilities.force_release = true;
         capabilities.list = true;
         capabilities.fair = true;
+        // A release hands the lock to the head of its queue: not on a Redlock master
+        // (the Redlock's majority decides a grant, not one master's release), nor where
+        // grants wait for replicas (the release does not, and the waiter would hear of
+        // a grant the replicas may not have).
+        capabilities.fair_handoff = !config.redlock_member && config.wait_replicas == 0;
         capabilities.permits = true;
         // One script takes a set: on one server, where every key is. A cluster spreads
         // the keys over slots, and a Redlock master answers to the Redlock's majority.
@@ -150,6 +158,7 @@ impl RedisBackend {
                 client,
                 scripts: Scripts::new(),
                 watcher: tokio::sync::Mutex::new(None),
+                handoffs: Arc::new(HandoffBook::new()),
             }),
         }
     }
@@ -166,6 +175,32 @@ impl RedisBackend {
 
     fn channel(&self, key: &LockKey) -> String {
         format!("{}released:{{{}}}", self.inner.config.prefix, key)
+    }
+
+    /// The key names beside a lock's own: its queue of fair waiters, their places,
+    /// their TTLs and its fence counter.
+    fn queue_keys(lock: &str) -> [String; 4] {
+        [
+            format!("{lock}:queue"),
+            format!("{lock}:places"),
+            format!("{lock}:ttls"),
+            format!("{lock}:fence"),
+        ]
+    }
+
+    /// What release.lua and leave.lua take besides the owner: the channel, or '' to
+    /// tell no one; whether to hand the lock over; the counter's grace.
+    fn release_args(&self, key: &LockKey, tell: bool) -> [String; 3] {
+        let handoff = tell && self.inner.capabilities.fair_handoff;
+        [
+            if tell {
+                self.channel(key)
+            } else {
+                String::new()
+            },
+            if handoff { "1" } else { "0" }.to_owned(),
+            millis(self.inner.config.fence_grace),
+        ]
     }
 
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
@@ -272,18 +307,14 @@ impl RedisBackend {
         owner: &OwnerToken,
         tell: bool,
     ) -> Result<ReleaseOutcome> {
-        let channel = if tell {
-            self.channel(key)
-        } else {
-            String::new()
-        };
         let lock = self.lock_key(key);
-        let (queue, places) = (format!("{lock}:queue"), format!("{lock}:places"));
+        let [queue, places, ttls, fence] = Self::queue_keys(&lock);
+        let [channel, handoff, grace] = self.release_args(key, tell);
         let released: i64 = self
             .run(
                 &self.inner.scripts.release,
-                &[&lock, &queue, &places],
-                &[&owner.to_hex(), &channel],
+                &[&lock, &queue, &places, &ttls, &fence],
+                &[&owner.to_hex(), &channel, &handoff, &grace],
                 false,
             )
             .await?;
@@ -373,9 +404,9 @@ impl RedisBackend {
         let lock = self.lock_key(request.key());
         let fence_key = format!("{lock}:fence");
         // The queue's keys only for the fair step.
-        let (queue, places) = match place {
-            Some(_) => (format!("{lock}:queue"), format!("{lock}:places")),
-            None => (String::new(), String::new()),
+        let [queue, places, ttls, _] = match place {
+            Some(_) => Self::queue_keys(&lock),
+            None => Default::default(),
         };
         let owner = request.owner().to_hex();
         let (ttl, counter_ttl) = (
@@ -395,12 +426,13 @@ impl RedisBackend {
                 args.push(&place_ms);
                 (
                     &self.inner.scripts.queued,
-                    vec![&*lock, &*fence_key, &*queue, &*places],
+                    vec![&*lock, &*fence_key, &*queue, &*places, &*ttls],
                 )
             }
         };
-        let reply: Result<(i64, String)> = self.run(script, &keys, &args, true).await;
-        let (granted, value) = match reply {
+        let sent_at = Instant::now();
+        let reply: Result<Vec<String>> = self.run(script, &keys, &args, true).await;
+        let reply = match reply {
             Ok(reply) => reply,
             Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
                 // The primary may have granted what too few replicas saw: give it back.
@@ -409,7 +441,18 @@ impl RedisBackend {
             }
             Err(e) => return Err(e),
         };
-        if granted == 0 {
+        let [granted, value, rest @ ..] = reply.as_slice() else {
+            return Err(unexpected("a reply of fewer than two values"));
+        };
+        let channel = place.map(|_| self.channel(request.key()));
+        if granted == "0" {
+            if let (Some(channel), [latest]) = (&channel, rest) {
+                let latest = parse_u64(latest, "a latest fence that is not a number")?;
+                let owner = *request.owner();
+                self.inner
+                    .handoffs
+                    .turned_down(channel, owner, sent_at, latest);
+            }
             let pttl = value
                 .parse::<i64>()
                 .ok()
@@ -418,8 +461,12 @@ impl RedisBackend {
                 remaining: pttl.map(Duration::from_millis),
             });
         }
+        if let Some(channel) = &channel {
+            // Granted by its own step: the wait is over.
+            self.inner.handoffs.forget(channel, *request.owner());
+        }
         Ok(Grant::Granted(FencingToken::new(parse_u64(
-            &value,
+            value,
             "a fence that is not a number",
         )?)))
     }
@@ -538,15 +585,22 @@ impl LockBackend for RedisBackend {
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let lock = self.lock_key(key);
+        let [queue, places, ttls, fence] = Self::queue_keys(&lock);
+        let [channel, handoff, grace] = self.release_args(key, true);
+        self.inner.handoffs.forget(&channel, *owner);
         let _: i64 = self
             .run(
                 &self.inner.scripts.leave,
-                &[&format!("{lock}:queue"), &format!("{lock}:places")],
-                &[&owner.to_hex(), &self.channel(key)],
+                &[&queue, &places, &ttls, &lock, &fence],
+                &[&owner.to_hex(), &channel, &handoff, &grace],
                 false,
             )
             .await?;
         Ok(())
+    }
+
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        self.inner.handoffs.take(&self.channel(key), *owner)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -586,9 +640,11 @@ impl LockBackend for RedisBackend {
         key: &LockKey,
         owner: &OwnerToken,
     ) -> Result<Option<ChangeStream>> {
-        // A release names the head of the queue (release.lua): only it is woken.
-        self.watch_channel(self.channel(key), Some(&owner.to_hex()))
-            .await
+        // A release names the head of the queue (handoff.lua): only it is woken, and
+        // told of the grant it was handed.
+        let channel = self.channel(key);
+        self.inner.handoffs.expect(&channel, *owner);
+        self.watch_channel(channel, Some(&owner.to_hex())).await
     }
 
     fn permits(&self) -> Option<&dyn PermitBackend> {
@@ -633,7 +689,7 @@ impl RedisBackend {
                 .get_async_pubsub()
                 .await
                 .map_err(|e| self.error(e))?;
-            *slot = Some(Subscriber::start(pubsub));
+            *slot = Some(Subscriber::start(pubsub, self.inner.handoffs.clone()));
         }
         let Some(subscriber) = slot.as_mut() else {
             return Err(unexpected("no subscriber"));

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::backend::WakeRegistry;
+use distlock_core::backend::{HandoffBook, OwnerToken, WakeRegistry};
 use distlock_core::Result;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
@@ -130,19 +130,30 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
-    pub(crate) fn start(pubsub: redis::aio::PubSub) -> Self {
+    /// Starts dispatching the messages of `pubsub`: a release's message wakes the
+    /// channel's waiters, and a handoff's also goes into `handoffs`.
+    pub(crate) fn start(pubsub: redis::aio::PubSub, handoffs: Arc<HandoffBook>) -> Self {
         let (sink, mut stream) = pubsub.split();
         let waiters = Arc::new(WakeRegistry::new());
         let dispatch = waiters.clone();
         tokio::spawn(async move {
             while let Some(msg) = stream.next().await {
-                // A message naming a fair waiter wakes it (and any racing waiters);
-                // an empty one wakes every waiter of the channel.
+                let channel = msg.get_channel_name();
+                // "<owner>:<fence>": a release handed the lock to that fair waiter;
+                // "<owner>": it is the head of the queue; both wake it (and any racing
+                // waiters). An empty message wakes every waiter of the channel.
                 match std::str::from_utf8(msg.get_payload_bytes()) {
                     Ok(tag) if !tag.is_empty() => {
-                        dispatch.wake_tagged(msg.get_channel_name(), tag);
+                        let (tag, fence) = match tag.split_once(':') {
+                            Some((owner, fence)) => (owner, fence.parse::<u64>().ok()),
+                            None => (tag, None),
+                        };
+                        if let (Some(owner), Some(fence)) = (OwnerToken::from_hex(tag), fence) {
+                            handoffs.hand_over(channel, owner, fence);
+                        }
+                        dispatch.wake_tagged(channel, tag);
                     }
-                    _ => dispatch.wake(msg.get_channel_name()),
+                    _ => dispatch.wake(channel),
                 }
             }
             // The connection is gone: ending every stream makes waiters poll instead.

@@ -35,17 +35,30 @@
 //! Several independent masters are [`RedlockBackend`]'s (below).
 //!
 //! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair)):
-//! a key's waiters queue in two sorted sets beside the lock, `<prefix>{<key>}:queue`
-//! (owner → order of arrival) and `<prefix>{<key>}:places` (owner → when its place runs
-//! out, by the server's clock), in the lock's slot. The fair step is one script: it
-//! drops the places that ran out, queues the caller or renews its place, and grants
-//! only to the head once the key is free, with the plain acquire's own code. Both sets
-//! expire with the longest place in them, so a queue everyone left takes no memory.
-//! A release of a key with fair waiters publishes the owner token of the first one
-//! whose place is live, the one the next fair step grants: each client wakes only
-//! that waiter (and any racing waiters), not the whole queue, so a handoff costs one
-//! fair step rather than one per waiter. A waiter that gives up while at the head
-//! wakes them all, since any of them may be next.
+//! a key's waiters queue beside the lock, in its slot: `<prefix>{<key>}:queue` (owner
+//! → order of arrival) and `<prefix>{<key>}:places` (owner → when its place runs out,
+//! by the server's clock), two sorted sets, and `<prefix>{<key>}:ttls` (owner → the TTL
+//! it asks for), a hash. The fair step is one script: it drops the places that ran
+//! out, queues the caller or renews its place, and grants only to the head once the
+//! key is free, with the plain acquire's own code. All three expire with the longest
+//! place in them, so a queue everyone left takes no memory.
+//!
+//! **A release hands the lock over** (`capabilities.fair_handoff`): when the key has
+//! fair waiters, the release's script grants it to the first whose place is live, with
+//! the next fence, for that waiter's TTL or until its place runs out if that is sooner
+//! (a waiter that vanished holds it no longer than it would have held the queue), and
+//! publishes `<owner>:<fence>`. Only that waiter is woken (and any racing waiters), and
+//! it holds the lock without a request of its own when what it was handed has the
+//! client's minimum validity left (a place longer than a quarter of the TTL, with the
+//! defaults); otherwise its next fair step, finding the key its own, renews it for the
+//! TTL. Either way a handoff is one script on the server, not one per waiter. A waiter
+//! that gives up gives back a lock handed to it, which passes to the next; one that
+//! gives up while at the head otherwise wakes them all, since any of them may be next.
+//! A lease that runs out hands nothing over: the head's next fair step takes the key.
+//! Not on a Redlock master, and not where grants wait for replicas
+//! ([`RedisConfig::wait_replicas`]): the release does not wait, so the head is then
+//! woken, and takes the key with a fair step as before.
+//!
 //! A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
 //! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
 //!

@@ -37,10 +37,14 @@ pub(crate) struct Scripts {
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
-/// queue's part, then the plain acquire's, in one script.
+/// queue's part, then the plain acquire's, in one script; release and leave each start
+/// with the handoff's function, which they share.
 pub(crate) const SOURCES: [&str; 14] = [
     include_str!("scripts/acquire.lua"),
-    include_str!("scripts/release.lua"),
+    concat!(
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release.lua")
+    ),
     include_str!("scripts/extend.lua"),
     include_str!("scripts/inspect.lua"),
     include_str!("scripts/force_release.lua"),
@@ -49,7 +53,10 @@ pub(crate) const SOURCES: [&str; 14] = [
         include_str!("scripts/queue.lua"),
         include_str!("scripts/acquire.lua")
     ),
-    include_str!("scripts/leave.lua"),
+    concat!(
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/leave.lua")
+    ),
     include_str!("scripts/permits_acquire.lua"),
     include_str!("scripts/permits_release.lua"),
     include_str!("scripts/permits_extend.lua"),

@@ -2,6 +2,8 @@
 //! re-entrant holds, which the client keeps on any backend.
 
 use super::*;
+use distlock_core::backend::{ChangeStream, Handoff};
+use futures_util::StreamExt;
 
 /// A client in fair mode on `backend`, with a TTL that does not run out in a case.
 fn fair_client(t: &Target, backend: &Arc<DynLockBackend>) -> Result<LockClient, CaseError> {
@@ -242,10 +244,89 @@ cases! {
         Ok(())
     }
 
+    /// A release hands the key to the first live waiter of its queue in its own step: that waiter learns its fence with no request, its validity counted from before the release, and a waiter that gives up passes it on.
+    #[case(Fairness, needs_fair_handoff)]
+    pub async fn a_release_hands_the_key_to_the_head_of_its_queue(t: &Target) -> CaseResult {
+        let key = t.key("fair-handoff");
+        let (ttl, place) = (t.long_ttl(), t.capabilities().ttl_at_least(Duration::from_secs(10)));
+        let backend = t.backend();
+        let holder = acquire(t, &key, ttl).await?;
+        let (head, next) = (OwnerToken::random(), OwnerToken::random());
+        let mut head_wakes = backend.watch_in_turn(&key, &head).await?;
+        let mut next_wakes = backend.watch_in_turn(&key, &next).await?;
+        for owner in [head, next] {
+            let step = backend.try_acquire_in_turn(&key, ttl, owner, place).await?;
+            ensure!(
+                matches!(step, AcquireOutcome::Held { .. }),
+                "a fair step was granted a held key: {step:?}"
+            );
+        }
+        let released_at = Instant::now();
+        ensure!(
+            backend.release_lease(&holder).await? == ReleaseOutcome::Released,
+            "the holder's release found nothing held"
+        );
+        let handed = handed_over(t, &mut head_wakes, &key, head).await?;
+        ensure!(
+            handed.fence > holder.fence(),
+            "the grant handed over has fence {:?}, not above the releaser's {:?}",
+            handed.fence,
+            holder.fence()
+        );
+        ensure!(
+            handed.granted_after <= released_at,
+            "the grant handed over counts its validity from {:?} after the release was sent: later than the grant",
+            handed.granted_after.saturating_duration_since(released_at)
+        );
+        let shown = backend.inspect(&key).await?.map(|info| info.fence);
+        ensure!(
+            shown == Some(handed.fence),
+            "after the handoff the server shows {shown:?}, not the fence handed over ({:?})",
+            handed.fence
+        );
+        ensure!(
+            try_acquire(t, &key, ttl).await?.is_none(),
+            "a plain acquire took the key handed to the head of the queue"
+        );
+        ensure!(
+            backend.handed_over(&key, &next).is_none(),
+            "the second waiter was handed the key the head holds"
+        );
+        // The head gives up before it uses the key: the next waiter gets it.
+        backend.leave_queue(&key, &head).await?;
+        let passed = handed_over(t, &mut next_wakes, &key, next).await?;
+        ensure!(
+            passed.fence > handed.fence,
+            "the grant passed on has fence {:?}, not above {:?}",
+            passed.fence,
+            handed.fence
+        );
+        ensure!(
+            backend.release(&key, &next).await? == ReleaseOutcome::Released,
+            "the waiter the key was passed to does not hold it"
+        );
+        ensure!(
+            backend.inspect(&key).await?.is_none(),
+            "the key is still held after its last waiter released it"
+        );
+        Ok(())
+    }
+
     /// Fair and racing clients contending for one key never hold it at once, and fences rise.
     #[case(MutualExclusion, needs_fair)]
     pub async fn fair_and_racing_waiters_never_overlap(t: &Target) -> CaseResult {
         let key = t.key("fair-mixed");
+        // A fair try while a racing client holds the key: refused.
+        let racing = client(t, LockOptions::new(t.long_ttl()))?
+            .lock(key.as_str(), Duration::from_secs(10))
+            .await?;
+        let fair = client(t, LockOptions::new(t.long_ttl()).with_fair(true))?;
+        let early = fair.try_lock(key.as_str()).await?;
+        ensure!(
+            early.is_none(),
+            "a fair try was granted while another held the key (a racing client's grant)"
+        );
+        racing.release().await?;
         let backends = backends(t, 4).await?;
         let inside = Arc::new(AtomicU32::new(0));
         let problems = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -350,5 +431,33 @@ cases! {
         );
         next.release().await?;
         Ok(())
+    }
+}
+
+/// Waits (up to ten seconds) for `owner`, a fair waiter watching `wakes`, to be handed
+/// `key` by a release.
+async fn handed_over(
+    t: &Target,
+    wakes: &mut Option<ChangeStream>,
+    key: &LockKey,
+    owner: OwnerToken,
+) -> Result<Handoff, CaseError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(handoff) = t.backend().handed_over(key, &owner) {
+            return Ok(handoff);
+        }
+        if Instant::now() >= deadline {
+            return fail(format!(
+                "no grant was handed to the head of {key}'s queue within 10 s of the release"
+            ));
+        }
+        // A wake, or a look again soon: a backend may tell of a grant before it wakes.
+        match wakes {
+            Some(stream) => {
+                let _ = timeout(Duration::from_millis(50), stream.next()).await;
+            }
+            None => sleep(Duration::from_millis(50)).await,
+        }
     }
 }

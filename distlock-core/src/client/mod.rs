@@ -24,7 +24,7 @@ use crate::backend::{next_change, ChangeStream, DynLockBackend, LockBackendExt};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
-use crate::lease::AcquireOutcome;
+use crate::lease::{AcquireOutcome, Lease};
 use crate::token::{FencingToken, OwnerToken};
 
 use self::backoff::Backoff;
@@ -493,6 +493,18 @@ impl LockClient {
         result
     }
 
+    /// The lease a release handed to `owner` on the server (contract point 10), if
+    /// it has the minimum validity left; otherwise the waiter's own fair step, which
+    /// finds the key its own and renews it for the TTL, is the way to it.
+    fn handed_lease(&self, key: &LockKey, ttl: Duration, owner: OwnerToken) -> Option<Lease> {
+        let place = self.options.queue_place();
+        let lease = self.backend.handed_lease(key, ttl, owner, place)?;
+        let remaining = lease
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        (remaining >= self.options.min_validity()).then_some(lease)
+    }
+
     /// One attempt, whatever the circuit breaker's state.
     async fn attempt_unguarded(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
         let ttl = self.options.ttl();
@@ -506,11 +518,14 @@ impl LockClient {
         };
         let outcome = match waiter {
             Waiter::Racing(_) => self.backend.try_acquire_as(key, ttl, owner).await,
-            Waiter::Queued { .. } => {
-                let place = self.options.queue_place();
-                let attempt = self.backend.try_acquire_in_turn(key, ttl, owner, place);
-                attempt.await
-            }
+            Waiter::Queued { .. } => match self.handed_lease(key, ttl, owner) {
+                Some(lease) => Ok(AcquireOutcome::Acquired(lease)),
+                None => {
+                    let place = self.options.queue_place();
+                    let attempt = self.backend.try_acquire_in_turn(key, ttl, owner, place);
+                    attempt.await
+                }
+            },
         };
         let disarm = |waiter: &mut Waiter, racing: &mut Option<PendingGrant>| {
             if let Some(pending) = racing {

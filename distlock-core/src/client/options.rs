@@ -115,7 +115,13 @@ impl LockOptions {
     /// server; 3 s by default. A waiter that vanished (crashed, cut off) blocks those
     /// behind it for at most this long (rounded up to the backend's TTL granularity
     /// and minimum, as for a TTL) once the lock is free. A waiter calls again at least
-    /// every third of it.
+    /// every third of it. Where a release hands the lock to the head of the queue
+    /// ([`Capabilities::fair_handoff`](crate::backend::Capabilities::fair_handoff)),
+    /// what it hands over lasts at most the place too, counted from the waiter's last
+    /// call: when that leaves the [minimum validity](Self::with_min_validity), the
+    /// waiter holds the lock with no request of its own (so a place comfortably longer
+    /// than the minimum validity makes handoffs cheaper); otherwise its next fair step
+    /// renews it for the TTL.
     pub fn with_queue_place(mut self, place: Duration) -> Self {
         self.queue_place = place;
         self
