@@ -176,6 +176,7 @@ async fn measure(
         scenarios::s3_across_clients(&backend, false, sizes)
     );
     if backend.capabilities().fair {
+        run.fair_handoff = backend.capabilities().fair_handoff;
         step!(
             "S3 handoff, 16 waiters on clients of their own, fair mode",
             s3_fair,

@@ -87,7 +87,7 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
+            "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server; *handed over* where a release grants the lock to the head of the queue in its own step (`capabilities.fair_handoff`), *the head asks* where the head learns of the release (a notification, a watch or its poll) and then takes the key with a fair step of its own. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
         );
         let _ = writeln!(
             md,
@@ -95,7 +95,12 @@ impl Report {
         );
         let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
         for b in self.backends.iter().filter(|b| b.started) {
-            for (mode, summary) in [("racing", &b.s3_racing), ("fair", &b.s3_fair)] {
+            let fair = match (&b.s3_fair, b.fair_handoff) {
+                (None, _) => "fair",
+                (Some(_), true) => "fair, handed over",
+                (Some(_), false) => "fair, the head asks",
+            };
+            for (mode, summary) in [("racing", &b.s3_racing), (fair, &b.s3_fair)] {
                 let row = match summary {
                     Some(s) => format!(
                         "{} / {} | {:.0} | {} | {}",
@@ -106,7 +111,7 @@ impl Report {
                         s.same_holder_share
                             .map_or("—".into(), |r| format!("{:.0}%", r * 100.0)),
                     ),
-                    None if mode == "fair" && b.s3_racing.is_some() => {
+                    None if mode != "racing" && b.s3_racing.is_some() => {
                         "no fair mode (capabilities.fair) | | |".into()
                     }
                     None => "not measured | | |".into(),

@@ -183,6 +183,52 @@ impl BackendRun {
             _ if floors => out.push(not_measured(name.into())),
             _ => {}
         }
+        // Issue 35's fair handoffs: on Redis in round trips, on PostgreSQL in lock
+        // operations of its raw floor (a durable write each).
+        if let Some(fair) = &self.s3_fair {
+            let how = if self.fair_handoff {
+                "handed over"
+            } else {
+                "the head asks"
+            };
+            if self.backend == "redis" {
+                let name = "fair S3 across clients p50 within 3 round trips";
+                match self.round_trip() {
+                    Some(rtt) if !unusable(rtt.p50_us) => {
+                        let trips = fair.p50_us / rtt.p50_us;
+                        out.push((
+                            name.into(),
+                            Some(trips <= 3.0),
+                            format!(
+                                "{} = {trips:.1} round trips of {} ({how})",
+                                ms(fair.p50_us),
+                                ms(rtt.p50_us)
+                            ),
+                        ));
+                    }
+                    _ => out.push(not_measured(name.into())),
+                }
+            }
+            if self.backend == "postgres" {
+                let name = "fair S3 across clients p50 within 2 lock operations of the raw floor";
+                match self.cycle_floor() {
+                    Some(floor) if self.floor_cycle_ops > 0.0 && !unusable(floor.p50_us) => {
+                        let op = floor.p50_us / self.floor_cycle_ops;
+                        let ops = fair.p50_us / op;
+                        out.push((
+                            name.into(),
+                            Some(ops <= 2.0),
+                            format!(
+                                "{} = {ops:.1} lock operations of {} ({how})",
+                                ms(fair.p50_us),
+                                ms(op)
+                            ),
+                        ));
+                    }
+                    _ => out.push(not_measured(name.into())),
+                }
+            }
+        }
         // The peer's bounds: issue 35's, for Redis and for Redlock.
         let (s1_bound, s2_bound) = if self.backend == "redis" {
             (1.10, 0.85)
@@ -418,6 +464,39 @@ mod tests {
             .targets()
             .iter()
             .all(|(name, _, _)| !name.contains("fenced")));
+    }
+
+    #[test]
+    fn fair_handoffs_are_held_to_round_trips_on_redis_and_lock_operations_on_postgres() {
+        let mut r = run("redis");
+        assert!(
+            r.targets()
+                .iter()
+                .all(|(name, _, _)| !name.starts_with("fair")),
+            "no fair run, no fair target"
+        );
+        r.s3_fair = Some(summary(290.0, 400.0));
+        r.fair_handoff = true;
+        let targets = r.targets();
+        let (met_, figures) = met(&targets, "fair S3 across clients p50 within 3 round trips");
+        assert_eq!(met_, &Some(true), "{figures}");
+        assert!(figures.contains("2.9 round trips") && figures.contains("handed over"));
+        r.s3_fair = Some(summary(310.0, 400.0));
+        assert_eq!(met(&r.targets(), "fair S3").0, &Some(false));
+        // PostgreSQL: the raw floor's cycle is two lock operations of 95 µs.
+        let mut pg = run("postgres");
+        pg.s3_fair = Some(summary(200.0, 400.0));
+        let targets = pg.targets();
+        let (met_, figures) = met(
+            &targets,
+            "fair S3 across clients p50 within 2 lock operations",
+        );
+        assert_eq!(met_, &Some(false), "{figures}");
+        assert!(figures.contains("2.1 lock operations") && figures.contains("the head asks"));
+        assert!(run("etcd")
+            .targets()
+            .iter()
+            .all(|(name, _, _)| !name.starts_with("fair")));
     }
 
     #[test]
