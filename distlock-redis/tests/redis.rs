@@ -484,3 +484,48 @@ async fn a_release_wakes_the_head_of_the_queue_not_the_herd() {
         "the next waiter was not woken"
     );
 }
+
+/// A release whose queue's head has no place any more (a server that evicts keys lost
+/// the places) still releases: the head is woken and asks, nothing is handed over.
+#[tokio::test]
+async fn a_release_whose_head_lost_its_place_still_releases() {
+    let server = server().await;
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let key = LockKey::new("evicted-places").expect("key");
+    let (ttl, place) = (Duration::from_secs(10), Duration::from_secs(10));
+    let holder = backend
+        .acquire_once("evicted-places", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let head = OwnerToken::random();
+    let mut wakes = backend
+        .watch_in_turn(&key, &head)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    let queued = backend
+        .try_acquire_in_turn(&key, ttl, head, place)
+        .await
+        .expect("queue");
+    assert!(matches!(queued, AcquireOutcome::Held { .. }), "{queued:?}");
+    let mut raw = admin(&server).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg("distlock:{evicted-places}:places")
+        .query_async(&mut raw)
+        .await
+        .expect("evict the places");
+    assert_eq!(
+        backend.release_lease(&holder).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(woken(&mut wakes, 2000).await, "the head was not woken");
+    assert!(backend.handed_over(&key, &head).is_none(), "handed over");
+    assert!(
+        LockBackend::inspect(&backend, &key)
+            .await
+            .expect("inspect")
+            .is_none(),
+        "the key is held after its release"
+    );
+}

@@ -30,13 +30,16 @@ local function free_and_hand_over(lock, queue, places, ttls, counter, current, c
     return
   end
   local ttl = redis.call('HGET', ttls, head)
-  if handoff ~= '1' or not ttl then
+  -- A waiter queued by an earlier version has no TTL here, and one whose place a
+  -- server evicting keys lost has no place: the head is woken, and asks.
+  local place = redis.call('ZSCORE', places, head)
+  if handoff ~= '1' or not ttl or not place then
     redis.call('PUBLISH', channel, head)
     return
   end
   -- The lease lasts the waiter's TTL, or until its place runs out if that is sooner:
   -- a waiter that vanished holds the lock no longer than it would have held the queue.
-  local place_left = tonumber(redis.call('ZSCORE', places, head)) - math.floor(now_us / 1000)
+  local place_left = tonumber(place) - math.floor(now_us / 1000)
   local lease = math.min(tonumber(ttl), place_left)
   -- The next fence, as acquire.lua mints it on one server.
   local last = tonumber(redis.call('GET', counter) or '0')
