@@ -712,3 +712,32 @@ impl RedisBackend {
         Ok(Some(registration.changes))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RedlockConfig;
+
+    /// Built without a connection (lazily): no request is sent.
+    fn lazily(config: RedisConfig) -> RedisBackend {
+        RedisBackend::connect_lazily(config).expect("a lazy backend")
+    }
+
+    #[tokio::test]
+    async fn a_release_hands_over_alone_and_without_replicas_to_wait_for() {
+        let url = "redis://127.0.0.1:6379";
+        let config = RedisConfig::from_url(url).expect("url");
+        assert!(lazily(config.clone()).capabilities().fair_handoff);
+        // Grants that wait for replicas: the release does not, so it hands nothing over.
+        let waiting = config.with_wait_replicas(1, Duration::from_millis(100));
+        assert!(!lazily(waiting).capabilities().fair_handoff);
+        // A Redlock master: the majority decides a grant, not one master's release.
+        let redlock =
+            RedlockConfig::from_url("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").expect("url");
+        for member in redlock.members() {
+            let master = lazily(member.clone());
+            assert!(master.capabilities().fair);
+            assert!(!master.capabilities().fair_handoff);
+        }
+    }
+}
