@@ -367,11 +367,8 @@ pub trait LockBackendExt: LockBackend {
         ttl: Duration,
         owner: OwnerToken,
     ) -> Result<AcquireOutcome> {
-        let ttl = self.capabilities().check_ttl(ttl)?;
-        let request = AcquireRequest::new(key.clone(), ttl, owner);
-        let sent_at = Instant::now();
-        let grant = self.try_grant(&request).await?;
-        settle(self, request, grant, sent_at).await
+        let (outcome, _) = acquire_as(self, key, ttl, owner).await?;
+        Ok(outcome)
     }
 
     /// Tries once to acquire `key` for `ttl` as `owner`, in turn: joins the key's queue
@@ -403,7 +400,8 @@ pub trait LockBackendExt: LockBackend {
         let request = AcquireRequest::new(key.clone(), ttl, owner);
         let sent_at = Instant::now();
         let grant = self.try_grant_in_turn(&request, place).await?;
-        settle(self, request, grant, sent_at).await
+        let (outcome, _) = settle(self, request, grant, sent_at).await?;
+        Ok(outcome)
     }
 
     /// The lease a release handed to `owner`, a fair waiter on `key` asking for `ttl`
@@ -591,23 +589,41 @@ pub trait LockBackendExt: LockBackend {
 
 impl<T: LockBackend + ?Sized> LockBackendExt for T {}
 
+/// [`LockBackendExt::try_acquire_as`] as a plain future, for the client: no boxed
+/// future of its own, and with the clock reading at which a lease was found still
+/// valid, which the caller may take as the time of the grant.
+pub(crate) async fn acquire_as<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &LockKey,
+    ttl: Duration,
+    owner: OwnerToken,
+) -> Result<(AcquireOutcome, Option<Instant>)> {
+    let ttl = backend.capabilities().check_ttl(ttl)?;
+    let request = AcquireRequest::new(key.clone(), ttl, owner);
+    let sent_at = Instant::now();
+    let grant = backend.try_grant(&request).await?;
+    settle(backend, request, grant, sent_at).await
+}
+
 /// Turns a grant step's answer into the outcome callers get: the lease, counted from
-/// `sent_at` (contract point 7), or a late grant given back.
+/// `sent_at` (contract point 7), or a late grant given back. With a lease, the clock
+/// reading at which it was found still valid.
 async fn settle<B: LockBackend + ?Sized>(
     backend: &B,
     request: AcquireRequest,
     grant: Grant,
     sent_at: Instant,
-) -> Result<AcquireOutcome> {
+) -> Result<(AcquireOutcome, Option<Instant>)> {
     let fence = match grant {
-        Grant::Held { remaining } => return Ok(AcquireOutcome::Held { remaining }),
+        Grant::Held { remaining } => return Ok((AcquireOutcome::Held { remaining }, None)),
         Grant::Granted(fence) => fence,
     };
     let (key, ttl, owner) = (request.key(), request.ttl(), *request.owner());
     let drift = backend.capabilities().clock_drift.allowance(ttl);
     let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at, drift);
-    if !lease.is_expired() {
-        return Ok(AcquireOutcome::Acquired(lease));
+    let now = Instant::now();
+    if now < lease.valid_until() {
+        return Ok((AcquireOutcome::Acquired(lease), Some(now)));
     }
     let _ = backend.release(key, &owner).await;
     Err(late(backend.name(), "grant"))

@@ -12,70 +12,80 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-/// Where a deferred start is: `S` spawns the task and hands back its handle.
-enum State<S> {
-    Waiting(S),
+/// Where a deferred start is.
+enum Phase {
+    Waiting,
     Running(JoinHandle<()>),
     Done,
 }
 
-/// One deferred start, shared by its owner (who may cancel it) and the timer; the
-/// start is kept inline, so that a deferred start is one allocation.
-struct Start<S> {
-    state: Mutex<State<S>>,
+/// The state of one deferred start, kept inside what it starts (a guard's shared
+/// state), so that deferring a start allocates nothing of its own.
+pub(crate) struct DeferredTask {
+    phase: Mutex<Phase>,
+    /// Whether `phase` is still `Waiting`, readable without its lock: the timer's
+    /// sweep asks it of every pending entry. Cleared under the lock, never set again.
+    waiting: AtomicBool,
 }
 
-/// A deferred start, whatever it starts.
-pub(crate) trait Deferred: Send + Sync {
-    /// Starts the task now if it is still waiting.
-    fn start(&self);
+impl DeferredTask {
+    /// A start that is waiting.
+    pub(crate) fn new() -> Self {
+        DeferredTask {
+            phase: Mutex::new(Phase::Waiting),
+            waiting: AtomicBool::new(true),
+        }
+    }
+
+    fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `spawn` and keeps the task it spawned, if the start is still waiting.
+    pub(crate) fn start_with(&self, spawn: impl FnOnce() -> JoinHandle<()>) {
+        let mut phase = self.phase();
+        if let Phase::Waiting = &*phase {
+            self.waiting.store(false, AtomicOrdering::Release);
+            *phase = Phase::Running(spawn());
+        }
+    }
 
     /// Whether it is still to be started.
-    fn waiting(&self) -> bool;
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiting.load(AtomicOrdering::Acquire)
+    }
 
     /// Stops it: never started if still waiting, aborted if running.
-    fn cancel(&self);
-}
-
-impl<S> Start<S> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<S>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl<S: FnOnce() -> JoinHandle<()> + Send> Deferred for Start<S> {
-    fn start(&self) {
-        let mut state = self.state();
-        if let State::Waiting(_) = &*state {
-            let State::Waiting(start) = std::mem::replace(&mut *state, State::Done) else {
-                return;
-            };
-            *state = State::Running(start());
+    pub(crate) fn cancel(&self) {
+        let mut phase = self.phase();
+        self.waiting.store(false, AtomicOrdering::Release);
+        if let Phase::Running(task) = std::mem::replace(&mut *phase, Phase::Done) {
+            task.abort();
         }
     }
+}
 
-    fn waiting(&self) -> bool {
-        matches!(&*self.state(), State::Waiting(_))
-    }
+/// Something with a deferred start. The timer holds it weakly: once it is gone, there
+/// is nothing to start.
+pub(crate) trait Deferred: Send + Sync {
+    /// Its start's state.
+    fn task(&self) -> &DeferredTask;
 
-    fn cancel(&self) {
-        match std::mem::replace(&mut *self.state(), State::Done) {
-            State::Running(task) => task.abort(),
-            State::Waiting(_) | State::Done => {}
-        }
-    }
+    /// Starts its task now if it is still waiting (with [`DeferredTask::start_with`]).
+    fn start(self: Arc<Self>);
 }
 
 struct Entry {
     due: Instant,
     seq: u64,
-    deferred: Arc<dyn Deferred>,
+    deferred: Weak<dyn Deferred>,
 }
 
 impl PartialEq for Entry {
@@ -142,14 +152,16 @@ impl Timer {
         self.queue().task.as_ref().is_none_or(|t| !t.is_finished())
     }
 
-    fn push(self: &Arc<Self>, due: Instant, deferred: Arc<dyn Deferred>) {
+    fn push(self: &Arc<Self>, due: Instant, deferred: Weak<dyn Deferred>) {
         let mut queue = self.queue();
         // Most starts are cancelled long before they are due (the hold was short):
         // sweep them out whenever the heap has doubled since the last sweep, rather
         // than popping each one when due. The heap then stays as large as the starts
         // still waiting, at an amortised constant cost per push.
         if queue.pending.len() >= (queue.swept_at * 2).max(SWEEP_FROM) {
-            queue.pending.retain(|entry| entry.deferred.waiting());
+            queue
+                .pending
+                .retain(|entry| entry.deferred.upgrade().is_some_and(|d| d.task().waiting()));
             queue.swept_at = queue.pending.len();
         }
         queue.seq += 1;
@@ -178,7 +190,7 @@ impl Timer {
             queue.next_look = queue.pending.peek().map(|e| e.due);
             queue.next_look
         };
-        for deferred in due {
+        for deferred in due.iter().filter_map(Weak::upgrade) {
             deferred.start();
         }
         next
@@ -211,30 +223,28 @@ impl fmt::Debug for Starts {
 }
 
 impl Starts {
-    /// Runs `start` at `due` (at once if that is not after `now`, the caller's
-    /// reading of the clock), unless the returned handle is cancelled first. Must be
-    /// called within a tokio runtime; `start` runs on it.
-    pub(crate) fn defer(
+    /// Starts `deferred` at `due`, or at once if that is not after `now`, the
+    /// caller's reading of the clock, unless its task is cancelled first or it is gone
+    /// by then. Must be called within a tokio runtime; the start runs on it.
+    pub(crate) fn schedule<D: Deferred + 'static>(
         &self,
         due: Instant,
         now: Instant,
-        start: impl FnOnce() -> JoinHandle<()> + Send + 'static,
-    ) -> Arc<dyn Deferred> {
-        let deferred: Arc<dyn Deferred> = Arc::new(Start {
-            state: Mutex::new(State::Waiting(start)),
-        });
+        deferred: &Arc<D>,
+    ) {
         if due <= now {
-            deferred.start();
-            return deferred;
+            deferred.clone().start();
+            return;
         }
+        let deferred: Weak<dyn Deferred> = Arc::downgrade(deferred) as Weak<dyn Deferred>;
         let runtime = tokio::runtime::Handle::current().id();
         let first = self
             .inner
             .first
             .get_or_init(|| (runtime, Arc::new(Timer::new())));
         if first.0 == runtime {
-            first.1.push(due, deferred.clone());
-            return deferred;
+            first.1.push(due, deferred);
+            return;
         }
         let timer = {
             let mut timers = self.inner.others.lock().unwrap_or_else(|p| p.into_inner());
@@ -251,8 +261,7 @@ impl Starts {
                 }
             }
         };
-        timer.push(due, deferred.clone());
-        deferred
+        timer.push(due, deferred);
     }
 }
 
@@ -283,12 +292,42 @@ mod tests {
 
     use super::*;
 
-    fn counting(count: &Arc<AtomicUsize>) -> impl FnOnce() -> JoinHandle<()> + Send + 'static {
-        let count = count.clone();
-        move || {
-            tokio::spawn(async move {
-                count.fetch_add(1, Ordering::SeqCst);
-            })
+    /// A deferred start that counts its runs in `count`.
+    struct Counting {
+        task: DeferredTask,
+        count: Arc<AtomicUsize>,
+    }
+
+    impl Deferred for Counting {
+        fn task(&self) -> &DeferredTask {
+            &self.task
+        }
+
+        fn start(self: Arc<Self>) {
+            let count = self.count.clone();
+            self.task.start_with(|| {
+                tokio::spawn(async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                })
+            });
+        }
+    }
+
+    impl Counting {
+        fn cancel(&self) {
+            self.task.cancel();
+        }
+    }
+
+    impl Starts {
+        /// Schedules a start that counts in `count`; dropping it cancels it.
+        fn defer(&self, due: Instant, now: Instant, count: &Arc<AtomicUsize>) -> Arc<Counting> {
+            let deferred = Arc::new(Counting {
+                task: DeferredTask::new(),
+                count: count.clone(),
+            });
+            self.schedule(due, now, &deferred);
+            deferred
         }
     }
 
@@ -297,8 +336,8 @@ mod tests {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
         let now = Instant::now();
-        let kept = starts.defer(now + Duration::from_millis(100), now, counting(&started));
-        let cancelled = starts.defer(now + Duration::from_millis(50), now, counting(&started));
+        let kept = starts.defer(now + Duration::from_millis(100), now, &started);
+        let cancelled = starts.defer(now + Duration::from_millis(50), now, &started);
         cancelled.cancel();
         tokio::time::sleep(Duration::from_millis(99)).await;
         assert_eq!(started.load(Ordering::SeqCst), 0);
@@ -313,16 +352,25 @@ mod tests {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
         let now = Instant::now();
-        let _late = starts.defer(now + Duration::from_secs(60), now, counting(&started));
+        let _late = starts.defer(now + Duration::from_secs(60), now, &started);
         tokio::task::yield_now().await;
-        let _early = starts.defer(
-            now + Duration::from_millis(10),
-            Instant::now(),
-            counting(&started),
-        );
+        let _early = starts.defer(now + Duration::from_millis(10), Instant::now(), &started);
         tokio::time::sleep(Duration::from_millis(20)).await;
         tokio::task::yield_now().await;
         assert_eq!(started.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_whose_owner_is_gone_never_runs() {
+        let starts = Starts::default();
+        let started = Arc::new(AtomicUsize::new(0));
+        let now = Instant::now();
+        // Dropped without being cancelled: the timer held it weakly.
+        drop(starts.defer(now + Duration::from_millis(10), now, &started));
+        let _kept = starts.defer(now + Duration::from_millis(20), now, &started);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(Ordering::SeqCst), 1, "only the kept start ran");
     }
 
     #[tokio::test(start_paused = true)]
@@ -330,10 +378,10 @@ mod tests {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
         let now = Instant::now();
-        let kept = starts.defer(now + Duration::from_secs(10), now, counting(&started));
+        let kept = starts.defer(now + Duration::from_secs(10), now, &started);
         for _ in 0..10 * SWEEP_FROM {
             starts
-                .defer(now + Duration::from_secs(5), now, counting(&started))
+                .defer(now + Duration::from_secs(5), now, &started)
                 .cancel();
         }
         let heap = starts
@@ -373,7 +421,7 @@ mod tests {
             starts.defer(
                 Instant::now() + Duration::from_secs(60),
                 Instant::now(),
-                counting(&started),
+                &started,
             )
         });
         // A start registered on another runtime runs there, in time.
@@ -382,7 +430,7 @@ mod tests {
                 let _kept = starts.defer(
                     Instant::now() + Duration::from_millis(10),
                     Instant::now(),
-                    counting(&started),
+                    &started,
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             });
@@ -400,13 +448,13 @@ mod tests {
     async fn a_past_due_start_runs_at_once_and_the_timer_ends_with_its_client() {
         let starts = Starts::default();
         let started = Arc::new(AtomicUsize::new(0));
-        let _now = starts.defer(Instant::now(), Instant::now(), counting(&started));
+        let _now = starts.defer(Instant::now(), Instant::now(), &started);
         tokio::task::yield_now().await;
         assert_eq!(started.load(Ordering::SeqCst), 1);
         let _later = starts.defer(
             Instant::now() + Duration::from_millis(10),
             Instant::now(),
-            counting(&started),
+            &started,
         );
         let timer = starts
             .inner

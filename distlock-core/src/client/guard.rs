@@ -11,7 +11,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, DynLockBackend, LockBackendExt};
-use crate::client::deferred::{Deferred, Starts};
+use crate::client::deferred::{Deferred, DeferredTask, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
 use crate::client::telemetry::{self, RenewalResult};
@@ -55,8 +55,9 @@ struct Status {
 
 pub(crate) struct Shared {
     backend: Arc<DynLockBackend>,
-    /// The supervisor's deferred start, set once right after the grant.
-    supervisor: std::sync::OnceLock<Arc<dyn Deferred>>,
+    /// The supervisor's deferred start, scheduled right after the grant (see
+    /// [`Deferred`]).
+    supervisor: DeferredTask,
     /// Keeps the client's timer task, which starts the supervisor, alive.
     _starts: Starts,
     /// How many holds are live (more than one once [re-entered](LockGuard::reenter)).
@@ -80,6 +81,21 @@ pub(crate) struct Shared {
     granted: Instant,
 }
 
+impl Deferred for Shared {
+    fn task(&self) -> &DeferredTask {
+        &self.supervisor
+    }
+
+    fn start(self: Arc<Self>) {
+        let granted = self.granted;
+        self.supervisor.start_with(|| {
+            let span =
+                tracing::debug_span!("lock_renewal", key = %self.key(), fence = %self.fence());
+            tokio::spawn(supervise(self.clone(), granted).instrument(span))
+        });
+    }
+}
+
 impl Shared {
     fn key(&self) -> &LockKey {
         self.lease.key()
@@ -91,9 +107,7 @@ impl Shared {
 
     /// Stops the supervisor: never started if still waiting, aborted if running.
     fn cancel_supervisor(&self) {
-        if let Some(supervisor) = self.supervisor.get() {
-            supervisor.cancel();
-        }
+        self.supervisor.cancel();
     }
 
     /// The status now.
@@ -130,6 +144,13 @@ impl Shared {
             s.lost = Some(reason);
             true
         });
+        self.after_loss(reason, first);
+    }
+
+    /// What follows a loss for `reason`: told to the metrics when it was recorded
+    /// just now (`first`); a real loss (not a release) passes the local turn on at
+    /// once.
+    fn after_loss(&self, reason: LossReason, first: bool) {
         if first {
             telemetry::ended(
                 self.backend.name(),
@@ -160,19 +181,56 @@ impl Shared {
         if status.lost.is_some() {
             return status.lost;
         }
-        let loss_at = status
-            .valid_until
-            .checked_sub(self.options.loss_margin())
-            .unwrap_or(status.valid_until);
-        if Instant::now() < loss_at {
+        if Instant::now() < self.loss_at(status) {
             return None;
         }
-        self.mark_lost(if self.options.auto_renew() {
+        self.mark_lost(self.run_out());
+        self.status().lost
+    }
+
+    /// When the validity less the loss margin runs out.
+    fn loss_at(&self, status: Status) -> Instant {
+        status
+            .valid_until
+            .checked_sub(self.options.loss_margin())
+            .unwrap_or(status.valid_until)
+    }
+
+    /// The reason of a loss found on the clock.
+    fn run_out(&self) -> LossReason {
+        if self.options.auto_renew() {
             LossReason::RenewalFailed
         } else {
             LossReason::Expired
+        }
+    }
+
+    /// Records the release as the end of the lease, unless a loss came first: then
+    /// returns that loss, read from the clock as [`Self::current_loss`] does. One look
+    /// at the status, where `current_loss` then `mark_lost` would take two.
+    fn mark_released(&self) -> Option<LossReason> {
+        let now = Instant::now();
+        let mut recorded = None;
+        let mut earlier = None;
+        self.update(|s| {
+            if s.lost.is_some() {
+                earlier = s.lost;
+                return false;
+            }
+            let reason = if now < self.loss_at(*s) {
+                LossReason::Released
+            } else {
+                earlier = Some(self.run_out());
+                self.run_out()
+            };
+            s.lost = Some(reason);
+            recorded = Some(reason);
+            true
         });
-        self.status().lost
+        if let Some(reason) = recorded {
+            self.after_loss(reason, true);
+        }
+        earlier
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
@@ -296,14 +354,18 @@ impl LockGuard {
     ) -> Self {
         // Never later than the point where the loss must be signalled.
         let valid_until = lease.valid_until();
+        let loss_at = valid_until
+            .checked_sub(options.loss_margin())
+            .unwrap_or(valid_until);
+        let due = (granted + supervise_after(&options)).min(loss_at);
         let shared = Arc::new(Shared {
             backend,
             options,
-            supervisor: std::sync::OnceLock::new(),
+            supervisor: DeferredTask::new(),
             _starts: starts.clone(),
             count: AtomicUsize::new(1),
             status: std::sync::Mutex::new(Status {
-                valid_until: lease.valid_until(),
+                valid_until,
                 lost: None,
             }),
             changed: Notify::new(),
@@ -318,18 +380,9 @@ impl LockGuard {
             &shared.options,
             shared.fence(),
         );
-        let loss_at = valid_until
-            .checked_sub(shared.options.loss_margin())
-            .unwrap_or(valid_until);
-        let due = (granted + supervise_after(&shared.options)).min(loss_at);
-        let supervised = shared.clone();
-        let supervisor = starts.defer(due, granted, move || {
-            let span = tracing::debug_span!("lock_renewal", key = %supervised.key(), fence = %supervised.fence());
-            tokio::spawn(supervise(supervised, granted).instrument(span))
-        });
-        // Its start holds the shared state, which holds it: the cycle ends when the
-        // last hold cancels it (a release, or a drop).
-        let _ = shared.supervisor.set(supervisor);
+        // The timer holds the shared state weakly: a guard gone before it is due
+        // starts nothing.
+        starts.schedule(due, granted, &shared);
         LockGuard {
             hold: shared,
             finished: false,
@@ -462,8 +515,7 @@ impl LockGuard {
         }
         self.hold.cancel_supervisor();
         let shared = self.hold.clone();
-        let was_lost = shared.current_loss();
-        shared.mark_lost(LossReason::Released);
+        let was_lost = shared.mark_released();
         let span =
             tracing::debug_span!("lock_release", key = %shared.key(), fence = %shared.fence());
         // Should this future be dropped before the reply, the release is sent again in

@@ -44,21 +44,22 @@ impl fmt::Debug for LocalQueues {
 
 impl LocalQueues {
     /// The queue of `key`, created on first use. Queues nobody holds or waits on are
-    /// dropped whenever a new one would double the map since the last sweep, so the
+    /// dropped whenever the map has doubled since the last sweep, so the
     /// map stays within twice the keys in use (or [`SWEEP_FROM`]), at an amortised
     /// constant cost per call however many keys are in use.
     pub(crate) fn of(&self, key: &LockKey) -> Arc<Turn<()>> {
         let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(turn) = turns.by_key.get(key) {
-            return turn.clone();
-        }
+        // Swept before the look-up, so that the key is hashed once: a queue the sweep
+        // drops is one nobody holds or waits on, and a new one stands for it.
         if turns.by_key.len() >= (turns.swept_at * 2).max(SWEEP_FROM) {
             turns.by_key.retain(|_, turn| Arc::strong_count(turn) > 1);
             turns.swept_at = turns.by_key.len();
         }
-        let turn = Arc::new(Turn::new(()));
-        turns.by_key.insert(key.clone(), turn.clone());
-        turn
+        turns
+            .by_key
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Turn::new(())))
+            .clone()
     }
 
     #[cfg(test)]

@@ -13,6 +13,7 @@ mod reentrant;
 mod shared;
 mod telemetry;
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 
-use crate::backend::{next_change, ChangeStream, DynLockBackend, LockBackendExt};
+use crate::backend::{acquire_as, next_change, ChangeStream, DynLockBackend, LockBackendExt};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
@@ -116,7 +117,7 @@ enum Waiter {
     /// the wait ends without a guard.
     Queued {
         owner: OwnerToken,
-        pending: PendingGrant,
+        pending: PendingGrant<'static>,
     },
 }
 
@@ -511,23 +512,26 @@ impl LockClient {
         let (owner, mut racing) = match waiter {
             Waiter::Racing(_) => {
                 let owner = OwnerToken::random();
-                let pending = PendingGrant::new(self.backend.clone(), key.clone(), owner);
+                let pending = PendingGrant::borrowed(&self.backend, key, owner);
                 (owner, Some(pending))
             }
             Waiter::Queued { owner, .. } => (*owner, None),
         };
-        let outcome = match waiter {
-            Waiter::Racing(_) => self.backend.try_acquire_as(key, ttl, owner).await,
+        let (outcome, checked_at) = match waiter {
+            Waiter::Racing(_) => match acquire_as(&*self.backend, key, ttl, owner).await {
+                Ok((outcome, checked_at)) => (Ok(outcome), checked_at),
+                Err(error) => (Err(error), None),
+            },
             Waiter::Queued { .. } => match self.handed_lease(key, ttl, owner) {
-                Some(lease) => Ok(AcquireOutcome::Acquired(lease)),
+                Some(lease) => (Ok(AcquireOutcome::Acquired(lease)), None),
                 None => {
                     let place = self.options.queue_place();
                     let attempt = self.backend.try_acquire_in_turn(key, ttl, owner, place);
-                    attempt.await
+                    (attempt.await, None)
                 }
             },
         };
-        let disarm = |waiter: &mut Waiter, racing: &mut Option<PendingGrant>| {
+        let disarm = |waiter: &mut Waiter, racing: &mut Option<PendingGrant<'_>>| {
             if let Some(pending) = racing {
                 pending.disarm();
             }
@@ -537,8 +541,9 @@ impl LockClient {
         };
         match outcome {
             Ok(AcquireOutcome::Acquired(lease)) => {
-                // One clock reading serves the check and the guard's start.
-                let now = Instant::now();
+                // One clock reading serves the check and the guard's start: the one
+                // that found the lease valid, where there was one.
+                let now = checked_at.unwrap_or_else(Instant::now);
                 let remaining = lease.valid_until().saturating_duration_since(now);
                 if remaining < self.options.min_validity() {
                     warn!(
@@ -600,16 +605,30 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
 
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
-/// A queued one also leaves the key's queue.
-pub(crate) struct PendingGrant {
-    cleanup: Option<(Arc<DynLockBackend>, LockKey, OwnerToken)>,
+/// A queued one also leaves the key's queue. It may borrow the backend and the key
+/// for as long as it is armed ([`Self::borrowed`]): an attempt that ends normally then
+/// clones neither, and only a cleanup takes copies of its own.
+pub(crate) struct PendingGrant<'a> {
+    cleanup: Option<(Cow<'a, Arc<DynLockBackend>>, Cow<'a, LockKey>, OwnerToken)>,
     queued: bool,
 }
 
-impl PendingGrant {
+impl<'a> PendingGrant<'a> {
     pub(crate) fn new(backend: Arc<DynLockBackend>, key: LockKey, owner: OwnerToken) -> Self {
         PendingGrant {
-            cleanup: Some((backend, key, owner)),
+            cleanup: Some((Cow::Owned(backend), Cow::Owned(key), owner)),
+            queued: false,
+        }
+    }
+
+    /// As [`Self::new`], borrowing the backend and the key.
+    pub(crate) fn borrowed(
+        backend: &'a Arc<DynLockBackend>,
+        key: &'a LockKey,
+        owner: OwnerToken,
+    ) -> Self {
+        PendingGrant {
+            cleanup: Some((Cow::Borrowed(backend), Cow::Borrowed(key), owner)),
             queued: false,
         }
     }
@@ -619,11 +638,12 @@ impl PendingGrant {
     }
 }
 
-impl Drop for PendingGrant {
+impl Drop for PendingGrant<'_> {
     fn drop(&mut self) {
         let Some((backend, key, owner)) = self.cleanup.take() else {
             return;
         };
+        let (backend, key) = (backend.into_owned(), key.into_owned());
         let queued = self.queued;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -448,9 +448,9 @@ impl LockClient {
             .map(|(_, key)| ((*key).clone(), OwnerToken::random()))
             .collect();
         // Each grant is covered until a guard owns it, as a single attempt's is.
-        let mut pending: Vec<PendingGrant> = owners
+        let mut pending: Vec<PendingGrant<'_>> = owners
             .iter()
-            .map(|(key, owner)| PendingGrant::new(self.backend.clone(), key.clone(), *owner))
+            .map(|(key, owner)| PendingGrant::borrowed(&self.backend, key, *owner))
             .collect();
         let outcome = match &self.breaker {
             None => {
