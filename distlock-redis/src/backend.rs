@@ -170,37 +170,42 @@ impl RedisBackend {
 
     fn lock_key(&self, key: &LockKey) -> String {
         // The hash tag keeps the lock and its fence counter in one cluster slot.
-        format!("{}{{{}}}", self.inner.config.prefix, key)
+        joined(&[&self.inner.config.prefix, "{", key.as_str(), "}"])
     }
 
     fn channel(&self, key: &LockKey) -> String {
-        format!("{}released:{{{}}}", self.inner.config.prefix, key)
+        joined(&[&self.inner.config.prefix, "released:{", key.as_str(), "}"])
+    }
+
+    /// The name of a lock's fence counter.
+    fn fence_key(lock: &str) -> String {
+        joined(&[lock, ":fence"])
     }
 
     /// The key names beside a lock's own: its queue of fair waiters, their places,
     /// their TTLs and its fence counter.
     fn queue_keys(lock: &str) -> [String; 4] {
         [
-            format!("{lock}:queue"),
-            format!("{lock}:places"),
-            format!("{lock}:ttls"),
-            format!("{lock}:fence"),
+            joined(&[lock, ":queue"]),
+            joined(&[lock, ":places"]),
+            joined(&[lock, ":ttls"]),
+            Self::fence_key(lock),
         ]
     }
 
     /// What release.lua and leave.lua take besides the owner: the channel, or '' to
     /// tell no one; whether to hand the lock over; the counter's grace.
-    fn release_args(&self, key: &LockKey, tell: bool) -> [String; 3] {
+    fn release_args(&self, key: &LockKey, tell: bool) -> (String, &'static str, String) {
         let handoff = tell && self.inner.capabilities.fair_handoff;
-        [
+        (
             if tell {
                 self.channel(key)
             } else {
                 String::new()
             },
-            if handoff { "1" } else { "0" }.to_owned(),
+            if handoff { "1" } else { "0" },
             millis(self.inner.config.fence_grace),
-        ]
+        )
     }
 
     pub(crate) fn error(&self, e: redis::RedisError) -> Error {
@@ -286,7 +291,7 @@ impl RedisBackend {
         let committed: i64 = self
             .run(
                 &self.inner.scripts.commit,
-                &[&lock, &format!("{lock}:fence")],
+                &[&lock, &Self::fence_key(&lock)],
                 &[
                     &request.owner().to_hex(),
                     &fence.to_string(),
@@ -309,12 +314,12 @@ impl RedisBackend {
     ) -> Result<ReleaseOutcome> {
         let lock = self.lock_key(key);
         let [queue, places, ttls, fence] = Self::queue_keys(&lock);
-        let [channel, handoff, grace] = self.release_args(key, tell);
+        let (channel, handoff, grace) = self.release_args(key, tell);
         let released: i64 = self
             .run(
                 &self.inner.scripts.release,
                 &[&lock, &queue, &places, &ttls, &fence],
-                &[&owner.to_hex(), &channel, &handoff, &grace],
+                &[&owner.to_hex(), &channel, handoff, &grace],
                 false,
             )
             .await?;
@@ -402,7 +407,7 @@ impl RedisBackend {
         place: Option<Duration>,
     ) -> Result<Grant> {
         let lock = self.lock_key(request.key());
-        let fence_key = format!("{lock}:fence");
+        let fence_key = Self::fence_key(&lock);
         // The queue's keys only for the fair step.
         let [queue, places, ttls, _] = match place {
             Some(_) => Self::queue_keys(&lock),
@@ -499,7 +504,22 @@ fn glob_escape(text: &str) -> String {
 }
 
 pub(crate) fn millis(ttl: Duration) -> String {
-    ttl.as_millis().to_string()
+    use std::fmt::Write as _;
+    // Sized for any u128 at once: `to_string` would grow it as it writes.
+    let mut text = String::with_capacity(39);
+    let _ = write!(text, "{}", ttl.as_millis());
+    text
+}
+
+/// `parts` joined, in a string sized for them at once: a `format!` that starts with
+/// an argument grows its buffer as it writes, and these names are made on every lock
+/// operation.
+fn joined(parts: &[&str]) -> String {
+    let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        text.push_str(part);
+    }
+    text
 }
 
 pub(crate) fn parse_u64(text: &str, what: &str) -> Result<u64> {
@@ -536,7 +556,7 @@ impl LockBackend for RedisBackend {
         let mut args = Vec::with_capacity(3 * requests.len());
         for request in requests {
             let lock = self.lock_key(request.key());
-            let fence = format!("{lock}:fence");
+            let fence = Self::fence_key(&lock);
             keys.push(lock);
             keys.push(fence);
             args.push(request.owner().to_hex());
@@ -586,13 +606,13 @@ impl LockBackend for RedisBackend {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let lock = self.lock_key(key);
         let [queue, places, ttls, fence] = Self::queue_keys(&lock);
-        let [channel, handoff, grace] = self.release_args(key, true);
+        let (channel, handoff, grace) = self.release_args(key, true);
         self.inner.handoffs.forget(&channel, *owner);
         let _: i64 = self
             .run(
                 &self.inner.scripts.leave,
                 &[&queue, &places, &ttls, &lock, &fence],
-                &[&owner.to_hex(), &channel, &handoff, &grace],
+                &[&owner.to_hex(), &channel, handoff, &grace],
                 false,
             )
             .await?;
@@ -612,7 +632,7 @@ impl LockBackend for RedisBackend {
         let fence: Option<String> = self
             .run(
                 &self.inner.scripts.extend,
-                &[&lock, &format!("{lock}:fence")],
+                &[&lock, &Self::fence_key(&lock)],
                 &[
                     &request.owner().to_hex(),
                     &millis(request.ttl()),
