@@ -15,6 +15,7 @@ use futures_util::future::join_all;
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{
     Client, Connector, CreateMode, CreateOptions, EventType, MultiWriteError, MultiWriteResult,
+    Stat,
 };
 
 use crate::config::ZooKeeperConfig;
@@ -103,7 +104,7 @@ impl ZooKeeperBackend {
         // A TTL node's TTL is fixed when it is created.
         capabilities.extend_any_ttl = false;
         capabilities.round_trips = RoundTrips {
-            acquire: 4,
+            acquire: 5,
             release: 2,
             extend: 2,
         };
@@ -161,30 +162,26 @@ impl ZooKeeperBackend {
         let me = inner.lease_path(key, owner);
         let data = millis(ttl).to_be_bytes();
         let mut attempts = 0;
-        // First round trip: the key's node unless this backend saw it lately, the
-        // create, and the listing after it, all sent before any answer is awaited. A
-        // session's requests are applied in the order they were sent, so the lease's
-        // create finds the key's node made.
         let (mine, names) = loop {
             attempts += 1;
-            let make_dir = (!inner.dir_known(&dir))
-                .then(|| client.create(&dir, &[], &CreateMode::Container.with_acls(inner.acls())));
+            if !inner.dir_known(&dir) {
+                // A key this backend has not seen lately, as every fresh key is: its
+                // node and the lease in one `multi`, one write to the log. When it
+                // succeeds the key's node is new, so no lease is ahead of this one.
+                // When the node is there already, nothing is written, and the plain
+                // create below follows.
+                match Self::grant_fresh(inner, client, &dir, &me, &data, ttl).await? {
+                    Some(stat) => return Ok(Grant::Granted(fence_of(&stat))),
+                    None if attempts < 3 => continue,
+                    None => return Err(ZkError::NodeExists),
+                }
+            }
+            // The create and the listing after it, both sent before either answer is
+            // awaited: a session's requests are applied in the order they were sent.
             let create = client.create(&me, &data, &inner.ttl_node(ttl));
             let listing = client.list_children(&dir);
-            let sent_make_dir = make_dir.is_some();
-            if let Some(make_dir) = make_dir {
-                // Made, or there already: either way the create below says what
-                // counts (it fails as this would, on a lost connection or a refused
-                // ACL).
-                let _ = make_dir.await;
-            }
             match create.await {
-                Ok((stat, _)) => {
-                    if sent_make_dir {
-                        inner.remember_dir(&dir);
-                    }
-                    break (stat, listing.await?);
-                }
+                Ok((stat, _)) => break (stat, listing.await?),
                 Err(ZkError::NodeExists) => {
                     // A retry of a grant whose reply was lost: refresh it, and judge
                     // it afresh below.
@@ -242,6 +239,50 @@ impl ZooKeeperBackend {
             return Ok(Grant::Held { remaining: None });
         }
         Ok(Grant::Granted(fence_of(&mine)))
+    }
+
+    /// The grant on a key whose node this backend has not seen lately: the key's node
+    /// and the lease created in one `multi`. The stat of the granted lease, or `None`
+    /// when the key's node was there already (then remembered).
+    async fn grant_fresh(
+        inner: &Inner,
+        client: &Client,
+        dir: &str,
+        me: &str,
+        data: &[u8],
+        ttl: Duration,
+    ) -> std::result::Result<Option<Stat>, ZkError> {
+        let mut multi = client.new_multi_writer();
+        multi.add_create(dir, &[], &CreateMode::Container.with_acls(inner.acls()))?;
+        multi.add_create(me, data, &inner.ttl_node(ttl))?;
+        match multi.commit().await {
+            Ok(results) => {
+                inner.remember_dir(dir);
+                let answered = results.into_iter().nth(1).and_then(|r| match r {
+                    MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => Some(stat),
+                    _ => None,
+                });
+                match answered {
+                    Some(stat) => Ok(Some(stat)),
+                    // Some servers answer a create in a `multi` without its stat
+                    // (ZOOKEEPER-4026; 3.8.0 answers a TTL node's): read it. Made in this very step, so gone
+                    // only by a force release since; the caller is not told it holds.
+                    None => client
+                        .check_stat(me)
+                        .await?
+                        .map(Some)
+                        .ok_or(ZkError::NoNode),
+                }
+            }
+            Err(MultiWriteError::OperationFailed {
+                index: 0,
+                source: ZkError::NodeExists,
+            }) => {
+                inner.remember_dir(dir);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// What wakes a waiter next: the node it should watch (the first lease; for a fair
@@ -461,7 +502,8 @@ impl LockBackend for ZooKeeperBackend {
                     let refresh = client.set_data(&mine, &data, None);
                     let listing = client.list_children(&dir);
                     match create.await {
-                        Ok(_) | Err(ZkError::NodeExists) => {}
+                        // The key's node is there: a grant below need not make it.
+                        Ok(_) | Err(ZkError::NodeExists) => inner.remember_dir(&dir),
                         Err(ZkError::NoNode) if attempts < 3 => {
                             let _ = (refresh.await, listing.await);
                             let options = CreateMode::Container.with_acls(inner.acls());

@@ -63,14 +63,15 @@
 //!
 //! The holder is the **live lease created first** (lowest creation zxid).
 //!
-//! - **acquire** creates its lease node and lists the key's nodes in the same round
+//! - **acquire**, on a key whose node this backend has not made or found lately (it
+//!   remembers the last few thousand), as on every fresh key: one `multi` creates the
+//!   key's node and the lease node together, one write. When it succeeds the key's node
+//!   is new, so no lease is ahead: granted, in one round trip. When the key's node is
+//!   there already, the `multi` writes nothing and the backend goes on as on a key it
+//!   knows: it creates its lease node and lists the key's nodes in the same round
 //!   trip, then reads the leases created before it. None live: granted (the expired
 //!   ones are deleted first, each only at the version judged). One live: its node is
-//!   deleted again, and the answer is "held" with the holder's remaining TTL. Unless
-//!   the backend made or found the key's node lately (it remembers the last few
-//!   thousand), the create of the key's node is sent first in the same round trip:
-//!   a session's requests are applied in order, so a key locked for the first time
-//!   costs no extra round trip, and a key in use costs no extra write.
+//!   deleted again, and the answer is "held" with the holder's remaining TTL.
 //! - **the fence is the lease node's creation zxid**: durable, cluster-wide, and
 //!   strictly increasing, since a lease is granted only once every lease created
 //!   before it is gone ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
@@ -121,14 +122,16 @@
 //!   it on reconnecting, so a grant could be made long after its caller was told it
 //!   failed, and hold the key for a whole TTL under an owner nobody knows. A request
 //!   already sent when the connection broke is failed by the driver, never resent.
-//! - **Round trips** (contract point 9, as the suite's proxy counts them): acquire
-//!   takes up to four (this client sends the create and the listing as two writes,
-//!   which count two; then the read of the leases ahead; then a delete), and more in
-//!   two rare cases: a lease judged expired is renewed at that moment (one more), or
-//!   the same acquisition is retried after its reply was lost (its node is then
+//! - **Round trips** (contract point 9, as the suite's proxy counts them): an
+//!   acquire on a fresh key takes one. On a key in use it takes up to five: the
+//!   `multi` that finds the key's node there (only when this backend has not seen the
+//!   key lately), the create and the listing (sent together as two requests, which
+//!   the proxy counts two), the read of the leases ahead, and a delete. It takes more
+//!   in two rare cases: a lease judged expired is renewed at that moment (one more),
+//!   or the same acquisition is retried after its reply was lost (its node is then
 //!   refreshed and listed again, two more). Release sends its read and its `multi`
 //!   together, one round trip in time, which the proxy counts as one or two as the
-//!   replies fall; extend takes two. The capabilities declare four, two and two.
+//!   replies fall; extend takes two. The capabilities declare five, two and two.
 //! - **No semaphores, read-write locks or elections** (`capabilities.permits` is
 //!   false): their cases are reported as not run.
 //! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this

@@ -1,16 +1,17 @@
 //! What the conformance suite does not cover: a held lock through the loss of the
 //! ensemble's leader, fair waiters that each watch only their predecessor (and plain
 //! waiters, who all watch the holder), what a vanished holder leaves, the fixed TTL of
-//! a renewal, and an unreachable server.
+//! a renewal, an unreachable server, and the one-write grant on a fresh key.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use distlock_conformance::RoundTripMeter;
 use distlock_core::backend::{
     AcquireOutcome, ChangeStream, ExtendOutcome, LockBackendExt, OwnerToken,
 };
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
-use distlock_testservers::{ServerHandle, ZooKeeper, ZooKeeperEnsemble};
+use distlock_testservers::{Proxy, ServerHandle, ZooKeeper, ZooKeeperEnsemble};
 use distlock_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -373,5 +374,88 @@ async fn every_fair_handoff_is_woken_not_polled() {
     }
     for task in tasks {
         task.await.expect("task");
+    }
+}
+
+/// A fresh key is granted in one round trip (its node and the lease in one `multi`),
+/// and a key whose node another client made goes the longer way and is judged as
+/// before: held while the other client holds it, granted with a higher fence once
+/// it let go. Clients racing on fresh keys never share one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_key_takes_one_write_and_a_key_made_elsewhere_is_judged_as_before() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let proxy = Proxy::start(server.host_port()).await.expect("proxy");
+    let metered = ZooKeeperBackend::connect(&format!("zookeeper://127.0.0.1:{}", proxy.port()))
+        .await
+        .expect("connect through the proxy");
+    let other = ZooKeeperBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let ttl = Duration::from_secs(10);
+    let warm = metered
+        .acquire_once("fresh/warm-up", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    metered.release_lease(&warm).await.expect("release");
+    // The fewest of a few trials: a ping of the session may land inside one.
+    let mut fewest = u64::MAX;
+    for i in 0..5 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = proxy.round_trips();
+        let lease = metered
+            .acquire_once(&format!("fresh/{i}"), ttl)
+            .await
+            .expect("acquire")
+            .expect("a fresh key is free");
+        fewest = fewest.min(proxy.round_trips() - before);
+        metered.release_lease(&lease).await.expect("release");
+    }
+    assert_eq!(fewest, 1, "round trips of an acquire on a fresh key");
+
+    // A key the other client made and holds: the `multi` finds its node there.
+    let theirs = other
+        .acquire_once("made/elsewhere", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let elsewhere = LockKey::new("made/elsewhere").expect("key");
+    let held = metered.try_acquire(&elsewhere, ttl).await.expect("try");
+    assert!(
+        matches!(held, AcquireOutcome::Held { .. }),
+        "a key held by another client was granted: {held:?}"
+    );
+    other.release_lease(&theirs).await.expect("release");
+    let mine = metered
+        .acquire_once("made/elsewhere", ttl)
+        .await
+        .expect("acquire")
+        .expect("free once released");
+    assert!(mine.fence() > theirs.fence(), "{mine:?} after {theirs:?}");
+    metered.release_lease(&mine).await.expect("release");
+
+    // Four sessions race on each of 30 fresh keys: exactly one wins each.
+    let mut racers = vec![Arc::new(other)];
+    for _ in 0..3 {
+        racers.push(Arc::new(
+            ZooKeeperBackend::connect(&server.url())
+                .await
+                .expect("connect"),
+        ));
+    }
+    for i in 0..30 {
+        let key = format!("race/{i}");
+        let tries = racers.iter().map(|b| {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move { b.acquire_once(&key, ttl).await.expect("try") })
+        });
+        let won: Vec<_> = futures_util::future::join_all(tries)
+            .await
+            .into_iter()
+            .filter_map(|r| r.expect("task"))
+            .collect();
+        assert_eq!(won.len(), 1, "{key}: {won:?}");
     }
 }
