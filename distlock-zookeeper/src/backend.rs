@@ -170,10 +170,8 @@ impl ZooKeeperBackend {
                 // succeeds the key's node is new, so no lease is ahead of this one.
                 // When the node is there already, nothing is written, and the plain
                 // create below follows.
-                match Self::grant_fresh(inner, client, &dir, &me, &data, ttl).await? {
-                    Some(stat) => return Ok(Grant::Granted(fence_of(&stat))),
-                    None if attempts < 3 => continue,
-                    None => return Err(ZkError::NodeExists),
+                if let Some(stat) = Self::grant_fresh(inner, client, &dir, &me, &data, ttl).await? {
+                    return Ok(Grant::Granted(fence_of(&stat)));
                 }
             }
             // The create and the listing after it, both sent before either answer is
@@ -265,8 +263,9 @@ impl ZooKeeperBackend {
                 match answered {
                     Some(stat) => Ok(Some(stat)),
                     // Some servers answer a create in a `multi` without its stat
-                    // (ZOOKEEPER-4026; 3.8.0 answers a TTL node's): read it. Made in this very step, so gone
-                    // only by a force release since; the caller is not told it holds.
+                    // (ZOOKEEPER-4026; 3.8.0 answers a TTL node's): read it. Made in
+                    // this very step, so gone only by a force release since; the
+                    // caller is then not told it holds the key.
                     None => client
                         .check_stat(me)
                         .await?
