@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step says when it starts and how long the run has taken, so that a slow run
+# shows where its time went.
+step() { echo "test: +${SECONDS}s $*"; }
+
 # etcd-client's build compiles etcd's protocol with protoc.
 if ! command -v protoc >/dev/null 2>&1; then
   echo "test: installing protobuf-compiler (protoc)"
@@ -17,9 +21,11 @@ images_log="$(mktemp)"
 bash scripts/prepare-servers.sh >"$images_log" 2>&1 &
 images=$!
 
+step "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 bash scripts/check-packages.sh
+step "docs"
 # Every public item's docs build, with no broken link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked
 
@@ -30,17 +36,22 @@ if ! wait "$images"; then
 fi
 cat "$images_log"
 rm -f "$images_log"
+step "tests"
 # Container tests start their own servers; the harness bounds how many run at once.
 # Every feature, so that the TLS builds and their tests run too.
 cargo test --workspace --all-features --locked
+step "a user's crate outside the workspace"
 # A user's crate with distlock's redis feature alone builds without protoc.
 bash scripts/check-outside.sh
 # The comparison run's quick mode, as a check that it runs on every backend (in the
 # test build, with the features the tests were built with: its figures are not the
 # point here; scripts/lockbench.sh measures). `cargo test` above ran every backend's
 # conformance suite, so this run leaves it out and its report says so.
+step "the comparison run, quick"
 cargo build --workspace --all-features --locked --bins
 lockbench="${CARGO_TARGET_DIR:-target}/debug/lockbench"
 "$lockbench" --quick --skip-suite --require-all --out target/lockbench-quick
+step "the torture run, quick"
 # The torture run's quick mode: every fault once per backend, and the safety checks.
 "$lockbench" torture --quick --require-all --out target/lockbench-quick
+step "done"

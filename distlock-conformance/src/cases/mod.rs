@@ -260,9 +260,20 @@ async fn acquire_when_free(
     ttl: Duration,
     give_up: Instant,
 ) -> Result<(Lease, Instant), CaseError> {
+    grant_when_free(t.backend(), key, ttl, give_up).await
+}
+
+/// Polls `backend` until `key` can be acquired; the instant the successful request was
+/// sent.
+async fn grant_when_free(
+    backend: &Arc<DynLockBackend>,
+    key: &LockKey,
+    ttl: Duration,
+    give_up: Instant,
+) -> Result<(Lease, Instant), CaseError> {
     loop {
         let sent = Instant::now();
-        if let Some(lease) = try_acquire(t, key, ttl).await? {
+        if let Some(lease) = grant(backend, key, ttl).await? {
             return Ok((lease, sent));
         }
         if Instant::now() > give_up {
