@@ -83,7 +83,9 @@ impl HandoffBook {
 
     /// A fair step of `owner` on `key`, sent at `sent_at`, was not granted; `latest`
     /// is the key's latest fence when it ran on the server (the counter's value, or,
-    /// where the counter is gone, a value no earlier fence reaches).
+    /// where the counter is gone, a value no earlier fence reaches), read after the
+    /// step wrote the waiter's place: a release that handed over the place as an
+    /// earlier step left it must have minted a fence no higher than `latest`.
     pub fn turned_down(&self, key: &str, owner: OwnerToken, sent_at: Instant, latest: u64) {
         if let Some(waiting) = self.lock().get_mut(&(key.to_owned(), owner)) {
             waiting.turned_down = Some((sent_at, latest));

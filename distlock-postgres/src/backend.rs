@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, Handoff,
+    HandoffBook, OwnerToken, ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
@@ -59,6 +59,8 @@ struct Inner {
     /// settings, for this transaction only.
     batch_prefix: Option<String>,
     watcher: tokio::sync::Mutex<Option<Listener>>,
+    /// This process's fair waiters, and the grants releases handed them.
+    handoffs: Arc<HandoffBook>,
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -138,6 +140,9 @@ impl PostgresBackend {
         capabilities.force_release = true;
         capabilities.list = true;
         capabilities.fair = true;
+        // Releases hand the key to the head of its queue whatever the settings; the
+        // waiter hears of it without a request only through a notification.
+        capabilities.fair_handoff = config.notify();
         capabilities.permits = true;
         capabilities.atomic_sets = true;
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
@@ -156,6 +161,7 @@ impl PostgresBackend {
                 sql,
                 batch_prefix,
                 watcher: tokio::sync::Mutex::new(None),
+                handoffs: Arc::new(HandoffBook::new()),
             }),
         };
         // Connects (so that wrong credentials fail here) and creates the tables, or
@@ -296,18 +302,25 @@ impl PostgresBackend {
         Ok(u64::try_from(deleted).unwrap_or(0))
     }
 
-    /// An acquire statement (`sql.acquire` or `sql.acquire_in_turn`) and its answer.
-    async fn grant(&self, statement: &str, args: &[Arg<'_>]) -> Result<Grant> {
+    /// An acquire statement (`sql.acquire` or `sql.acquire_in_turn`) and its answer,
+    /// with, for a fair step not granted, the fence sequence's value when it ran.
+    async fn grant(&self, statement: &str, args: &[Arg<'_>]) -> Result<(Grant, Option<u64>)> {
         let reply = self
             .bounded(self.rows(statement, args))
             .await?
             .and_then(|rows| {
                 rows.first()
                     .map(|row| {
+                        let latest = if row.len() > 3 {
+                            row.try_get::<Option<i64>, _>(3)?
+                        } else {
+                            None
+                        };
                         Ok::<_, sqlx::Error>((
                             row.try_get::<bool, _>(0)?,
-                            row.try_get::<i64, _>(1)?,
+                            row.try_get::<Option<i64>, _>(1)?,
                             row.try_get::<Option<i64>, _>(2)?,
+                            latest.and_then(|v| u64::try_from(v).ok()),
                         ))
                     })
                     .transpose()
@@ -315,18 +328,28 @@ impl PostgresBackend {
         let row = match reply {
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired");
-                return Ok(Grant::Held { remaining: None });
+                return Ok((Grant::Held { remaining: None }, None));
             }
             Err(e) => return Err(from_sqlx(&self.inner.config, e)),
             Ok(row) => row,
         };
         Ok(match row {
-            Some((true, raw_fence, _)) => Grant::Granted(fence(raw_fence)),
-            Some((false, _, remaining_ms)) => Grant::Held {
-                remaining: remaining(remaining_ms),
-            },
+            Some((true, Some(raw_fence), _, _)) => (Grant::Granted(fence(raw_fence)), None),
+            Some((true, None, _, _)) => {
+                return Err(Error::new(
+                    distlock_core::ErrorKind::Backend,
+                    "the acquire statement answered a grant without its fence",
+                )
+                .with_backend(NAME))
+            }
+            Some((false, _, remaining_ms, latest)) => (
+                Grant::Held {
+                    remaining: remaining(remaining_ms),
+                },
+                latest,
+            ),
             // A concurrent grant the statement's snapshot could not see.
-            None => Grant::Held { remaining: None },
+            None => (Grant::Held { remaining: None }, None),
         })
     }
 
@@ -369,7 +392,7 @@ impl PostgresBackend {
                 .await
                 .map_err(|_| timed_out(cfg, Setting::Response))?
                 .map_err(|e| from_sqlx(cfg, e))?;
-            *slot = Some(Listener::start(listener));
+            *slot = Some(Listener::start(listener, self.inner.handoffs.clone()));
         }
         let Some(listener) = slot.as_ref() else {
             return Ok(None);
@@ -512,7 +535,9 @@ impl LockBackend for PostgresBackend {
             Arg::Bytes(&request.owner().as_bytes()[..]),
             Arg::Float(ttl_ms(request.ttl())),
         ];
-        self.grant(&self.inner.sql.acquire, &args).await
+        self.grant(&self.inner.sql.acquire, &args)
+            .await
+            .map(|(grant, _)| grant)
     }
 
     async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
@@ -522,7 +547,18 @@ impl LockBackend for PostgresBackend {
             Arg::Float(ttl_ms(request.ttl())),
             Arg::Float(ttl_ms(place)),
         ];
-        self.grant(&self.inner.sql.acquire_in_turn, &args).await
+        let (key, owner) = (request.key().as_str(), *request.owner());
+        let sent_at = tokio::time::Instant::now();
+        let (grant, latest) = self.grant(&self.inner.sql.acquire_in_turn, &args).await?;
+        match (&grant, latest) {
+            (Grant::Held { .. }, Some(latest)) => {
+                self.inner.handoffs.turned_down(key, owner, sent_at, latest);
+            }
+            (Grant::Held { .. }, None) => {}
+            // Granted by its own step: the wait is over.
+            (Grant::Granted(_), _) => self.inner.handoffs.forget(key, owner),
+        }
+        Ok(grant)
     }
 
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
@@ -590,10 +626,15 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.inner.handoffs.forget(key.as_str(), *owner);
         let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
         self.run(self.rows(&self.inner.sql.leave_queue, &args))
             .await
             .map(drop)
+    }
+
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        self.inner.handoffs.take(key.as_str(), *owner)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -643,6 +684,9 @@ impl LockBackend for PostgresBackend {
         key: &LockKey,
         owner: &OwnerToken,
     ) -> Result<Option<ChangeStream>> {
+        // A release grants the key to the head of the queue and names it
+        // (`hand_over`): only it is woken, and told of the grant it was handed.
+        self.inner.handoffs.expect(key.as_str(), *owner);
         self.watch_as(key, Some(owner)).await
     }
 
@@ -686,22 +730,35 @@ impl LockBackend for PostgresBackend {
 /// The LISTEN connection; a notification's payload is the released key, whose waiters
 /// are kept in a [`WakeRegistry`], then, after a newline, the owner token of the fair
 /// waiter at the head of its queue, if any: of the key's fair waiters only that one is
-/// woken.
+/// woken. `<owner>:<fence>` says the release handed it the key with that fence; the
+/// grant goes into the [`HandoffBook`].
 struct Listener {
     waiters: Arc<WakeRegistry>,
 }
 
 impl Listener {
-    fn start(mut listener: PgListener) -> Self {
+    fn start(mut listener: PgListener, handoffs: Arc<HandoffBook>) -> Self {
         let waiters = Arc::new(WakeRegistry::new());
         let dispatch = waiters.clone();
         tokio::spawn(async move {
             // `try_recv` reports a lost connection as `None` instead of reconnecting in
             // silence: notifications sent meanwhile are lost, so waiters must poll.
             while let Ok(Some(note)) = listener.try_recv().await {
-                // "<key>\n<owner>" names the fair waiter at the head of the key's queue.
                 match note.payload().split_once('\n') {
-                    Some((key, head)) => dispatch.wake_tagged(key, head),
+                    Some((key, head)) => {
+                        let head = match head.split_once(':') {
+                            Some((owner, fence)) => {
+                                if let (Some(token), Ok(fence)) =
+                                    (OwnerToken::from_hex(owner), fence.parse::<u64>())
+                                {
+                                    handoffs.hand_over(key, token, fence);
+                                }
+                                owner
+                            }
+                            None => head,
+                        };
+                        dispatch.wake_tagged(key, head);
+                    }
                     None => dispatch.wake(note.payload()),
                 }
             }

@@ -42,16 +42,30 @@
 //!
 //! **Fair mode** (contract point 10; [`LockOptions::with_fair`](distlock_core::LockOptions::with_fair))
 //! keeps a key's waiters in a second table, `<table>_queue`: one row per waiter
-//! (`key`, `owner`, an identity `seq` for the order of arrival, and `until`, when its
-//! place runs out). The fair step is one statement, one round trip: a waiter with no
-//! live place ahead of it takes the key as the plain acquire does and deletes its own
-//! row; any other upserts its row (keeping its `seq`) and deletes the places that ran
-//! out. A vanished waiter leaves the queue once its place runs out (`queue_place`, 3 s
-//! unless set); a waiter that gives up deletes its row and notifies. The purge deletes
-//! places that ran out long ago with the ended leases. A release's notification names
-//! the first waiter whose place is live (its payload is the key, a newline, and that
-//! owner token), the one the next fair step grants: only that fair waiter is woken
-//! (with any racing waiters of the key), not every waiter in the queue.
+//! (`key`, `owner`, an identity `seq` for the order of arrival, `until`, when its
+//! place runs out, and `ttl_ms`, the TTL of its last fair step). The fair step is one
+//! statement, one round trip: a waiter with no live place ahead of it takes the key
+//! as the plain acquire does and deletes its own row; any other upserts its row
+//! (keeping its `seq`) and deletes the places that ran out. A vanished waiter leaves
+//! the queue once its place runs out (`queue_place`, 3 s unless set). The purge
+//! deletes places that ran out long ago with the ended leases.
+//!
+//! **A release hands the key over** (`capabilities.fair_handoff`, declared where
+//! notifications are on). A release of a name that has had a waiter calls the
+//! function `<table>_hand_over` in its own statement, with the key's row still locked
+//! by it: the first waiter whose place is live (its queue row locked in turn) is
+//! granted the key with the next fence, for its TTL or until its place runs out if
+//! that is sooner, and leaves the queue; the notification's payload is the key, a
+//! newline, and `<owner>:<fence>`. Only that fair waiter is woken (with any racing
+//! waiters of the key), and it holds the lock without a request of its own: a fair
+//! handoff costs the release and one notification. A waiter queued by an earlier
+//! version, with no `ttl_ms`, is woken to ask (`<owner>` alone), and with no fair
+//! waiter every waiter of the key is woken. A waiter that gives up calls
+//! `<table>_leave_queue`, which locks the key's row before the queue, as a release
+//! does, so it either finds the key handed to it, and passes it on as a release
+//! would, or leaves the queue before any release sees it. Where notifications are off
+//! (`notify=false`, PgBouncer) the release still hands the key over; the waiter finds
+//! it its own at its next fair step, which renews it.
 //!
 //! **Semaphores, read-write locks and elections**
 //! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`) live in

@@ -30,6 +30,22 @@ pub(crate) struct Statements {
     pub(crate) permits: PermitSql,
 }
 
+/// Adds `column` to `table` (a quoted name) where it is missing. Only then does it
+/// lock the table: `ALTER TABLE … ADD COLUMN IF NOT EXISTS` takes the table's
+/// exclusive lock even when the column is there, and a migration that holds it on one
+/// table while it waits for another deadlocks with the fair step, which writes both
+/// (every process migrates on connect, while others use the tables).
+fn add_column(table: &str, column: &str, declaration: &str) -> String {
+    format!(
+        "DO $m$ BEGIN \
+           IF NOT EXISTS (SELECT 1 FROM pg_attribute \
+             WHERE attrelid = '{table}'::regclass AND attname = '{column}' AND NOT attisdropped) THEN \
+             ALTER TABLE {table} ADD COLUMN {column} {declaration}; \
+           END IF; \
+         END $m$"
+    )
+}
+
 /// A 64-bit FNV-1a hash, for a short channel name that fits PostgreSQL's 63 bytes.
 fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -45,16 +61,14 @@ impl Statements {
         let channel = format!("distlock_{:016x}", fnv1a(&format!("{schema}.{table}")));
         let ms = "($3::float8 * interval '1 millisecond')";
         let remaining_ms = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint";
-        // One row per lease ended; a notification only where the name has had a waiter.
-        // Its payload is the key, then, when the key has fair waiters, a newline (which
-        // no key holds) and the owner token of the first whose place is live: the one
-        // the next fair step grants, and the only fair waiter woken.
+        // The step that follows a lease ended where the name has had a waiter: the
+        // function `hand_over` (below), which grants the key to the first fair waiter
+        // whose place is live, or wakes the waiters.
+        let hand_over_fn = format!("\"{schema}\".\"{table}_hand_over\"");
+        let leave_fn = format!("\"{schema}\".\"{table}_leave_queue\"");
         let notify_waiters = format!(
             "SELECT true FROM ended \
-             LEFT JOIN LATERAL (SELECT pg_notify('{channel}', $1 || coalesce(E'\\n' || ( \
-               SELECT encode(w.owner, 'hex') FROM {q} w \
-               WHERE w.key = $1 AND w.until > clock_timestamp() ORDER BY w.seq LIMIT 1), '')) \
-             WHERE ended.waited) n ON true"
+             LEFT JOIN LATERAL (SELECT {hand_over_fn}($1) WHERE ended.waited) n ON true"
         );
         // Inserts the row `source` gives, or takes over an expired row, or confirms a
         // live retry of this very owner: the fence, when granted.
@@ -78,6 +92,24 @@ impl Statements {
              SELECT false, fence, {remaining_ms} FROM {t} \
                WHERE key = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM granted)"
         );
+        // The fair step's answer: as `answer`, and, when not granted, the fence
+        // sequence's value read after the waiter's place was written (`queued`, which
+        // waits for a release that has locked the place to hand it the key): every
+        // fence minted before is at most that, so a grant handed over with a higher
+        // fence was minted after the step was sent, from a place this step wrote or a
+        // later one (`HandoffBook::turned_down`). Read before the place was written, a
+        // release could hand over the place as the previous step left it, and the
+        // validity counted from this step would outrun the lease.
+        let answer_in_turn = format!(
+            "SELECT true, fence, NULL::bigint, NULL::bigint FROM granted \
+             UNION ALL \
+             SELECT false, h.fence, h.remaining, \
+               (SELECT last_value FROM {seq} WHERE (SELECT count(*) FROM queued) >= 0) \
+               FROM (SELECT 1) AS one LEFT JOIN LATERAL ( \
+                 SELECT fence, {remaining_ms} AS remaining FROM {t} \
+                 WHERE key = $1 AND expires_at > clock_timestamp()) h ON true \
+               WHERE NOT EXISTS (SELECT 1 FROM granted)"
+        );
         let permits = PermitSql::new(schema, table, &channel);
         let mut migrate = vec![
             // One migrating process at a time; the others find everything in place.
@@ -93,9 +125,7 @@ impl Statements {
                 if unlogged { "UNLOGGED " } else { "" }
             ),
             // Tables made before the column existed.
-            format!(
-                "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false"
-            ),
+            add_column(&t, "waited", "boolean NOT NULL DEFAULT false"),
             // A logged sequence: fences survive crashes and row clean-up alike.
             format!("CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint"),
             // Fair waiters: one row per waiter, in the order of `seq`, each kept
@@ -106,10 +136,75 @@ impl Statements {
                        owner bytea NOT NULL, \
                        seq bigint GENERATED BY DEFAULT AS IDENTITY, \
                        until timestamptz NOT NULL, \
+                       ttl_ms float8, \
                        PRIMARY KEY (key, owner))",
                 if unlogged { "UNLOGGED " } else { "" }
             ),
-            format!("CREATE INDEX IF NOT EXISTS \"{table}_queue_order\" ON {q} (key, seq)"),
+            format!(
+                "DO $m$ BEGIN \
+                   IF to_regclass('\"{schema}\".\"{table}_queue_order\"') IS NULL THEN \
+                     CREATE INDEX \"{table}_queue_order\" ON {q} (key, seq); \
+                   END IF; \
+                 END $m$"
+            ),
+            // The TTL each waiter asked for in its last fair step: the lease a release
+            // hands it. Places queued before the column existed have none, and are
+            // woken to ask instead.
+            add_column(&q, "ttl_ms", "float8"),
+            // The handoff (contract point 10), run by a release, a forced release, or
+            // a waiter that gives up a lease handed to it, after the lease ended and
+            // with the key's row locked by that statement. The first waiter whose place
+            // is live is locked in turn (so one that gives up meanwhile is either
+            // handed the key and sees it, or gone), granted the key with the next
+            // fence for its TTL or until its place runs out if that is sooner, taken
+            // out of the queue and told "<key>\n<owner>:<fence>". With no such waiter
+            // every waiter of the key is woken ("<key>"); a waiter queued without a
+            // TTL is woken to ask ("<key>\n<owner>").
+            format!(
+                "CREATE OR REPLACE FUNCTION {hand_over_fn}(p_key text) RETURNS void \
+                 LANGUAGE plpgsql VOLATILE AS $hand$ \
+                 DECLARE head record; f bigint; \
+                 BEGIN \
+                   SELECT w.owner, w.ttl_ms, w.until INTO head FROM {q} w \
+                     WHERE w.key = p_key AND w.until > clock_timestamp() \
+                     ORDER BY w.seq LIMIT 1 FOR UPDATE; \
+                   IF NOT FOUND THEN \
+                     PERFORM pg_notify('{channel}', p_key); \
+                     RETURN; \
+                   END IF; \
+                   IF head.ttl_ms IS NULL THEN \
+                     PERFORM pg_notify('{channel}', p_key || E'\\n' || encode(head.owner, 'hex')); \
+                     RETURN; \
+                   END IF; \
+                   UPDATE {t} SET owner = head.owner, fence = nextval('{seq}'), \
+                     expires_at = least(clock_timestamp() + head.ttl_ms * interval '1 millisecond', head.until) \
+                     WHERE key = p_key RETURNING fence INTO f; \
+                   DELETE FROM {q} w WHERE w.key = p_key AND w.owner = head.owner; \
+                   PERFORM pg_notify('{channel}', p_key || E'\\n' || encode(head.owner, 'hex') || ':' || f); \
+                 END $hand$"
+            ),
+            // A fair waiter that gives up. The key's row is locked first, as a release
+            // locks it before the queue, so a release that handed this waiter the key
+            // meanwhile is seen whole: the lease it handed over is ended and passed on.
+            // Otherwise, when the waiter was queued, the others are told, since one of
+            // them may now be first.
+            format!(
+                "CREATE OR REPLACE FUNCTION {leave_fn}(p_key text, p_owner bytea) RETURNS void \
+                 LANGUAGE plpgsql VOLATILE AS $leave$ \
+                 DECLARE queued boolean; \
+                 BEGIN \
+                   PERFORM 1 FROM {t} WHERE key = p_key FOR UPDATE; \
+                   DELETE FROM {q} WHERE key = p_key AND owner = p_owner; \
+                   queued := FOUND; \
+                   UPDATE {t} SET expires_at = clock_timestamp() \
+                     WHERE key = p_key AND owner = p_owner AND expires_at > clock_timestamp(); \
+                   IF FOUND THEN \
+                     PERFORM {hand_over_fn}(p_key); \
+                   ELSIF queued THEN \
+                     PERFORM pg_notify('{channel}', p_key); \
+                   END IF; \
+                 END $leave$"
+            ),
         ];
         migrate.extend(permits.migrate.iter().cloned());
         let relation = |suffix: &str| format!("\"{schema}\".\"{table}{suffix}\"");
@@ -118,7 +213,11 @@ impl Statements {
             relations: ["", "_queue", "_fence", "_names", "_permits", "_places", "_terms"]
                 .map(relation)
                 .to_vec(),
-            functions: vec![relation("_grant_permits")],
+            functions: vec![
+                relation("_grant_permits"),
+                hand_over_fn.clone(),
+                leave_fn.clone(),
+            ],
             // Insert, or take over an expired row, or confirm a live retry of this very
             // request; otherwise report the holder's remaining TTL. One statement.
             //
@@ -187,27 +286,24 @@ impl Statements {
                  dequeued AS (DELETE FROM {q} WHERE key = $1 AND owner = $2 \
                    AND EXISTS (SELECT 1 FROM granted) RETURNING 1), \
                  queued AS ( \
-                   INSERT INTO {q} AS w (key, owner, until) \
-                   SELECT $1, $2, clock_timestamp() + ($4::float8 * interval '1 millisecond') \
+                   INSERT INTO {q} AS w (key, owner, until, ttl_ms) \
+                   SELECT $1, $2, clock_timestamp() + ($4::float8 * interval '1 millisecond'), $3::float8 \
                    WHERE NOT EXISTS (SELECT 1 FROM granted) \
-                   ON CONFLICT (key, owner) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
+                   ON CONFLICT (key, owner) DO UPDATE SET until = EXCLUDED.until, ttl_ms = EXCLUDED.ttl_ms \
+                   RETURNING 1), \
                  dropped AS (DELETE FROM {q} WHERE key = $1 AND owner <> $2 \
                    AND until <= clock_timestamp() RETURNING 1) \
-                 {answer}",
+                 {answer_in_turn}",
                 take(&format!(
                     "SELECT $1, $2, nextval('{seq}'), clock_timestamp() + {ms} FROM first WHERE first.first"
                 ))
             ),
-            // A waiter that gives up; the others are told, since one of them may now
-            // be first.
-            leave_queue: format!(
-                "WITH gone AS (DELETE FROM {q} WHERE key = $1 AND owner = $2 RETURNING 1) \
-                 SELECT pg_notify('{channel}', $1) FROM gone"
-            ),
-            // Ends this owner's live lease (the row stays, expired as of now). The
-            // notification, which goes out on commit, is sent only for a name that
-            // has had a waiter (`waited`, read on the row's latest version under its
-            // lock): NOTIFY serializes the commits of every notifying transaction in
+            // A waiter that gives up: the function `leave_queue` (above).
+            leave_queue: format!("SELECT {leave_fn}($1, $2)"),
+            // Ends this owner's live lease (the row stays, expired as of now). Only for
+            // a name that has had a waiter (`waited`, read on the row's latest version
+            // under its lock) does the handoff follow, with its notification (sent on
+            // commit): NOTIFY serializes the commits of every notifying transaction in
             // the database, so releases nobody waits for must not send one.
             release: format!(
                 "WITH ended AS ( \

@@ -644,3 +644,150 @@ async fn a_release_wakes_the_head_of_the_queue_not_the_herd() {
         "the next waiter was not woken"
     );
 }
+
+/// A process that connects (and so migrates) while others use the tables does not wait
+/// for their transactions: the migration takes no table's lock when there is nothing to
+/// change. `ADD COLUMN IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` lock the table
+/// even then, which stalled every lock operation behind a connecting process, and
+/// deadlocked it with fair steps (which write both tables) for a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_while_others_write_the_tables_waits_for_no_one() {
+    let server = server().await;
+    let first = PostgresBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let admin = sqlx::PgPool::connect(&server.url()).await.expect("admin");
+    let mut open = admin.begin().await.expect("begin");
+    for statement in [
+        "INSERT INTO public.distlock_locks (key, owner, fence, expires_at) \
+         VALUES ('busy', '\\x00', 0, clock_timestamp())",
+        "INSERT INTO public.distlock_locks_queue (key, owner, until) \
+         VALUES ('busy', '\\x00', clock_timestamp())",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut *open)
+            .await
+            .expect("a write left open");
+    }
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        PostgresBackend::connect(&server.url()),
+    )
+    .await
+    .expect("connecting waited for another transaction's writes")
+    .expect("connect");
+    open.rollback().await.expect("rollback");
+    let lease = second
+        .acquire_once("busy", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    first.release_lease(&lease).await.expect("release");
+}
+
+/// The fence sequence's value a fair step reports when it is turned down is read after
+/// it wrote its place. A release that has locked the waiter's place (to hand it the key
+/// as that place stood) makes the step wait, so the step's value covers the fence that
+/// release mints, and the handoff is dropped: its lease ends with the older place, so
+/// its validity must not count from this step. A handoff minted after the step is
+/// taken. Here an open transaction stands for the release (it locks the place and
+/// mints a fence), and the notification is sent by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_of_a_place_as_it_stood_before_a_step_is_not_counted_from_that_step() {
+    let server = server().await;
+    let backend = PostgresBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let admin = sqlx::PgPool::connect(&server.url()).await.expect("admin");
+    let source: String =
+        sqlx::query_scalar("SELECT prosrc FROM pg_proc WHERE proname = 'distlock_locks_hand_over'")
+            .fetch_one(&admin)
+            .await
+            .expect("the handoff function");
+    let channel = source
+        .split("pg_notify('")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .expect("a channel in the function")
+        .to_owned();
+
+    let key = LockKey::new("place-race").expect("key");
+    let (ttl, place) = (Duration::from_secs(10), Duration::from_secs(10));
+    let _holder = backend
+        .acquire_once(key.as_str(), ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let (ahead, waiter) = (OwnerToken::random(), OwnerToken::random());
+    let mut wakes = backend
+        .watch_in_turn(&key, &waiter)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    for owner in [ahead, waiter] {
+        let step = backend
+            .try_acquire_in_turn(&key, ttl, owner, place)
+            .await
+            .expect("queue");
+        assert!(matches!(step, AcquireOutcome::Held { .. }), "{step:?}");
+    }
+
+    // The "release" locks the waiter's place, then the waiter steps again (with
+    // another waiter ahead of it, so the step writes only its place) and waits.
+    let mut release = admin.begin().await.expect("begin");
+    sqlx::query(
+        "SELECT 1 FROM public.distlock_locks_queue WHERE key = $1 AND owner = $2 FOR UPDATE",
+    )
+    .bind(key.as_str())
+    .bind(&waiter.as_bytes()[..])
+    .execute(&mut *release)
+    .await
+    .expect("lock the place");
+    let step = {
+        let (backend, key) = (backend.clone(), key.clone());
+        tokio::spawn(async move { backend.try_acquire_in_turn(&key, ttl, waiter, place).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !step.is_finished(),
+        "the step did not wait for the locked place"
+    );
+    let minted: i64 = sqlx::query_scalar("SELECT nextval('public.distlock_locks_fence')")
+        .fetch_one(&mut *release)
+        .await
+        .expect("mint");
+    release.commit().await.expect("commit");
+    let step = step.await.expect("join").expect("step");
+    assert!(matches!(step, AcquireOutcome::Held { .. }), "{step:?}");
+    let notify = |fence: i64| {
+        let payload = format!("{}\n{}:{fence}", key.as_str(), waiter.to_hex());
+        let (admin, channel) = (admin.clone(), channel.clone());
+        async move {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(channel)
+                .bind(payload)
+                .execute(&admin)
+                .await
+                .expect("notify");
+        }
+    };
+    notify(minted).await;
+    assert!(woken(&mut wakes, 2000).await, "the waiter was not woken");
+    assert_eq!(
+        backend.handed_over(&key, &waiter),
+        None,
+        "a handoff minted while the step waited was counted from that step"
+    );
+
+    // A fence minted after the step returned: taken, counted from the step.
+    let later: i64 = sqlx::query_scalar("SELECT nextval('public.distlock_locks_fence')")
+        .fetch_one(&admin)
+        .await
+        .expect("mint");
+    notify(later).await;
+    assert!(woken(&mut wakes, 2000).await, "the waiter was not woken");
+    let handed = backend
+        .handed_over(&key, &waiter)
+        .expect("a handoff minted after the step");
+    assert_eq!(handed.fence.get(), u64::try_from(later).expect("positive"));
+}
