@@ -51,8 +51,8 @@
 //! deletes places that ran out long ago with the ended leases.
 //!
 //! **A release hands the key over** (`capabilities.fair_handoff`, declared where
-//! notifications are on). A release of a name that has had a waiter calls the
-//! function `<table>_hand_over` in its own statement, with the key's row still locked
+//! notifications are on). A release of a name that has had a waiter (a forced one
+//! too) calls the function `<table>_hand_over` in its own statement, with the key's row still locked
 //! by it: the first waiter whose place is live (its queue row locked in turn) is
 //! granted the key with the next fence, for its TTL or until its place runs out if
 //! that is sooner, and leaves the queue; the notification's payload is the key, a
