@@ -1,7 +1,8 @@
 //! What the conformance suite does not cover: purging old rows and old places in the
 //! fair queue, the durability options, hostile names, the statement timeout behind
-//! PgBouncer, which releases notify, and fenced writes of your own rows (one
-//! transaction under a set of keys too).
+//! PgBouncer, which releases notify, fenced writes of your own rows (one transaction
+//! under a set of keys too), a migration that waits for no one, and the order in which
+//! a fair step writes its place and reads the fence a handoff is judged by.
 //! Each test has a server of its own.
 
 use std::time::Duration;
@@ -582,9 +583,10 @@ async fn woken(wakes: &mut distlock_core::backend::ChangeStream, within: u64) ->
         .is_ok()
 }
 
-/// A release of a key with fair waiters wakes the head of the queue, the one the next
-/// fair step grants, and not the waiters behind it; a racing waiter of the key is woken
-/// too. Once the head has the key and releases it, the next waiter is woken.
+/// A release of a key with fair waiters hands the key to the head of the queue and wakes
+/// it, not the waiters behind it; a racing waiter of the key is woken too. The head's
+/// next fair step finds the key its own (as a waiter without notifications finds it at
+/// its next poll). Once the head releases it, the next waiter is woken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_head_of_the_queue_not_the_herd() {
     let server = server().await;
