@@ -457,7 +457,8 @@ const DEFAULT_NODE_TIMEOUT_CAP: Duration = Duration::from_millis(500);
 ///   majority of them (`n / 2 + 1`);
 /// - `redlocks://` reaches every master over TLS, as `rediss://` does;
 /// - user, password, database and every option of [`RedisConfig`] apply to each master
-///   (one set of credentials for all);
+///   (one set of credentials for all); `response_timeout_ms` caps the node time-out
+///   below, which bounds every call to a master in its place;
 /// - `drift_ppm` (default 10000, that is 1%) and `drift_ms` (default 2): the clock
 ///   drift allowed between the masters and this process, which core takes off every
 ///   lease's validity;
@@ -465,7 +466,9 @@ const DEFAULT_NODE_TIMEOUT_CAP: Duration = Duration::from_millis(500);
 ///   the TTL, at least 50 ms and at most 500 ms, and never more than
 ///   `response_timeout_ms`; 500 ms for release and inspect). It bounds an operation
 ///   that needs a slow master's answer to reach its outcome; one that does not, returns
-///   without waiting for it.
+///   without waiting for it. It is the only time-out on a call to a master: the
+///   masters' connections have no response time-out of their own, which would only
+///   double it.
 ///
 /// `Debug` and errors show the masters with the password replaced by `***`.
 #[derive(Clone)]

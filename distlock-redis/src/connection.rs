@@ -70,10 +70,17 @@ impl redis::aio::ConnectionLike for Conn {
 
 /// The settings of the connection manager the backend opens: its time-outs and
 /// reconnection.
+///
+/// A Redlock master's connection has no response time-out of its own: the Redlock
+/// bounds every call it makes to a master by the node time-out, which is never longer
+/// than `response_timeout` ([`RedlockConfig::node_timeout`](crate::RedlockConfig::node_timeout)),
+/// so the driver's timer would only double the Redlock's, one more timer set and
+/// cleared per call on every master.
 pub(crate) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    let response_timeout = (!config.redlock_member).then_some(config.response_timeout);
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.response_timeout))
+        .set_response_timeout(response_timeout)
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_millis(500))
 }

@@ -1,6 +1,7 @@
 //! What the conformance suite does not show of the Redlock: the safety violation its
 //! critics describe, shown happening, with what still holds; how the masters agree on
-//! a fence; connecting with a master down; and the validity it leaves for clock drift.
+//! a fence; connecting with a master down; the validity it leaves for clock drift;
+//! and operations that end by the node time-out with a majority of masters paused.
 //! Each test has masters of its own.
 
 use std::time::Duration;
@@ -323,4 +324,57 @@ async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
         .expect("told of the release")
         .expect("a message");
     assert_eq!(message.get_channel_name(), "distlock:released:{held}");
+}
+
+/// A master's connection has no response time-out of its own (the Redlock's node
+/// time-out bounds every call to a master): with a majority of the masters paused,
+/// every operation still ends soon after the node time-out (`node_timeout_ms=300`),
+/// never hanging on a master that does not answer. An acquire and an inspect fail
+/// with an error that names the time-out; the release reports what the master that
+/// answered did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
+    let masters = masters(3).await;
+    let members = masters.members();
+    let backend = RedlockBackend::connect(&format!("{}?node_timeout_ms=300", masters.url()))
+        .await
+        .expect("connect");
+    let lease = backend
+        .acquire_once("paused", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    members[0].pause().await.expect("pause");
+    members[1].pause().await.expect("pause");
+    let key = LockKey::new("paused").expect("key");
+    let bound = Duration::from_millis(300 + 1_000);
+    let started = Instant::now();
+    let acquired = backend
+        .acquire_once("paused-2", Duration::from_secs(30))
+        .await;
+    let acquire_took = started.elapsed();
+    let started = Instant::now();
+    let inspected = backend.inspect(&key).await;
+    let inspect_took = started.elapsed();
+    let started = Instant::now();
+    let released = backend.release_lease(&lease).await;
+    let release_took = started.elapsed();
+    members[0].unpause().await.expect("unpause");
+    members[1].unpause().await.expect("unpause");
+    for (what, outcome, took) in [
+        ("acquire", acquired.map(|_| ()), acquire_took),
+        ("inspect", inspected.map(|_| ()), inspect_took),
+    ] {
+        let err = outcome.expect_err(what);
+        assert!(took < bound, "{what} took {took:?}");
+        assert!(err.is_retryable(), "{what}: {err}");
+        assert!(
+            err.to_string().contains("did not answer within"),
+            "{what}: {err}"
+        );
+    }
+    // The release reached the one master that answers, and says so; it waited for the
+    // other two no longer than the node time-out.
+    assert!(released.is_ok(), "{released:?}");
+    assert!(release_took < bound, "release took {release_took:?}");
 }
