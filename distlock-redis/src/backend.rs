@@ -1,6 +1,7 @@
 //! [`RedisBackend`]: the contract on one Redis server, one Lua script per operation.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub(crate) struct Inner {
     watcher: tokio::sync::Mutex<Option<Subscriber>>,
     /// This process's fair waiters, and the grants releases handed them.
     handoffs: Arc<HandoffBook>,
+    /// Whether this backend has made a fair step: its releases then expect fair
+    /// waiters (see `release_telling`).
+    fair_steps: AtomicBool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -159,6 +163,7 @@ impl RedisBackend {
                 scripts: Scripts::new(),
                 watcher: tokio::sync::Mutex::new(None),
                 handoffs: Arc::new(HandoffBook::new()),
+                fair_steps: AtomicBool::new(false),
             }),
         }
     }
@@ -193,16 +198,20 @@ impl RedisBackend {
         ]
     }
 
-    /// What release.lua and leave.lua take besides the owner: the channel, or '' to
-    /// tell no one; whether to hand the lock over; the counter's grace.
-    fn release_args(&self, key: &LockKey, tell: bool) -> (String, &'static str, String) {
+    /// The release channel of `key`, or '' to tell no one.
+    fn channel_if(&self, key: &LockKey, tell: bool) -> String {
+        if tell {
+            self.channel(key)
+        } else {
+            String::new()
+        }
+    }
+
+    /// What release.lua and leave.lua take besides the owner and the channel: whether
+    /// to hand the lock over; the counter's grace.
+    fn release_args(&self, tell: bool) -> (&'static str, String) {
         let handoff = tell && self.inner.capabilities.fair_handoff;
         (
-            if tell {
-                self.channel(key)
-            } else {
-                String::new()
-            },
             if handoff { "1" } else { "0" },
             millis(self.inner.config.fence_grace),
         )
@@ -306,6 +315,13 @@ impl RedisBackend {
     /// Compare-and-delete of `owner`'s lease on `key`; the key's waiters are told
     /// (its release channel) only when `tell`: a Redlock attempt that won only a
     /// minority of masters takes its grants back without waking anyone.
+    ///
+    /// A backend that has not made a fair step sends the lock's name alone
+    /// (release_plain.lua): a request of half the bytes, which, measured, is what an
+    /// uncontended cycle's client CPU and throughput turn on (docs/benchmarks.md). A
+    /// grant fair waiters queued for is left to release.lua, which hands the lock to
+    /// the head of the queue in its own step, one round trip later. A backend that has
+    /// made a fair step expects fair waiters, and sends release.lua at once.
     pub(crate) async fn release_telling(
         &self,
         key: &LockKey,
@@ -313,13 +329,31 @@ impl RedisBackend {
         tell: bool,
     ) -> Result<ReleaseOutcome> {
         let lock = self.lock_key(key);
+        let owner = owner.to_hex();
+        let channel = self.channel_if(key, tell);
+        if !self.inner.fair_steps.load(Ordering::Relaxed) {
+            let released: i64 = self
+                .run(
+                    &self.inner.scripts.release_plain,
+                    &[&lock],
+                    &[&owner, &channel],
+                    false,
+                )
+                .await?;
+            match released {
+                1 => return Ok(ReleaseOutcome::Released),
+                0 => return Ok(ReleaseOutcome::NotHeld),
+                // 2: a fair waiter queued for this grant, which is still held.
+                _ => {}
+            }
+        }
         let [queue, places, ttls, fence] = Self::queue_keys(&lock);
-        let (channel, handoff, grace) = self.release_args(key, tell);
+        let (handoff, grace) = self.release_args(tell);
         let released: i64 = self
             .run(
                 &self.inner.scripts.release,
                 &[&lock, &queue, &places, &ttls, &fence],
-                &[&owner.to_hex(), &channel, handoff, &grace],
+                &[&owner, &channel, handoff, &grace],
                 false,
             )
             .await?;
@@ -410,7 +444,10 @@ impl RedisBackend {
         let fence_key = Self::fence_key(&lock);
         // The queue's keys only for the fair step.
         let [queue, places, ttls, _] = match place {
-            Some(_) => Self::queue_keys(&lock),
+            Some(_) => {
+                self.inner.fair_steps.store(true, Ordering::Relaxed);
+                Self::queue_keys(&lock)
+            }
             None => Default::default(),
         };
         let owner = request.owner().to_hex();
@@ -606,7 +643,8 @@ impl LockBackend for RedisBackend {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let lock = self.lock_key(key);
         let [queue, places, ttls, fence] = Self::queue_keys(&lock);
-        let (channel, handoff, grace) = self.release_args(key, true);
+        let channel = self.channel(key);
+        let (handoff, grace) = self.release_args(true);
         self.inner.handoffs.forget(&channel, *owner);
         let _: i64 = self
             .run(

@@ -14,8 +14,9 @@
 //! # How it works
 //!
 //! A lock is one string key, `<prefix>{<key>}`, holding `<owner token>:<fence>` with a
-//! millisecond expiry (and a trailing `!` once a waiter has found it held). Each operation is one Lua script, so each is atomic and takes
-//! one round trip:
+//! millisecond expiry (and a trailing `!` once a waiter has found it held, `!!` once a
+//! fair waiter has queued for it). Each operation is one Lua script, so each is atomic
+//! and takes one round trip:
 //!
 //! - **acquire** sets the key only if it is absent (`SET NX PX`) and mints the fence in
 //!   the same step;
@@ -23,7 +24,12 @@
 //!   key's release channel when someone waited for that grant, so waiters wake at once
 //!   (a waiter subscribes before it asks, and its refused ask marks the grant; a
 //!   release nobody waited for publishes nothing, and neither does expiry: waiters
-//!   never sleep past the holder's remaining TTL);
+//!   never sleep past the holder's remaining TTL). A backend that has made no fair
+//!   step names only the lock in its release, a request half the size of one naming
+//!   the fair queue's keys too: measured, an uncontended cycle then costs the client
+//!   about a fifth less CPU (docs/benchmarks.md). It leaves a grant a fair waiter
+//!   queued for (`!!`) to the full release below, which hands the lock over, a round
+//!   trip later;
 //! - **extend** re-arms the expiry (`PEXPIRE`) only if the owner token matches, and never
 //!   re-creates the key;
 //! - **inspect** reads the holder's fence and remaining TTL;

@@ -22,6 +22,7 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) acquire: Lua,
     pub(crate) release: Lua,
+    pub(crate) release_plain: Lua,
     pub(crate) extend: Lua,
     pub(crate) inspect: Lua,
     pub(crate) force_release: Lua,
@@ -39,12 +40,13 @@ pub(crate) struct Scripts {
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
 /// queue's part, then the plain acquire's, in one script; release and leave each start
 /// with the handoff's function, which they share.
-pub(crate) const SOURCES: [&str; 14] = [
+pub(crate) const SOURCES: [&str; 15] = [
     include_str!("scripts/acquire.lua"),
     concat!(
         include_str!("scripts/handoff.lua"),
         include_str!("scripts/release.lua")
     ),
+    include_str!("scripts/release_plain.lua"),
     include_str!("scripts/extend.lua"),
     include_str!("scripts/inspect.lua"),
     include_str!("scripts/force_release.lua"),
@@ -67,11 +69,12 @@ pub(crate) const SOURCES: [&str; 14] = [
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, release, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all] =
+        let [acquire, release, release_plain, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all] =
             SOURCES.map(Lua::new);
         Scripts {
             acquire,
             release,
+            release_plain,
             extend,
             inspect,
             force_release,

@@ -529,3 +529,100 @@ async fn a_release_whose_head_lost_its_place_still_releases() {
         "the key is held after its release"
     );
 }
+
+/// The `EVALSHA` calls `lines` (a `MONITOR`) showed that carry each of `owners`' token:
+/// each call's number of key names, in order. A script the server has not seen yet is
+/// sent whole after its `EVALSHA` (an `EVAL`, not counted): each call is one `EVALSHA`.
+/// Reads until the server has been quiet for 500 ms.
+async fn calls_of(
+    lines: &mut (impl futures_util::Stream<Item = String> + Unpin),
+    owners: &[&OwnerToken],
+) -> Vec<Vec<String>> {
+    use futures_util::StreamExt as _;
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_millis(500), lines.next()).await
+    {
+        seen.push(line);
+    }
+    owners
+        .iter()
+        .map(|owner| {
+            let hex = owner.to_hex();
+            seen.iter()
+                .filter(|line| line.contains(&hex))
+                .filter_map(|line| {
+                    // `<time> [<db> <client>] "EVALSHA" "<sha>" "<numkeys>" ...`: the
+                    // quoted words are the odd pieces between quotes.
+                    let words: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+                    (words.first() == Some(&"EVALSHA"))
+                        .then(|| words.get(2).map(|n| n.to_string()))
+                        .flatten()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A backend that has made no fair step names only the lock in its release; a grant a
+/// fair waiter of another backend queued for is still handed to that waiter in a
+/// release's own step, by the full release, sent when the first one finds the fair
+/// waiter's mark. A backend that has made a fair step sends the full release at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_names_the_lock_alone_until_fair_waiters_need_more() {
+    let server = server().await;
+    let releaser = RedisBackend::connect(&server.url()).await.expect("connect");
+    let waiters = RedisBackend::connect(&server.url()).await.expect("connect");
+    let mut lines = redis::Client::open(server.url())
+        .expect("url")
+        .get_async_monitor()
+        .await
+        .expect("monitor")
+        .into_on_message::<String>();
+    let key = LockKey::new("plain").expect("key");
+    let (ttl, place) = (Duration::from_secs(10), Duration::from_secs(10));
+
+    // Nobody waits: one call, naming the lock alone.
+    let quiet = releaser.acquire_once("plain", ttl).await.expect("acquire");
+    let quiet = quiet.expect("free");
+    let released = releaser.release_lease(&quiet).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    // A fair waiter of another backend is queued: the lock is handed to it.
+    let holder = releaser.acquire_once("plain", ttl).await.expect("acquire");
+    let holder = holder.expect("free");
+    let head = OwnerToken::random();
+    let mut wakes = waiters
+        .watch_in_turn(&key, &head)
+        .await
+        .expect("watch")
+        .expect("notifications");
+    let queued = waiters
+        .try_acquire_in_turn(&key, ttl, head, place)
+        .await
+        .expect("queue");
+    assert!(matches!(queued, AcquireOutcome::Held { .. }), "{queued:?}");
+    let released = releaser.release_lease(&holder).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released);
+    assert!(woken(&mut wakes, 2000).await, "the head was not woken");
+    let handed = waiters
+        .handed_over(&key, &head)
+        .expect("the head of the queue was not handed the lock");
+    assert!(
+        handed.fence > holder.fence(),
+        "handed {:?} after {:?}",
+        handed.fence,
+        holder.fence()
+    );
+    let shown = LockBackend::inspect(&waiters, &key).await.expect("inspect");
+    assert_eq!(shown.map(|info| info.fence), Some(handed.fence));
+
+    // The waiters' backend has made a fair step: its release is the full one.
+    let released = waiters.release(&key, &head).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    let calls = calls_of(&mut lines, &[quiet.owner(), holder.owner(), &head]).await;
+    // The acquire names the lock and its counter; each release as said above.
+    assert_eq!(calls[0], ["2", "1"], "the uncontended cycle's calls");
+    assert_eq!(calls[1], ["2", "1", "5"], "the handed-over cycle's calls");
+    assert_eq!(calls[2], ["5", "5"], "the fair waiter's step and release");
+}

@@ -4,7 +4,9 @@
 -- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists.
 -- KEYS[3], in the fair step only: the key's queue of waiters.
 -- The lock's value is "<owner>:<fence>", with a '!' after it once someone has waited
--- for this grant: release.lua publishes the release only then.
+-- for this grant: release.lua publishes the release only then; and '!!' once a fair
+-- waiter has queued for it (queue.lua): release_plain.lua leaves such a grant to
+-- release.lua, which hands the lock over.
 -- Returns {1, fence} when granted, {0, pttl} when another owner holds the key.
 -- Each call into the server costs it 1 to 5 microseconds (docs/benchmarks.md), so the
 -- free key's path makes as few as it can: one read of both keys, the clock only where
@@ -46,7 +48,7 @@ redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 -- In the fair step, the waiters still queued wait for this grant's release.
 local mark = ''
 if KEYS[3] and redis.call('ZCARD', KEYS[3]) > 0 then
-  mark = '!'
+  mark = '!!'
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. mark, 'NX', 'PX', ARGV[2])
 return {1, fence}

@@ -48,10 +48,11 @@ local function free_and_hand_over(lock, queue, places, ttls, counter, current, c
   redis.call('ZREM', queue, head)
   redis.call('ZREM', places, head)
   redis.call('HDEL', ttls, head)
-  -- The waiters still queued wait for this grant's release.
+  -- The waiters still queued wait for this grant's release (a fair waiter's mark,
+  -- acquire.lua).
   local mark = ''
   if redis.call('ZCARD', queue) > 0 then
-    mark = '!'
+    mark = '!!'
   end
   redis.call('SET', lock, head .. ':' .. fence .. mark, 'PX', lease)
   redis.call('PUBLISH', channel, head .. ':' .. fence)

@@ -41,9 +41,14 @@ if not (held and string.sub(held, 1, 33) == ARGV[1] .. ':') then
     end
   end
   if held then
-    -- This waiter waits for the holder: mark the grant, as acquire.lua does.
-    if string.sub(held, -1) ~= '!' then
-      redis.call('SET', KEYS[1], held .. '!', 'KEEPTTL')
+    -- This waiter waits for the holder: mark the grant as one a fair waiter queued
+    -- for ('!!', acquire.lua), so that its release hands the lock over.
+    if string.sub(held, -2) ~= '!!' then
+      local mark = '!!'
+      if string.sub(held, -1) == '!' then
+        mark = '!'
+      end
+      redis.call('SET', KEYS[1], held .. mark, 'KEEPTTL')
     end
     return {0, tostring(redis.call('PTTL', KEYS[1])), latest}
   end
