@@ -151,6 +151,9 @@ impl RedisBackend {
         // a grant the replicas may not have).
         capabilities.fair_handoff = !config.redlock_member && config.wait_replicas == 0;
         capabilities.permits = true;
+        // A release whose short form finds a fair waiter's mark sends the full one
+        // (`release_telling`).
+        capabilities.round_trips.release = 2;
         // One script takes a set: on one server, where every key is. A cluster spreads
         // the keys over slots, and a Redlock master answers to the Redlock's majority.
         capabilities.atomic_sets = matches!(conn, Conn::Single(_)) && !config.redlock_member;

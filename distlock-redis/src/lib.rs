@@ -16,7 +16,8 @@
 //! A lock is one string key, `<prefix>{<key>}`, holding `<owner token>:<fence>` with a
 //! millisecond expiry (and a trailing `!` once a waiter has found it held, `!!` once a
 //! fair waiter has queued for it). Each operation is one Lua script, so each is atomic
-//! and takes one round trip:
+//! and takes one round trip (a release may take two, below; the capabilities declare
+//! two):
 //!
 //! - **acquire** sets the key only if it is absent (`SET NX PX`) and mints the fence in
 //!   the same step;
