@@ -333,13 +333,18 @@ impl RedisBackend {
     ) -> Result<ReleaseOutcome> {
         let lock = self.lock_key(key);
         let owner = owner.to_hex();
-        let channel = self.channel_if(key, tell);
         if !self.inner.fair_steps.load(Ordering::Relaxed) {
+            // The channel's name is made from the lock's by the script, where it
+            // publishes: the prefix's length is all it needs.
+            let prefix = match tell {
+                true => self.inner.config.prefix.len().to_string(),
+                false => String::new(),
+            };
             let released: i64 = self
                 .run(
                     &self.inner.scripts.release_plain,
                     &[&lock],
-                    &[&owner, &channel],
+                    &[&owner, &prefix],
                     false,
                 )
                 .await?;
@@ -350,6 +355,7 @@ impl RedisBackend {
                 _ => {}
             }
         }
+        let channel = self.channel_if(key, tell);
         let [queue, places, ttls, fence] = Self::queue_keys(&lock);
         let (handoff, grace) = self.release_args(tell);
         let released: i64 = self
@@ -458,16 +464,19 @@ impl RedisBackend {
             millis(request.ttl()),
             millis(request.ttl() + self.inner.config.fence_grace),
         );
-        let member = if self.inner.config.redlock_member {
-            "1"
-        } else {
-            "0"
-        };
-        let mut args = vec![owner.as_str(), &ttl, &counter_ttl, member];
+        let mut args = vec![owner.as_str(), &ttl, &counter_ttl];
+        // A Redlock master's flag; on one server acquire.lua reads its absence as '0',
+        // except in the fair step, whose place comes after it.
+        if self.inner.config.redlock_member {
+            args.push("1");
+        }
         let place_ms = place.map(millis).unwrap_or_default();
         let (script, keys) = match place {
             None => (&self.inner.scripts.acquire, vec![&*lock, &*fence_key]),
             Some(_) => {
+                if !self.inner.config.redlock_member {
+                    args.push("0");
+                }
                 args.push(&place_ms);
                 (
                     &self.inner.scripts.queued,

@@ -26,9 +26,11 @@
 //!   (a waiter subscribes before it asks, and its refused ask marks the grant; a
 //!   release nobody waited for publishes nothing, and neither does expiry: waiters
 //!   never sleep past the holder's remaining TTL). A backend that has made no fair
-//!   step names only the lock in its release, a request half the size of one naming
-//!   the fair queue's keys too: measured, an uncontended cycle then costs the client
-//!   about a fifth less CPU (docs/benchmarks.md). It leaves a grant a fair waiter
+//!   step names only the lock in its release, with the owner and the prefix's length,
+//!   from which the script makes the channel's name (`<prefix>released:{<key>}`) where
+//!   it publishes: a request less than half the size of one naming the fair queue's
+//!   keys and the channel too. Measured, an uncontended cycle costs the client CPU in
+//!   proportion to the bytes it sends (docs/benchmarks.md). It leaves a grant a fair waiter
 //!   queued for (`!!`) to the full release below, which hands the lock over, a round
 //!   trip later;
 //! - **extend** re-arms the expiry (`PEXPIRE`) only if the owner token matches, and never

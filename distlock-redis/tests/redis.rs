@@ -415,6 +415,50 @@ async fn a_release_is_published_only_when_someone_waited_for_it() {
     backend.leave_queue(&key, &behind).await.expect("leave");
 }
 
+/// The short release makes the channel's name from the lock's and the prefix's length
+/// in bytes: with an empty prefix, and with one of several-byte characters and braces
+/// of its own, a release a racing waiter waited for is published on
+/// `<prefix>released:{<key>}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_published_on_its_keys_channel_under_any_prefix() {
+    use futures_util::StreamExt as _;
+
+    let server = server().await;
+    let ttl = Duration::from_secs(10);
+    for prefix in ["", "é{app}:"] {
+        let config = distlock_redis::RedisConfig::from_url(&server.url())
+            .expect("url")
+            .with_prefix(prefix);
+        let backend = RedisBackend::connect_with(config).await.expect("connect");
+        let mut pubsub = redis::Client::open(server.url())
+            .expect("url")
+            .get_async_pubsub()
+            .await
+            .expect("pubsub");
+        let channel = format!("{prefix}released:{{named}}");
+        pubsub.subscribe(&channel).await.expect("subscribe");
+        let mut messages = pubsub.on_message();
+        let key = LockKey::new("named").expect("key");
+        let held = backend
+            .acquire_once("named", ttl)
+            .await
+            .expect("acquire")
+            .expect("free");
+        let busy = backend.try_acquire(&key, ttl).await.expect("a racing try");
+        assert!(matches!(busy, AcquireOutcome::Held { .. }), "{busy:?}");
+        let released = backend.release_lease(&held).await.expect("release");
+        assert_eq!(released, ReleaseOutcome::Released);
+        let message = tokio::time::timeout(Duration::from_secs(2), messages.next())
+            .await
+            .ok()
+            .flatten();
+        assert!(
+            message.is_some_and(|m| m.get_channel_name() == channel),
+            "the release under prefix {prefix:?} was not published on {channel}"
+        );
+    }
+}
+
 /// Whether `wakes` yields within `within` milliseconds.
 async fn woken(wakes: &mut distlock_core::backend::ChangeStream, within: u64) -> bool {
     use futures_util::StreamExt as _;

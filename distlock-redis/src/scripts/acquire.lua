@@ -1,7 +1,8 @@
 -- Acquire in one step. KEYS[1]: the lock; KEYS[2]: the key's fence counter.
 -- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds;
 -- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace);
--- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists.
+-- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists
+-- (left out on one server, except in the fair step, where it is '0').
 -- KEYS[3], in the fair step only: the key's queue of waiters.
 -- The lock's value is "<owner>:<fence>", with a '!' after it once someone has waited
 -- for this grant: release.lua publishes the release only then; and '!!' once a fair
