@@ -466,7 +466,14 @@ async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> Backen
         }
     };
     run.server = opened.server;
+    // A Redlock's masters report their CPU time as one server does (`INFO cpu`):
+    // summed, it shows what a cycle costs the masters beside what it costs the client.
+    let mut meter = None;
     if let rows::Row::Redlock { .. } = row {
+        match meter::RedisMeter::connect_all(&opened.member_urls).await {
+            Ok(m) => meter = Some(m),
+            Err(e) => run.errors.push(format!("the masters' CPU (INFO cpu): {e}")),
+        }
         beside.rslock = Some(peers::Rslock::new(opened.member_urls));
     }
     let backend = match crate::run::connect(&opened.url).await {
@@ -482,7 +489,7 @@ async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> Backen
     }
     let target = opened.target;
     run.started = true;
-    measure(&mut run, backend, target, sizes, None, beside).await;
+    measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
     run
 }
 

@@ -5,31 +5,58 @@
 
 use crate::run::BoxError;
 
-/// Reads Redis's `INFO cpu`: the CPU time (user and system) of the server process.
-/// Unlike `INFO commandstats`, it counts a script's commands once, and the reading,
-/// parsing and replying around every command too.
+/// Reads Redis's `INFO cpu`: the CPU time (user and system) of the server process,
+/// or, on a Redlock's masters, of every master's process together. Unlike `INFO
+/// commandstats`, it counts a script's commands once, and the reading, parsing and
+/// replying around every command too.
 #[derive(Clone)]
 pub(crate) struct RedisMeter {
-    conn: redis::aio::MultiplexedConnection,
+    conns: Vec<redis::aio::MultiplexedConnection>,
 }
 
 impl RedisMeter {
     /// A meter on the server at `url` (its own connection).
     pub(crate) async fn connect(url: &str) -> Result<Self, BoxError> {
-        let conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        let meter = RedisMeter { conn };
+        Self::connect_all(std::slice::from_ref(&url.to_owned())).await
+    }
+
+    /// A meter on every server of `urls` (a connection to each), which sums them.
+    pub(crate) async fn connect_all(urls: &[String]) -> Result<Self, BoxError> {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(
+                redis::Client::open(url.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            );
+        }
+        if conns.is_empty() {
+            return Err("no server to read the CPU time of".into());
+        }
+        let meter = RedisMeter { conns };
         meter.busy_us().await?;
         Ok(meter)
     }
 
-    /// The CPU time the server process has used so far, in microseconds.
+    /// The CPU time the server processes have used so far, in microseconds.
     pub(crate) async fn busy_us(&self) -> Result<f64, BoxError> {
-        let mut conn = self.conn.clone();
-        let text: String = redis::cmd("INFO").arg("cpu").query_async(&mut conn).await?;
-        cpu_us(&text).ok_or_else(|| "INFO cpu has no used_cpu_sys or used_cpu_user".into())
+        let mut texts = Vec::with_capacity(self.conns.len());
+        for conn in &self.conns {
+            let mut conn = conn.clone();
+            texts.push(
+                redis::cmd("INFO")
+                    .arg("cpu")
+                    .query_async::<String>(&mut conn)
+                    .await?,
+            );
+        }
+        total_cpu_us(&texts).ok_or_else(|| "INFO cpu has no used_cpu_sys or used_cpu_user".into())
     }
+}
+
+/// The sum of [`cpu_us`] over the `INFO cpu` of several servers; `None` if any lacks it.
+fn total_cpu_us(texts: &[String]) -> Option<f64> {
+    texts.iter().map(|text| cpu_us(text)).sum()
 }
 
 /// `used_cpu_sys` plus `used_cpu_user` (seconds) of `INFO cpu`, in microseconds.
@@ -116,5 +143,12 @@ mod tests {
         let text = "# CPU\r\nused_cpu_sys:0.250000\r\nused_cpu_user:0.125000\r\nused_cpu_sys_children:9.000000\r\nused_cpu_sys_main_thread:0.2\r\n";
         assert_eq!(cpu_us(text), Some(375_000.0));
         assert_eq!(cpu_us("# CPU\r\nused_cpu_sys:0.1\r\n"), None);
+        // A Redlock's masters: summed, and nothing where one of them says nothing.
+        let master = |sys: f64| format!("used_cpu_sys:{sys}\r\nused_cpu_user:0.5\r\n");
+        assert_eq!(
+            total_cpu_us(&[master(0.25), master(0.5), master(1.0)]),
+            Some(3_250_000.0)
+        );
+        assert_eq!(total_cpu_us(&[master(0.25), "# CPU\r\n".into()]), None);
     }
 }

@@ -311,7 +311,7 @@ impl Report {
             }
             let _ = writeln!(
                 md,
-                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`), network handling included; *client CPU per op* is this process's (lockbench's runtime and driver, `/proc/self/task/*/schedstat`), on the same cores as the servers. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
+                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`; on a Redlock row, its masters' together), network handling included; *client CPU per op* is this process's (lockbench's runtime and driver, `/proc/self/task/*/schedstat`), on the same cores as the servers. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
             );
             if let Some(t) = &b.s4_takeover {
                 let rounds: Vec<String> =
