@@ -2,9 +2,9 @@
 -- in fair mode (backend.rs, `release_telling`). KEYS[1]: the lock,
 -- "<prefix>{<key>}". ARGV[1]: the owner token; ARGV[2]: the prefix's length in bytes,
 -- or '' to tell no one (release.lua says when). The release channel,
--- "<prefix>released:{<key>}", is made from the lock's name only where it is told:
+-- "<prefix>released:{<key>}", is made from the lock's name only where it publishes:
 -- a channel is not a key, and sending its name on every release would cost the
--- request a third more bytes.
+-- request about a quarter more bytes.
 -- A grant fair waiters queued for ends in '!!' (queue.lua): its release must hand the
 -- lock over, which needs the queue's key names, so it is left held here and the
 -- answer is 2, for release.lua to run. Otherwise the lease is deleted and, where
