@@ -31,8 +31,11 @@ async fn exercise(server: &'static dyn Server) {
         "{kind} answered while paused"
     );
     server.unpause().await.expect("unpause");
+    // The server runs again once `unpause` returns, but Docker 20.10 can still refuse an
+    // `exec` into it for a moment ("is paused", seen in CI), and the probe runs the
+    // server's own client by `exec`: so wait for it as a fault harness does.
     server
-        .probe()
+        .ready()
         .await
         .unwrap_or_else(|e| panic!("{kind} is not back after unpause: {e}"));
 
