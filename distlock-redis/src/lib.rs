@@ -150,8 +150,12 @@
 //!   the clock-drift allowance (`drift_ppm`, 1% unless set, plus `drift_ms`, 2 ms),
 //!   which core takes off ([`Capabilities::clock_drift`](distlock_core::backend::Capabilities));
 //! - **extend** goes to every master and succeeds only with a majority; its validity
-//!   is counted the same way. **release** goes to every master: released while a
-//!   majority held the lease, not held once a majority did not;
+//!   is counted the same way. **release** goes to every master: released once a
+//!   majority has released the lease, not held once a majority did not hold it, and
+//!   otherwise (masters that did not answer) a retryable error saying how many
+//!   masters answered what: the silent masters may have let the lease run out and
+//!   granted it to another majority, so the release cannot say it was held to the end
+//!   (redsync's `Unlock` fails in the same case);
 //! - an operation returns as soon as its outcome is decided: a slow or paused master
 //!   does not hold it up (a release's or a renewal's request to it still completes in
 //!   the background);

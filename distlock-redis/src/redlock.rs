@@ -30,7 +30,12 @@ const NAME: &str = "redlock";
 /// would otherwise wake every waiter of the key at once, to split them again, a storm
 /// that can keep every attempt failing. An attempt that finds no majority of the
 /// masters holding the key answers "held", to be tried again after a random pause of
-/// one to four node time-outs (Redlock's retry delay). The crate docs say how fences
+/// one to four node time-outs (Redlock's retry delay). A release answers
+/// [`Released`](ReleaseOutcome::Released) only when a majority of the
+/// masters released the lease, and `NotHeld` when a majority no longer held it; with
+/// neither (masters that did not answer), it is an error that says how many masters
+/// answered what, since the silent ones may have let the lease run out and granted it
+/// to another majority. The crate docs say how fences
 /// are minted and what holds when a master restarts empty. Clones share the
 /// connections.
 #[derive(Clone)]
@@ -131,27 +136,56 @@ impl Tally {
         no > self.masters - self.quorum
     }
 
-    /// The error of an operation that no majority answered: the kind every master's
-    /// error shares (wrong credentials everywhere stay an authentication error), else
-    /// a retryable one.
-    fn error(&self, what: &str, answered: usize) -> Error {
-        let kind = match self.errors.first().map(Error::kind) {
-            Some(kind) if self.errors.iter().all(|e| e.kind() == kind) => kind,
-            _ => ErrorKind::Unavailable,
-        };
-        let first = self
-            .errors
-            .first()
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default();
+    /// The error of a release that no majority confirmed either way: `released`
+    /// masters released the lease, `not_held` no longer held it, and the rest did not
+    /// answer. Of the kind [`kind`](Self::kind) picks; repeating the release is
+    /// harmless.
+    fn unconfirmed_release(&self, released: usize, not_held: usize) -> Error {
         Error::new(
-            kind,
+            self.kind(),
             format!(
-                "{what}: {answered} of {} masters answered, and a majority is {}{first}",
-                self.masters, self.quorum
+                "cannot tell whether the lease was still held when released: {released} of {} \
+                 masters released it, {not_held} no longer held it and {} did not answer, \
+                 and a majority is {}{}",
+                self.masters,
+                self.errors.len(),
+                self.quorum,
+                self.first_error()
             ),
         )
         .with_backend(NAME)
+    }
+
+    /// The error of an operation that no majority answered: of the kind
+    /// [`kind`](Self::kind) picks.
+    fn error(&self, what: &str, answered: usize) -> Error {
+        Error::new(
+            self.kind(),
+            format!(
+                "{what}: {answered} of {} masters answered, and a majority is {}{}",
+                self.masters,
+                self.quorum,
+                self.first_error()
+            ),
+        )
+        .with_backend(NAME)
+    }
+
+    /// The kind every master's error shares (wrong credentials everywhere stay an
+    /// authentication error), else a retryable one.
+    fn kind(&self) -> ErrorKind {
+        match self.errors.first().map(Error::kind) {
+            Some(kind) if self.errors.iter().all(|e| e.kind() == kind) => kind,
+            _ => ErrorKind::Unavailable,
+        }
+    }
+
+    /// The first master's error, as the tail of a message.
+    fn first_error(&self) -> String {
+        self.errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default()
     }
 }
 
@@ -414,13 +448,16 @@ impl LockBackend for RedlockBackend {
         }
         replies.detach();
         // A lease is held while a majority holds it: a master that still had it (a
-        // renewal that landed there as the lease was lost, say) does not make it held.
-        if tally.lost(not_held) {
-            Ok(ReleaseOutcome::NotHeld)
-        } else if released > 0 {
+        // renewal that landed there as the lease was lost, say) does not make it held,
+        // and fewer than a majority confirming cannot say it was held to the end (the
+        // masters that did not answer may have let it run out, and granted it to
+        // another majority).
+        if released >= tally.quorum {
             Ok(ReleaseOutcome::Released)
+        } else if tally.lost(not_held) {
+            Ok(ReleaseOutcome::NotHeld)
         } else {
-            Err(tally.error("cannot release", released + not_held))
+            Err(tally.unconfirmed_release(released, not_held))
         }
     }
 
