@@ -46,6 +46,9 @@ enum Bug {
     AnyNotHeldEndsTheLease,
     /// Declares that leases survive a restart, though its members keep them in memory.
     LeasesSurviveRestartClaimed,
+    /// Answers "released" once any member released the lease, though the others did
+    /// not answer: they may have let it run out and granted it to another majority.
+    ReleasedByAnyMember,
 }
 
 /// What all clients of one quorum share: its members' stores, and the fence counter
@@ -192,11 +195,15 @@ impl LockBackend for Quorum {
             .iter()
             .filter(|r| matches!(r, Ok(ReleaseOutcome::NotHeld)))
             .count();
-        // Held while a majority holds it.
-        if not_held > self.members.len() - (self.members.len() / 2 + 1) {
-            Ok(ReleaseOutcome::NotHeld)
-        } else if released > 0 {
+        // Held while a majority holds it: released once a majority released it.
+        let confirmed = match self.bug {
+            Bug::ReleasedByAnyMember => 1,
+            _ => self.members.len() / 2 + 1,
+        };
+        if released >= confirmed {
             Ok(ReleaseOutcome::Released)
+        } else if not_held > self.members.len() - (self.members.len() / 2 + 1) {
+            Ok(ReleaseOutcome::NotHeld)
         } else {
             Err(Error::new(ErrorKind::Unavailable, "no majority answered"))
         }
@@ -391,6 +398,16 @@ async fn leases_claimed_to_survive_a_restart_are_caught() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_one_member_confirms_is_caught() {
+    assert_caught(
+        Bug::ReleasedByAnyMember,
+        "quorum_a_release_a_minority_confirms_is_an_error",
+        "members reachable, the release answered Released",
+    )
+    .await;
+}
+
 /// The bug-free quorum passes every quorum case: they are not tuned to Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bug_free_quorum_passes_the_quorum_cases() {
@@ -401,5 +418,5 @@ async fn the_bug_free_quorum_passes_the_quorum_cases() {
         assert_eq!(report.outcome, Outcome::Passed, "{}", case.name());
         ran += 1;
     }
-    assert_eq!(ran, 7, "the quorum cases");
+    assert_eq!(ran, 8, "the quorum cases");
 }

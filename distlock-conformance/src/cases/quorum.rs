@@ -256,6 +256,54 @@ cases! {
         Ok(())
     }
 
+    /// A release that only a minority of the members can confirm is a retryable error, neither "released" nor "not held" (go-redsync #81): the members that did not answer may have let the lease run out and granted it to another majority. A majority still holds the lease meanwhile, and the release repeated once the members answer frees the key.
+    #[case(Release, needs_members, fault)]
+    pub async fn quorum_a_release_a_minority_confirms_is_an_error(t: &Target) -> CaseResult {
+        let m = members(t);
+        let (client, links) = member_client(t).await?;
+        let key = t.key("quorum-minority-release");
+        let Some(lease) = grant(&client, &key, t.long_ttl()).await? else {
+            return fail("a fresh key was held");
+        };
+        cut(&links[..m.quorum]).await?;
+        let released = client.release_lease(&lease).await;
+        // Another client reaches every member: the majority the release did not reach
+        // still holds the lease.
+        let other = match released {
+            Err(_) => try_acquire(t, &key, t.long_ttl()).await,
+            Ok(_) => Ok(None),
+        };
+        heal(&links).await?;
+        match released {
+            Ok(outcome) => {
+                return fail(format!(
+                    "with {} of {} members reachable, the release answered {outcome:?}",
+                    m.minority,
+                    m.all.len()
+                ))
+            }
+            Err(e) => ensure!(e.is_retryable(), "the unconfirmed release is not retryable: {e}"),
+        }
+        if let Some(next) = other? {
+            t.backend().release_lease(&next).await?;
+            return fail("after a release a minority confirmed, another client got the key while a majority held it");
+        }
+        // Repeated once the members answer: released, or not held where the first
+        // release's requests, held up by the cut, reached them first. Either way the
+        // key is free.
+        retry_until_up("release", || client.release_lease(&lease)).await?;
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        ensure!(
+            next.fence() > lease.fence(),
+            "the next holder's fence {} is not above {}",
+            next.fence(),
+            lease.fence()
+        );
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
+
     /// Fences strictly increase across grants on different majorities: each grant made with another minority of the members cut off from the client, then killed.
     #[case(Fencing, needs_members, fault)]
     pub async fn quorum_fences_increase_across_different_majorities(t: &Target) -> CaseResult {
