@@ -99,33 +99,57 @@ async fn measure(
     run.s1_primitives = s1_primitives;
     run.floors = floors;
 
-    step!(
-        "S2 throughput, 32 clients",
-        s2_throughput,
-        meter::cpu_time(meter, scenarios::s2_throughput(&client, sizes))
-    );
-    // The raw cycle floor, and the fenced one where there is one, at the same
-    // concurrency.
+    // S2 side by side, in turns: the client, the raw cycle floor and the fenced one
+    // where there are, and the peer library, so that the ratios between them are
+    // measured over the same spells of the machine.
     let floor_entries = &entries[2..2 + floor_count];
     let of_role = |role| floor_entries.iter().find(|e| e.role == role);
     let cycle_floor = of_role(FloorRole::Cycle);
-    if let Some(floor) = cycle_floor {
-        progress(&name, &format!("S2 raw floor, 32 clients: {}", floor.name));
-        match meter::cpu_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
-            Ok(summary) => run.s2_floor = Some(summary),
-            Err(e) => run.errors.push(format!("S2 raw floor: {e}")),
+    let fenced_floor = of_role(FloorRole::FencedCycle);
+    let rslock_entry = beside
+        .rslock
+        .as_ref()
+        .map(|r| S1Entry::new(peers::RSLOCK, r.clone()));
+    let s2_entries: Vec<&S1Entry> = [
+        Some(&entries[0]),
+        cycle_floor,
+        fenced_floor,
+        rslock_entry.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let s2_names: Vec<&str> = s2_entries.iter().map(|e| e.name.as_str()).collect();
+    progress(
+        &name,
+        &format!(
+            "S2 throughput, {} clients, side by side: {}",
+            scenarios::S2_TASKS,
+            s2_names.join(", ")
+        ),
+    );
+    let mut s2 = scenarios::s2_side_by_side(&s2_entries, sizes, meter)
+        .await
+        .into_iter();
+    let mut s2_take = |label: &str| match s2.next() {
+        Some(Ok(summary)) => Some(summary),
+        Some(Err(e)) => {
+            run.errors.push(format!("S2 {label}: {e}"));
+            None
         }
+        None => None,
+    };
+    run.s2_throughput = s2_take("throughput, 32 clients");
+    if cycle_floor.is_some() {
+        run.s2_floor = s2_take("raw floor");
     }
-    if let Some(floor) = of_role(FloorRole::FencedCycle) {
-        progress(
-            &name,
-            &format!("S2 fenced floor, 32 clients: {}", floor.name),
-        );
-        match meter::cpu_time(meter, floor.s2(scenarios::S2_TASKS, sizes)).await {
-            Ok(summary) => run.s2_fenced_floor = Some(summary),
-            Err(e) => run.errors.push(format!("S2 fenced floor: {e}")),
-        }
+    if fenced_floor.is_some() {
+        run.s2_fenced_floor = s2_take("fenced floor");
     }
+    let rslock_s2 = match rslock_entry {
+        Some(_) => s2_take(peers::RSLOCK),
+        None => None,
+    };
     progress(
         &name,
         &format!("S2 sweep over {:?} concurrent tasks", scenarios::SWEEP),
@@ -135,10 +159,6 @@ async fn measure(
         ..sizes
     };
     let client_entry = &entries[0];
-    let rslock_entry = beside
-        .rslock
-        .as_ref()
-        .map(|r| S1Entry::new(peers::RSLOCK, r.clone()));
     for tasks in scenarios::SWEEP {
         let mut point = SweepPoint {
             tasks,
@@ -221,10 +241,8 @@ async fn measure(
         if let Some(summary) = rslock_s1 {
             peer_row(report::S1, summary);
         }
-        progress(peers::RSLOCK, "S2 throughput, 32 clients");
-        match meter::cpu_time(meter, scenarios::s2_throughput(rslock, sizes)).await {
-            Ok(summary) => peer_row(report::S2, summary),
-            Err(e) => run.errors.push(format!("{} S2: {e}", peers::RSLOCK)),
+        if let Some(summary) = rslock_s2 {
+            peer_row(report::S2, summary);
         }
         progress(peers::RSLOCK, "S3 contended handoff, 16 waiters (it polls)");
         match scenarios::s3_handoff(rslock, sizes).await {

@@ -88,38 +88,6 @@ pub(crate) fn client_cpu_us() -> Option<f64> {
     Some(total_ns as f64 / 1e3)
 }
 
-/// Measures what `run` costs this process and, when a meter is given, the server, per
-/// operation: the figures are set on the summary `run` returns.
-pub(crate) async fn cpu_time<F>(
-    meter: Option<&RedisMeter>,
-    run: F,
-) -> Result<crate::stats::Summary, BoxError>
-where
-    F: std::future::Future<Output = Result<crate::stats::Summary, BoxError>>,
-{
-    let server_before = match meter {
-        Some(meter) => Some(meter.busy_us().await?),
-        None => None,
-    };
-    let client_before = client_cpu_us();
-    let mut summary = run.await?;
-    let client_after = client_cpu_us();
-    let server_after = match meter {
-        Some(meter) => Some(meter.busy_us().await?),
-        None => None,
-    };
-    if summary.count > 0 {
-        let count = summary.count as f64;
-        if let (Some(before), Some(after)) = (server_before, server_after) {
-            summary.server_cpu_us = Some((after - before) / count);
-        }
-        if let (Some(before), Some(after)) = (client_before, client_after) {
-            summary.client_cpu_us = Some((after - before) / count);
-        }
-    }
-    Ok(summary)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -356,6 +356,78 @@ impl Contender for Primitives {
     }
 }
 
+/// What one entry of a side-by-side scenario measured over its blocks so far.
+struct Tally {
+    samples: Vec<Duration>,
+    wall: Duration,
+    server_cpu_us: Option<f64>,
+    client_cpu_us: Option<f64>,
+    error: Option<BoxError>,
+}
+
+impl Tally {
+    fn new(meter: Option<&RedisMeter>, error: Option<BoxError>) -> Self {
+        Tally {
+            samples: Vec::new(),
+            wall: Duration::ZERO,
+            server_cpu_us: meter.map(|_| 0.0),
+            client_cpu_us: Some(0.0),
+            error,
+        }
+    }
+
+    /// Runs one block (`run` gives the cycles' times), adding its samples, its wall
+    /// time and the CPU it cost this process and, with a meter, the server. After an
+    /// error the entry runs no more blocks.
+    async fn block(
+        &mut self,
+        meter: Option<&RedisMeter>,
+        run: impl Future<Output = Result<Vec<Duration>, BoxError>>,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        let server_before = match meter {
+            Some(m) => m.busy_us().await.ok(),
+            None => None,
+        };
+        let client_before = client_cpu_us();
+        let started = Instant::now();
+        let ran = run.await;
+        self.wall += started.elapsed();
+        let client_after = client_cpu_us();
+        let server_after = match meter {
+            Some(m) => m.busy_us().await.ok(),
+            None => None,
+        };
+        let add = |sum: Option<f64>, before: Option<f64>, after: Option<f64>| match (
+            sum, before, after,
+        ) {
+            (Some(sum), Some(before), Some(after)) => Some(sum + after - before),
+            _ => None,
+        };
+        self.client_cpu_us = add(self.client_cpu_us, client_before, client_after);
+        self.server_cpu_us = add(self.server_cpu_us, server_before, server_after);
+        match ran {
+            Ok(samples) => self.samples.extend(samples),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// The entry's summary over all its blocks, with the CPU per cycle.
+    fn summary(self) -> Result<Summary, BoxError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let mut summary = Summary::of(self.samples, self.wall);
+        if summary.count > 0 {
+            summary.server_cpu_us = self.server_cpu_us.map(|us| us / summary.count as f64);
+            summary.client_cpu_us = self.client_cpu_us.map(|us| us / summary.count as f64);
+        }
+        Ok(summary)
+    }
+}
+
 /// S1: one client at a time, a try then a release, on fresh keys, for every entry
 /// side by side (see [`S1_BLOCKS`]). With a meter, each summary carries the server's
 /// CPU time per cycle.
@@ -364,13 +436,6 @@ pub(crate) async fn s1_side_by_side(
     sizes: Sizes,
     meter: Option<&RedisMeter>,
 ) -> Vec<Result<Summary, BoxError>> {
-    struct Tally {
-        samples: Vec<Duration>,
-        wall: Duration,
-        server_cpu_us: Option<f64>,
-        client_cpu_us: Option<f64>,
-        error: Option<BoxError>,
-    }
     let mut tallies: Vec<Tally> = Vec::with_capacity(entries.len());
     for entry in entries {
         let mut error = None;
@@ -380,67 +445,56 @@ pub(crate) async fn s1_side_by_side(
                 break;
             }
         }
-        tallies.push(Tally {
-            samples: Vec::with_capacity(sizes.cycles),
-            wall: Duration::ZERO,
-            server_cpu_us: meter.map(|_| 0.0),
-            client_cpu_us: Some(0.0),
-            error,
-        });
+        tallies.push(Tally::new(meter, error));
     }
     let per_block = sizes.cycles.div_ceil(S1_BLOCKS);
     for block in 0..S1_BLOCKS {
         for turn in 0..entries.len() {
             let i = (turn + block) % entries.len();
-            let tally = &mut tallies[i];
-            if tally.error.is_some() {
-                continue;
-            }
-            let cpu_before = match meter {
-                Some(m) => m.busy_us().await.ok(),
-                None => None,
-            };
-            let client_before = client_cpu_us();
-            let started = Instant::now();
-            for n in 0..per_block {
-                let k = key("s1", block * per_block + n);
-                let t = Instant::now();
-                if let Err(e) = entries[i].cycle.cycle(&k).await {
-                    tally.error = Some(e);
-                    break;
-                }
-                tally.samples.push(t.elapsed());
-            }
-            tally.wall += started.elapsed();
-            let client_after = client_cpu_us();
-            tally.client_cpu_us = match (tally.client_cpu_us, client_before, client_after) {
-                (Some(sum), Some(before), Some(after)) => Some(sum + after - before),
-                _ => None,
-            };
-            let cpu_after = match meter {
-                Some(m) => m.busy_us().await.ok(),
-                None => None,
-            };
-            tally.server_cpu_us = match (tally.server_cpu_us, cpu_before, cpu_after) {
-                (Some(sum), Some(before), Some(after)) => Some(sum + after - before),
-                _ => None,
-            };
+            let cycle = &entries[i].cycle;
+            tallies[i]
+                .block(meter, async {
+                    let mut samples = Vec::with_capacity(per_block);
+                    for n in 0..per_block {
+                        let k = key("s1", block * per_block + n);
+                        let t = Instant::now();
+                        cycle.cycle(&k).await?;
+                        samples.push(t.elapsed());
+                    }
+                    Ok(samples)
+                })
+                .await;
         }
     }
-    tallies
-        .into_iter()
-        .map(|tally| {
-            if let Some(e) = tally.error {
-                return Err(e);
-            }
-            let mut summary = Summary::of(tally.samples, tally.wall);
-            if summary.count > 0 {
-                summary.server_cpu_us = tally.server_cpu_us.map(|us| us / summary.count as f64);
-                summary.client_cpu_us = tally.client_cpu_us.map(|us| us / summary.count as f64);
-            }
-            Ok(summary)
-        })
-        .collect()
+    tallies.into_iter().map(Tally::summary).collect()
+}
+
+/// S2 runs its contenders in turn, this many blocks each, in a rotating order, as S1
+/// does: its ratios to the floors and peers are then measured over the same spells of
+/// the machine.
+const S2_BLOCKS: usize = 6;
+
+/// S2 for every entry side by side: [`S2_TASKS`] concurrent tasks on fresh keys, the
+/// entries in turn for [`S2_BLOCKS`] blocks each, in a rotating order; each entry's
+/// blocks together last `sizes.throughput_for`. With a meter, each summary carries the
+/// server's CPU time per cycle; always this process's.
+pub(crate) async fn s2_side_by_side(
+    entries: &[&S1Entry],
+    sizes: Sizes,
+    meter: Option<&RedisMeter>,
+) -> Vec<Result<Summary, BoxError>> {
+    let mut tallies: Vec<Tally> = entries.iter().map(|_| Tally::new(meter, None)).collect();
+    let per_block = sizes.throughput_for / S2_BLOCKS as u32;
+    for block in 0..S2_BLOCKS {
+        for turn in 0..entries.len() {
+            let i = (turn + block) % entries.len();
+            let cycle = entries[i].cycle.clone();
+            tallies[i]
+                .block(meter, s2_samples(cycle, S2_TASKS, per_block))
+                .await;
+        }
+    }
+    tallies.into_iter().map(Tally::summary).collect()
 }
 
 fn busy(k: &str) -> BoxError {
@@ -457,15 +511,6 @@ pub(crate) const S2_TASKS: usize = 32;
 /// The concurrencies of the S2 sweep.
 pub(crate) const SWEEP: [usize; 5] = [1, 4, 16, 64, 256];
 
-/// S2: [`S2_TASKS`] concurrent clients sharing one handle, each cycling on keys of its
-/// own, for a fixed time.
-pub(crate) async fn s2_throughput(
-    lock: &impl Contender,
-    sizes: Sizes,
-) -> Result<Summary, BoxError> {
-    s2_cycles(Arc::new(lock.clone()), S2_TASKS, sizes.throughput_for).await
-}
-
 /// `tasks` concurrent tasks sharing `cycle`, each on keys of its own, for `run_for`.
 async fn s2_cycles(
     cycle: Arc<dyn Cycle>,
@@ -473,7 +518,17 @@ async fn s2_cycles(
     run_for: Duration,
 ) -> Result<Summary, BoxError> {
     let started = Instant::now();
-    let until = started + run_for;
+    let samples = s2_samples(cycle, tasks, run_for).await?;
+    Ok(Summary::of(samples, started.elapsed()))
+}
+
+/// The cycles' times of [`s2_cycles`].
+async fn s2_samples(
+    cycle: Arc<dyn Cycle>,
+    tasks: usize,
+    run_for: Duration,
+) -> Result<Vec<Duration>, BoxError> {
+    let until = Instant::now() + run_for;
     let tasks = (0..tasks).map(|c| {
         let cycle = cycle.clone();
         tokio::spawn(async move {
@@ -493,7 +548,7 @@ async fn s2_cycles(
     for joined in futures_util::future::join_all(tasks).await {
         samples.extend(joined.map_err(join_error)??);
     }
-    Ok(Summary::of(samples, started.elapsed()))
+    Ok(samples)
 }
 
 /// How many waiters S3 runs.
