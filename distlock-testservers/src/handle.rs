@@ -334,6 +334,31 @@ impl ServerHandle {
         Some(format!("{}:{}", self.direct?, self.server.port()))
     }
 
+    /// The address on its network of a server started on a network of its own, as it
+    /// was at first; `None` for any other server.
+    pub(crate) fn direct_ip(&self) -> Option<IpAddr> {
+        self.direct
+    }
+
+    /// For a server started on a network of its own, an error when it is no longer at
+    /// the address it had there at first (Docker gives a container that starts again
+    /// the lowest free address on its network, not necessarily its old one); `Ok` for
+    /// any other server.
+    pub(crate) async fn check_address(&self) -> Result<(), BoxError> {
+        let Some(first) = self.direct else {
+            return Ok(());
+        };
+        let now = self.container.get_bridge_ip_address().await?;
+        if now != first {
+            return Err(format!(
+                "{} came back at {now} on its network, not at {first}",
+                self.server.name()
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// For a server started by [`start_direct`](Self::start_direct), a URL for
     /// distlock's backend that reaches it at its address on its own network (valid
     /// until a restart, which may move it); `None` for any other server.
