@@ -287,10 +287,10 @@ where
 /// cluster's network, and are checked to be back at them. Docker gives a container
 /// that starts again the lowest free address on its network: members started
 /// together come back at each other's addresses, and a member that finds another
-/// node at an address it knew marks that node's address unknown, so the cluster
-/// answers `MOVED <slot> :0` and does not form again (seen in CI; started together,
-/// three containers came back at their own addresses in 1 of 6 rounds here, one at a
-/// time in 4 of 4).
+/// node at an address it knew marks that node's address unknown (`NOADDR`), so the
+/// cluster answers `MOVED <slot> :0` until the nodes find each other again, which CI
+/// once saw last beyond the suite's minute. Started together, three containers came
+/// back at their own addresses in 1 of 6 rounds here; one at a time, in 4 of 4.
 #[derive(Debug)]
 struct ClusterMembers {
     /// By address, lowest first.
