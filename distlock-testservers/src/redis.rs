@@ -199,32 +199,7 @@ impl RedisCluster {
             .map_err(|e| {
                 HarnessError::Cluster(format!("redis-cli --cluster create failed: {e}"))
             })?;
-        let ready = || {
-            ExecCommand::new([
-                "sh",
-                "-c",
-                // The cluster agrees on its slots, and a replica has synced with its
-                // master (before that it could not take over).
-                "redis-cli --no-auth-warning cluster info | grep -q '^cluster_state:ok' && \
-                 { redis-cli --no-auth-warning info replication | grep -q '^role:master' || \
-                   redis-cli --no-auth-warning info replication | grep -q '^master_link_status:up'; }",
-            ])
-            .with_env_vars([("REDISCLI_AUTH", password.as_str())])
-        };
-        let deadline = tokio::time::Instant::now() + CLUSTER_READY_WITHIN;
-        for member in &cluster.members {
-            loop {
-                match member.exec(ready()).await {
-                    Ok(()) => break,
-                    Err(e) if tokio::time::Instant::now() >= deadline => {
-                        return Err(HarnessError::Cluster(format!(
-                            "no cluster_state:ok, or a replica not synced, within {CLUSTER_READY_WITHIN:?}: {e}"
-                        )))
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
-            }
-        }
+        wait_cluster_ready(&cluster.members).await?;
         Ok(cluster)
     }
 
@@ -282,9 +257,40 @@ where
         .with_control(Arc::new(ClusterMembers::new(cluster.members))))
 }
 
+/// Waits until every one of `members` reports the cluster ready: it agrees on its
+/// slots (`cluster_state:ok`), and a replica has synced with its master (before that
+/// it could not take over). Within [`CLUSTER_READY_WITHIN`].
+async fn wait_cluster_ready(members: &[Arc<ServerHandle>]) -> Result<(), HarnessError> {
+    let deadline = tokio::time::Instant::now() + CLUSTER_READY_WITHIN;
+    for member in members {
+        loop {
+            let ready = ExecCommand::new([
+                "sh",
+                "-c",
+                "redis-cli --no-auth-warning cluster info | grep -q '^cluster_state:ok' && \
+                 { redis-cli --no-auth-warning info replication | grep -q '^role:master' || \
+                   redis-cli --no-auth-warning info replication | grep -q '^master_link_status:up'; }",
+            ])
+            .with_env_vars([("REDISCLI_AUTH", member.password())]);
+            match member.exec(ready).await {
+                Ok(()) => break,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(HarnessError::Cluster(format!(
+                        "no cluster_state:ok, or a replica not synced, within {CLUSTER_READY_WITHIN:?}: {e}"
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A cluster's members as one server for the fault cases, as [`Every`] makes them,
 /// except that they start again one at a time, in the order of their addresses on the
-/// cluster's network, and are checked to be back at them. Docker gives a container
+/// cluster's network, are checked to be back at them, and are back once every member
+/// reports the cluster ready (until then a node that saw another fail answers
+/// `CLUSTERDOWN`, and a first grant can take longer than a short TTL). Docker gives a container
 /// that starts again the lowest free address on its network: members started
 /// together come back at each other's addresses, and a member that finds another
 /// node at an address it knew marks that node's address unknown (`NOADDR`), so the
@@ -321,7 +327,7 @@ impl ServerControl for ClusterMembers {
             member.restart().await?;
             member.check_address().await?;
         }
-        Ok(())
+        Ok(wait_cluster_ready(&self.members).await?)
     }
     async fn kill(&self) -> Result<(), BoxError> {
         self.every.kill().await
@@ -332,7 +338,7 @@ impl ServerControl for ClusterMembers {
             member.start().await?;
             member.check_address().await?;
         }
-        Ok(())
+        Ok(wait_cluster_ready(&self.members).await?)
     }
     async fn stop(&self) -> Result<(), BoxError> {
         self.every.stop().await
