@@ -156,6 +156,11 @@
 //!   masters answered what: the silent masters may have let the lease run out and
 //!   granted it to another majority, so the release cannot say it was held to the end
 //!   (redsync's `Unlock` fails in the same case);
+//! - **inspect** shows a holder where a majority of the masters agree on its owner,
+//!   and a free key only where the answers rule a holder out: an acquire stops at a
+//!   majority, so a master may have missed a grant, and a master that did not answer
+//!   counts as one that may hold it. One master saying free while the others are
+//!   silent is a retryable error, never "free";
 //! - an operation returns as soon as its outcome is decided: a slow or paused master
 //!   does not hold it up (a release's or a renewal's request to it still completes in
 //!   the background);

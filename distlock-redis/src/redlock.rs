@@ -136,6 +136,18 @@ impl Tally {
         no > self.masters - self.quorum
     }
 
+    /// Whether some owner could hold a majority, given `holders` and `free` answers:
+    /// the most masters any one owner was seen on, plus every master that has not
+    /// answered or failed to, reach a majority.
+    fn could_hold(&self, holders: &[(LockInfo, String)], free: usize) -> bool {
+        let most = holders
+            .iter()
+            .map(|(_, owner)| holders.iter().filter(|(_, o)| o == owner).count())
+            .max()
+            .unwrap_or(0);
+        most + (self.masters - free - holders.len()) >= self.quorum
+    }
+
     /// The error of a release that no majority confirmed either way: `released`
     /// masters released the lease, `not_held` no longer held it, and the rest did not
     /// answer. Of the kind [`kind`](Self::kind) picks; repeating the release is
@@ -490,6 +502,11 @@ impl LockBackend for RedlockBackend {
         }
     }
 
+    /// Held where a majority of the masters agree on the owner; free only where the
+    /// answers rule that out, counting every master that did not answer as a possible
+    /// holder: a master that says "free" may be the one that missed the grant (an
+    /// acquire stops at a majority), so one "free" and the rest silent is an error,
+    /// never "free".
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let timeout = self.inner.config.node_timeout(Duration::MAX);
         let shared_key = key.clone();
@@ -513,16 +530,15 @@ impl LockBackend for RedlockBackend {
                     .count()
                     >= tally.quorum
             });
-            if agreed || tally.lost(free + tally.errors.len()) {
+            if agreed || !tally.could_hold(&holders, free) {
                 break;
             }
         }
-        let found = holder_of_majority(&holders, tally.quorum);
         drop(replies);
-        if found.is_none() && tally.lost(tally.errors.len()) {
+        let found = holder_of_majority(&holders, tally.quorum);
+        if found.is_none() && tally.could_hold(&holders, free) {
             return Err(tally.error("cannot inspect", free + holders.len()));
         }
-        // Otherwise no owner holds a majority: the lock is free.
         Ok(found)
     }
 

@@ -344,8 +344,19 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
         .await
         .expect("acquire")
         .expect("free");
-    members[0].pause().await.expect("pause");
-    members[1].pause().await.expect("pause");
+    // An acquire stops at a majority: the master left awake is one that holds the lease.
+    let mut awake = None;
+    for (i, member) in members.iter().enumerate() {
+        if get(member, "distlock:{paused}").await.is_some() {
+            awake = Some(i);
+            break;
+        }
+    }
+    let awake = awake.expect("a master holds the lease");
+    let paused: Vec<_> = (0..3).filter(|&i| i != awake).collect();
+    for &i in &paused {
+        members[i].pause().await.expect("pause");
+    }
     let key = LockKey::new("paused").expect("key");
     let bound = Duration::from_millis(300 + 1_000);
     let started = Instant::now();
@@ -359,8 +370,9 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
     let started = Instant::now();
     let released = backend.release_lease(&lease).await;
     let release_took = started.elapsed();
-    members[0].unpause().await.expect("unpause");
-    members[1].unpause().await.expect("unpause");
+    for &i in &paused {
+        members[i].unpause().await.expect("unpause");
+    }
     for (what, outcome, took) in [
         ("acquire", acquired.map(|_| ()), acquire_took),
         ("inspect", inspected.map(|_| ()), inspect_took),
@@ -385,5 +397,38 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
     );
     assert!(release_took < bound, "release took {release_took:?}");
     // The one master that answered has let the lease go.
-    assert_eq!(get(&members[2], "distlock:{paused}").await, None);
+    assert_eq!(get(&members[awake], "distlock:{paused}").await, None);
+}
+
+/// A master can miss a grant (an acquire stops once a majority has granted; a master
+/// restarts empty): with that master the only one answering, an inspect is a retryable error, never "free"
+/// while a majority holds the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
+    let masters = masters(3).await;
+    let members = masters.members();
+    let backend = RedlockBackend::connect(&format!("{}?node_timeout_ms=300", masters.url()))
+        .await
+        .expect("connect");
+    let lease = backend
+        .acquire_once("missed", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    // The master that missed the grant: one restarted empty.
+    members[2].restart().await.expect("restart");
+    assert_eq!(get(&members[2], "distlock:{missed}").await, None);
+    members[0].pause().await.expect("pause");
+    members[1].pause().await.expect("pause");
+    let key = LockKey::new("missed").expect("key");
+    let inspected = backend.inspect(&key).await;
+    members[0].unpause().await.expect("unpause");
+    members[1].unpause().await.expect("unpause");
+    let err = inspected.expect_err("one master of three, without the grant, answered");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("cannot inspect"), "{err}");
+    // With every master answering, the majority's holder shows.
+    let info = backend.inspect(&key).await.expect("inspect").expect("held");
+    assert_eq!(info.fence, lease.fence());
+    backend.release_lease(&lease).await.expect("release");
 }
