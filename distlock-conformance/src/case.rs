@@ -44,7 +44,8 @@ pub enum ContractPoint {
     /// `PermitBackend`'s contract, as an `Election` uses it: one leader at a time,
     /// every term observed in order.
     Election,
-    /// What operators use beside the contract: listing the held locks.
+    /// What operators use beside the contract: listing the held locks, and inspecting
+    /// one.
     Operator,
 }
 
@@ -87,7 +88,7 @@ impl ContractPoint {
             ContractPoint::Semaphore => "permits: semaphores",
             ContractPoint::ReadWrite => "permits: read-write locks",
             ContractPoint::Election => "permits: elections",
-            ContractPoint::Operator => "operators: listing",
+            ContractPoint::Operator => "operators: listing and inspecting",
         }
     }
 }

@@ -49,6 +49,10 @@ enum Bug {
     /// Answers "released" once any member released the lease, though the others did
     /// not answer: they may have let it run out and granted it to another majority.
     ReleasedByAnyMember,
+    /// Inspects a key as free unless a majority of the members answered that it is
+    /// held: members that did not answer count as free, though a majority of them may
+    /// hold it.
+    FreeUnlessAMajorityAnswersHeld,
 }
 
 /// What all clients of one quorum share: its members' stores, and the fence counter
@@ -238,6 +242,14 @@ impl LockBackend for Quorum {
             .map(|i| i.remaining)
             .collect();
         if held.len() < self.needed() {
+            // Free only where the members that did not answer could not make a
+            // majority with those that say held.
+            let silent = replies.iter().filter(|r| r.is_err()).count();
+            if self.bug != Bug::FreeUnlessAMajorityAnswersHeld
+                && held.len() + silent >= self.needed()
+            {
+                return Err(Error::new(ErrorKind::Unavailable, "no majority answered"));
+            }
             return Ok(None);
         }
         held.sort_by(|a, b| b.cmp(a));
@@ -408,6 +420,16 @@ async fn a_release_one_member_confirms_is_caught() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn free_unless_a_majority_answers_held_is_caught() {
+    assert_caught(
+        Bug::FreeUnlessAMajorityAnswersHeld,
+        "quorum_an_inspect_a_minority_answers_never_says_free",
+        "inspect said the key was free while a majority held it",
+    )
+    .await;
+}
+
 /// The bug-free quorum passes every quorum case: they are not tuned to Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bug_free_quorum_passes_the_quorum_cases() {
@@ -418,5 +440,5 @@ async fn the_bug_free_quorum_passes_the_quorum_cases() {
         assert_eq!(report.outcome, Outcome::Passed, "{}", case.name());
         ran += 1;
     }
-    assert_eq!(ran, 8, "the quorum cases");
+    assert_eq!(ran, 9, "the quorum cases");
 }

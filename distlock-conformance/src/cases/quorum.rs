@@ -1,6 +1,7 @@
 //! A backend that holds each lease on a majority of several servers (its members,
 //! [`Target::with_members`]): a minority killed, paused beyond the TTL, restarted empty
-//! or cut off from the client changes nothing; a minority never grants; and a member
+//! or cut off from the client changes nothing; a minority never grants, and never says
+//! a key a majority holds is free; a release a minority confirms is an error; and a member
 //! restarted empty does no more harm than the capabilities declare. Each takes the
 //! servers alone.
 
@@ -254,6 +255,57 @@ cases! {
         t.backend().release_lease(&next).await?;
         retry_until_up("release", || client.release_lease(&held)).await?;
         Ok(())
+    }
+
+    /// A client that reaches only a minority of the members, none of which has the grant, never inspects a held key as free: a member that did not answer may hold it, as a majority does here.
+    #[case(Operator, needs_members, fault)]
+    pub async fn quorum_an_inspect_a_minority_answers_never_says_free(t: &Target) -> CaseResult {
+        let m = members(t);
+        let key = t.key("quorum-minority-inspect");
+        // The lease is taken with the minority the client will reach killed: only the
+        // majority the client will not reach has it.
+        let away = &m.all[m.quorum..];
+        for member in away {
+            member.kill().await.map_err(control_err("kill a member"))?;
+        }
+        let lease = acquire(t, &key, t.long_ttl()).await;
+        let mut restore = Ok(());
+        for member in away {
+            if let Err(e) = member.start().await {
+                restore = fail(format!("a killed member could not start again: {e}"));
+            }
+        }
+        let lease = after_restore(lease, restore)?;
+        // A client made now reaches the started members.
+        let body = async {
+            let (client, links) = member_client(t).await?;
+            cut(&links[..m.quorum]).await?;
+            let inspected = client.inspect(&key).await;
+            heal(&links).await?;
+            match inspected {
+                Ok(None) => fail(format!(
+                    "with {} of {} members reachable, none of them with the grant, inspect said the key was free while a majority held it",
+                    m.minority,
+                    m.all.len()
+                )),
+                Ok(Some(info)) => {
+                    ensure!(
+                        info.fence == lease.fence(),
+                        "inspect showed the fence {}, not the holder's {}",
+                        info.fence,
+                        lease.fence()
+                    );
+                    Ok(())
+                }
+                Err(e) => {
+                    ensure!(e.is_retryable(), "the failed inspect is not retryable: {e}");
+                    Ok(())
+                }
+            }
+        }
+        .await;
+        let released = t.backend().release_lease(&lease).await.map(drop).map_err(CaseError::from);
+        after_restore(body, released)
     }
 
     /// A release that only a minority of the members can confirm is a retryable error, neither "released" nor "not held" (go-redsync #81): the members that did not answer may have let the lease run out and granted it to another majority. A majority still holds the lease meanwhile, and the release repeated once the members answer frees the key.
