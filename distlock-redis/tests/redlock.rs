@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::backend::{FenceDurability, LockBackendExt};
+use distlock_core::backend::{FenceDurability, Lease, LockBackendExt};
 use distlock_core::{ErrorKind, FencedHandle, LockBackend, LockKey, MemoryStore};
 use distlock_redis::RedlockBackend;
 use distlock_testservers::{RedisMasters, ServerHandle};
@@ -326,6 +326,21 @@ async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
     assert_eq!(message.get_channel_name(), "distlock:released:{held}");
 }
 
+/// Three masters; a backend that waits for each at most 300 ms
+/// (`node_timeout_ms=300`); and a lease of `key` it took for 30 s.
+async fn three_masters_holding(key: &str) -> (RedisMasters, RedlockBackend, Lease) {
+    let masters = masters(3).await;
+    let backend = RedlockBackend::connect(&format!("{}?node_timeout_ms=300", masters.url()))
+        .await
+        .expect("connect");
+    let lease = backend
+        .acquire_once(key, Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    (masters, backend, lease)
+}
+
 /// A master's connection has no response time-out of its own (the Redlock's node
 /// time-out bounds every call to a master): with a majority of the masters paused,
 /// every operation still ends soon after the node time-out (`node_timeout_ms=300`),
@@ -334,16 +349,8 @@ async fn an_attempt_that_wins_a_minority_takes_its_grants_back_quietly() {
 /// answered did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
-    let masters = masters(3).await;
+    let (masters, backend, lease) = three_masters_holding("paused").await;
     let members = masters.members();
-    let backend = RedlockBackend::connect(&format!("{}?node_timeout_ms=300", masters.url()))
-        .await
-        .expect("connect");
-    let lease = backend
-        .acquire_once("paused", Duration::from_secs(30))
-        .await
-        .expect("acquire")
-        .expect("free");
     // An acquire stops at a majority: the master left awake is one that holds the lease.
     let mut awake = None;
     for (i, member) in members.iter().enumerate() {
@@ -401,20 +408,12 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
 }
 
 /// A master can miss a grant (an acquire stops once a majority has granted; a master
-/// restarts empty): with that master the only one answering, an inspect is a retryable error, never "free"
-/// while a majority holds the lease.
+/// restarts empty): with that master the only one answering, an inspect is a
+/// retryable error, never "free" while a majority holds the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
-    let masters = masters(3).await;
+    let (masters, backend, lease) = three_masters_holding("missed").await;
     let members = masters.members();
-    let backend = RedlockBackend::connect(&format!("{}?node_timeout_ms=300", masters.url()))
-        .await
-        .expect("connect");
-    let lease = backend
-        .acquire_once("missed", Duration::from_secs(30))
-        .await
-        .expect("acquire")
-        .expect("free");
     // The master that missed the grant: one restarted empty.
     members[2].restart().await.expect("restart");
     assert_eq!(get(&members[2], "distlock:{missed}").await, None);
