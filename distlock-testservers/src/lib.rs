@@ -32,8 +32,10 @@
 //! Containers are removed when their handle is dropped, and testcontainers' watchdog
 //! removes them when the run is interrupted (SIGINT, SIGTERM, SIGQUIT). A Docker
 //! network the harness makes (for a cluster, or a server reached at its own address)
-//! is removed once the last container on it is, retried until Docker lets it go; an
-//! interrupted run can leave one behind (`docker network prune` removes it). Clients reach
+//! is removed once the last container on it is, retried until Docker lets it go. An
+//! interrupted run leaves its networks behind (the watchdog removes containers only);
+//! each is labelled with the process that made it, and the next network the harness
+//! makes on this machine first removes those whose process has exited. Clients reach
 //! a container through a port mapped on 127.0.0.1 only, the same across restarts.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
