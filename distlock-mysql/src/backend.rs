@@ -12,8 +12,8 @@ use distlock_core::backend::{
     ReleaseOutcome, Renewal, RoundTrips, SetGrant,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
-use sqlx::{Executor as _, Row as _};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
+use sqlx::{Connection as _, Executor as _, Row as _};
 use tracing::debug;
 
 use crate::config::MySqlConfig;
@@ -57,7 +57,10 @@ impl MySqlBackend {
     /// Connects with the settings of a `mysql://` or `mariadb://` URL (see
     /// [`MySqlConfig`]) and creates the lock tables if they are missing (unless
     /// `migrate=false`). Wrong credentials fail here, at once, with
-    /// [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication).
+    /// [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication); so
+    /// does a server that refuses the connection, with
+    /// [`ErrorKind::Unavailable`](distlock_core::ErrorKind::Unavailable) and the
+    /// driver's reason, and one that does not answer within `acquire_timeout_ms`.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(MySqlConfig::from_url(url)?).await
     }
@@ -69,6 +72,17 @@ impl MySqlBackend {
     /// waits for it.
     pub async fn connect_with(config: MySqlConfig) -> Result<Self> {
         config.check()?;
+        // One connection first, outside the pool, and closed again: sqlx's pool
+        // retries a refused connection until the acquire time-out and then says only
+        // that the time ran out, where this says why, at once.
+        let first = tokio::time::timeout(
+            config.acquire_timeout,
+            MySqlConnection::connect_with(&config.connect),
+        )
+        .await
+        .map_err(|_| timed_out(&config, Setting::Acquire))?
+        .map_err(|e| from_sqlx(&config, e))?;
+        let _ = tokio::time::timeout(config.response_timeout, first.close()).await;
         let lock_wait = config.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
         let pool = MySqlPoolOptions::new()
             .max_connections(config.pool_size)
