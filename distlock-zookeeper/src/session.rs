@@ -74,20 +74,28 @@ impl Inner {
             client.mkdir(&config.root, &options).await?;
             Ok::<_, ZkError>(client)
         };
+        let started = std::time::Instant::now();
         let client =
             match tokio::time::timeout(config.connect_timeout + config.timeout, connect).await {
                 Ok(Ok(client)) => client,
                 // Every server refused, or none answered within the connect time-out.
+                // The driver does not say which; the time it took does: an answer
+                // before the connect time-out means that each server failed at once.
                 Ok(Err(ZkError::NoHosts)) => {
-                    return Err(Error::new(
-                        distlock_core::ErrorKind::Unavailable,
+                    let why = if started.elapsed() < config.connect_timeout {
+                        "each refused the connection, or its name did not resolve".to_owned()
+                    } else {
                         format!(
-                            "no server of {servers} could be reached within {:?} each (connect_timeout_ms={})",
+                            "each refused the connection or did not answer within {:?} (connect_timeout_ms={})",
                             config.connect_timeout,
                             config.connect_timeout.as_millis()
-                        ),
+                        )
+                    };
+                    return Err(Error::new(
+                        distlock_core::ErrorKind::Unavailable,
+                        format!("no server of {servers} could be reached: {why}"),
                     )
-                    .with_backend("zookeeper"))
+                    .with_backend("zookeeper"));
                 }
                 Ok(Err(e)) => return Err(from_zk(config, e)),
                 Err(_) => {
