@@ -50,8 +50,9 @@ pub const SECRET: &str = "s3cret";
 ///
 /// Each attempt must fail within `within` as
 /// [`ErrorKind::Unavailable`], with a message that names the endpoint; the silent one
-/// must also name `setting`, as written. Neither message nor `Debug` may show
-/// [`SECRET`].
+/// must also name `setting`, as written, and the refused one must not: a refused
+/// connection is not a time-out, and naming the setting would send the reader to
+/// raise it. Neither message nor `Debug` may show [`SECRET`].
 pub async fn unreachable_endpoint_is_named<B, F, Fut>(
     setting: &str,
     within: Duration,
@@ -76,7 +77,13 @@ where
     }
     // Now nothing listens there: the connection is refused.
     drop(silent);
-    refused(&connect, &addr, within, "a closed port").await?;
+    let closed = refused(&connect, &addr, within, "a closed port").await?;
+    let text = closed.to_string();
+    if text.contains(setting) {
+        return Err(format!(
+            "a closed port's error names the time-out setting {setting}, as if the server had not answered: {text}"
+        ));
+    }
     Ok(())
 }
 
@@ -223,12 +230,15 @@ mod tests {
     }
 
     #[test]
-    fn an_error_that_names_the_endpoint_and_setting_passes() {
-        let good = failing(|addr| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("{addr}: no answer within 300ms (connect_timeout_ms=300)"),
-            )
+    fn errors_that_name_the_endpoint_and_the_setting_only_for_silence_pass() {
+        // The first attempt is the silent endpoint's, the second the closed port's.
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
+        let good = failing(move |addr| {
+            let text = match attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+                0 => format!("{addr}: no answer within 300ms (connect_timeout_ms=300)"),
+                _ => format!("{addr}: connection refused"),
+            };
+            Error::new(ErrorKind::Unavailable, text)
         });
         assert_eq!(check(good), Ok(()));
     }
@@ -250,6 +260,15 @@ mod tests {
             (
                 "does not name the setting",
                 Box::new(|addr| Error::new(ErrorKind::Unavailable, format!("{addr} timed out"))),
+            ),
+            (
+                "names the time-out setting",
+                Box::new(|addr| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("{addr}: no connection within 300ms (connect_timeout_ms=300)"),
+                    )
+                }),
             ),
             (
                 "shows the password",
