@@ -407,6 +407,55 @@ async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
     assert!(client.try_lock("orphan").await.expect("try").is_some());
 }
 
+/// A wait never outlives its deadline: an attempt whose reply does not come (the
+/// server applied it and stalled, say) is abandoned at the deadline, and what it was
+/// granted is released in the background.
+#[tokio::test(start_paused = true)]
+async fn a_wait_ends_at_its_deadline_while_an_attempt_is_in_flight() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(LateReplies::new(memory.clone(), true, Duration::ZERO));
+    let client =
+        LockClient::with_options(backend.clone(), LockOptions::new(Duration::from_secs(600)))
+            .expect("opts");
+    let started = Instant::now();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.lock("stalled", Duration::from_millis(500)),
+    )
+    .await
+    .expect("lock() outlived its 500 ms wait by 4.5 s");
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    let error = waited.expect_err("no reply came");
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    sleep(Duration::from_millis(1)).await; // let the background cleanup run
+    assert_eq!(
+        holder_fence(&memory, "stalled").await,
+        None,
+        "the grant of the abandoned attempt was left held"
+    );
+    // The same for a set.
+    let started = Instant::now();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.lock_all(["s1", "s2"], Duration::from_millis(300)),
+    )
+    .await
+    .expect("lock_all() outlived its 300 ms wait by 4.7 s");
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    sleep(Duration::from_millis(1)).await;
+    for key in ["s1", "s2"] {
+        assert_eq!(
+            holder_fence(&memory, key).await,
+            None,
+            "{key} was left held"
+        );
+    }
+}
+
 /// Every acquisition reaches the server `delay` after it was sent, whether or not its
 /// caller still waits (a request queued in a pool or a proxy).
 #[derive(Debug)]

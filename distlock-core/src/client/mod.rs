@@ -50,6 +50,27 @@ fn deadline_after(wait: Duration) -> Instant {
         .unwrap_or(now)
 }
 
+/// Runs `wait` until `deadline` at the latest: a wait never outlives its deadline,
+/// whatever the server does. At the deadline, whatever is in flight (an attempt whose
+/// reply has not come, a watch being set up, a pooled connection being waited for) is
+/// dropped, and a grant it may still bring is released in the background as for any
+/// dropped acquire; the error is of kind [`ErrorKind::Timeout`].
+pub(crate) async fn within_deadline<T>(
+    what: impl std::fmt::Debug,
+    deadline: Instant,
+    wait: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout_at(deadline, wait).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "could not acquire {what:?} before the deadline: the server had not answered the step in flight"
+            ),
+        )),
+    }
+}
+
 /// The entry point users touch: takes locks on a backend and hands out guards.
 ///
 /// Cheap to clone; clones share the backend.
@@ -311,6 +332,13 @@ impl LockClient {
     /// retried until the deadline. An [`ErrorKind::Timeout`] error when the deadline
     /// passes. `Duration::MAX` waits for as long as it takes.
     ///
+    /// The wait never outlives its deadline, whatever the server does: a step still in
+    /// flight then (an attempt whose reply has not come, a watch being set up, a
+    /// connection being waited for) is abandoned as a dropped future is, below. A wait
+    /// of zero therefore times out on any backend that answers over a network; for
+    /// one attempt without a deadline of its own, use [`try_lock`](Self::try_lock),
+    /// which the backend's own time-outs bound.
+    ///
     /// Dropping the returned future at any point leaves no renewal task running, and
     /// a grant whose reply was still in flight is released in the background.
     pub async fn lock(&self, key: &str, wait: Duration) -> Result<LockGuard> {
@@ -323,8 +351,8 @@ impl LockClient {
             fence = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.observed(&key, span, self.lock_until(key.clone(), deadline), |_| true)
-            .await
+        let wait = within_deadline(&key, deadline, self.lock_until(key.clone(), deadline));
+        self.observed(&key, span, wait, |_| true).await
     }
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {

@@ -20,7 +20,9 @@ use tokio::time::Instant;
 use tracing::{debug, Instrument};
 
 use super::telemetry::{self, Outcome, Stopwatch};
-use super::{deadline_after, reentrant, LockClient, LockGuard, LossReason, PendingGrant};
+use super::{
+    deadline_after, reentrant, within_deadline, LockClient, LockGuard, LossReason, PendingGrant,
+};
 use crate::backend::{LockBackendExt, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
@@ -224,7 +226,8 @@ impl LockClient {
     /// Takes every key of `keys` or none, waiting up to `wait` (`Duration::MAX` for as
     /// long as it takes): one [`MultiGuard`] with each key's fence, a loss signal for
     /// any key, and one release for all. An [`ErrorKind::Timeout`] error when the
-    /// deadline passes, holding nothing.
+    /// deadline passes, holding nothing: as for [`lock`](Self::lock), a step still in
+    /// flight at the deadline is abandoned, never waited for.
     ///
     /// The keys are taken one by one in sorted order. When one is held by someone else
     /// (or cannot be asked: a retryable error, retried until the deadline), what was
@@ -272,7 +275,8 @@ impl LockClient {
         let keys = self.set_of(keys)?;
         let deadline = deadline_after(wait);
         let span = tracing::info_span!("lock_all_acquire", keys = keys.len());
-        self.lock_all_until(&keys, deadline).instrument(span).await
+        let wait = within_deadline(&keys, deadline, self.lock_all_until(&keys, deadline));
+        wait.instrument(span).await
     }
 
     /// Tries once: every key of `keys`, or `None` (holding nothing) when any is held by
