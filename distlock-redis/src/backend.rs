@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, Handoff,
-    HandoffBook, OwnerToken, PermitBackend, ReleaseOutcome, Renewal, SetGrant,
+    HandoffBook, OwnerToken, PermitBackend, ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use redis::{FromRedisValue, ToRedisArgs};
@@ -746,19 +746,27 @@ impl LockBackend for RedisBackend {
 
 impl RedisBackend {
     /// Waits on `channel`: the release notifications of a lock or of a name's permits.
+    ///
+    /// Every step is bounded by the backend's own time-outs (the pub/sub connection by
+    /// `connect_timeout_ms` then `response_timeout_ms`, each `SUBSCRIBE` by
+    /// `response_timeout_ms`), so that a stalled server holds the backend's other
+    /// waiters, queued behind this one, no longer than that; and the step is
+    /// cancel-safe: a caller dropped mid-subscribe (its deadline passed) leaves no
+    /// registration that the next waiter of the channel would take for a subscription.
     pub(crate) async fn watch_channel(
         &self,
         channel: String,
         tag: Option<&str>,
     ) -> Result<Option<ChangeStream>> {
+        let config = &self.inner.config;
         let mut slot = self.inner.watcher.lock().await;
         if slot.as_ref().is_none_or(|s| !s.waiters.is_open()) {
-            let pubsub = self
-                .inner
-                .client
-                .get_async_pubsub()
-                .await
-                .map_err(|e| self.error(e))?;
+            let connect = self.inner.client.get_async_pubsub();
+            let pubsub =
+                tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
+                    .await
+                    .map_err(|_| connect_timed_out(config))?
+                    .map_err(|e| self.error(e))?;
             *slot = Some(Subscriber::start(pubsub, self.inner.handoffs.clone()));
         }
         let Some(subscriber) = slot.as_mut() else {
@@ -769,17 +777,51 @@ impl RedisBackend {
             None => subscriber.waiters.register(&channel),
         };
         if registration.first {
-            if let Err(e) = subscriber.sink.subscribe(&channel).await {
-                subscriber.waiters.forget(&channel);
-                return Err(self.error(e));
+            // Until the server confirms, the registration is forgotten if this future
+            // is dropped, and the next waiter subscribes again.
+            let mut unconfirmed = Unconfirmed(Some((subscriber.waiters.clone(), channel.clone())));
+            let subscribe = subscriber.sink.subscribe(&channel);
+            match tokio::time::timeout(config.response_timeout, subscribe).await {
+                Ok(Ok(())) => unconfirmed.0 = None,
+                Ok(Err(e)) => return Err(self.error(e)),
+                Err(_) => {
+                    // What the connection will still deliver is unknown: the next
+                    // waiter starts a connection of its own.
+                    *slot = None;
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "redis did not confirm a SUBSCRIBE within {:?} (response_timeout_ms={}) ({})",
+                            config.response_timeout,
+                            config.response_timeout.as_millis(),
+                            config.endpoint_list()
+                        ),
+                    )
+                    .with_backend("redis"));
+                }
             }
         }
         for unused in registration.pruned {
-            if let Err(e) = subscriber.sink.unsubscribe(&unused).await {
-                debug!(error = %e, "unsubscribe failed");
+            let unsubscribe = subscriber.sink.unsubscribe(&unused);
+            match tokio::time::timeout(config.response_timeout, unsubscribe).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(error = %e, "unsubscribe failed"),
+                Err(_) => debug!("unsubscribe was not confirmed in time"),
             }
         }
         Ok(Some(registration.changes))
+    }
+}
+
+/// A channel's first registration until the server confirms its `SUBSCRIBE`: dropped
+/// armed, it forgets the registration.
+struct Unconfirmed(Option<(Arc<WakeRegistry>, String)>);
+
+impl Drop for Unconfirmed {
+    fn drop(&mut self) {
+        if let Some((waiters, channel)) = self.0.take() {
+            waiters.forget(&channel);
+        }
     }
 }
 
