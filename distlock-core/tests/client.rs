@@ -456,6 +456,67 @@ async fn a_wait_ends_at_its_deadline_while_an_attempt_is_in_flight() {
     }
 }
 
+/// Applies every renewal at once; the reply of one for a TTL of 10 s or more comes
+/// 300 ms late (a pooled connection that answers out of order).
+#[derive(Debug)]
+struct SlowLongRenewals(MemoryBackend);
+
+#[async_trait]
+impl LockBackend for SlowLongRenewals {
+    fn name(&self) -> &str {
+        "memory-slow-long-renewals"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        self.0.try_grant(r).await
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.0.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        let renewal = self.0.renew(r).await;
+        if r.ttl() >= Duration::from_secs(10) {
+            sleep(Duration::from_millis(300)).await;
+        }
+        renewal
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.0.inspect(k).await
+    }
+}
+
+/// Two extends with different TTLs at once, the first one's reply the later: the
+/// validity the guard counts never outlasts the expiry the server kept.
+#[tokio::test(start_paused = true)]
+async fn two_extends_in_flight_never_leave_the_client_believing_past_the_server() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(SlowLongRenewals(memory.clone()));
+    let client = LockClient::with_options(backend, LockOptions::new(TTL).with_auto_renew(false))
+        .expect("opts");
+    let guard = client.try_lock("twice").await.expect("try").expect("free");
+    let (long, short) = tokio::join!(
+        guard.extend(Duration::from_secs(30)),
+        guard.extend(Duration::from_secs(2))
+    );
+    long.expect("extended");
+    short.expect("extended");
+    let on_server = memory
+        .inspect(&LockKey::new("twice").expect("key"))
+        .await
+        .expect("inspect")
+        .expect("held")
+        .remaining;
+    let counted = guard
+        .valid_until()
+        .saturating_duration_since(Instant::now());
+    assert!(
+        counted <= on_server,
+        "the guard counts {counted:?} of validity; the server keeps {on_server:?}"
+    );
+}
+
 /// Every acquisition reaches the server `delay` after it was sent, whether or not its
 /// caller still waits (a request queued in a pool or a proxy).
 #[derive(Debug)]

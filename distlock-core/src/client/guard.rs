@@ -79,6 +79,12 @@ pub(crate) struct Shared {
     turn: std::sync::Mutex<Option<LocalTurn>>,
     /// When the lease was granted: the start of its hold time.
     granted: Instant,
+    /// One extend in flight at a time (the supervisor's renewal, a user's
+    /// [`LockGuard::extend`]): with two in flight, the server keeps the expiry of the
+    /// one it applied last, which a client reading replies in the order they come
+    /// (a pool answers out of order) cannot tell; one after the other, the last reply
+    /// is the last applied.
+    extending: tokio::sync::Mutex<()>,
 }
 
 impl Deferred for Shared {
@@ -243,8 +249,9 @@ impl Shared {
         });
     }
 
-    /// One extend round trip, applied to the status.
+    /// One extend round trip, applied to the status, after any other in flight.
     async fn extend(&self, ttl: Duration) -> Result<()> {
+        let _one_at_a_time = self.extending.lock().await;
         let outcome = self.backend.extend(&self.lease, ttl).await;
         let result = match &outcome {
             Ok(ExtendOutcome::Extended(_)) => RenewalResult::Renewed,
@@ -373,6 +380,7 @@ impl LockGuard {
             turn: std::sync::Mutex::new(turn),
             lease,
             granted,
+            extending: tokio::sync::Mutex::const_new(()),
         });
         telemetry::granted(
             shared.backend.name(),
@@ -482,7 +490,9 @@ impl LockGuard {
 
     /// Extends the lease to `ttl` from now, in one round trip. An
     /// [`ErrorKind::NotHeld`] error (and the lost signal) when it was no longer held.
-    /// Auto-renewal, if on, goes on with the configured TTL afterwards.
+    /// Auto-renewal, if on, goes on with the configured TTL afterwards. A renewal
+    /// already in flight is waited for first: with two in flight, the validity the
+    /// client counts could be the one the server did not keep.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         if let Some(reason) = self.loss() {
             return Err(Error::new(
