@@ -71,6 +71,17 @@ pub trait LinkControl: Send + Sync + fmt::Debug {
     async fn heal(&self) -> Result<(), BoxError>;
     /// Delays everything by `one_way` in each direction (zero for none).
     async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError>;
+    /// Whether [`hold_replies`](Self::hold_replies) is offered. The default says it
+    /// is not: the lost-reply cases then say "not run", with the reason.
+    fn can_hold_replies(&self) -> bool {
+        false
+    }
+    /// A one-way fault, the lost reply: every request still reaches the server and is
+    /// applied, and every reply (and anything else the server sends this client) is
+    /// held until [`heal`](Self::heal). The default refuses, saying so.
+    async fn hold_replies(&self) -> Result<(), BoxError> {
+        Err("this link cannot hold the replies alone".into())
+    }
 }
 
 /// A client of the server under test, and control over its network link.
@@ -371,11 +382,19 @@ impl ServerControl for MemoryControl {
 }
 
 /// A client of the memory backend behind a simulated network link: each request and
-/// each reply waits while the link is cut, and then for the latency.
+/// each reply waits while the link is cut (each reply also while replies are held),
+/// and then for the latency.
 #[derive(Debug)]
 pub struct MemoryLink {
     store: MemoryBackend,
-    link: watch::Sender<(bool, Duration)>,
+    link: watch::Sender<MemoryLinkState>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct MemoryLinkState {
+    cut: bool,
+    replies_held: bool,
+    latency: Duration,
 }
 
 impl MemoryLink {
@@ -383,15 +402,16 @@ impl MemoryLink {
     pub fn new(store: MemoryBackend) -> Self {
         MemoryLink {
             store,
-            link: watch::Sender::new((false, Duration::ZERO)),
+            link: watch::Sender::new(MemoryLinkState::default()),
         }
     }
 
-    /// One crossing of the link: held while cut, then delayed.
-    async fn cross(&self) {
+    /// One crossing of the link, towards the server or back: held while cut (and,
+    /// back, while replies are held), then delayed.
+    async fn cross(&self, back: bool) {
         let mut link = self.link.subscribe();
-        let _ = link.wait_for(|(cut, _)| !cut).await;
-        let latency = link.borrow().1;
+        let _ = link.wait_for(|l| !l.cut && !(back && l.replies_held)).await;
+        let latency = link.borrow().latency;
         tokio::time::sleep(latency).await;
     }
 }
@@ -399,17 +419,29 @@ impl MemoryLink {
 #[async_trait]
 impl LinkControl for MemoryLink {
     async fn cut(&self) -> Result<(), BoxError> {
-        self.link.send_modify(|l| l.0 = true);
+        self.link.send_modify(|l| l.cut = true);
         Ok(())
     }
 
     async fn heal(&self) -> Result<(), BoxError> {
-        self.link.send_modify(|l| l.0 = false);
+        self.link.send_modify(|l| {
+            l.cut = false;
+            l.replies_held = false;
+        });
         Ok(())
     }
 
     async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
-        self.link.send_modify(|l| l.1 = one_way);
+        self.link.send_modify(|l| l.latency = one_way);
+        Ok(())
+    }
+
+    fn can_hold_replies(&self) -> bool {
+        true
+    }
+
+    async fn hold_replies(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.replies_held = true);
         Ok(())
     }
 }
@@ -417,9 +449,9 @@ impl LinkControl for MemoryLink {
 /// Runs one request of `self.store` across the link, both ways.
 macro_rules! across {
     ($self:ident, $call:expr) => {{
-        $self.cross().await;
+        $self.cross(false).await;
         let reply = $call.await;
-        $self.cross().await;
+        $self.cross(true).await;
         reply
     }};
 }

@@ -123,6 +123,17 @@ enum Bug {
     /// leaving whatever the request takes when it lands on the server (a timeout per
     /// server with no release after it).
     GivesUpLeavingTheGrant,
+    /// Answers an acquire retried by the owner that holds the key (its first reply
+    /// lost) "granted" without restarting the expiry: the client counts a fresh TTL
+    /// that the server does not keep.
+    RetryKeepsTheExpiry,
+    /// Refuses an acquire retried by the owner that holds the key (its first reply
+    /// lost): the key stays held by nobody working until its TTL.
+    RetryRefused,
+    /// Waits for a server that does not answer by blocking the thread (a synchronous
+    /// driver called from async code, with a time-out of 2 s of its own), so that no
+    /// deadline can cut the step short.
+    BlockingSteps,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -163,6 +174,8 @@ struct Naive {
     connection: AtomicU64,
     /// This client's network link: cut, and the one-way latency.
     link: Arc<watch::Sender<(bool, Duration)>>,
+    /// Whether the replies to this client are held (a lost reply).
+    replies_held: Arc<watch::Sender<bool>>,
 }
 
 #[derive(Debug, Default)]
@@ -212,6 +225,7 @@ impl Naive {
             }),
             connection: AtomicU64::new(0),
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
+            replies_held: Arc::new(watch::Sender::new(false)),
         })
     }
 
@@ -239,6 +253,7 @@ impl Naive {
                 AtomicU64::new(self.server.generation.load(Ordering::SeqCst))
             },
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
+            replies_held: Arc::new(watch::Sender::new(false)),
         })
     }
 
@@ -249,6 +264,16 @@ impl Naive {
     /// call, unless that is the bug).
     async fn trip_of(&self, length: Duration) -> Result<()> {
         self.trips.0.fetch_add(1, Ordering::SeqCst);
+        if self.bug == Bug::BlockingSteps {
+            // The thread waits, not the task: for 2 s at the most, then an error.
+            let blocked_until = std::time::Instant::now() + Duration::from_secs(2);
+            while self.link.borrow().0 || *self.server.paused.borrow() {
+                if std::time::Instant::now() >= blocked_until {
+                    return Err(Error::new(ErrorKind::Unavailable, "no reply within 2 s"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let mut link = self.link.subscribe();
         let _ = link.wait_for(|(cut, _)| !cut).await;
         let latency = link.borrow().1;
@@ -395,7 +420,10 @@ impl LockBackend for Naive {
                 Err(_) => Err(Error::new(ErrorKind::Timeout, "no reply within 100 ms")),
             };
         }
-        self.grant(r).await
+        let grant = self.grant(r).await;
+        // Applied: the reply waits while replies are held.
+        let _ = self.replies_held.subscribe().wait_for(|held| !held).await;
+        grant
     }
 
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
@@ -467,7 +495,21 @@ impl Naive {
         if self.bug == Bug::ShortTtlsRefused && r.ttl() < Duration::from_secs(1) {
             return Err(Error::new(ErrorKind::InvalidTtl, "the ttl is 0 s"));
         }
-        if self.holder(r.key()).is_some() {
+        if let Some((owner, fence)) = self.holder(r.key()) {
+            if owner == *r.owner() {
+                // A retry of this very request whose reply was lost.
+                match self.bug {
+                    Bug::RetryRefused => return Ok(Grant::Held { remaining: None }),
+                    Bug::RetryKeepsTheExpiry => {}
+                    _ => {
+                        let expiry = self.expiry(r.ttl());
+                        if let Some(held) = self.state().locks.get_mut(&self.stored(r.key())) {
+                            held.2 = expiry;
+                        }
+                    }
+                }
+                return Ok(Grant::Granted(FencingToken::new(fence)));
+            }
             if self.bug == Bug::QueuesWithoutLeaving {
                 let mut state = self.state();
                 let queue = state.queues.entry(self.stored(r.key())).or_default();
@@ -704,9 +746,13 @@ impl ServerControl for NaiveControl {
     }
 }
 
-/// A client's link to the server, for the partition cases.
+/// A client's link to the server, for the partition cases, and whether its replies
+/// are held.
 #[derive(Debug)]
-struct NaiveLink(Arc<watch::Sender<(bool, Duration)>>);
+struct NaiveLink(
+    Arc<watch::Sender<(bool, Duration)>>,
+    Arc<watch::Sender<bool>>,
+);
 
 #[async_trait]
 impl LinkControl for NaiveLink {
@@ -716,6 +762,14 @@ impl LinkControl for NaiveLink {
     }
     async fn heal(&self) -> Result<(), BoxError> {
         self.0.send_modify(|link| link.0 = false);
+        self.1.send_replace(false);
+        Ok(())
+    }
+    fn can_hold_replies(&self) -> bool {
+        true
+    }
+    async fn hold_replies(&self) -> Result<(), BoxError> {
+        self.1.send_replace(true);
         Ok(())
     }
     async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
@@ -743,7 +797,8 @@ fn target(bug: Bug) -> Target {
         })
         .with_links(move || {
             let client = linked.another_client();
-            let link: Arc<dyn LinkControl> = Arc::new(NaiveLink(client.link.clone()));
+            let link: Arc<dyn LinkControl> =
+                Arc::new(NaiveLink(client.link.clone(), client.replies_held.clone()));
             let client: Arc<DynLockBackend> = client;
             Box::pin(async move { Ok((client, link)) })
         })
@@ -818,4 +873,10 @@ caught! {
     sets_held_twice: StatePerClient by sets_in_opposite_orders_do_not_deadlock, saying "both clients held the pair at once";
     set_loss_unsignalled: ExtendReacquires by set_signals_the_loss_of_any_key, saying "did not fire within";
     set_fences_coarse: FenceFromCoarseClock by set_fences_rise_per_key, saying "fences did not rise with each grant";
+    retry_keeps_the_expiry: RetryKeepsTheExpiry by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the retry did not restart the expiry";
+    retry_refused: RetryRefused by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the owner's own retry was refused";
+    lost_reply_retry_keeps_the_expiry: RetryKeepsTheExpiry by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "the retry did not restart the expiry";
+    lost_reply_retry_refused: RetryRefused by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "whose reply was lost was refused";
+    blocking_steps_on_a_paused_server: BlockingSteps by lock_on_a_paused_server_ends_at_its_deadline, saying "returned Timeout after";
+    blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
 }

@@ -14,7 +14,7 @@ use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Handoff, OwnerToken,
     ReleaseOutcome, Renewal,
 };
-use distlock_core::{LockBackend, LockInfo, LockKey, MemoryBackend, Result};
+use distlock_core::{FencingToken, LockBackend, LockInfo, LockKey, MemoryBackend, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {
@@ -35,6 +35,13 @@ enum Bug {
     /// before the release made it: the waiter believes its lease lasts longer than
     /// the server keeps it.
     HandoffCountedFromItsNotice,
+    /// Answers a fair step of an owner that holds the key already (a retry whose reply
+    /// was lost) "granted" from what it read, without restarting the lease's expiry:
+    /// the client counts a fresh TTL that the server does not keep.
+    RetryKeepsTheExpiry,
+    /// Judges a fair step by its place before it looks at the lease: an owner that
+    /// holds the key already, retrying, is refused behind the waiters queued since.
+    RetryRefusedBehindThePlaces,
 }
 
 #[derive(Debug)]
@@ -43,28 +50,44 @@ struct Fair {
     bug: Bug,
     /// The keys last granted by a plain request (for `FairStepOverridesPlainHolder`).
     plain: Mutex<HashSet<LockKey>>,
+    /// The grants of fair steps, by key and owner, with their fence (for the retry
+    /// bugs).
+    in_turn: Mutex<Vec<(LockKey, OwnerToken, FencingToken)>>,
 }
 
-#[async_trait]
-impl LockBackend for Fair {
-    fn name(&self) -> &str {
-        "broken-fair"
+impl Fair {
+    /// The fence of the fair grant `request`'s owner holds on its key, if the store
+    /// still holds that grant.
+    async fn own_grant(&self, request: &AcquireRequest) -> Result<Option<FencingToken>> {
+        let recorded = self
+            .in_turn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(k, o, _)| k == request.key() && o == request.owner())
+            .map(|(_, _, fence)| *fence);
+        let Some(fence) = recorded else {
+            return Ok(None);
+        };
+        let held = self.store.inspect(request.key()).await?;
+        Ok(held.filter(|info| info.fence == fence).map(|_| fence))
     }
-    fn capabilities(&self) -> &Capabilities {
-        self.store.capabilities()
-    }
-    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let grant = self.store.try_grant(request).await?;
-        if matches!(grant, Grant::Granted(_)) {
-            self.plain
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(request.key().clone());
-        }
-        Ok(grant)
-    }
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+
+    /// The fair step, bent as the bug bends it.
+    async fn fair_step(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         match self.bug {
+            Bug::RetryKeepsTheExpiry => {
+                if let Some(fence) = self.own_grant(request).await? {
+                    return Ok(Grant::Granted(fence));
+                }
+                self.store.try_grant_in_turn(request, place).await
+            }
+            Bug::RetryRefusedBehindThePlaces => {
+                if self.own_grant(request).await?.is_some() {
+                    return Ok(Grant::Held { remaining: None });
+                }
+                self.store.try_grant_in_turn(request, place).await
+            }
             Bug::None | Bug::LeaveIgnored | Bug::HandoffCountedFromItsNotice => {
                 self.store.try_grant_in_turn(request, place).await
             }
@@ -89,6 +112,36 @@ impl LockBackend for Fair {
                 self.store.try_grant_in_turn(request, forever).await
             }
         }
+    }
+}
+
+#[async_trait]
+impl LockBackend for Fair {
+    fn name(&self) -> &str {
+        "broken-fair"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.store.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let grant = self.store.try_grant(request).await?;
+        if matches!(grant, Grant::Granted(_)) {
+            self.plain
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(request.key().clone());
+        }
+        Ok(grant)
+    }
+    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        let grant = self.fair_step(request, place).await?;
+        if let Grant::Granted(fence) = grant {
+            self.in_turn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((request.key().clone(), *request.owner(), fence));
+        }
+        Ok(grant)
     }
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         if self.bug == Bug::LeaveIgnored {
@@ -132,6 +185,7 @@ fn target(bug: Bug) -> Target {
         store: MemoryBackend::new(),
         bug,
         plain: Mutex::default(),
+        in_turn: Mutex::default(),
     }))
 }
 
@@ -227,6 +281,30 @@ async fn a_leave_that_keeps_a_handed_grant_is_caught() {
         Bug::LeaveIgnored,
         "a_release_hands_the_key_to_the_head_of_its_queue",
         "within 10 s of the release",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_retried_fair_step_that_keeps_the_expiry_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::RetryKeepsTheExpiry,
+        "a_retried_fair_step_restarts_the_expiry_it_counts_from",
+        "the retry did not restart the expiry",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_retried_fair_step_refused_behind_the_places_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::RetryRefusedBehindThePlaces,
+        "a_retried_fair_step_restarts_the_expiry_it_counts_from",
+        "was refused while a waiter was queued behind it",
     )
     .await;
 }

@@ -34,6 +34,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "the client checks a set's keys before it asks the backend anything",
     ),
     (
+        "two_extends_in_flight_never_outlast_the_server",
+        "core sends a guard's extends one after the other, whatever the backend (the core test two_extends_in_flight_never_leave_the_client_believing_past_the_server fails without it)",
+    ),
+    (
         "latency_is_never_counted_as_validity",
         "core counts validity from before the request; a backend's answer carries no validity",
     ),

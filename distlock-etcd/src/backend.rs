@@ -241,9 +241,45 @@ impl EtcdBackend {
         .await
     }
 
-    /// The acquisition transaction on a lease already granted: creates the key only if
-    /// it does not exist, attached to the lease, and runs `also` with it. The fence, or
-    /// `None` when the key exists; the lease is revoked unless granted.
+    /// The lease of `request`'s owner for at least `request.ttl()` from now: granted
+    /// fresh, or, when its ID is live already (this owner's lease from an earlier step
+    /// whose reply was lost), restarted by a keep-alive, so that a retry counts its
+    /// expiry from this step, on the server as in the client. A live lease granted
+    /// shorter than asked is revoked and granted again. `None` when the ID belongs to
+    /// a live lease that cannot be made this step's (it ran out between the two
+    /// requests, or, with odds of one in 2⁶³, another token shares its bits).
+    async fn lease_for(&self, request: &AcquireRequest) -> Result<Option<LeaseStep>> {
+        let id = lease_id(request.owner());
+        if self.grant_lease(id, request.ttl()).await? {
+            return Ok(Some(LeaseStep::Fresh));
+        }
+        match self.keep_alive_once(id).await? {
+            Some(granted) if granted >= request.ttl() => Ok(Some(LeaseStep::Kept)),
+            // Gone between the grant and the keep-alive: the next step grants it.
+            None => Ok(None),
+            Some(_) => {
+                // Granted for a shorter TTL by an earlier step: revoking it deletes
+                // whatever key it held, and the lease is granted again for this TTL.
+                self.revoke_now(id).await?;
+                Ok(self
+                    .grant_lease(id, request.ttl())
+                    .await?
+                    .then_some(LeaseStep::Fresh))
+            }
+        }
+    }
+
+    /// The acquisition transaction on the owner's lease (see
+    /// [`lease_for`](Self::lease_for)): creates the key only if it does not exist,
+    /// attached to the lease, and runs `also` with it; a key that exists and is this
+    /// owner's on this lease (a retry whose first reply was lost) is granted again
+    /// with its fence. The fence, or `None` when another holds the key.
+    ///
+    /// A failed step leaves the lease alone: the outcome of a request whose reply was
+    /// lost is unknown, and the owner's next step, or its release, settles it. Only a
+    /// lease this step knows to hold nothing is revoked, and before the step answers,
+    /// never in the background: the same owner's next step takes the lease again, and
+    /// a revoke landing after it would delete the key under that grant.
     async fn create_lock(
         &self,
         request: &AcquireRequest,
@@ -258,24 +294,44 @@ impl EtcdBackend {
         )];
         ops.extend(also);
         let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then(ops);
-        let reply = match self.txn_on_leases(&txn).await {
-            Ok(Some(reply)) => reply,
-            Ok(None) => return Err(lease_ran_out()),
-            Err(e) => {
-                self.revoke_later(id);
-                return Err(e);
-            }
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then(ops)
+            .or_else([TxnOp::get(key, None)]);
+        let reply = match self.txn_on_leases(&txn).await? {
+            Some(reply) => reply,
+            None => return Err(lease_ran_out()),
         };
-        if !reply.succeeded() {
-            self.revoke_later(id);
-            return Ok(None);
+        if reply.succeeded() {
+            let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
+            return Ok(Some(FencingToken::new(
+                u64::try_from(revision).unwrap_or(0),
+            )));
         }
-        let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-        Ok(Some(FencingToken::new(
-            u64::try_from(revision).unwrap_or(0),
-        )))
+        let holder = match reply.op_responses().first() {
+            Some(TxnOpResponse::Get(got)) => got.kvs().first().cloned(),
+            _ => None,
+        };
+        if let Some(holder) = holder {
+            if holder.value() == request.owner().to_hex().as_bytes() && holder.lease() == id {
+                let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
+                return Ok(Some(FencingToken::new(fence)));
+            }
+        }
+        self.revoke_now(id).await?;
+        Ok(None)
+    }
+
+    /// Revokes lease `id` and returns once the server has (a lease already gone is
+    /// not an error).
+    pub(crate) async fn revoke_now(&self, id: i64) -> Result<()> {
+        self.request(|mut c| async move {
+            match c.lease_revoke(id).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_lease_not_found(&e) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     fn client(&self) -> Client {
@@ -401,6 +457,15 @@ impl EtcdBackend {
     }
 }
 
+/// How [`EtcdBackend::lease_for`] got the owner's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseStep {
+    /// Granted by this step.
+    Fresh,
+    /// Live from an earlier step of the same owner, restarted by this one.
+    Kept,
+}
+
 #[async_trait]
 impl LockBackend for EtcdBackend {
     fn name(&self) -> &str {
@@ -412,12 +477,7 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        if !self
-            .grant_lease(lease_id(request.owner()), request.ttl())
-            .await?
-        {
-            // Another live acquisition's token shares the 63 bits the lease ID is made
-            // of: this token cannot acquire through that lease.
+        if self.lease_for(request).await?.is_none() {
             return Ok(Grant::Held { remaining: None });
         }
         Ok(match self.create_lock(request, Vec::new()).await? {
@@ -553,25 +613,29 @@ impl LockBackend for EtcdBackend {
         let has_place = matches!(kept, Ok(Some(_)));
         let owner = request.owner().to_hex();
         if let Some(holder) = &holder {
-            if holder.value() == owner.as_bytes() {
-                // A retry of a grant whose reply was lost: it is ours already.
-                let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
-                return Ok(Grant::Granted(FencingToken::new(fence)));
+            if holder.value() == owner.as_bytes() && holder.lease() == lease_id(request.owner()) {
+                // A retry of a grant whose reply was lost: it is ours already, and its
+                // lease restarts from this step, as the client counts it.
+                if let Some(LeaseStep::Kept) = self.lease_for(request).await? {
+                    let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
+                    return Ok(Grant::Granted(FencingToken::new(fence)));
+                }
+                // Gone meanwhile, or granted anew: the next step takes the key.
+                return Ok(Grant::Held { remaining: None });
             }
         }
         let first = head.as_ref().is_none_or(|h| h.key() == mine.as_bytes());
         if holder.is_none() && first {
             // First in line (or nobody queued) and the key free: take it, and leave
             // the queue in the same transaction.
-            if !self
-                .grant_lease(lease_id(request.owner()), request.ttl())
-                .await?
-            {
+            if self.lease_for(request).await?.is_none() {
                 return Ok(Grant::Held { remaining: None });
             }
             let leave = vec![TxnOp::delete(mine.clone(), None)];
             if let Some(fence) = self.create_lock(request, leave).await? {
                 if queued.is_some() || has_place {
+                    // The place's key went in the grant's transaction; its lease holds
+                    // nothing any later step could take again.
                     self.revoke_later(place_id);
                 }
                 return Ok(Grant::Granted(fence));

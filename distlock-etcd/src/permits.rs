@@ -90,18 +90,6 @@ impl EtcdBackend {
         Ok(read)
     }
 
-    /// Revokes lease `id` and waits for it; a lease already gone is fine.
-    async fn revoke_now(&self, id: i64) -> Result<()> {
-        self.request(|mut c| async move {
-            match c.lease_revoke(id).await {
-                Ok(_) => Ok(()),
-                Err(e) if crate::error::is_lease_not_found(&e) => Ok(()),
-                Err(e) => Err(e),
-            }
-        })
-        .await
-    }
-
     async fn keep_or_grant(&self, id: i64, ttl: Duration) -> Result<()> {
         if !self.grant_lease(id, ttl).await? {
             self.keep_alive_once(id).await?;
@@ -134,9 +122,10 @@ impl PermitBackend for EtcdBackend {
                 .iter()
                 .find(|kv| kv.key() == grant_key.as_bytes())
             {
-                // A retry of a grant whose reply was lost: it is ours already.
-                if !fresh {
-                    self.keep_alive_once(id).await?;
+                // A retry of a grant whose reply was lost: it is ours already, while
+                // the keep-alive finds its lease; gone, it took the grant with it.
+                if !fresh && self.keep_alive_once(id).await?.is_none() {
+                    return Ok(Grant::Held { remaining: None });
                 }
                 return Ok(Grant::Granted(FencingToken::new(revision(mine))));
             }
@@ -145,7 +134,7 @@ impl PermitBackend for EtcdBackend {
                 .as_ref()
                 .and_then(|g| std::str::from_utf8(g.value()).ok()?.parse::<u32>().ok());
             if !read.grants.is_empty() && held_limit.is_some_and(|l| l != claim.limit()) {
-                self.revoke_later(id);
+                self.revoke_now(id).await?;
                 return Err(claim.limit_conflict(
                     request.key(),
                     held_limit.map(u64::from).unwrap_or_default(),

@@ -20,8 +20,10 @@
 //!
 //! A cut holds every byte in both directions, and every new connection, until the
 //! link is healed, as a network that drops packets would: connections stay open, and
-//! only the client's and the server's own timeouts end them. Latency delays every
-//! byte by the same time in each direction, keeping their order.
+//! only the client's and the server's own timeouts end them. Held replies are the
+//! one-way fault of a lost reply: the client's bytes still reach the server, and the
+//! server's are held until the heal. Latency delays every byte by the same time in
+//! each direction, keeping their order.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -41,6 +43,8 @@ use tokio::time::{sleep_until, Instant};
 #[derive(Debug, Clone, Copy, Default)]
 struct Link {
     cut: bool,
+    /// The server's bytes are held, the client's still pass: a lost reply.
+    replies_held: bool,
     latency: Duration,
 }
 
@@ -134,12 +138,24 @@ impl LinkControl for Proxy {
     }
 
     async fn heal(&self) -> Result<(), BoxError> {
-        self.link.send_modify(|l| l.cut = false);
+        self.link.send_modify(|l| {
+            l.cut = false;
+            l.replies_held = false;
+        });
         Ok(())
     }
 
     async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
         self.link.send_modify(|l| l.latency = one_way);
+        Ok(())
+    }
+
+    fn can_hold_replies(&self) -> bool {
+        true
+    }
+
+    async fn hold_replies(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.replies_held = true);
         Ok(())
     }
 }
@@ -255,9 +271,12 @@ async fn write_side(
     asked: Arc<AtomicBool>,
     count: Option<Arc<AtomicU64>>,
 ) {
+    // Downstream (the side that counts) carries the server's replies.
+    let downstream = count.is_some();
     while let Some(chunk) = chunks.recv().await {
         sleep_until(chunk.due).await;
-        if link.wait_for(|l| !l.cut).await.is_err() {
+        let passes = |l: &Link| !l.cut && !(downstream && l.replies_held);
+        if link.wait_for(passes).await.is_err() {
             return;
         }
         let Some(bytes) = chunk.bytes else {
@@ -395,5 +414,48 @@ mod tests {
             .expect("latency");
         let took = exchange(&mut conn).await;
         assert!(took >= Duration::from_millis(100), "took only {took:?}");
+    }
+
+    #[tokio::test]
+    async fn held_replies_let_requests_through_and_hold_what_comes_back() {
+        // A server that counts what reaches it, and answers each byte.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let received = Arc::new(AtomicU64::new(0));
+        let counted = received.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        counted.fetch_add(n as u64, Ordering::SeqCst);
+                        if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = Proxy::start(port).await.expect("proxy");
+        assert!(proxy.can_hold_replies());
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        exchange(&mut conn).await;
+        proxy.hold_replies().await.expect("hold");
+        conn.write_all(b"late").await.expect("write");
+        let mut buf = [0u8; 4];
+        let held =
+            tokio::time::timeout(Duration::from_millis(200), conn.read_exact(&mut buf)).await;
+        assert!(held.is_err(), "a reply crossed while replies were held");
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            8,
+            "the request did not reach the server"
+        );
+        proxy.heal().await.expect("heal");
+        conn.read_exact(&mut buf).await.expect("the held reply");
+        assert_eq!(&buf, b"late");
     }
 }

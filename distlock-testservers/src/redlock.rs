@@ -214,6 +214,15 @@ impl LinkControl for Links {
         }
         Ok(())
     }
+    fn can_hold_replies(&self) -> bool {
+        self.0.iter().all(|p| p.can_hold_replies())
+    }
+    async fn hold_replies(&self) -> Result<(), BoxError> {
+        for p in &self.0 {
+            p.hold_replies().await?;
+        }
+        Ok(())
+    }
 }
 
 /// The conformance target for a Redlock backend on `masters`: the backend `connect`

@@ -523,21 +523,28 @@ impl LockBackend for ZooKeeperBackend {
                 let now = stat.mtime;
                 let mine_name = format!("p-{}", owner.to_hex());
                 let lease_name = format!("l-{}", owner.to_hex());
+                // An owner with a lease node of its own (a retry whose reply was lost,
+                // this place made again behind waiters queued since) is not judged by
+                // its place: the plain grant recognises its lease, refreshes it and
+                // judges it against the leases ahead, as contract point 10 asks.
+                let own_lease = names.contains(&lease_name);
                 let others: Vec<String> = names
                     .into_iter()
                     .filter(|n| *n != mine_name && *n != lease_name)
                     .collect();
-                let nodes = read_nodes(&client, &dir, others).await?;
-                if let Some(h) = holder(&nodes, now) {
-                    return Ok(Grant::Held {
-                        remaining: Some(h.remaining_at(now)),
+                if !own_lease {
+                    let nodes = read_nodes(&client, &dir, others).await?;
+                    if let Some(h) = holder(&nodes, now) {
+                        return Ok(Grant::Held {
+                            remaining: Some(h.remaining_at(now)),
+                        });
+                    }
+                    let ahead = nodes.iter().any(|n| {
+                        n.kind == Kind::Place && n.stat.czxid < stat.czxid && n.live_at(now)
                     });
-                }
-                let ahead = nodes
-                    .iter()
-                    .any(|n| n.kind == Kind::Place && n.stat.czxid < stat.czxid && n.live_at(now));
-                if ahead {
-                    return Ok(Grant::Held { remaining: None });
+                    if ahead {
+                        return Ok(Grant::Held { remaining: None });
+                    }
                 }
                 let grant = Self::grant(inner, &client, key, owner, request.ttl()).await?;
                 if let Grant::Granted(_) = grant {

@@ -3,6 +3,43 @@
 use super::*;
 
 cases! {
+    /// Two extends with different TTLs in flight at once (the renewal's and a user's), replies in either order: the guard never counts validity past what the server keeps.
+    #[case(Client, always)]
+    pub async fn two_extends_in_flight_never_outlast_the_server(t: &Target) -> CaseResult {
+        if !t.capabilities().extend_any_ttl {
+            return Err(CaseError::Skipped(
+                "the backend renews a lease only to the TTL it was granted (capabilities.extend_any_ttl)".into(),
+            ));
+        }
+        let (short, long) = (t.short_ttl(), t.long_ttl());
+        let client = client(t, LockOptions::new(t.long_ttl()).with_auto_renew(false))?;
+        let key = t.key("two-extends");
+        for trial in 0..6 {
+            let Some(guard) = client.try_lock(key.as_str()).await? else {
+                return fail(format!("trial {trial}: a free key was held"));
+            };
+            // Every other trial sends the short one first, so that either may be
+            // applied last.
+            let (a, b) = if trial % 2 == 0 { (long, short) } else { (short, long) };
+            let (first, second) = tokio::join!(guard.extend(a), guard.extend(b));
+            first?;
+            second?;
+            let counted = guard.valid_until().saturating_duration_since(Instant::now());
+            let on_server = t
+                .backend()
+                .inspect(&key)
+                .await?
+                .map(|info| info.remaining)
+                .unwrap_or_default();
+            guard.release().await?;
+            ensure!(
+                counted <= on_server + t.expiry_slack(),
+                "trial {trial}: the guard counts {counted:?} of validity after extends to {a:?} and {b:?}; the server keeps {on_server:?}"
+            );
+        }
+        Ok(())
+    }
+
     /// Auto-renewal keeps a lease alive across several TTLs, with the same fence.
     #[case(Client, always)]
     pub async fn client_renewal_keeps_the_lease(t: &Target) -> CaseResult {

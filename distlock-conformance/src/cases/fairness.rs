@@ -432,6 +432,51 @@ cases! {
         next.release().await?;
         Ok(())
     }
+
+    /// A fair step retried by an owner that holds the key already (its reply lost) is granted again with a waiter queued behind it, and restarts the expiry its validity is counted from.
+    #[case(Fairness, needs_fair)]
+    pub async fn a_retried_fair_step_restarts_the_expiry_it_counts_from(t: &Target) -> CaseResult {
+        let key = t.key("retried-fair-step");
+        let ttl = t.capabilities().ttl_at_least(Duration::from_millis(600));
+        let place = t.long_ttl();
+        let (owner, behind) = (OwnerToken::random(), OwnerToken::random());
+        let backend = t.backend();
+        let AcquireOutcome::Acquired(_lost) =
+            backend.try_acquire_in_turn(&key, ttl, owner, place).await?
+        else {
+            return fail("a fresh key was held");
+        };
+        // Another waiter queues behind the holder: its place is older than any the
+        // holder's retry could make.
+        if let AcquireOutcome::Acquired(lease) =
+            backend.try_acquire_in_turn(&key, ttl, behind, place).await?
+        {
+            backend.release_lease(&lease).await?;
+            return fail("a held key was granted to a second fair waiter");
+        }
+        sleep(ttl / 2).await;
+        let retried = match backend.try_acquire_in_turn(&key, ttl, owner, place).await? {
+            AcquireOutcome::Acquired(lease) => lease,
+            AcquireOutcome::Held { .. } => {
+                backend.release(&key, &owner).await?;
+                backend.leave_queue(&key, &behind).await?;
+                return fail(
+                    "the holder's own retried fair step was refused while a waiter was queued behind it: the key stays held by nobody working until its ttl",
+                );
+            }
+        };
+        let result = outlasts_its_retry(t, &retried, &mut |key: &LockKey, ttl: Duration| {
+            Box::pin(async move {
+                match backend.try_acquire_in_turn(key, ttl, behind, place).await? {
+                    AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
+                    AcquireOutcome::Held { .. } => Ok(None),
+                }
+            })
+        })
+        .await;
+        backend.leave_queue(&key, &behind).await?;
+        result
+    }
 }
 
 /// Waits (up to ten seconds) for `owner`, a fair waiter watching `wakes`, to be handed

@@ -3,6 +3,44 @@
 use super::*;
 
 cases! {
+    /// `lock()` on a paused server returns Timeout within its wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
+    #[case(Client, needs_control, fault)]
+    pub async fn lock_on_a_paused_server_ends_at_its_deadline(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let held_key = t.key("deadline-held");
+        let held = acquire(t, &held_key, t.long_ttl()).await?;
+        let (watching, waiter) = with_a_watch_open(t, t.backend(), &held_key).await?;
+        let fresh = match t.another_client().await {
+            Some(backend) => Some(LockClient::with_options(
+                backend?,
+                LockOptions::new(fault_ttl(t)),
+            )?),
+            None => None,
+        };
+        control.pause().await.map_err(control_err("pause"))?;
+        // Another waiter of the same client, whose watch is set up on the paused server.
+        let setting_up = {
+            let (client, key) = (watching.clone(), t.key("deadline-setting-up"));
+            tokio::spawn(async move {
+                let _ = client.lock(key.as_str(), Duration::from_secs(120)).await;
+            })
+        };
+        sleep(Duration::from_millis(50)).await;
+        let mut clients = vec![("a client with a watch open", &watching)];
+        if let Some(fresh) = &fresh {
+            clients.push(("a fresh client", fresh));
+        }
+        let wrong = waits_end_at_their_deadline(t, &clients).await;
+        waiter.abort();
+        setting_up.abort();
+        control.unpause().await.map_err(control_err("unpause"))?;
+        retry_until_up("release after the pause", || t.backend().release_lease(&held)).await?;
+        ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+        Ok(())
+    }
+
     /// A server paused beyond the TTL makes the holder learn it lost the lock, in time.
     #[case(Client, needs_control, fault)]
     pub async fn fault_pause_beyond_ttl_signals_loss(t: &Target) -> CaseResult {

@@ -187,6 +187,114 @@ async fn waiter_woken(
     Ok(())
 }
 
+/// One attempt of another owner on a key, for [`outlasts_its_retry`].
+type OtherAttempt<'a> = dyn FnMut(
+        &'a LockKey,
+        Duration,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<Lease>, CaseError>>
+    + Send
+    + 'a;
+
+/// A grant retried by its owner (its first reply lost) restarted its expiry on the
+/// server: the server agrees with the validity the client counts (`inspect`, within
+/// the expiry slack), and another owner's attempts, made every few milliseconds, get
+/// the key only once that validity has ended.
+async fn outlasts_its_retry<'a>(
+    t: &'a Target,
+    retried: &'a Lease,
+    other: &mut OtherAttempt<'a>,
+) -> CaseResult {
+    let key = retried.key();
+    let counted = retried
+        .valid_until()
+        .saturating_duration_since(Instant::now());
+    let on_server = t
+        .backend()
+        .inspect(key)
+        .await?
+        .map(|info| info.remaining)
+        .unwrap_or_default();
+    ensure!(
+        on_server + t.expiry_slack() >= counted,
+        "after the retry the server had {on_server:?} left on the lease and the client counted {counted:?}: the retry did not restart the expiry"
+    );
+    let give_up = Instant::now() + retried.ttl() * 4 + t.expiry_slack() * 4;
+    let next = loop {
+        if let Some(lease) = other(key, t.long_ttl()).await? {
+            break lease;
+        }
+        if Instant::now() > give_up {
+            return fail(format!("{key} never became free"));
+        }
+        sleep(Duration::from_millis(5)).await;
+    };
+    let granted_at = Instant::now();
+    let early = retried.valid_until().saturating_duration_since(granted_at);
+    t.backend().release_lease(&next).await?;
+    ensure!(
+        early.is_zero(),
+        "another owner got the key {early:?} before the retried grant's validity ended: the retry did not restart the expiry, and made two holders"
+    );
+    Ok(())
+}
+
+/// How far past its wait a `lock()` may return on a server that does not answer: the
+/// scheduling of the task that notices the deadline, on a loaded machine.
+const DEADLINE_BOUND: Duration = Duration::from_millis(500);
+
+/// Each of `clients` asks for a free key with a wait of 500 ms while its server does
+/// not answer: what went wrong, one line each (nothing when each returned a
+/// [`ErrorKind::Timeout`] error within the wait and [`DEADLINE_BOUND`]).
+async fn waits_end_at_their_deadline(t: &Target, clients: &[(&str, &LockClient)]) -> Vec<String> {
+    let wait = Duration::from_millis(500);
+    let mut wrong = Vec::new();
+    for (who, client) in clients {
+        let key = t.key("deadline");
+        let started = Instant::now();
+        let waited = timeout(Duration::from_secs(15), client.lock(key.as_str(), wait)).await;
+        let took = started.elapsed();
+        match waited {
+            Err(_) => wrong.push(format!(
+                "{who}: lock() had not returned 15 s into a wait of {wait:?}"
+            )),
+            Ok(Ok(guard)) => {
+                wrong.push(format!(
+                    "{who}: lock() was granted by a server that does not answer"
+                ));
+                drop(guard);
+            }
+            Ok(Err(e)) if e.kind() != ErrorKind::Timeout => wrong.push(format!(
+                "{who}: lock() gave a {:?} error, not Timeout: {e}",
+                e.kind()
+            )),
+            Ok(Err(_)) if took > wait + DEADLINE_BOUND => wrong.push(format!(
+                "{who}: lock() with a wait of {wait:?} returned Timeout after {took:?}"
+            )),
+            Ok(Err(_)) => {}
+        }
+    }
+    wrong
+}
+
+/// A client of `backend` with a watch open (on a backend without notifications, a
+/// waiter polling): it waits for `held`, a key another holds. The waiter's task.
+async fn with_a_watch_open(
+    t: &Target,
+    backend: &Arc<DynLockBackend>,
+    held: &LockKey,
+) -> Result<(LockClient, tokio::task::JoinHandle<()>), CaseError> {
+    let client = LockClient::with_options(backend.clone(), LockOptions::new(fault_ttl(t)))?;
+    let waiting = {
+        let (client, key) = (client.clone(), held.clone());
+        tokio::spawn(async move {
+            let _ = client.lock(key.as_str(), Duration::from_secs(120)).await;
+        })
+    };
+    // Long enough for the watch to be set up and the first attempt to be answered.
+    sleep(Duration::from_millis(300)).await;
+    Ok((client, waiting))
+}
+
 /// A TTL for the cases that fault the server or the network: long enough to renew
 /// through a short fault, short enough to wait out.
 fn fault_ttl(t: &Target) -> Duration {

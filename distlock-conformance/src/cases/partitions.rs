@@ -19,6 +19,72 @@ fn link_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '
 }
 
 cases! {
+    /// `lock()` over a black-holed link returns Timeout within its wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
+    #[case(Client, needs_links)]
+    pub async fn lock_over_a_cut_link_ends_at_its_deadline(t: &Target) -> CaseResult {
+        let (linked_watching, link) = linked(t).await?;
+        let (linked_fresh, fresh_link) = linked(t).await?;
+        let held_key = t.key("deadline-held");
+        let held = acquire(t, &held_key, t.long_ttl()).await?;
+        let (watching, waiter) = with_a_watch_open(t, &linked_watching, &held_key).await?;
+        let fresh = LockClient::with_options(linked_fresh, LockOptions::new(fault_ttl(t)))?;
+        link.cut().await.map_err(link_err("cut"))?;
+        fresh_link.cut().await.map_err(link_err("cut"))?;
+        let setting_up = {
+            let (client, key) = (watching.clone(), t.key("deadline-setting-up"));
+            tokio::spawn(async move {
+                let _ = client.lock(key.as_str(), Duration::from_secs(120)).await;
+            })
+        };
+        sleep(Duration::from_millis(50)).await;
+        let wrong = waits_end_at_their_deadline(
+            t,
+            &[("a client with a watch open", &watching), ("a fresh client", &fresh)],
+        )
+        .await;
+        waiter.abort();
+        setting_up.abort();
+        link.heal().await.map_err(link_err("heal"))?;
+        fresh_link.heal().await.map_err(link_err("heal"))?;
+        t.backend().release_lease(&held).await?;
+        ensure!(wrong.is_empty(), "{}", wrong.join("; "));
+        Ok(())
+    }
+
+    /// A grant whose reply was lost (held on the link after the server applied the request), retried by its owner, is granted again and restarts its expiry on the server.
+    #[case(Validity, needs_links)]
+    pub async fn a_grant_whose_reply_was_lost_is_granted_again_to_its_owner(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        if !link.can_hold_replies() {
+            return Err(CaseError::Skipped(
+                "the target's links cannot hold replies alone (LinkControl::can_hold_replies)".into(),
+            ));
+        }
+        let key = t.key("lost-reply");
+        let ttl = fault_ttl(t);
+        let owner = OwnerToken::random();
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        let lost = timeout(ttl / 4, linked.try_acquire_as(&key, ttl, owner)).await;
+        link.heal().await.map_err(link_err("heal"))?;
+        if let Ok(Ok(AcquireOutcome::Acquired(_))) = lost {
+            return fail("a grant's reply crossed a link that held the replies");
+        }
+        let retried = retry_until_up("the owner's retry", || {
+            linked.try_acquire_as(&key, ttl, owner)
+        })
+        .await?;
+        let AcquireOutcome::Acquired(retried) = retried else {
+            linked.release(&key, &owner).await?;
+            return fail(
+                "the owner's retry of a grant whose reply was lost was refused: the key stays held by nobody working until its ttl",
+            );
+        };
+        outlasts_its_retry(t, &retried, &mut |key, ttl| {
+            Box::pin(async move { grant(t.backend(), key, ttl).await })
+        })
+        .await
+    }
+
     /// A holder cut off past its TTL is told it lost the lock before its validity ends and before another client gets in.
     #[case(Client, needs_links)]
     pub async fn a_cut_off_holder_is_told_before_another_client_gets_in(t: &Target) -> CaseResult {
