@@ -64,6 +64,26 @@ pub(crate) fn needs_links(t: &Target) -> Option<String> {
     })
 }
 
+pub(crate) fn needs_reply_holding_links(t: &Target) -> Option<String> {
+    needs_links(t).or_else(|| match t.links_hold_replies() {
+        Some(true) => None,
+        Some(false) => Some(
+            "the target's links cannot hold the replies alone (LinkControl::can_hold_replies)"
+                .into(),
+        ),
+        None => {
+            Some("the target's links were not asked what they offer (Target::probe_links)".into())
+        }
+    })
+}
+
+pub(crate) fn needs_extend_any_ttl(t: &Target) -> Option<String> {
+    (!t.capabilities().extend_any_ttl).then(|| {
+        "the backend renews a lease only to the TTL it was granted (capabilities.extend_any_ttl)"
+            .into()
+    })
+}
+
 pub(crate) fn needs_members(t: &Target) -> Option<String> {
     (t.members().len() < 3).then(|| {
         "the target has no three or more members with their controls (Target::with_members)".into()

@@ -76,6 +76,7 @@ impl SuiteReport {
 /// Runs one case on `target`, honouring its gate, its need for the server alone, and
 /// the case time limit. A panic inside the case is a failure.
 pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
+    target.probe_links().await;
     let (outcome, duration) = match case.skip_reason(target) {
         Some(reason) => (Outcome::Skipped(reason), Duration::ZERO),
         None if case.fault() => {
@@ -143,7 +144,13 @@ where
     Fut: Future<Output = Result<Target, E>>,
     E: fmt::Display,
 {
-    libtest_main(make, |target| {
+    // The links are asked what they offer before the gates are read.
+    let make = || async {
+        let target = make().await?;
+        target.probe_links().await;
+        Ok::<_, E>(target)
+    };
+    libtest_main(make, |target: &Arc<Target>| {
         cases()
             .map(|case| {
                 let skip = case.skip_reason(target);

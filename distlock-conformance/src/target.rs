@@ -127,6 +127,8 @@ pub struct Target {
     members: Option<(Vec<Arc<dyn ServerControl>>, MemberConnector)>,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
+    /// Whether the target's links hold replies alone, once a link was asked.
+    links_hold_replies: std::sync::OnceLock<bool>,
 }
 
 impl fmt::Debug for Target {
@@ -155,6 +157,7 @@ impl Target {
             links: None,
             members: None,
             server_use: RwLock::new(()),
+            links_hold_replies: std::sync::OnceLock::new(),
         }
     }
 
@@ -229,6 +232,27 @@ impl Target {
     /// Whether the target can make clients whose link can be cut.
     pub fn has_links(&self) -> bool {
         self.links.is_some()
+    }
+
+    /// Whether the target's links hold the replies alone
+    /// ([`LinkControl::can_hold_replies`]): `None` until
+    /// [`probe_links`](Self::probe_links) has asked one.
+    pub fn links_hold_replies(&self) -> Option<bool> {
+        self.links_hold_replies.get().copied()
+    }
+
+    /// Makes one linked client, once, to learn what its link offers (see
+    /// [`links_hold_replies`](Self::links_hold_replies)); the runners call it before
+    /// they read the gates. A link that cannot be made offers nothing.
+    pub async fn probe_links(&self) {
+        if self.links_hold_replies.get().is_some() {
+            return;
+        }
+        let holds = match self.linked_client().await {
+            Some(Ok((_, link))) => link.can_hold_replies(),
+            _ => false,
+        };
+        let _ = self.links_hold_replies.set(holds);
     }
 
     /// Whether the target can make more clients of its server.
@@ -410,7 +434,7 @@ impl MemoryLink {
     /// back, while replies are held), then delayed.
     async fn cross(&self, back: bool) {
         let mut link = self.link.subscribe();
-        let _ = link.wait_for(|l| !l.cut && !(back && l.replies_held)).await;
+        let _ = link.wait_for(|l| !(l.cut || back && l.replies_held)).await;
         let latency = link.borrow().latency;
         tokio::time::sleep(latency).await;
     }

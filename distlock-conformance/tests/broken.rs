@@ -134,6 +134,10 @@ enum Bug {
     /// driver called from async code, with a time-out of 2 s of its own), so that no
     /// deadline can cut the step short.
     BlockingSteps,
+    /// Reports a refused connection without saying that the request never left the
+    /// client, so that every refused attempt is cleaned up as one that may have been
+    /// granted.
+    RefusalsNotMarkedUnsent,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -279,10 +283,14 @@ impl Naive {
         let latency = link.borrow().1;
         sleep(latency).await;
         if self.server.down.load(Ordering::SeqCst) {
-            return Err(if self.bug == Bug::UntypedErrors {
-                Error::new(ErrorKind::Backend, "connection refused").with_retryable(false)
-            } else {
-                Error::new(ErrorKind::Unavailable, "connection refused")
+            return Err(match self.bug {
+                Bug::UntypedErrors => {
+                    Error::new(ErrorKind::Backend, "connection refused").with_retryable(false)
+                }
+                Bug::RefusalsNotMarkedUnsent => {
+                    Error::new(ErrorKind::Unavailable, "connection refused")
+                }
+                _ => Error::new(ErrorKind::Unavailable, "connection refused").with_not_sent(),
             });
         }
         let current = self.server.generation.load(Ordering::SeqCst);
@@ -879,4 +887,49 @@ caught! {
     lost_reply_retry_refused: RetryRefused by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "whose reply was lost was refused";
     blocking_steps_on_a_paused_server: BlockingSteps by lock_on_a_paused_server_ends_at_its_deadline, saying "returned Timeout after";
     blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
+    refusals_not_marked_unsent: RefusalsNotMarkedUnsent by an_outage_costs_a_bounded_number_of_cleanups, saying "cleanup releases (at most";
+}
+
+/// A third party's link from before the lost-reply fault: cut, heal and latency
+/// only, so `can_hold_replies` keeps its default.
+#[derive(Debug)]
+struct LinkWithoutHeldReplies(NaiveLink);
+
+#[async_trait]
+impl LinkControl for LinkWithoutHeldReplies {
+    async fn cut(&self) -> Result<(), BoxError> {
+        self.0.cut().await
+    }
+    async fn heal(&self) -> Result<(), BoxError> {
+        self.0.heal().await
+    }
+    async fn set_latency(&self, one_way: Duration) -> Result<(), BoxError> {
+        self.0.set_latency(one_way).await
+    }
+}
+
+/// The lost-reply case says "not run", with the reason, on a link that does not hold
+/// replies: never a pass, never a failure of the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_that_cannot_hold_replies_says_the_lost_reply_case_was_not_run() {
+    let naive = Naive::new(Bug::None);
+    let target = Target::new(naive.clone()).with_links(move || {
+        let client = naive.another_client();
+        let link: Arc<dyn LinkControl> = Arc::new(LinkWithoutHeldReplies(NaiveLink(
+            client.link.clone(),
+            client.replies_held.clone(),
+        )));
+        let client: Arc<DynLockBackend> = client;
+        Box::pin(async move { Ok((client, link)) })
+    });
+    let case =
+        distlock_conformance::case("a_grant_whose_reply_was_lost_is_granted_again_to_its_owner")
+            .expect("the case");
+    let outcome = distlock_conformance::run_case(&target, case).await.outcome;
+    match outcome {
+        distlock_conformance::Outcome::Skipped(reason) => {
+            assert!(reason.contains("can_hold_replies"), "{reason}")
+        }
+        other => panic!("expected not run, got {other:?}"),
+    }
 }

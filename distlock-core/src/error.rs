@@ -106,6 +106,7 @@ pub struct Error {
     retryable: bool,
     backend: Option<Cow<'static, str>>,
     code: Option<Cow<'static, str>>,
+    not_sent: bool,
     #[source]
     source: Option<BoxError>,
 }
@@ -120,6 +121,7 @@ impl Error {
             retryable: kind.retryable_by_default(),
             backend: None,
             code: None,
+            not_sent: false,
             source: None,
         }
     }
@@ -162,6 +164,22 @@ impl Error {
     pub fn with_retryable(mut self, retryable: bool) -> Self {
         self.retryable = retryable;
         self
+    }
+
+    /// Marks the request as never sent: it failed before it left this process (a
+    /// refused connection, no pooled connection free in time), so the server cannot
+    /// have applied it. A backend says so only where it knows; by default an error
+    /// says nothing of it, and a failed acquisition is then cleaned up as one that
+    /// may have been granted.
+    pub fn with_not_sent(mut self) -> Self {
+        self.not_sent = true;
+        self
+    }
+
+    /// Whether the request is known never to have left this process (see
+    /// [`with_not_sent`](Self::with_not_sent)).
+    pub fn was_not_sent(&self) -> bool {
+        self.not_sent
     }
 
     /// The kind of this error.

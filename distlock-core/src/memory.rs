@@ -237,8 +237,10 @@ impl MemoryBackend {
             match now {
                 ServerState::Up => return Ok(()),
                 ServerState::Down => {
+                    // As a refused connection: the request never reached a server.
                     return Err(Error::new(ErrorKind::Unavailable, "the server is stopped")
-                        .with_backend(NAME))
+                        .with_backend(NAME)
+                        .with_not_sent());
                 }
                 ServerState::Paused => {
                     if rx.changed().await.is_err() {

@@ -360,6 +360,10 @@ impl EtcdBackend {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(200));
                 }
+                // A refusal until the deadline: the request never left this process.
+                Ok(Err(e)) if is_not_sent(&e) => {
+                    return Err(from_etcd(&self.inner.config, e).with_not_sent())
+                }
                 Ok(Err(e)) => return Err(from_etcd(&self.inner.config, e)),
             }
         }

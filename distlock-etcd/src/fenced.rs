@@ -23,7 +23,8 @@ const NAME: &str = "etcd";
 /// ```
 ///
 /// - [`put`](Self::put) writes one of *your* keys, [`get`](Self::get) reads one under
-///   a fence (a claiming read).
+///   a fence (a claiming read). A key under the fence prefix or the resource prefix
+///   is refused as [`ErrorKind::InvalidKey`]: a write there would reset a fence.
 /// - As a [`FencedStore`], a resource named `r` is the key
 ///   `<resource prefix>r` (`distlock-fenced/r` unless
 ///   [`with_resource_prefix`](Self::with_resource_prefix) says otherwise).
@@ -78,7 +79,7 @@ impl EtcdStore {
     /// has seen, and stores `fence`, in one transaction. An
     /// [`ErrorKind::StaleFence`] error otherwise.
     pub async fn put(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<()> {
-        checked(key, fence)?;
+        self.checked(key, fence)?;
         let check = self.step(key, fence, Step::Put(value)).await?;
         check.into_result(NAME, key, fence).map(drop)
     }
@@ -86,7 +87,7 @@ impl EtcdStore {
     /// Reads your key `key` under `fence`, raising its fence to `fence` (a claiming
     /// read). An [`ErrorKind::StaleFence`] error when the key has seen a higher fence.
     pub async fn get(&self, key: &str, fence: FencingToken) -> Result<Option<Vec<u8>>> {
-        checked(key, fence)?;
+        self.checked(key, fence)?;
         let check = self.step(key, fence, Step::Claim).await?;
         check.into_result(NAME, key, fence)
     }
@@ -139,14 +140,29 @@ fn non_empty(prefix: String, what: &str) -> Result<String> {
     Ok(prefix)
 }
 
-fn checked(key: &str, fence: FencingToken) -> Result<()> {
-    check_fence(fence)?;
-    if key.is_empty() {
-        return Err(
-            Error::new(ErrorKind::InvalidKey, "an etcd key must not be empty").with_backend(NAME),
-        );
+impl EtcdStore {
+    /// A key of the user's, checked: not empty, and under neither the fence prefix
+    /// (a write there would reset another key's fence) nor the resource prefix (the
+    /// [`FencedStore`]'s own values).
+    fn checked(&self, key: &str, fence: FencingToken) -> Result<()> {
+        check_fence(fence)?;
+        let refused = if key.is_empty() {
+            "an etcd key must not be empty".to_owned()
+        } else if key.starts_with(&self.fence_prefix) {
+            format!(
+                "a fenced key must not start with the fence prefix {:?}: that names a fence key, and writing it would reset a fence",
+                self.fence_prefix
+            )
+        } else if key.starts_with(&self.resource_prefix) {
+            format!(
+                "a fenced key must not start with the resource prefix {:?}: the fenced store keeps its resources there",
+                self.resource_prefix
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::new(ErrorKind::InvalidKey, refused).with_backend(NAME))
     }
-    Ok(())
 }
 
 fn unexpected(what: &str) -> Error {

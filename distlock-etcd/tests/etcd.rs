@@ -168,6 +168,22 @@ async fn fenced_puts_to_the_users_own_keys_keep_a_fixed_width_fence_beside_them(
         .await
         .expect_err("9 after 10");
     assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+    // No write through a name reaches a fence: a key that names the fence key is
+    // refused, and the stale holder stays stale.
+    let named = store
+        .put(
+            &store.fence_key("config/feature"),
+            f(11),
+            b"00000000000000000000",
+        )
+        .await
+        .expect_err("a key under the fence prefix");
+    assert_eq!(named.kind(), ErrorKind::InvalidKey, "{named}");
+    let stale = store
+        .put("config/feature", f(9), b"on")
+        .await
+        .expect_err("still 9 after 10");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
 
     let mut raw = etcd_client::Client::connect([server.url().replace("etcd://", "http://")], None)
         .await

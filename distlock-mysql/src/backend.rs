@@ -278,7 +278,10 @@ impl MySqlBackend {
         let config = &self.inner.config;
         match tokio::time::timeout(config.response_timeout, op).await {
             Err(_) => Err(timed_out(config, Setting::Response)),
-            Ok(Err(sqlx::Error::PoolTimedOut)) => Err(timed_out(config, Setting::Acquire)),
+            // No connection was had, so no statement was sent.
+            Ok(Err(sqlx::Error::PoolTimedOut)) => {
+                Err(timed_out(config, Setting::Acquire).with_not_sent())
+            }
             Ok(result) => Ok(result),
         }
     }

@@ -427,10 +427,15 @@ impl PostgresBackend {
         self.inner.config.response_timeout * 2
     }
 
+    /// A pooled connection. Its failure is an error of a request that never left
+    /// this process: no statement is sent before a connection is had.
     async fn checkout(&self) -> Result<Checkout<'_>> {
-        self.inner.pool.checkout().await.map_err(|e| match e {
-            Some(e) => from_sqlx(&self.inner.config, e),
-            None => timed_out(&self.inner.config, Setting::Acquire),
+        self.inner.pool.checkout().await.map_err(|e| {
+            match e {
+                Some(e) => from_sqlx(&self.inner.config, e),
+                None => timed_out(&self.inner.config, Setting::Acquire),
+            }
+            .with_not_sent()
         })
     }
 

@@ -39,7 +39,11 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         }
         _ => detail,
     };
-    let error = distlock_core::backend::driver_error(kind, "redis", detail);
+    let mut error = distlock_core::backend::driver_error(kind, "redis", detail);
+    if e.is_connection_refusal() {
+        // The connection was refused: the request never left this process.
+        error = error.with_not_sent();
+    }
     // The server's code where it gave one, else the driver's kind (a refused
     // password arrives as the driver's `AuthenticationFailed`).
     match code {

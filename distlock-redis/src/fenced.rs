@@ -42,15 +42,24 @@ pub struct RedisStore {
     script: Lua,
 }
 
-/// The key that keeps the fence of the string key `key`: where `key` has a hash tag,
-/// `<key>:distlock-fence` (the tag still comes first); else `{<key>}:distlock-fence`.
-/// Both share `key`'s Redis Cluster hash slot, except for a key that holds a `}` but
-/// no hash tag (such as `{}x`), which no tag can name.
+/// How every fence key of [`RedisStore::set`] ends: a key of yours that ends so is
+/// refused, so that no write of yours can land on a fence.
+pub const FENCE_KEY_SUFFIX: &str = ":distlock-fence";
+
+/// The key that keeps the fence of the string key `key`: where `key` has a hash tag
+/// (or a `}`), `<key>:tagged:distlock-fence` (the tag still comes first); else
+/// `{<key>}:distlock-fence`. Both share `key`'s Redis Cluster hash slot, except for a
+/// key that holds a `}` but no hash tag (such as `{}x`), which no tag can name.
+///
+/// The mapping is one to one: two keys never share a fence (`a` and `{a}` have
+/// `{a}:distlock-fence` and `{a}:tagged:distlock-fence`), and no key that
+/// [`RedisStore::set`] accepts is a fence key (it refuses every key that ends with
+/// [`FENCE_KEY_SUFFIX`]).
 pub fn fence_key(key: &str) -> String {
     if hash_tag(key).is_some() || key.contains('}') {
-        format!("{key}:distlock-fence")
+        format!("{key}:tagged{FENCE_KEY_SUFFIX}")
     } else {
-        format!("{{{key}}}:distlock-fence")
+        format!("{{{key}}}{FENCE_KEY_SUFFIX}")
     }
 }
 
@@ -123,7 +132,7 @@ impl RedisStore {
     /// key has seen, and stores `fence` in [`fence_key`]`(key)`, in one step. An
     /// [`ErrorKind::StaleFence`] error otherwise.
     pub async fn set(&self, key: &str, fence: FencingToken, value: &[u8]) -> Result<()> {
-        let fence_key = fence_key(checked(key, fence)?);
+        let fence_key = fence_key(checked(key, fence, self.backend.config().prefix())?);
         let check = self
             .step(&Place::string(key, &fence_key), fence, Step::Put(value))
             .await?;
@@ -134,7 +143,7 @@ impl RedisStore {
     /// read, as [`FencedStore::claim_fenced`]). An [`ErrorKind::StaleFence`] error when
     /// the key has seen a higher fence.
     pub async fn get(&self, key: &str, fence: FencingToken) -> Result<Option<Vec<u8>>> {
-        let fence_key = fence_key(checked(key, fence)?);
+        let fence_key = fence_key(checked(key, fence, self.backend.config().prefix())?);
         let check = self
             .step(&Place::string(key, &fence_key), fence, Step::Claim)
             .await?;
@@ -176,7 +185,7 @@ impl RedisStore {
         field: &'a str,
         fence: FencingToken,
     ) -> Result<Place<'a>> {
-        checked(key, fence)?;
+        checked(key, fence, self.backend.config().prefix())?;
         if field.is_empty() || field == self.fence_field {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
@@ -259,14 +268,21 @@ impl RedisStore {
 
 const NAME: &str = "redis";
 
-fn checked(key: &str, fence: FencingToken) -> Result<&str> {
+/// A key of the user's, checked: not empty, not a fence key of [`fence_key`]'s
+/// (which a write would reset), and not under the backend's `prefix` (distlock's own
+/// keys: its locks, and the resources and fences of the [`FencedStore`]).
+fn checked<'a>(key: &'a str, fence: FencingToken, prefix: &str) -> Result<&'a str> {
     check_fence(fence)?;
-    if key.is_empty() {
-        return Err(
-            Error::new(ErrorKind::InvalidKey, "a Redis key must not be empty").with_backend(NAME),
-        );
-    }
-    Ok(key)
+    let refused = if key.is_empty() {
+        "a Redis key must not be empty".to_owned()
+    } else if key.ends_with(FENCE_KEY_SUFFIX) {
+        format!("a fenced key must not end with {FENCE_KEY_SUFFIX:?}: that names a fence key, and writing it would reset a fence")
+    } else if !prefix.is_empty() && key.starts_with(prefix) {
+        format!("a fenced key must not start with the backend's prefix {prefix:?}: distlock keeps its own locks and fences there")
+    } else {
+        return Ok(key);
+    };
+    Err(Error::new(ErrorKind::InvalidKey, refused).with_backend(NAME))
 }
 
 #[async_trait]
@@ -320,5 +336,36 @@ mod tests {
             let slot_part = |k: &str| hash_tag(k).unwrap_or(k).to_owned();
             assert_eq!(slot_part(&fence_key(key)), slot_part(key), "{key}");
         }
+    }
+
+    #[test]
+    fn no_two_keys_share_a_fence_key_and_no_fence_key_is_accepted_as_a_key() {
+        let keys = [
+            "a",
+            "{a}",
+            "a}",
+            "{a",
+            "{{a}}",
+            "{a}:tagged",
+            "x{a}",
+            "{}a",
+            "a:tagged",
+        ];
+        let fences: std::collections::HashSet<String> = keys.iter().map(|k| fence_key(k)).collect();
+        assert_eq!(fences.len(), keys.len(), "{fences:?}");
+        for key in keys {
+            let fence = fence_key(key);
+            let refused = checked(&fence, FencingToken::new(1), "distlock:")
+                .expect_err("a fence key is refused as a key");
+            assert_eq!(refused.kind(), ErrorKind::InvalidKey, "{refused}");
+        }
+        let ours = checked(
+            "distlock:fenced:{r}:fence",
+            FencingToken::new(1),
+            "distlock:",
+        )
+        .expect_err("a key under the prefix");
+        assert_eq!(ours.kind(), ErrorKind::InvalidKey, "{ours}");
+        assert!(checked("orders:7", FencingToken::new(1), "distlock:").is_ok());
     }
 }

@@ -218,6 +218,42 @@ async fn fenced_writes_to_the_users_own_keys_keep_the_fence_beside_them() {
     );
 }
 
+/// No key's write can reach another key's fence: not through a key that names the
+/// fence key, nor through a key whose fence key would be the same (`a` and `{a}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_through_a_name_resets_another_keys_fence() {
+    use distlock_core::FencingToken;
+    use distlock_redis::fenced::{fence_key, RedisStore};
+
+    let server = server().await;
+    let backend = RedisBackend::connect(&server.url()).await.expect("connect");
+    let store = RedisStore::new(&backend);
+    let f = FencingToken::new;
+    store
+        .set("a", f(10), b"written under 10")
+        .await
+        .expect("set");
+    let named = store
+        .set(&fence_key("a"), f(1), b"0")
+        .await
+        .expect_err("a key that names a's fence key");
+    assert_eq!(named.kind(), ErrorKind::InvalidKey, "{named}");
+    // `{a}` is a key of its own, with a fence of its own.
+    store
+        .set("{a}", f(1), b"another key")
+        .await
+        .expect("set {a}");
+    let stale = store
+        .set("a", f(5), b"a stale holder")
+        .await
+        .expect_err("5 after 10 is stale");
+    assert_eq!(stale.kind(), ErrorKind::StaleFence, "{stale}");
+    assert_eq!(
+        store.get("a", f(10)).await.expect("get").as_deref(),
+        Some(&b"written under 10"[..])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_its_waiters_left_leaves_no_keys() {
     let server = server().await;

@@ -275,7 +275,7 @@ async fn write_side(
     let downstream = count.is_some();
     while let Some(chunk) = chunks.recv().await {
         sleep_until(chunk.due).await;
-        let passes = |l: &Link| !l.cut && !(downstream && l.replies_held);
+        let passes = |l: &Link| !(l.cut || downstream && l.replies_held);
         if link.wait_for(passes).await.is_err() {
             return;
         }

@@ -2,7 +2,90 @@
 
 use super::*;
 
+/// A client of `inner` that counts the releases it is asked to send, and forwards
+/// the steps a racing `lock()` takes (no watch: it polls).
+#[derive(Debug)]
+struct CountedReleases {
+    inner: Arc<DynLockBackend>,
+    releases: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl distlock_core::LockBackend for CountedReleases {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> &distlock_core::backend::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(
+        &self,
+        request: &distlock_core::backend::AcquireRequest,
+    ) -> distlock_core::Result<distlock_core::backend::Grant> {
+        self.inner.try_grant(request).await
+    }
+    async fn release(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(key, owner).await
+    }
+    async fn renew(
+        &self,
+        request: &distlock_core::backend::ExtendRequest,
+    ) -> distlock_core::Result<distlock_core::backend::Renewal> {
+        self.inner.renew(request).await
+    }
+    async fn inspect(
+        &self,
+        key: &LockKey,
+    ) -> distlock_core::Result<Option<distlock_core::LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+/// The most cleanup releases one `lock()` waiting through an outage may send: the
+/// four of one abandoned attempt, twice (an attempt whose request may have reached
+/// the server before it went down, and the one in flight at the deadline).
+const OUTAGE_RELEASES: u64 = 8;
+
 cases! {
+    /// A `lock()` waiting through an outage (the server killed: connections refused) sends a bounded number of cleanup releases, none for an attempt that never left the client.
+    #[case(Client, needs_control, fault)]
+    pub async fn an_outage_costs_a_bounded_number_of_cleanups(t: &Target) -> CaseResult {
+        let control = t
+            .control()
+            .ok_or_else(|| CaseError::Skipped("no server control".into()))?;
+        let counted = Arc::new(CountedReleases {
+            inner: t.backend().clone(),
+            releases: Default::default(),
+        });
+        let client = LockClient::with_options(counted.clone(), LockOptions::new(fault_ttl(t)))?;
+        let key = t.key("outage");
+        // Warmed up: the connections are open, and a release is counted as sent.
+        client.lock(key.as_str(), Duration::from_secs(5)).await?.release().await?;
+        let warm = counted.releases.load(Ordering::SeqCst);
+        control.kill().await.map_err(control_err("kill"))?;
+        let wait = Duration::from_secs(3);
+        let waited = client.lock(key.as_str(), wait).await;
+        // Every cleanup's schedule (6.25 s) runs out.
+        sleep(Duration::from_secs(7)).await;
+        let sent = counted.releases.load(Ordering::SeqCst) - warm;
+        control.start().await.map_err(control_err("start"))?;
+        retry_until_up("inspect after the restart", || t.backend().inspect(&key)).await?;
+        if let Ok(guard) = waited {
+            guard.release().await?;
+            return fail("a killed server granted the lock");
+        }
+        ensure!(
+            sent <= OUTAGE_RELEASES,
+            "one lock() waiting {wait:?} through an outage sent {sent} cleanup releases (at most {OUTAGE_RELEASES})"
+        );
+        Ok(())
+    }
+
     /// `lock()` on a paused server returns Timeout within its wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
     #[case(Client, needs_control, fault)]
     pub async fn lock_on_a_paused_server_ends_at_its_deadline(t: &Target) -> CaseResult {

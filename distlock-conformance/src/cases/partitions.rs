@@ -52,14 +52,9 @@ cases! {
     }
 
     /// A grant whose reply was lost (held on the link after the server applied the request), retried by its owner, is granted again and restarts its expiry on the server.
-    #[case(Validity, needs_links)]
+    #[case(Validity, needs_reply_holding_links)]
     pub async fn a_grant_whose_reply_was_lost_is_granted_again_to_its_owner(t: &Target) -> CaseResult {
         let (linked, link) = linked(t).await?;
-        if !link.can_hold_replies() {
-            return Err(CaseError::Skipped(
-                "the target's links cannot hold replies alone (LinkControl::can_hold_replies)".into(),
-            ));
-        }
         let key = t.key("lost-reply");
         let ttl = fault_ttl(t);
         let owner = OwnerToken::random();

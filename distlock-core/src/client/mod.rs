@@ -608,10 +608,12 @@ impl LockClient {
             }
             Err(error) => {
                 // The request may have been applied with its reply lost: keep the
-                // cleanup armed for faults, not for input the backend refused. A queued
-                // wait keeps its own armed until it ends: its next attempt, with the
-                // same owner, takes over whatever this one may have been granted.
-                if !(error.is_retryable() || error.kind() == ErrorKind::Backend) {
+                // cleanup armed for faults, not for input the backend refused nor for
+                // a request that never left this process. A queued wait keeps its own
+                // armed until it ends: its next attempt, with the same owner, takes
+                // over whatever this one may have been granted.
+                let maybe_applied = error.is_retryable() || error.kind() == ErrorKind::Backend;
+                if error.was_not_sent() || !maybe_applied {
                     if let Some(pending) = &mut racing {
                         pending.disarm();
                     }

@@ -535,8 +535,10 @@ impl LockClient {
             }
             Err(error) => {
                 // The request may have been applied with its reply lost: the cleanups
-                // stay armed for faults, not for input the backend refused.
-                if !(error.is_retryable() || error.kind() == ErrorKind::Backend) {
+                // stay armed for faults, not for input the backend refused nor for a
+                // request that never left this process.
+                let maybe_applied = error.is_retryable() || error.kind() == ErrorKind::Backend;
+                if error.was_not_sent() || !maybe_applied {
                     pending.iter_mut().for_each(PendingGrant::disarm);
                 }
                 drop(pending);
