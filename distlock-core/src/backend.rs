@@ -135,9 +135,11 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
 
     /// The acquisition step: takes `request.key()` for `request.ttl()` as
     /// `request.owner()` if it is free or its lease has expired, minting the next fence
-    /// in the same atomic step; otherwise answers [`Grant::Held`]. See contract point 9
-    /// for its round trips. Callers use
-    /// [`LockBackendExt::try_acquire`].
+    /// in the same atomic step; otherwise answers [`Grant::Held`]. An owner that holds
+    /// the key already (a retry of a grant whose reply was lost) is granted it again,
+    /// with its fence, and its expiry set to `request.ttl()` from this step, so that
+    /// the validity the caller counts from this step is the server's. See contract
+    /// point 9 for its round trips. Callers use [`LockBackendExt::try_acquire`].
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant>;
 
     /// Releases `key` if `owner` holds it; see contract points 4 and 9.

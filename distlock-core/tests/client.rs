@@ -517,6 +517,61 @@ async fn two_extends_in_flight_never_leave_the_client_believing_past_the_server(
     );
 }
 
+/// Answers every acquisition with a time-out after 100 ms (an outage in which the
+/// requests may or may not reach the server); counts the releases asked of it.
+#[derive(Debug, Default)]
+struct TimesOut {
+    inner: MemoryBackend,
+    releases: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl LockBackend for TimesOut {
+    fn name(&self) -> &str {
+        "memory-times-out"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, _: &AcquireRequest) -> Result<Grant> {
+        sleep(Duration::from_millis(100)).await;
+        Err(distlock_core::Error::new(
+            ErrorKind::Timeout,
+            "no answer within 100 ms",
+        ))
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(k).await
+    }
+}
+
+/// A wait through an outage of time-outs retries as one owner while no answer
+/// settles its attempts, so that one cleanup covers them: four releases in all, not
+/// four per attempt.
+#[tokio::test(start_paused = true)]
+async fn a_wait_through_time_outs_sends_one_cleanup() {
+    let backend = Arc::new(TimesOut::default());
+    let client = LockClient::with_options(backend.clone(), LockOptions::new(TTL)).expect("opts");
+    let waited = client.lock("outage", Duration::from_secs(3)).await;
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    sleep(Duration::from_secs(10)).await; // every cleanup's schedule runs out
+    let sent = backend.releases.load(Ordering::SeqCst);
+    assert!(
+        sent <= 4,
+        "one lock() through 3 s of time-outs sent {sent} releases"
+    );
+}
+
 /// Every acquisition reaches the server `delay` after it was sent, whether or not its
 /// caller still waits (a request queued in a pool or a proxy).
 #[derive(Debug)]

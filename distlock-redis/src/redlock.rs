@@ -169,9 +169,10 @@ impl Tally {
     }
 
     /// The error of an operation that no majority answered: of the kind
-    /// [`kind`](Self::kind) picks.
+    /// [`kind`](Self::kind) picks; never sent where no master's request left this
+    /// process (every master answered, or refused it unsent).
     fn error(&self, what: &str, answered: usize) -> Error {
-        Error::new(
+        let error = Error::new(
             self.kind(),
             format!(
                 "{what}: {answered} of {} masters answered, and a majority is {}{}",
@@ -180,7 +181,13 @@ impl Tally {
                 self.first_error()
             ),
         )
-        .with_backend(NAME)
+        .with_backend(NAME);
+        let unsent = self.errors.iter().filter(|e| e.was_not_sent()).count();
+        if answered == 0 && unsent == self.masters {
+            error.with_not_sent()
+        } else {
+            error
+        }
     }
 
     /// The kind every master's error shares (wrong credentials everywhere stay an

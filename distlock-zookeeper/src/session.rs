@@ -123,13 +123,14 @@ impl Inner {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, ZkError>>,
     {
-        let client = self.client().await?;
+        // Without a session, the operation is never sent.
+        let client = self.client().await.map_err(Error::with_not_sent)?;
         // While the session is disconnected, the driver keeps new requests and sends
         // them once it has reconnected, whenever that is: a grant sent now could be
         // made long after its caller was told it failed, and hold the key for a TTL
         // under an owner nobody knows. Nothing is sent until the session is back.
         if client.state() == SessionState::Disconnected {
-            return Err(from_zk(&self.config, ZkError::ConnectionLoss));
+            return Err(from_zk(&self.config, ZkError::ConnectionLoss).with_not_sent());
         }
         match tokio::time::timeout(self.config.timeout, op(client)).await {
             Ok(Ok(value)) => Ok(value),

@@ -130,9 +130,16 @@ enum Attempt {
 
 /// How one wait asks the server.
 enum Waiter {
-    /// Races the other clients with a fresh owner token each attempt, after its turn
-    /// among this client's own tasks.
-    Racing(Option<LocalTurn>),
+    /// Races the other clients, after its turn among this client's own tasks: with a
+    /// fresh owner token each attempt, except after an attempt whose outcome is
+    /// unknown (it failed, and may have been applied): the next attempts retry as that
+    /// owner (a grant that was applied is granted again to its owner's retry, with
+    /// its expiry restarted: [`LockBackend::try_grant`](crate::LockBackend::try_grant)),
+    /// so that one cleanup, `uncertain`, covers them all until an answer settles it.
+    Racing {
+        turn: Option<LocalTurn>,
+        uncertain: Option<(OwnerToken, PendingGrant<'static>)>,
+    },
     /// Keeps one owner token, and so its place in the key's queue on the server, for
     /// the whole wait; `pending` gives back what it may hold and leaves the queue if
     /// the wait ends without a guard.
@@ -143,6 +150,13 @@ enum Waiter {
 }
 
 impl Waiter {
+    fn racing(turn: LocalTurn) -> Self {
+        Waiter::Racing {
+            turn: Some(turn),
+            uncertain: None,
+        }
+    }
+
     fn queued(client: &LockClient, key: &LockKey) -> Self {
         let owner = OwnerToken::random();
         let mut pending = PendingGrant::new(client.backend.clone(), key.clone(), owner);
@@ -310,7 +324,7 @@ impl LockClient {
             let Ok(turn) = self.local.of(key).try_lock_owned() else {
                 return Ok(None);
             };
-            Waiter::Racing(Some(turn))
+            Waiter::racing(turn)
         };
         match self.attempt(key, &mut waiter).await? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
@@ -365,12 +379,12 @@ impl LockClient {
         } else {
             // Tasks of this client waiting for the same key line up locally first.
             let turn = tokio::time::timeout_at(deadline, self.local.of(&key).lock_owned()).await;
-            Waiter::Racing(Some(turn.map_err(|_| {
+            Waiter::racing(turn.map_err(|_| {
                 Error::new(
                     ErrorKind::Timeout,
                     format!("could not acquire {key:?} before the deadline: other tasks of this process were ahead"),
                 )
-            })?))
+            })?)
         };
         let mut changes = self.watch(&key, &waiter).await;
         let mut backoff = Backoff::new(self.options.backoff_initial(), self.options.backoff_max());
@@ -497,7 +511,7 @@ impl LockClient {
             return None;
         }
         let changes = match waiter {
-            Waiter::Racing(_) => self.backend.watch(key).await,
+            Waiter::Racing { .. } => self.backend.watch(key).await,
             Waiter::Queued { owner, .. } => self.backend.watch_in_turn(key, owner).await,
         };
         match changes {
@@ -538,7 +552,13 @@ impl LockClient {
     async fn attempt_unguarded(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
         let ttl = self.options.ttl();
         let (owner, mut racing) = match waiter {
-            Waiter::Racing(_) => {
+            // The owner of an attempt whose outcome is unknown, again: its cleanup is
+            // armed already.
+            Waiter::Racing {
+                uncertain: Some((owner, _)),
+                ..
+            } => (*owner, None),
+            Waiter::Racing { .. } => {
                 let owner = OwnerToken::random();
                 let pending = PendingGrant::borrowed(&self.backend, key, owner);
                 (owner, Some(pending))
@@ -546,7 +566,7 @@ impl LockClient {
             Waiter::Queued { owner, .. } => (*owner, None),
         };
         let (outcome, checked_at) = match waiter {
-            Waiter::Racing(_) => match acquire_as(&*self.backend, key, ttl, owner).await {
+            Waiter::Racing { .. } => match acquire_as(&*self.backend, key, ttl, owner).await {
                 Ok((outcome, checked_at)) => (Ok(outcome), checked_at),
                 Err(error) => (Err(error), None),
             },
@@ -563,8 +583,13 @@ impl LockClient {
             if let Some(pending) = racing {
                 pending.disarm();
             }
-            if let Waiter::Queued { pending, .. } = waiter {
-                pending.disarm();
+            match waiter {
+                Waiter::Queued { pending, .. } => pending.disarm(),
+                Waiter::Racing { uncertain, .. } => {
+                    if let Some((_, mut pending)) = uncertain.take() {
+                        pending.disarm();
+                    }
+                }
             }
         };
         match outcome {
@@ -582,11 +607,16 @@ impl LockClient {
                     if let Some(pending) = &mut racing {
                         pending.disarm();
                     }
+                    if let Waiter::Racing { uncertain, .. } = waiter {
+                        if let Some((_, mut pending)) = uncertain.take() {
+                            pending.disarm();
+                        }
+                    }
                     return Ok(Attempt::Busy { remaining: None });
                 }
                 disarm(waiter, &mut racing);
                 let turn = match waiter {
-                    Waiter::Racing(turn) => turn.take(),
+                    Waiter::Racing { turn, .. } => turn.take(),
                     Waiter::Queued { .. } => None,
                 };
                 let guard = LockGuard::start(
@@ -604,6 +634,12 @@ impl LockClient {
                 if let Some(pending) = &mut racing {
                     pending.disarm();
                 }
+                // An answer: the uncertain owner's earlier requests were not granted,
+                // or ran out, or may still land late; its cleanup runs in the
+                // background, and the next attempt is a fresh owner's.
+                if let Waiter::Racing { uncertain, .. } = waiter {
+                    drop(uncertain.take());
+                }
                 Ok(Attempt::Busy { remaining })
             }
             Err(error) => {
@@ -613,10 +649,15 @@ impl LockClient {
                 // armed until it ends: its next attempt, with the same owner, takes
                 // over whatever this one may have been granted.
                 let maybe_applied = error.is_retryable() || error.kind() == ErrorKind::Backend;
-                if error.was_not_sent() || !maybe_applied {
-                    if let Some(pending) = &mut racing {
-                        pending.disarm();
+                if let Some(pending) = &mut racing {
+                    if maybe_applied && !error.was_not_sent() {
+                        // The wait retries as this owner, under one cleanup.
+                        if let Waiter::Racing { uncertain, .. } = waiter {
+                            let owned = PendingGrant::new(self.backend.clone(), key.clone(), owner);
+                            *uncertain = Some((owner, owned));
+                        }
                     }
+                    pending.disarm();
                 }
                 Err(error)
             }
