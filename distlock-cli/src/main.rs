@@ -73,7 +73,8 @@ enum Command {
     ///
     /// The command gets DISTLOCK_KEY and DISTLOCK_FENCE in its environment, and runs in
     /// a process group of its own (unless --foreground): if the lock is lost it is sent
-    /// SIGTERM, then SIGKILL after --grace, and distlock exits with 75. Otherwise distlock exits with the
+    /// SIGTERM, then SIGKILL after --grace (early enough for the SIGKILL to land while
+    /// the lease is still valid), and distlock exits with 75. Otherwise distlock exits with the
     /// command's own code (128+N when signal N ended it). SIGINT, SIGTERM and SIGHUP
     /// sent to distlock are passed on to the command.
     Run(RunArgs),
@@ -146,9 +147,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub(crate) ttl: Duration,
     /// How long the command has to exit after SIGTERM, once the lock is lost, before
-    /// SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub(crate) grace: Duration,
+    /// SIGKILL. The loss is signalled early enough for the SIGKILL to land while the
+    /// lease is still valid, so that the command never runs on once another host can
+    /// hold the lock: a tenth of --ttl before the lease can run out, or --grace plus
+    /// 250 ms where that is longer. By default half of that tenth (1.5s at a 30s TTL);
+    /// a grace that leaves no room in the TTL for renewal is refused.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) grace: Option<Duration>,
     /// Keep the command in distlock's own process group, so that it can read from the
     /// terminal; a stop then reaches the command alone, not what it started.
     #[arg(long)]

@@ -13,9 +13,46 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{exit, failed, say, RunArgs};
 
+/// How long after the SIGKILL the command is taken to be gone, and `lost()` to have
+/// been heard: part of the loss margin beside the grace.
+const KILL_SLACK: Duration = Duration::from_millis(250);
+
+/// The lock's options for `ttl` and the grace the command gets after SIGTERM, and
+/// that grace: the loss is signalled a loss margin before the lease can run out, and
+/// the margin covers the grace and the kill, so that the command is gone while the
+/// lease is still valid. The default grace is half the default margin (a tenth of
+/// the TTL); a longer grace widens the margin, and one that leaves no room for
+/// renewal is a configuration error.
+pub(crate) fn options_for(
+    ttl: Duration,
+    grace: Option<Duration>,
+) -> distlock::Result<(LockOptions, Duration)> {
+    let defaults = LockOptions::new(ttl);
+    let grace = grace.unwrap_or(defaults.loss_margin() / 2);
+    let margin = defaults.loss_margin().max(grace + KILL_SLACK);
+    let min_validity = defaults.min_validity().max(margin + ttl / 10).min(ttl);
+    let options = defaults
+        .with_loss_margin(margin)
+        .with_min_validity(min_validity);
+    options.validate().map_err(|e| {
+        distlock::Error::new(
+            ErrorKind::Configuration,
+            format!(
+                "--grace {grace:?} does not fit in --ttl {ttl:?}: the loss is signalled {margin:?} before the lease runs out, so that the command is killed while the lease is still valid, and that leaves no room for renewal; raise --ttl or lower --grace ({})",
+                e.message()
+            ),
+        )
+    })?;
+    Ok((options, grace))
+}
+
 /// Takes the lock, runs the command, and gives the exit code.
 pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
-    let client = match LockClient::with_options(backend, LockOptions::new(args.ttl)) {
+    let (options, grace) = match options_for(args.ttl, args.grace) {
+        Ok(fitted) => fitted,
+        Err(e) => return failed(&e),
+    };
+    let client = match LockClient::with_options(backend, options) {
         Ok(client) => client,
         Err(e) => return failed(&e),
     };
@@ -50,7 +87,7 @@ pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
             return code;
         }
     };
-    supervise(child, guard, &args).await
+    supervise(child, guard, &args, grace).await
 }
 
 /// The guard: at once, within `--wait`, or whenever the lock comes free. `None` when
@@ -71,7 +108,7 @@ async fn take(client: &LockClient, args: &RunArgs) -> distlock::Result<Option<Lo
 
 /// Waits for the command, passing on the signals distlock gets, and stops it if the
 /// lock is lost.
-async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs) -> u8 {
+async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs, grace: Duration) -> u8 {
     let Some(pid) = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -96,7 +133,7 @@ async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs) -> u8 {
                     "the lock {} was lost ({reason}); stopping the command",
                     args.key
                 ));
-                stop(&mut child, target, args.grace).await;
+                stop(&mut child, target, grace).await;
                 drop(guard);
                 return exit::LOST;
             }
@@ -208,5 +245,37 @@ impl Signals {
             Box::pin(async move { stream.recv().await.map(|()| name) })
         });
         futures_util::future::select_all(waits).await.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command is killed while the lease is still valid: the loss margin covers
+    /// the grace and the kill, by default and with a grace given.
+    #[test]
+    fn the_grace_ends_inside_the_loss_margin() {
+        for (ttl, grace) in [
+            (Duration::from_secs(30), None),
+            (Duration::from_secs(2), None),
+            (Duration::from_secs(30), Some(Duration::from_secs(10))),
+            (Duration::from_secs(2), Some(Duration::from_secs(1))),
+        ] {
+            let (options, grace) = options_for(ttl, grace).expect("fits");
+            assert!(
+                grace + KILL_SLACK <= options.loss_margin(),
+                "ttl {ttl:?}: a grace of {grace:?} outlives the loss margin {:?}",
+                options.loss_margin()
+            );
+        }
+        assert_eq!(
+            options_for(Duration::from_secs(30), None).expect("fits").1,
+            Duration::from_millis(1500)
+        );
+        let refused = options_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
+            .expect_err("no room for renewal");
+        assert_eq!(refused.kind(), ErrorKind::Configuration, "{refused}");
+        assert!(refused.to_string().contains("--grace"), "{refused}");
     }
 }

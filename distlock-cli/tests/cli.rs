@@ -386,7 +386,7 @@ async fn force_release_stops_the_holders_command(url: &str, dir: &Path) {
 
 async fn a_paused_server_stops_the_command(url: &str, dir: &Path, server: &ServerHandle) {
     let script = r#"trap 'echo stopped > "$0/stopped"; exit 0' TERM; touch "$0/paused"; while :; do sleep 0.1; done"#;
-    let options = ["--ttl", "2s", "--grace", "5s"];
+    let options = ["--ttl", "2s", "--grace", "500ms"];
     let holder = holding(url, dir, &options, "cli/paused", script, "paused").await;
     server.pause().await.expect("paused");
     let paused_at = Instant::now();

@@ -227,7 +227,11 @@ impl LockOptions {
         self.circuit_breaker
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks that the timings fit together (the loss margin inside the TTL, renewal
+    /// before the margin, the minimum validity above the margin), as
+    /// [`LockClient::with_options`](crate::LockClient::with_options) does: an
+    /// [`ErrorKind::Configuration`] error saying which does not.
+    pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::new(ErrorKind::Configuration, msg));
         if let Some(breaker) = &self.circuit_breaker {
             breaker.validate()?;
