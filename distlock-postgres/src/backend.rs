@@ -16,7 +16,7 @@ use sqlx::postgres::{PgListener, PgPool, PgRow};
 use sqlx::{Connection as _, Row as _};
 use tracing::debug;
 
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, SynchronousCommit};
 use crate::error::{from_sqlx, is_contention, timed_out, Setting};
 use crate::pool::{Checkout, Pool};
 use crate::sql::{inline, set_refused_at, Arg, Statements};
@@ -153,7 +153,7 @@ impl PostgresBackend {
                 .map(|(name, value)| format!("SET LOCAL {name} = '{value}'; "))
                 .collect::<String>()
         });
-        let backend = PostgresBackend {
+        let mut backend = PostgresBackend {
             inner: Arc::new(Inner {
                 config,
                 capabilities,
@@ -171,10 +171,32 @@ impl PostgresBackend {
         } else {
             backend.check_tables().await?;
         }
+        if backend.inner.config.synchronous_commit == SynchronousCommit::Server {
+            backend.declare_the_servers_commits().await?;
+        }
         if let Some(every) = backend.inner.config.purge_every {
             tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
         }
         Ok(backend)
+    }
+
+    /// Reads the `synchronous_commit` the server gives this backend's sessions, and
+    /// declares fences durable (and leases surviving a crash) only where it is not
+    /// `off`: a commit answered before its flush may be lost in a crash, and the
+    /// sequence handed out again.
+    async fn declare_the_servers_commits(&mut self) -> Result<()> {
+        let rows = self.statement("SHOW synchronous_commit", &[]).await?;
+        let setting = rows
+            .first()
+            .and_then(|row| row.try_get::<String, _>(0).ok())
+            .unwrap_or_default();
+        if setting == "off" {
+            if let Some(inner) = Arc::get_mut(&mut self.inner) {
+                inner.capabilities.fence_durability = FenceDurability::BestEffort;
+                inner.capabilities.leases_survive_restart = false;
+            }
+        }
+        Ok(())
     }
 
     /// The statements [`migrate`](Self::migrate) runs for `config`'s lock table, in

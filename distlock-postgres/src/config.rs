@@ -14,9 +14,13 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 /// How `COMMIT` waits for the write-ahead log, per lock statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SynchronousCommit {
-    /// The server's setting (by default `on`: flushed to disk before the reply).
+    /// The setting the server gives the backend's sessions (its configuration, or the
+    /// role's or database's), read when the backend connects: fences are declared
+    /// durable only where it is not `off`. A change made on the server later is not
+    /// seen.
     Server,
-    /// `on`: flushed before the reply; fences are durable.
+    /// `on`, set on each lock statement whatever the server's setting: flushed before
+    /// the reply; fences are durable. The default.
     On,
     /// `off`: the reply may come before the flush; a crash may lose the last grants,
     /// so fences are declared best effort.
@@ -37,7 +41,9 @@ pub enum SynchronousCommit {
 ///   table: lowercase letters, digits and `_`, starting with a letter or `_`, at most
 ///   63 bytes; anything else is refused, so no setting can inject SQL;
 /// - `pool_size` (default 10) bounds the connections;
-/// - `synchronous_commit` (default: the server's) sets commit durability per statement;
+/// - `synchronous_commit` (`on`, the default, `off` or `server`) sets commit durability
+///   per statement; `server` keeps the server's setting, read at connect, and
+///   declares fences durable only where it is not `off`;
 /// - `unlogged=true` creates the table `UNLOGGED` (faster; leases are lost on a crash,
 ///   fences stay durable since they come from a logged sequence);
 /// - `notify=false` turns off LISTEN; waiters then poll;
@@ -148,7 +154,7 @@ impl PostgresConfig {
             schema: "public".into(),
             table: "distlock_locks".into(),
             pool_size: 10,
-            synchronous_commit: SynchronousCommit::Server,
+            synchronous_commit: SynchronousCommit::On,
             unlogged: false,
             notify: None,
             migrate: true,
@@ -234,9 +240,10 @@ impl PostgresConfig {
             config.synchronous_commit = match commit.as_str() {
                 "on" => SynchronousCommit::On,
                 "off" => SynchronousCommit::Off,
+                "server" => SynchronousCommit::Server,
                 other => {
                     return Err(config_error(format!(
-                        "synchronous_commit must be on or off, not {other:?}"
+                        "synchronous_commit must be on, off or server, not {other:?}"
                     )))
                 }
             };
@@ -422,7 +429,9 @@ impl PostgresConfig {
         self.purge_every
     }
 
-    /// Whether fences survive a crash: commits are flushed before the reply.
+    /// Whether fences survive a crash as configured here: commits are flushed before
+    /// the reply. With [`SynchronousCommit::Server`] the backend reads the server's
+    /// setting at connect, and its capabilities say what it found.
     pub fn durable_commits(&self) -> bool {
         self.synchronous_commit != SynchronousCommit::Off
     }
@@ -458,6 +467,27 @@ impl fmt::Debug for PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fences are declared durable by default only because each lock statement sets
+    /// `synchronous_commit = on` itself, whatever the server or the role says.
+    #[test]
+    fn the_default_sets_synchronous_commit_on_for_each_statement() {
+        let config = PostgresConfig::from_url("postgres://h/db").expect("url");
+        assert!(config.durable_commits());
+        assert!(
+            config
+                .session_settings()
+                .contains(&("synchronous_commit", "on".to_owned())),
+            "{:?}",
+            config.session_settings()
+        );
+        let server =
+            PostgresConfig::from_url("postgres://h/db?synchronous_commit=server").expect("url");
+        assert!(!server
+            .session_settings()
+            .iter()
+            .any(|(name, _)| *name == "synchronous_commit"));
+    }
     use distlock_core::ErrorKind;
 
     #[test]

@@ -91,8 +91,12 @@
 //! - **Fences are durable** ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability))
 //!   and strictly increasing per key: they come from one logged sequence, so neither a
 //!   restart nor deleting old rows ([`PostgresBackend::purge_expired`]) makes a later
-//!   fence smaller. With `synchronous_commit=off` a crash may lose the last commits;
-//!   fences are then declared best effort.
+//!   fence smaller. Each lock statement sets `synchronous_commit = on` itself, whatever
+//!   the server's or the role's setting, so that a commit is flushed before its reply.
+//!   With `synchronous_commit=off` a crash may lose the last commits, and fences are
+//!   declared best effort; with `synchronous_commit=server` the backend keeps the
+//!   setting the server gives its sessions, reads it at connect, and declares fences
+//!   best effort where it is `off`.
 //! - **Leases survive a restart** (a clean one or a crash) with the default settings;
 //!   with `unlogged=true` a crash empties the table (fences stay durable).
 //! - **Bounded storage.** A released lease's row is marked ended, not deleted (see
@@ -103,7 +107,7 @@
 //! - **PgBouncer in transaction pooling mode**, with `pgbouncer=true` in the URL (the
 //!   whole conformance suite passes through Debian's PgBouncer 1.18 in CI). In that
 //!   mode each operation is one simple-protocol batch, still one round trip:
-//!   `SET LOCAL statement_timeout` (and `synchronous_commit`, where set) followed by
+//!   `SET LOCAL statement_timeout` and `synchronous_commit` (unless `server`) followed by
 //!   the statement with its arguments written as literals, so that no prepared
 //!   statement, no start-up option and no session setting has to survive from one
 //!   server connection to the next, and the server still ends a statement at the

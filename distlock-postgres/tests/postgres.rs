@@ -104,6 +104,57 @@ async fn the_purge_deletes_the_places_of_vanished_waiters() {
     backend.release_lease(&holder).await.expect("release");
 }
 
+/// A role whose sessions commit without waiting for the flush: by default the lock
+/// statements set `synchronous_commit = on` themselves, and the fences are durable;
+/// with `synchronous_commit=server` the backend reads the role's `off` and declares
+/// its fences best effort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_commits_without_flushing_is_declared_as_it_is() {
+    let server = server().await;
+    let mut conn = sqlx::PgConnection::connect(&server.url())
+        .await
+        .expect("admin");
+    for statement in [
+        "CREATE ROLE lazy LOGIN PASSWORD 'lazy-password'",
+        "ALTER ROLE lazy SET synchronous_commit = off",
+        "CREATE SCHEMA lazy AUTHORIZATION lazy",
+        "GRANT CREATE ON DATABASE postgres TO lazy",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let url = server.url();
+    let (_, host) = url.split_once('@').expect("a url with credentials");
+    let lazy = format!("postgres://lazy:lazy-password@{host}");
+    let lazy = |query: &str| {
+        let separator = if lazy.contains('?') { '&' } else { '?' };
+        format!("{lazy}{separator}schema=lazy{query}")
+    };
+    let forced = PostgresBackend::connect(&lazy("")).await.expect("connect");
+    assert_eq!(
+        forced.capabilities().fence_durability,
+        FenceDurability::Durable
+    );
+    let servers = PostgresBackend::connect(&lazy("&synchronous_commit=server"))
+        .await
+        .expect("connect");
+    assert_eq!(
+        servers.capabilities().fence_durability,
+        FenceDurability::BestEffort,
+        "the role commits without flushing"
+    );
+    assert!(!servers.capabilities().leases_survive_restart);
+    // The owner's own role keeps the server's default, on: durable.
+    let on = PostgresBackend::connect(&format!(
+        "{url}?table=server_locks&synchronous_commit=server"
+    ))
+    .await
+    .expect("connect");
+    assert_eq!(on.capabilities().fence_durability, FenceDurability::Durable);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durability_options_are_declared_in_the_capabilities() {
     let server = server().await;
