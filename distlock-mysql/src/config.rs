@@ -41,7 +41,9 @@ pub const DEFAULT_PORT: u16 = 3306;
 ///   seconds), `acquire_timeout_ms` (default 3000) each wait for a pooled connection,
 ///   connecting included.
 ///
-/// TLS is not in this version: the server must accept connections without it. Any
+/// TLS is not in this version: a URL's connections are plain text (sqlx's
+/// `ssl-mode=DISABLED`, never its unverified `PREFERRED`), and the server must accept
+/// them. A typed config keeps the `MySqlConnectOptions` it was given as they are. Any
 /// other option is a configuration error that names it and lists the valid ones.
 /// `Debug` and errors show the URL with its password replaced by `***`.
 #[derive(Clone)]
@@ -141,10 +143,14 @@ impl MySqlConfig {
                  the database the lock tables live in"
             )));
         }
+        // No TLS in this version, and said so: sqlx's default (`PREFERRED`) would try
+        // TLS without checking the server's certificate wherever sqlx was built with
+        // TLS (another crate's feature is enough), and fall back to plain text.
         let mut connect = MySqlConnectOptions::new()
             .host(&endpoint.host)
             .port(endpoint.port)
-            .database(database);
+            .database(database)
+            .ssl_mode(sqlx::mysql::MySqlSslMode::Disabled);
         if let Some(user) = &url.user {
             connect = connect.username(user);
         }
@@ -294,6 +300,14 @@ impl fmt::Debug for MySqlConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A URL never asks for TLS that is not verified: sqlx's default would.
+    #[test]
+    fn a_url_asks_for_no_unverified_tls() {
+        let config = MySqlConfig::from_url("mysql://app:pw@db/locks").expect("url");
+        let shown = format!("{:?}", config.connect);
+        assert!(shown.contains("Disabled"), "{shown}");
+    }
 
     #[test]
     fn a_url_is_read_and_debug_hides_the_password() {

@@ -59,7 +59,11 @@ pub enum SynchronousCommit {
 /// - `ca_file`, `cert_file` and `key_file` (PEM files) are TLS as on the other
 ///   backends: `ca_file` alone checks the server's certificate against the host
 ///   (`sslmode=verify-full` unless `sslmode` says otherwise); they are sqlx's
-///   `sslrootcert`, `sslcert` and `sslkey`, also accepted under those names.
+///   `sslrootcert`, `sslcert` and `sslkey`, also accepted under those names;
+/// - TLS is verified or absent: without `sslmode` or `ca_file` the connection is plain
+///   text (`sslmode=disable`, never sqlx's default `prefer`, which tries TLS without
+///   checking the certificate and falls back); `sslmode=prefer`, `allow` or `require`,
+///   which do not check it, are refused unless `insecure_tls=true` says so.
 ///
 /// A Unix socket has no URL here: build the config typed, from
 /// `PgConnectOptions::new().socket(path)`.
@@ -188,6 +192,7 @@ impl PostgresConfig {
         let purge_every = options.millis("purge_every_ms")?;
         let purge = options.flag("purge")?;
         let ca_file = options.take("ca_file")?;
+        let insecure_tls = options.flag("insecure_tls")?;
         let cert_file = options.take("cert_file")?;
         let key_file = options.take("key_file")?;
         let passed_on = options.pass_on(SQLX_OPTIONS);
@@ -210,11 +215,26 @@ impl PostgresConfig {
         if let Some(password) = &url.password {
             connect = connect.password(password);
         }
+        // TLS is verified or absent: without a TLS option, plain text (sqlx's default,
+        // `prefer`, would try TLS without checking the certificate, and fall back);
+        // a mode that does not check it only with `insecure_tls=true`.
+        let sslmode = passed_on
+            .iter()
+            .find(|(name, _)| name == "sslmode")
+            .map(|(_, value)| value.as_str());
+        match (sslmode, &ca_file) {
+            (None, Some(_)) => connect = connect.ssl_mode(sqlx::postgres::PgSslMode::VerifyFull),
+            (None, None) => connect = connect.ssl_mode(sqlx::postgres::PgSslMode::Disable),
+            (Some("prefer" | "allow" | "require"), _) if insecure_tls != Some(true) => {
+                return Err(config_error(format!(
+                    "sslmode={} encrypts without checking the server's certificate (and prefer or allow fall back to plain text): use sslmode=verify-full (with ca_file, or the roots sqlx trusts), or say insecure_tls=true to accept a server nobody checked",
+                    sslmode.unwrap_or_default()
+                )))
+            }
+            _ => {}
+        }
         if let Some(ca) = &ca_file {
             connect = connect.ssl_root_cert(ca);
-            if !passed_on.iter().any(|(name, _)| name == "sslmode") {
-                connect = connect.ssl_mode(sqlx::postgres::PgSslMode::VerifyFull);
-            }
         }
         match (&cert_file, &key_file) {
             (Some(cert), Some(key)) => connect = connect.ssl_client_cert(cert).ssl_client_key(key),
@@ -467,6 +487,30 @@ impl fmt::Debug for PostgresConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// TLS is verified or absent: never sqlx's unverified, downgradable `prefer`
+    /// unless asked for by name.
+    #[test]
+    fn tls_is_verified_or_refused_unless_insecure_tls_says_so() {
+        let mode = |url: &str| {
+            let config = PostgresConfig::from_url(url).expect("url");
+            format!("{:?}", config.connect.get_ssl_mode())
+        };
+        assert_eq!(mode("postgres://h/db"), "Disable");
+        assert_eq!(mode("postgres://h/db?ca_file=/ca.pem"), "VerifyFull");
+        assert_eq!(mode("postgres://h/db?sslmode=verify-full"), "VerifyFull");
+        for unchecked in ["prefer", "allow", "require"] {
+            let refused = PostgresConfig::from_url(&format!("postgres://h/db?sslmode={unchecked}"))
+                .expect_err("a mode that checks no certificate");
+            assert_eq!(refused.kind(), distlock_core::ErrorKind::Configuration);
+            assert!(
+                refused.to_string().contains("insecure_tls=true"),
+                "{refused}"
+            );
+            let accepted = format!("postgres://h/db?sslmode={unchecked}&insecure_tls=true");
+            assert!(PostgresConfig::from_url(&accepted).is_ok(), "{accepted}");
+        }
+    }
 
     /// Fences are declared durable by default only because each lock statement sets
     /// `synchronous_commit = on` itself, whatever the server or the role says.
