@@ -134,10 +134,10 @@ enum Bug {
     /// driver called from async code, with a time-out of 2 s of its own), so that no
     /// deadline can cut the step short.
     BlockingSteps,
-    /// Reports a refused connection without saying that the request never left the
-    /// client, so that every refused attempt is cleaned up as one that may have been
-    /// granted.
-    RefusalsNotMarkedUnsent,
+    /// Releases only the grants it heard were granted (as a Redlock client that
+    /// releases only on the masters that answered "granted"): a grant whose reply was
+    /// lost stays held until its TTL.
+    ReleasesOnlyWhatItHeard,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -180,6 +180,8 @@ struct Naive {
     link: Arc<watch::Sender<(bool, Duration)>>,
     /// Whether the replies to this client are held (a lost reply).
     replies_held: Arc<watch::Sender<bool>>,
+    /// The grants whose reply reached this client (for `ReleasesOnlyWhatItHeard`).
+    heard: Mutex<Vec<(LockKey, OwnerToken)>>,
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +232,7 @@ impl Naive {
             connection: AtomicU64::new(0),
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
+            heard: Mutex::default(),
         })
     }
 
@@ -258,6 +261,7 @@ impl Naive {
             },
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
+            heard: Mutex::default(),
         })
     }
 
@@ -286,9 +290,6 @@ impl Naive {
             return Err(match self.bug {
                 Bug::UntypedErrors => {
                     Error::new(ErrorKind::Backend, "connection refused").with_retryable(false)
-                }
-                Bug::RefusalsNotMarkedUnsent => {
-                    Error::new(ErrorKind::Unavailable, "connection refused")
                 }
                 _ => Error::new(ErrorKind::Unavailable, "connection refused").with_not_sent(),
             });
@@ -431,6 +432,12 @@ impl LockBackend for Naive {
         let grant = self.grant(r).await;
         // Applied: the reply waits while replies are held.
         let _ = self.replies_held.subscribe().wait_for(|held| !held).await;
+        if let Ok(Grant::Granted(_)) = &grant {
+            self.heard
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((r.key().clone(), *r.owner()));
+        }
         grant
     }
 
@@ -545,6 +552,16 @@ impl Naive {
 
     async fn release_step(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.round_trip().await?;
+        if self.bug == Bug::ReleasesOnlyWhatItHeard
+            && !self
+                .heard
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|(k, o)| k == key && o == owner)
+        {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
         if self.bug == Bug::ReleaseByOwnerOnly {
             let now = Instant::now();
             let mut state = self.state();
@@ -887,7 +904,7 @@ caught! {
     lost_reply_retry_refused: RetryRefused by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "whose reply was lost was refused";
     blocking_steps_on_a_paused_server: BlockingSteps by lock_on_a_paused_server_ends_at_its_deadline, saying "returned Timeout after";
     blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
-    refusals_not_marked_unsent: RefusalsNotMarkedUnsent by an_outage_costs_a_bounded_number_of_cleanups, saying "cleanup releases (at most";
+    releases_only_what_it_heard: ReleasesOnlyWhatItHeard by an_acquire_dropped_with_its_grant_in_flight_leaves_nothing, saying "was still held 10 s after the link healed";
 }
 
 /// A third party's link from before the lost-reply fault: cut, heal and latency

@@ -38,6 +38,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "core sends a guard's extends one after the other, whatever the backend (the core test two_extends_in_flight_never_leave_the_client_believing_past_the_server fails without it)",
     ),
     (
+        "an_outage_costs_a_bounded_number_of_cleanups",
+        "core retries a wait as the owner of an attempt whose outcome is unknown, under one cleanup, whatever the backend answers (the core test a_wait_through_time_outs_sends_one_cleanup fails without it)",
+    ),
+    (
         "latency_is_never_counted_as_validity",
         "core counts validity from before the request; a backend's answer carries no validity",
     ),

@@ -278,11 +278,20 @@ cases! {
             "the grant handed over counts its validity from {:?} after the release was sent: later than the grant",
             handed.granted_after.saturating_duration_since(released_at)
         );
-        let shown = backend.inspect(&key).await?.map(|info| info.fence);
+        let shown = backend.inspect(&key).await?;
         ensure!(
-            shown == Some(handed.fence),
-            "after the handoff the server shows {shown:?}, not the fence handed over ({:?})",
+            shown.as_ref().map(|info| info.fence) == Some(handed.fence),
+            "after the handoff the server shows {:?}, not the fence handed over ({:?})",
+            shown.as_ref().map(|info| info.fence),
             handed.fence
+        );
+        // The validity the waiter counts (the shorter of its TTL and its place, from
+        // before its last step) is no more than the server keeps.
+        let counted = (handed.granted_after + ttl.min(place)).saturating_duration_since(Instant::now());
+        let on_server = shown.map(|info| info.remaining).unwrap_or_default();
+        ensure!(
+            on_server + t.expiry_slack() >= counted,
+            "the grant handed over counts {counted:?} of validity; the server keeps {on_server:?}"
         );
         ensure!(
             try_acquire(t, &key, ttl).await?.is_none(),

@@ -47,9 +47,10 @@ impl distlock_core::LockBackend for CountedReleases {
 }
 
 /// The most cleanup releases one `lock()` waiting through an outage may send: the
-/// four of one abandoned attempt, twice (an attempt whose request may have reached
-/// the server before it went down, and the one in flight at the deadline).
-const OUTAGE_RELEASES: u64 = 8;
+/// four of one abandoned attempt (the wait retries as the owner of an attempt whose
+/// outcome is unknown, under one cleanup; an attempt that never left the client
+/// needs none).
+const OUTAGE_RELEASES: u64 = 4;
 
 cases! {
     /// A `lock()` waiting through an outage (the server killed: connections refused) sends a bounded number of cleanup releases, none for an attempt that never left the client.

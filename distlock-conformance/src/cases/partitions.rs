@@ -51,6 +51,49 @@ cases! {
         Ok(())
     }
 
+    /// An acquire dropped while its grant is in flight (applied on the server, its reply held on the link) leaves nothing held once the link heals, long before the lease's TTL.
+    #[case(Client, needs_reply_holding_links)]
+    pub async fn an_acquire_dropped_with_its_grant_in_flight_leaves_nothing(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        // Warmed up by a whole grant, so that the acquire below is its one request (a
+        // script the server has yet to load would take a round trip more).
+        if let Some(warm) = grant(&linked, &t.key("warm-up"), t.long_ttl()).await? {
+            linked.release_lease(&warm).await?;
+        }
+        let key = t.key("dropped-in-flight");
+        let client = LockClient::with_options(linked, LockOptions::new(t.long_ttl()))?;
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        // A try: no watch to set up first, whose own reply the link would hold.
+        let dropped = timeout(Duration::from_millis(500), client.try_lock(key.as_str())).await;
+        let granted_on_server = holder_fence(t, &key).await?.is_some();
+        link.heal().await.map_err(link_err("heal"))?;
+        if let Ok(got) = dropped {
+            return fail(format!(
+                "try_lock() returned through a link that held the replies: {:?}",
+                got.map(|g| g.map(|g| g.fence()))
+            ));
+        }
+        // An acquire of several round trips (etcd's lease, then its transaction) had
+        // its first reply held: nothing but that step was applied, and the key must
+        // be free as it is. One of a single round trip was applied whole.
+        ensure!(
+            granted_on_server || t.capabilities().round_trips.acquire > 1,
+            "the server had not applied the grant while its reply was held: the case proves nothing"
+        );
+        // Given up on with its grant applied: the background cleanup releases it once
+        // the link carries it (the lease itself lasts a minute).
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up)
+            .await
+            .map_err(|_| {
+                CaseError::Failed(
+                    "the grant of the dropped acquire was still held 10 s after the link healed".into(),
+                )
+            })?;
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
+
     /// A grant whose reply was lost (held on the link after the server applied the request), retried by its owner, is granted again and restarts its expiry on the server.
     #[case(Validity, needs_reply_holding_links)]
     pub async fn a_grant_whose_reply_was_lost_is_granted_again_to_its_owner(t: &Target) -> CaseResult {
