@@ -79,8 +79,12 @@
 //!   extend two (a keep-alive stream opened, then its message, with the owner check
 //!   sent alongside), a release one (the transaction). The conformance suite
 //!   counts them on a real server.
-//! - **A retried acquire** whose reply was lost is not recognised as the same grant; it
-//!   is refused, and the lease it left runs out at its TTL.
+//! - **A retried acquire** whose reply was lost (the same owner token) is granted
+//!   again, plain or fair: the owner's lease is restarted by a keep-alive, so that its
+//!   expiry counts from the retry on the server as in the client (one granted for a
+//!   shorter TTL is revoked and granted again). A lease a step knows to hold nothing
+//!   is revoked before the step answers, never in the background, where it could land
+//!   after the same owner's next step and delete the key under that grant.
 //! - **Inspect** reports the remaining TTL in whole seconds, as etcd does.
 //!
 //! # Fenced writes

@@ -109,6 +109,19 @@
 //! counter expired also comes from the clock. Both hold as long as the server's wall
 //! clock never steps back by more than the grace (or across a restart).
 //!
+//! **What the fences need of clocks.** Where the counter is gone (a restart that lost
+//! data, a counter expired after `fence_grace_ms`, an evicted key) or lags (a replica
+//! promoted before the last writes reached it: a failover of a primary with replicas,
+//! or a Redis Cluster master's), the next fence comes from the clock of the server
+//! that mints it. It is above every fence handed out before only while that clock is
+//! ahead of the last fence: on one server, while its clock never steps back by more
+//! than the grace; across a failover, while the promoted server's clock is not behind
+//! the old primary's by more than the time between the last grant the replica missed
+//! and the first one it makes. Keep the servers' clocks synchronised (NTP, with
+//! slewing rather than stepping) where fences must rise across a failover;
+//! [`FailsClosed`](distlock_core::backend::FenceDurability) is declared on that
+//! condition, and no test here varies the servers' clocks.
+//!
 //! # What it does not guarantee
 //!
 //! - **Replication.** Redis replicates asynchronously: a primary that fails over right

@@ -91,6 +91,7 @@ impl Injector {
             .into_iter()
             .filter(|kind| match kind {
                 FaultKind::Partition | FaultKind::Latency => !self.links.is_empty(),
+                FaultKind::LostReplies => self.links.iter().any(|l| l.can_hold_replies()),
                 FaultKind::KillConnections => self
                     .control
                     .as_ref()
@@ -184,6 +185,15 @@ impl Injector {
             FaultKind::Partition => {
                 let link = link();
                 link.cut().await?;
+                sleep(long).await;
+                link.heal().await?;
+            }
+            FaultKind::LostReplies => {
+                // The requests still reach the server and are applied; their replies
+                // wait past the TTL, then arrive, late, all at once.
+                let holding: Vec<_> = self.links.iter().filter(|l| l.can_hold_replies()).collect();
+                let link = holding[rand::random_range(0..holding.len())].clone();
+                link.hold_replies().await?;
                 sleep(long).await;
                 link.heal().await?;
             }

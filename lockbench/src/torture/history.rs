@@ -50,6 +50,9 @@ pub(crate) enum FaultKind {
     Partition,
     /// Latency added on one client's link.
     Latency,
+    /// One client's replies held for longer than the TTL, its requests still applied
+    /// (the lost reply), then delivered.
+    LostReplies,
     /// The server closes its clients' connections.
     KillConnections,
     /// The server restarted.
@@ -59,10 +62,11 @@ pub(crate) enum FaultKind {
 }
 
 impl FaultKind {
-    pub(crate) const ALL: [FaultKind; 6] = [
+    pub(crate) const ALL: [FaultKind; 7] = [
         FaultKind::Pause,
         FaultKind::Partition,
         FaultKind::Latency,
+        FaultKind::LostReplies,
         FaultKind::KillConnections,
         FaultKind::Restart,
         FaultKind::KillAndStart,
@@ -73,6 +77,7 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::Partition => "partition",
             FaultKind::Latency => "latency",
+            FaultKind::LostReplies => "lost replies",
             FaultKind::KillConnections => "connections killed",
             FaultKind::Restart => "restart",
             FaultKind::KillAndStart => "kill and start",
