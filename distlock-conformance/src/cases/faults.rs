@@ -87,7 +87,7 @@ cases! {
         Ok(())
     }
 
-    /// `lock()` on a paused server returns Timeout within its wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
+    /// `lock()` and `lock_all()` on a paused server return Timeout within their wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
     #[case(Client, needs_control, fault)]
     pub async fn lock_on_a_paused_server_ends_at_its_deadline(t: &Target) -> CaseResult {
         let control = t

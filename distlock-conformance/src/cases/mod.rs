@@ -242,35 +242,49 @@ async fn outlasts_its_retry<'a>(
 /// scheduling of the task that notices the deadline, on a loaded machine.
 const DEADLINE_BOUND: Duration = Duration::from_millis(500);
 
-/// Each of `clients` asks for a free key with a wait of 500 ms while its server does
-/// not answer: what went wrong, one line each (nothing when each returned a
-/// [`ErrorKind::Timeout`] error within the wait and [`DEADLINE_BOUND`]).
+/// Each of `clients` asks for a free key, then for a set of two, with a wait of
+/// 500 ms while its server does not answer: what went wrong, one line each (nothing
+/// when each returned a [`ErrorKind::Timeout`] error within the wait and
+/// [`DEADLINE_BOUND`]).
 async fn waits_end_at_their_deadline(t: &Target, clients: &[(&str, &LockClient)]) -> Vec<String> {
     let wait = Duration::from_millis(500);
     let mut wrong = Vec::new();
     for (who, client) in clients {
-        let key = t.key("deadline");
-        let started = Instant::now();
-        let waited = timeout(Duration::from_secs(15), client.lock(key.as_str(), wait)).await;
-        let took = started.elapsed();
-        match waited {
-            Err(_) => wrong.push(format!(
-                "{who}: lock() had not returned 15 s into a wait of {wait:?}"
-            )),
-            Ok(Ok(guard)) => {
-                wrong.push(format!(
-                    "{who}: lock() was granted by a server that does not answer"
-                ));
-                drop(guard);
+        for call in ["lock()", "lock_all()"] {
+            let started = Instant::now();
+            let waited = if call == "lock()" {
+                let key = t.key("deadline");
+                timeout(Duration::from_secs(15), async {
+                    client.lock(key.as_str(), wait).await.map(drop)
+                })
+                .await
+            } else {
+                let keys = [t.key("deadline-set"), t.key("deadline-set")];
+                timeout(Duration::from_secs(15), async {
+                    client
+                        .lock_all(keys.iter().map(LockKey::as_str), wait)
+                        .await
+                        .map(drop)
+                })
+                .await
+            };
+            let took = started.elapsed();
+            match waited {
+                Err(_) => wrong.push(format!(
+                    "{who}: {call} had not returned 15 s into a wait of {wait:?}"
+                )),
+                Ok(Ok(())) => wrong.push(format!(
+                    "{who}: {call} was granted by a server that does not answer"
+                )),
+                Ok(Err(e)) if e.kind() != ErrorKind::Timeout => wrong.push(format!(
+                    "{who}: {call} gave a {:?} error, not Timeout: {e}",
+                    e.kind()
+                )),
+                Ok(Err(_)) if took > wait + DEADLINE_BOUND => wrong.push(format!(
+                    "{who}: {call} with a wait of {wait:?} returned Timeout after {took:?}"
+                )),
+                Ok(Err(_)) => {}
             }
-            Ok(Err(e)) if e.kind() != ErrorKind::Timeout => wrong.push(format!(
-                "{who}: lock() gave a {:?} error, not Timeout: {e}",
-                e.kind()
-            )),
-            Ok(Err(_)) if took > wait + DEADLINE_BOUND => wrong.push(format!(
-                "{who}: lock() with a wait of {wait:?} returned Timeout after {took:?}"
-            )),
-            Ok(Err(_)) => {}
         }
     }
     wrong

@@ -19,7 +19,7 @@ fn link_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '
 }
 
 cases! {
-    /// `lock()` over a black-holed link returns Timeout within its wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
+    /// `lock()` and `lock_all()` over a black-holed link return Timeout within their wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
     #[case(Client, needs_links)]
     pub async fn lock_over_a_cut_link_ends_at_its_deadline(t: &Target) -> CaseResult {
         let (linked_watching, link) = linked(t).await?;
