@@ -14,7 +14,8 @@ use distlock_core::backend::{
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseGrantOptions,
-    PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
+    LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchFilterType, WatchOptions,
 };
 use tokio::time::Instant;
 use tracing::debug;
@@ -242,16 +243,19 @@ impl EtcdBackend {
     }
 
     /// The lease of `request`'s owner for at least `request.ttl()` from now: granted
-    /// fresh, or, when its ID is live already (this owner's lease from an earlier step
-    /// whose reply was lost), restarted by a keep-alive, so that a retry counts its
-    /// expiry from this step, on the server as in the client. A live lease granted
-    /// shorter than asked is revoked and granted again. `None` when the ID belongs to
-    /// a live lease that cannot be made this step's (it ran out between the two
-    /// requests, or, with odds of one in 2⁶³, another token shares its bits).
+    /// fresh, or, when its ID is live already and the lease is this owner's (from an
+    /// earlier step whose reply was lost), restarted by a keep-alive, so that a retry
+    /// counts its expiry from this step, on the server as in the client. A live lease
+    /// granted shorter than asked is revoked and granted again. `None` when the ID
+    /// belongs to a live lease that cannot be made this step's: another token that
+    /// shares the 63 bits the ID is made of holds it, or it ran out meanwhile.
     async fn lease_for(&self, request: &AcquireRequest) -> Result<Option<LeaseStep>> {
         let id = lease_id(request.owner());
         if self.grant_lease(id, request.ttl()).await? {
             return Ok(Some(LeaseStep::Fresh));
+        }
+        if !self.lease_is_owners(id, request).await? {
+            return Ok(None);
         }
         match self.keep_alive_once(id).await? {
             Some(granted) if granted >= request.ttl() => Ok(Some(LeaseStep::Kept)),
@@ -266,6 +270,33 @@ impl EtcdBackend {
                     .await?
                     .then_some(LeaseStep::Fresh))
             }
+        }
+    }
+
+    /// Whether the live lease `id` is `request`'s owner's: it holds no key (an owner's
+    /// lease holds its one key at most; one from a step whose transaction was not
+    /// applied holds none), or it holds the request's key with this whole owner token
+    /// in it. A lease that holds any other key is another token's, one that shares
+    /// the 63 bits the ID is made of, and is never touched.
+    async fn lease_is_owners(&self, id: i64, request: &AcquireRequest) -> Result<bool> {
+        let attached = self
+            .request(|mut c| async move {
+                c.lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys()))
+                    .await
+            })
+            .await?;
+        let key = self.key(request.key());
+        match attached.keys() {
+            [] => Ok(true),
+            [only] if *only == key.as_bytes() => {
+                let read = self.request(|mut c| {
+                    let key = key.clone();
+                    async move { c.get(key, None).await }
+                });
+                let value = read.await?.kvs().first().map(|kv| kv.value().to_vec());
+                Ok(value.as_deref() == Some(request.owner().to_hex().as_bytes()))
+            }
+            _ => Ok(false),
         }
     }
 
