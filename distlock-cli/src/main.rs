@@ -246,8 +246,8 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(dispatch(cli));
-    // Whatever is still running in the background (a release on drop) is not waited
-    // for: a lease left behind runs out at its TTL.
+    // `run` has flushed its client's background releases; what is left (the later
+    // passes of a cleanup) is not waited for: a lease left behind runs out at its TTL.
     runtime.shutdown_timeout(Duration::from_secs(1));
     ExitCode::from(code)
 }

@@ -56,7 +56,26 @@ pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
         Ok(client) => client,
         Err(e) => return failed(&e),
     };
-    let guard = match take(&client, &args).await {
+    let code = hold_and_run(&client, args, grace).await;
+    // A wait that timed out with a step in flight, or a release that failed, leaves a
+    // cleanup running in the background: done before the process ends, or what it
+    // gives back would stay held (and queued) until its TTL.
+    if tokio::time::timeout(FLUSH_AT_MOST, client.flush())
+        .await
+        .is_err()
+    {
+        say(format_args!(
+            "warning: releases still under way after {FLUSH_AT_MOST:?}; what they hold runs out at its ttl"
+        ));
+    }
+    code
+}
+
+/// How long the end of a run waits for the client's background releases.
+const FLUSH_AT_MOST: Duration = Duration::from_secs(10);
+
+async fn hold_and_run(client: &LockClient, args: RunArgs, grace: Duration) -> u8 {
+    let guard = match take(client, &args).await {
         Ok(Some(guard)) => guard,
         Ok(None) => {
             say(format_args!("{} is held by another holder", args.key));

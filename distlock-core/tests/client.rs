@@ -407,6 +407,81 @@ async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
     assert!(client.try_lock("orphan").await.expect("try").is_some());
 }
 
+/// As [`LateReplies`], with each release a 50 ms round trip.
+#[derive(Debug)]
+struct SlowReleases(LateReplies);
+
+#[async_trait]
+impl LockBackend for SlowReleases {
+    fn name(&self) -> &str {
+        "memory-slow-releases"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        self.0.try_grant(r).await
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        sleep(Duration::from_millis(50)).await;
+        self.0.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.0.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.0.inspect(k).await
+    }
+}
+
+/// A process that ends right after a wait timed out with its grant in flight, or
+/// right after dropping a guard: with `flush()` before its runtime shuts down, it
+/// leaves nothing held; shutting down drops whatever background work is left.
+#[test]
+fn a_client_flushed_before_its_runtime_ends_leaves_nothing_held() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(SlowReleases(LateReplies::new(
+        memory.clone(),
+        true,
+        Duration::ZERO,
+    )));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let client = LockClient::new(backend.clone());
+        let waited = client.lock("abandoned", Duration::from_millis(200)).await;
+        assert_eq!(
+            waited.map(drop).map_err(|e| e.kind()),
+            Err(ErrorKind::Timeout)
+        );
+        backend.0.hang.store(false, Ordering::SeqCst);
+        let guard = client
+            .lock("dropped", Duration::from_secs(1))
+            .await
+            .expect("free");
+        drop(guard);
+        tokio::time::timeout(Duration::from_secs(5), client.flush())
+            .await
+            .expect("flush() returns once the background work is done");
+    });
+    runtime.shutdown_background();
+    let check = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    check.block_on(async {
+        for key in ["abandoned", "dropped"] {
+            assert_eq!(
+                holder_fence(&memory, key).await,
+                None,
+                "{key} was left held once the runtime ended"
+            );
+        }
+    });
+}
+
 /// A wait never outlives its deadline: an attempt whose reply does not come (the
 /// server applied it and stalled, say) is abandoned at the deadline, and what it was
 /// granted is released in the background.

@@ -695,16 +695,8 @@ impl LockBackend for EtcdBackend {
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         // Revoking the place's lease deletes the place.
-        let id = place_lease_id(owner);
         let _ = key;
-        self.request(|mut c| async move {
-            match c.lease_revoke(id).await {
-                Ok(_) => Ok(()),
-                Err(e) if is_lease_not_found(&e) => Ok(()),
-                Err(e) => Err(e),
-            }
-        })
-        .await
+        self.revoke_now(place_lease_id(owner)).await
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {

@@ -414,15 +414,30 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
 async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
     let (masters, backend, lease) = three_masters_holding("missed").await;
     let members = masters.members();
-    // The master that missed the grant: one restarted empty.
-    members[2].restart().await.expect("restart");
-    assert_eq!(get(&members[2], "distlock:{missed}").await, None);
-    members[0].pause().await.expect("pause");
-    members[1].pause().await.expect("pause");
+    // The master that missed the grant: the acquire stops at a majority, so one may
+    // have missed it already (whichever answered last); otherwise one restarted empty.
+    // The other two hold it.
+    let mut missed = members.len() - 1;
+    for (i, member) in members.iter().enumerate() {
+        if get(member, "distlock:{missed}").await.is_none() {
+            missed = i;
+        }
+    }
+    members[missed].restart().await.expect("restart");
+    assert_eq!(get(&members[missed], "distlock:{missed}").await, None);
+    let holding: Vec<usize> = (0..members.len()).filter(|&i| i != missed).collect();
+    for &i in &holding {
+        assert!(
+            get(&members[i], "distlock:{missed}").await.is_some(),
+            "master {i}"
+        );
+        members[i].pause().await.expect("pause");
+    }
     let key = LockKey::new("missed").expect("key");
     let inspected = backend.inspect(&key).await;
-    members[0].unpause().await.expect("unpause");
-    members[1].unpause().await.expect("unpause");
+    for &i in &holding {
+        members[i].unpause().await.expect("unpause");
+    }
     let err = inspected.expect_err("one master of three, without the grant, answered");
     assert!(err.is_retryable(), "{err}");
     assert!(err.to_string().contains("cannot inspect"), "{err}");

@@ -131,6 +131,12 @@ impl Election {
         }))
     }
 
+    /// Waits for the releases and cleanups this election (and its clones) runs in the
+    /// background; as [`LockClient::flush`](crate::LockClient::flush).
+    pub async fn flush(&self) {
+        self.claims.flush().await;
+    }
+
     /// The current leader, if any: a snapshot.
     pub async fn leader(&self) -> Result<Option<Leader>> {
         Ok(leader_of(self.claims.holders().await?))

@@ -11,6 +11,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, DynLockBackend, LockBackendExt};
+use crate::client::background::Background;
 use crate::client::deferred::{Deferred, DeferredTask, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::options::LockOptions;
@@ -60,6 +61,8 @@ pub(crate) struct Shared {
     supervisor: DeferredTask,
     /// Keeps the client's timer task, which starts the supervisor, alive.
     _starts: Starts,
+    /// The client's count of background work: a release on drop is counted there.
+    background: Background,
     /// How many holds are live (more than one once [re-entered](LockGuard::reenter)).
     count: AtomicUsize,
     /// The lease as granted: key, owner, fence and TTL. Its validity as renewed is in
@@ -358,6 +361,7 @@ impl LockGuard {
         options: LockOptions,
         turn: Option<LocalTurn>,
         starts: &Starts,
+        background: &Background,
     ) -> Self {
         // Never later than the point where the loss must be signalled.
         let valid_until = lease.valid_until();
@@ -370,6 +374,7 @@ impl LockGuard {
             options,
             supervisor: DeferredTask::new(),
             _starts: starts.clone(),
+            background: background.clone(),
             count: AtomicUsize::new(1),
             status: std::sync::Mutex::new(Status {
                 valid_until,
@@ -587,8 +592,10 @@ fn release_in_background(shared: Arc<Shared>) {
     };
     let span =
         tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
+    let working = shared.background.begin();
     runtime.spawn(
         async move {
+            let _working = working;
             match shared
                 .backend
                 .release(shared.key(), shared.lease.owner())

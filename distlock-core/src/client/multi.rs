@@ -454,7 +454,9 @@ impl LockClient {
         // Each grant is covered until a guard owns it, as a single attempt's is.
         let mut pending: Vec<PendingGrant<'_>> = owners
             .iter()
-            .map(|(key, owner)| PendingGrant::borrowed(&self.backend, key, *owner))
+            .map(|(key, owner)| {
+                PendingGrant::borrowed(&self.backend, key, *owner, &self.background)
+            })
             .collect();
         let outcome = match &self.breaker {
             None => {
@@ -512,6 +514,7 @@ impl LockClient {
                             self.options.clone(),
                             Some(turn),
                             &self.starts,
+                            &self.background,
                         );
                         reentrant::remember(&self.local, &guard);
                         guard

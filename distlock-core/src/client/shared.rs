@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::background::Background;
 use super::deferred::Starts;
 use super::{LockClient, LockGuard, LockOptions};
 use crate::backend::DynLockBackend;
@@ -18,6 +19,7 @@ pub(crate) struct Claims {
     name: LockKey,
     options: LockOptions,
     starts: Starts,
+    background: Background,
 }
 
 impl Claims {
@@ -35,6 +37,7 @@ impl Claims {
             name,
             options,
             starts: Starts::default(),
+            background: Background::default(),
         };
         claims.client(Claim::new(1, 1)?)?;
         Ok(claims)
@@ -45,7 +48,13 @@ impl Claims {
         let view = Arc::new(ClaimView::new(self.backend.clone(), claim)?);
         let mut client = LockClient::with_options(view, self.options.clone())?;
         client.starts = self.starts.clone();
+        client.background = self.background.clone();
         Ok(client)
+    }
+
+    /// As [`LockClient::flush`], for every claim's client.
+    pub(crate) async fn flush(&self) {
+        self.background.idle().await;
     }
 
     pub(crate) fn name(&self) -> &LockKey {
@@ -171,6 +180,12 @@ impl Semaphore {
         self.claims.holders().await
     }
 
+    /// Waits for the releases and cleanups this semaphore (and its clones) runs in
+    /// the background; as [`LockClient::flush`].
+    pub async fn flush(&self) {
+        self.claims.flush().await;
+    }
+
     /// How many permits are free now: a snapshot, already stale when it arrives.
     pub async fn available(&self) -> Result<u32> {
         let held: u64 = self
@@ -271,6 +286,12 @@ impl RwLock {
     /// The live grants (readers hold a count of 1, a writer [`Self::PERMITS`]).
     pub async fn holders(&self) -> Result<Vec<PermitHolder>> {
         self.claims.holders().await
+    }
+
+    /// Waits for the releases and cleanups this lock (and its clones) runs in the
+    /// background; as [`LockClient::flush`].
+    pub async fn flush(&self) {
+        self.claims.flush().await;
     }
 
     fn reader() -> Claim {
