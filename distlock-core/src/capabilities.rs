@@ -129,12 +129,25 @@ pub struct Capabilities {
     /// of one acquisition: what [`LockClient::lock_all`](crate::LockClient::lock_all)
     /// then uses instead of taking the keys one by one.
     pub atomic_sets: bool,
+    /// How long after it was sent a request whose reply never came may still be
+    /// applied, at most: the server's own bound on a statement (PostgreSQL's
+    /// `statement_timeout`, MySQL's `innodb_lock_wait_timeout`). `None` when nothing on
+    /// the server bounds it: a paused server, say, applies what it had read once it
+    /// resumes.
+    ///
+    /// A [`LockClient`](crate::LockClient) releases what an abandoned attempt may have
+    /// been granted at once, again 0.25 s, 1.25 s and 6.25 s later, and, where this
+    /// bound is longer, once more when it has passed since the attempt was abandoned:
+    /// a grant applied within the bound is then given back before long. One applied
+    /// later than every pass runs out at its TTL.
+    pub applied_within: Option<Duration>,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
     /// one round trip per operation, no clock drift, nothing optional (no
-    /// force release, no listing, no fair mode, no permits).
+    /// force release, no listing, no fair mode, no permits), and no bound on when a
+    /// request may still be applied.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -152,6 +165,7 @@ impl Default for Capabilities {
             fair_handoff: false,
             permits: false,
             atomic_sets: false,
+            applied_within: None,
         }
     }
 }

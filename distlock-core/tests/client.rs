@@ -482,6 +482,120 @@ fn a_client_flushed_before_its_runtime_ends_leaves_nothing_held() {
     });
 }
 
+/// Applies each acquisition `late` after it was sent (a statement waiting on the
+/// server for a row lock) and never answers it; declares that the server gives up on a
+/// request `bound` after it was sent.
+#[derive(Debug)]
+struct AppliedLate {
+    inner: MemoryBackend,
+    capabilities: Capabilities,
+    late: Duration,
+}
+
+impl AppliedLate {
+    fn new(inner: MemoryBackend, late: Duration, bound: Option<Duration>) -> Self {
+        let mut capabilities = inner.capabilities().clone();
+        capabilities.applied_within = bound;
+        AppliedLate {
+            inner,
+            capabilities,
+            late,
+        }
+    }
+}
+
+#[async_trait]
+impl LockBackend for AppliedLate {
+    fn name(&self) -> &str {
+        "memory-applied-late"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        let (inner, request, late) = (self.inner.clone(), r.clone(), self.late);
+        // On the server: it goes on whether or not the client still waits.
+        tokio::spawn(async move {
+            sleep(late).await;
+            let _ = inner.try_grant(&request).await;
+        });
+        std::future::pending().await
+    }
+    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(k, o).await
+    }
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(r).await
+    }
+    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(k).await
+    }
+}
+
+/// A grant the server applies after the cleanup's fixed passes, but within the
+/// server's declared bound on a request, is given back once that bound has passed:
+/// it does not block the key for its whole TTL.
+#[tokio::test(start_paused = true)]
+async fn a_grant_applied_within_the_servers_bound_is_given_back_after_it() {
+    let memory = MemoryBackend::new();
+    let late = Duration::from_secs(15);
+    let backend = Arc::new(AppliedLate::new(
+        memory.clone(),
+        late,
+        Some(Duration::from_secs(20)),
+    ));
+    let client = LockClient::new(backend);
+    let started = Instant::now();
+    let waited = client.lock("late", Duration::from_millis(500)).await;
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    sleep_until_after(started, late + Duration::from_millis(1)).await;
+    assert!(
+        holder_fence(&memory, "late").await.is_some(),
+        "the late grant was supposed to land"
+    );
+    // The bound (20 s after the attempt was abandoned at 0.5 s) and a little.
+    sleep_until_after(started, Duration::from_secs(21)).await;
+    assert_eq!(
+        holder_fence(&memory, "late").await,
+        None,
+        "a grant applied 15 s late, within the server's 20 s bound, was still held at 21 s (its TTL is 30 s)"
+    );
+}
+
+/// Without a declared bound the cleanup has nothing to wait for: its last pass is at
+/// 6.25 s, and a grant applied later runs out at its TTL (the documented limit).
+#[tokio::test(start_paused = true)]
+async fn a_grant_applied_past_every_pass_runs_out_at_its_ttl() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(AppliedLate::new(
+        memory.clone(),
+        Duration::from_secs(15),
+        None,
+    ));
+    let client = LockClient::with_options(backend, LockOptions::new(TTL)).expect("opts");
+    let started = Instant::now();
+    let waited = client.lock("late", Duration::from_millis(500)).await;
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    sleep_until_after(started, Duration::from_secs(16)).await;
+    assert!(holder_fence(&memory, "late").await.is_some());
+    sleep_until_after(
+        started,
+        Duration::from_secs(15) + TTL + Duration::from_millis(1),
+    )
+    .await;
+    assert_eq!(holder_fence(&memory, "late").await, None);
+}
+
+async fn sleep_until_after(start: Instant, after: Duration) {
+    tokio::time::sleep_until(start + after).await;
+}
+
 /// A wait never outlives its deadline: an attempt whose reply does not come (the
 /// server applied it and stalled, say) is abandoned at the deadline, and what it was
 /// granted is released in the background.

@@ -94,6 +94,15 @@
 //!   this; the backend cannot detect it. Never point the backend at a replica: a
 //!   read-only server's refusal (1290) is reported as unavailable, but a replica
 //!   opened for writes would grant locks of its own.
+//! - **A late grant can hold the key until its TTL.** InnoDB bounds each wait for a
+//!   row lock (`innodb_lock_wait_timeout`: the response timeout, rounded up to whole
+//!   seconds, on the backend's own pool; the pool's own setting, 50 s by default, with
+//!   `from_pool`), not a statement: a statement the client gave up on (a wait that
+//!   reached its deadline while the statement waited for the key's row) can still be
+//!   applied after the client's cleanup made its last pass, 6.25 s after the attempt
+//!   was abandoned, and that grant then holds the key until its TTL. No bound is
+//!   declared ([`Capabilities::applied_within`](distlock_core::Capabilities::applied_within)
+//!   is `None`).
 //! - **Session locks are not used.** MySQL's `GET_LOCK` ties a lock to a connection:
 //!   it has no TTL a holder could renew, no fence, ends whenever the connection drops
 //!   (a pooled connection, a proxy or a failover), and is not replicated. The table

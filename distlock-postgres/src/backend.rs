@@ -145,6 +145,10 @@ impl PostgresBackend {
         capabilities.fair_handoff = config.notify();
         capabilities.permits = true;
         capabilities.atomic_sets = true;
+        // The server ends each statement at its statement_timeout, the response
+        // timeout. Behind PgBouncer a batch may first wait in the pooler's queue for as
+        // long as its query_wait_timeout, which the backend cannot see.
+        capabilities.applied_within = (!config.pgbouncer).then_some(config.response_timeout);
         let sql = Statements::new(&config.schema, &config.table, config.unlogged);
         let batch_prefix = batched.then(|| {
             config

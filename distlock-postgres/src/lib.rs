@@ -97,6 +97,15 @@
 //!   declared best effort; with `synchronous_commit=server` the backend keeps the
 //!   setting the server gives its sessions, reads it at connect, and declares fences
 //!   best effort where it is `off`.
+//! - **A late grant is given back.** Every statement runs under a `statement_timeout`
+//!   of the response timeout, so a statement the client gave up on (a wait that
+//!   reached its deadline while it waited on the server for the key's row) is applied
+//!   within that time or not at all: the backend declares it
+//!   ([`Capabilities::applied_within`](distlock_core::Capabilities::applied_within)),
+//!   and the client's cleanup releases once more after it. Behind PgBouncer a batch may
+//!   first wait in the pooler's queue (its `query_wait_timeout`), and nothing is
+//!   declared: a grant applied after the cleanup's last pass, 6.25 s after the attempt
+//!   was abandoned, holds the key until its TTL.
 //! - **Leases survive a restart** (a clean one or a crash) with the default settings;
 //!   with `unlogged=true` a crash empties the table (fences stay durable).
 //! - **Bounded storage.** A released lease's row is marked ended, not deleted (see

@@ -2,7 +2,8 @@
 //! fair queue, the durability options, hostile names, the statement timeout behind
 //! PgBouncer, which releases notify, fenced writes of your own rows (one transaction
 //! under a set of keys too), a migration that waits for no one, and the order in which
-//! a fair step writes its place and reads the fence a handoff is judged by.
+//! a fair step writes its place and reads the fence a handoff is judged by, and a
+//! grant applied after its wait gave up.
 //! Each test has a server of its own.
 
 use std::time::Duration;
@@ -843,4 +844,76 @@ async fn a_handoff_of_a_place_as_it_stood_before_a_step_is_not_counted_from_that
         .handed_over(&key, &waiter)
         .expect("a handoff minted after the step");
     assert_eq!(handed.fence.get(), u64::try_from(later).expect("positive"));
+}
+
+/// A grant whose statement waited on the server for the key's row, past the wait of
+/// the `lock()` that sent it, is applied once the row is free: the client's cleanup
+/// releases it again after the server's bound on a statement (the response timeout,
+/// declared as `applied_within`), so it does not hold the key for its whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_applied_after_its_wait_gave_up_is_given_back_within_the_statement_timeout() {
+    use sqlx::{Connection, Executor};
+
+    let server = server().await;
+    let bound = Duration::from_secs(9);
+    let backend = std::sync::Arc::new(
+        // Without notifications, so that the wait's first step is the grant (the
+        // registration of a watch would wait on the row first).
+        PostgresBackend::connect(&format!(
+            "{}?response_timeout_ms={}&notify=false",
+            server.url(),
+            bound.as_millis()
+        ))
+        .await
+        .expect("connect"),
+    );
+    assert_eq!(backend.capabilities().applied_within, Some(bound));
+    // The key's row exists (a lease granted and released), and another transaction
+    // holds it, as a purge or a fair step would.
+    let first = backend
+        .acquire_once("late", Duration::from_secs(5))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&first).await.expect("release");
+    let mut blocker = sqlx::PgConnection::connect(&server.url())
+        .await
+        .expect("blocker");
+    blocker
+        .execute(sqlx::raw_sql(
+            "BEGIN; SELECT 1 FROM distlock_locks WHERE key = 'late' FOR UPDATE",
+        ))
+        .await
+        .expect("row lock");
+    let client = distlock_core::LockClient::new(backend.clone());
+    let started = tokio::time::Instant::now();
+    let waited = client.lock("late", Duration::from_millis(500)).await;
+    assert_eq!(
+        waited.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::Timeout)
+    );
+    // The row comes free 7 s in, after the cleanup's fixed passes (the last at 6.25 s
+    // after the wait gave up): the statement still waiting on it is applied then.
+    tokio::time::sleep_until(started + Duration::from_secs(7)).await;
+    blocker
+        .execute(sqlx::raw_sql("ROLLBACK"))
+        .await
+        .expect("rollback");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let key = LockKey::new("late").expect("key");
+    assert!(
+        backend.inspect(&key).await.expect("inspect").is_some(),
+        "the statement that waited on the row was supposed to grant the key"
+    );
+    // The bound after the wait gave up (0.5 s + 9 s), a pass 250 ms after it, and room.
+    tokio::time::sleep_until(started + Duration::from_secs(11)).await;
+    assert_eq!(
+        backend
+            .inspect(&key)
+            .await
+            .expect("inspect")
+            .map(|i| i.fence),
+        None,
+        "the late grant was still held 11 s in (its TTL is 30 s)"
+    );
 }

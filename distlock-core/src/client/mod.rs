@@ -246,10 +246,10 @@ impl LockClient {
     /// runtime down drops those tasks, and what they had yet to give back stays held
     /// until its TTL runs out, in the way of every other waiter. Each step is bounded
     /// by the backend's own time-outs; wrap the call in `tokio::time::timeout` to bound
-    /// it more tightly. A cleanup also releases again 0.25 s, 1.25 s and 6.25 s after
-    /// its first pass, for a request that lands after it: those later passes are not
-    /// waited for, and a request that lands only once the process has ended runs out
-    /// at its TTL.
+    /// it more tightly. A cleanup also releases again later, for a request that lands
+    /// after its first pass ([`Capabilities::applied_within`](crate::Capabilities::applied_within)
+    /// says when): those later passes are not waited for, and a request that lands
+    /// only once the process has ended runs out at its TTL.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -724,6 +724,28 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
     Duration::from_millis(5000),
 ];
 
+/// How long after the backend's bound on a late-applied request
+/// ([`Capabilities::applied_within`](crate::Capabilities::applied_within)) the last
+/// pass of a cleanup releases: room for the request's trip and for timers.
+const CLEANUP_PAST_THE_BOUND: Duration = Duration::from_millis(250);
+
+/// When each pass of a cleanup releases, counted from when the attempt was abandoned:
+/// the fixed schedule, then a last pass past the backend's `applied_within` where
+/// that is later.
+fn cleanup_passes(applied_within: Option<Duration>) -> impl Iterator<Item = Duration> {
+    let fixed = CLEANUP_AGAIN_AFTER
+        .iter()
+        .scan(Duration::ZERO, |at, delay| {
+            *at += *delay;
+            Some(*at)
+        });
+    let last_fixed: Duration = CLEANUP_AGAIN_AFTER.iter().sum();
+    let past_the_bound = applied_within
+        .map(|bound| bound.saturating_add(CLEANUP_PAST_THE_BOUND))
+        .filter(|at| *at > last_fixed);
+    fixed.chain(past_the_bound)
+}
+
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
 /// A queued one also leaves the key's queue. It may borrow the backend and the key
@@ -799,6 +821,8 @@ impl Drop for PendingGrant<'_> {
             // Counted from now, so that a flush right after the acquire returned
             // waits for it.
             let mut first_pass = Some(cleanup.background.begin());
+            let abandoned = Instant::now();
+            let passes = cleanup_passes(backend.capabilities().applied_within);
             runtime.spawn(async move {
                 if queued {
                     if let Err(error) = backend.leave_queue(&key, &owner).await {
@@ -806,11 +830,12 @@ impl Drop for PendingGrant<'_> {
                     }
                 }
                 // The abandoned request may still be on its way (queued in a pool or a
-                // proxy, say) and land after a release: released again a little later,
-                // and later still, it is gone before long whenever it lands within
-                // that time; otherwise it runs out at its TTL.
-                for delay in CLEANUP_AGAIN_AFTER {
-                    tokio::time::sleep(delay).await;
+                // proxy, say, or waiting on the server for a row lock) and land after a
+                // release: released again a little later, later still, and once the
+                // server's own bound on it has passed, it is gone before long whenever
+                // it lands within that time; otherwise it runs out at its TTL.
+                for at in passes {
+                    tokio::time::sleep_until(abandoned + at).await;
                     if let Err(error) = backend.release(&key, &owner).await {
                         debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
                     }
