@@ -337,12 +337,13 @@ async fn a_dropped_acquire_leaves_no_lease_and_no_task() {
 }
 
 /// Applies every request; the reply of an acquisition arrives `delay` late, or never
-/// while `hang` is set.
+/// while `hang` is set; a release takes `release_delay`.
 #[derive(Debug)]
 struct LateReplies {
     inner: MemoryBackend,
     hang: AtomicBool,
     delay: Duration,
+    release_delay: Duration,
 }
 
 impl LateReplies {
@@ -351,6 +352,7 @@ impl LateReplies {
             inner,
             hang: AtomicBool::new(hang),
             delay,
+            release_delay: Duration::ZERO,
         }
     }
 }
@@ -374,6 +376,9 @@ impl LockBackend for LateReplies {
         outcome
     }
     async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        if !self.release_delay.is_zero() {
+            sleep(self.release_delay).await;
+        }
         self.inner.release(k, o).await
     }
     async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
@@ -407,44 +412,17 @@ async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
     assert!(client.try_lock("orphan").await.expect("try").is_some());
 }
 
-/// As [`LateReplies`], with each release a 50 ms round trip.
-#[derive(Debug)]
-struct SlowReleases(LateReplies);
-
-#[async_trait]
-impl LockBackend for SlowReleases {
-    fn name(&self) -> &str {
-        "memory-slow-releases"
-    }
-    fn capabilities(&self) -> &Capabilities {
-        self.0.capabilities()
-    }
-    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
-        self.0.try_grant(r).await
-    }
-    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
-        sleep(Duration::from_millis(50)).await;
-        self.0.release(k, o).await
-    }
-    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
-        self.0.renew(r).await
-    }
-    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
-        self.0.inspect(k).await
-    }
-}
-
 /// A process that ends right after a wait timed out with its grant in flight, or
 /// right after dropping a guard: with `flush()` before its runtime shuts down, it
 /// leaves nothing held; shutting down drops whatever background work is left.
 #[test]
 fn a_client_flushed_before_its_runtime_ends_leaves_nothing_held() {
     let memory = MemoryBackend::new();
-    let backend = Arc::new(SlowReleases(LateReplies::new(
-        memory.clone(),
-        true,
-        Duration::ZERO,
-    )));
+    // Each release a 50 ms round trip.
+    let backend = Arc::new(LateReplies {
+        release_delay: Duration::from_millis(50),
+        ..LateReplies::new(memory.clone(), true, Duration::ZERO)
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -456,7 +434,7 @@ fn a_client_flushed_before_its_runtime_ends_leaves_nothing_held() {
             waited.map(drop).map_err(|e| e.kind()),
             Err(ErrorKind::Timeout)
         );
-        backend.0.hang.store(false, Ordering::SeqCst);
+        backend.hang.store(false, Ordering::SeqCst);
         let guard = client
             .lock("dropped", Duration::from_secs(1))
             .await
