@@ -881,7 +881,7 @@ caught! {
     fence_counters_evicted: FenceCountersEvicted by fencing_increases_over_many_keys, saying "got fence 1 after";
     extend_rewrites_record: ExtendRewritesRecord by extend_racing_release_leaves_nothing, saying "an extend racing the release left the key held";
     release_leaves_record: ReleaseLeavesRecord by acquire_release_cycle, saying "the key is still held after release";
-    dropped_guard_leaves_record: ReleaseLeavesRecord by client_dropped_guard_releases, saying "was not released within 2 s";
+    dropped_guard_leaves_record: ReleaseLeavesRecord by client_dropped_guard_releases, saying "was still held once its release was done";
     extend_does_not_prolong: ExtendDoesNotProlong by client_renewal_keeps_the_lease, saying "the server lost the renewed lease";
     deleted_lease_reacquired: ExtendReacquires by client_lost_fires_when_the_lease_is_deleted, saying "did not fire within";
     queues_without_leaving: QueuesWithoutLeaving by client_dropped_acquire_leaves_nothing, saying "the dropped waiter left a lease behind";

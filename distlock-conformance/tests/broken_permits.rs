@@ -284,7 +284,7 @@ async fn a_writer_that_gave_up_but_holds_readers_back_is_caught() {
         Bug::None,
         Bug::LeaveIgnored,
         "a_writer_that_gives_up_no_longer_holds_back_readers",
-        "held back for a second by a writer that gave up",
+        "held back for 8 s by a writer that gave up",
     )
     .await;
 }

@@ -360,6 +360,15 @@ fn control_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError 
     move |e| CaseError::Failed(format!("server control could not {what}: {e}"))
 }
 
+/// Waits for `flush` (a client's [`flush`](LockClient::flush): its background
+/// releases and cleanups), within a bound generous enough for a loaded machine: one
+/// that never ends fails the case.
+async fn flushed(flush: impl std::future::Future<Output = ()>) -> Result<(), CaseError> {
+    timeout(Duration::from_secs(30), flush)
+        .await
+        .map_err(|_| CaseError::Failed("flush() had not returned after 30 s".into()))
+}
+
 async fn try_acquire(t: &Target, key: &LockKey, ttl: Duration) -> Result<Option<Lease>, CaseError> {
     grant(t.backend(), key, ttl).await
 }

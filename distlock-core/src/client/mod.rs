@@ -824,18 +824,19 @@ impl Drop for PendingGrant<'_> {
             let abandoned = Instant::now();
             let passes = cleanup_passes(backend.capabilities().applied_within);
             runtime.spawn(async move {
-                if queued {
-                    if let Err(error) = backend.leave_queue(&key, &owner).await {
-                        debug!(%error, key = %key, "leaving the queue failed; the place runs out");
-                    }
-                }
                 // The abandoned request may still be on its way (queued in a pool or a
                 // proxy, say, or waiting on the server for a row lock) and land after a
-                // release: released again a little later, later still, and once the
-                // server's own bound on it has passed, it is gone before long whenever
-                // it lands within that time; otherwise it runs out at its TTL.
+                // release: released (and the queue left) again a little later, later
+                // still, and once the server's own bound on it has passed, it is gone
+                // before long whenever it lands within that time; otherwise it runs
+                // out at its TTL (a place, at its own).
                 for at in passes {
                     tokio::time::sleep_until(abandoned + at).await;
+                    if queued {
+                        if let Err(error) = backend.leave_queue(&key, &owner).await {
+                            debug!(%error, key = %key, "leaving the queue failed; the place runs out");
+                        }
+                    }
                     if let Err(error) = backend.release(&key, &owner).await {
                         debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
                     }
