@@ -101,7 +101,7 @@
 //!   reached its deadline while the statement waited for the key's row) can still be
 //!   applied after the client's cleanup made its last pass, 6.25 s after the attempt
 //!   was abandoned, and that grant then holds the key until its TTL. No bound is
-//!   declared ([`Capabilities::applied_within`](distlock_core::Capabilities::applied_within)
+//!   declared ([`Capabilities::applied_within`](distlock_core::backend::Capabilities::applied_within)
 //!   is `None`).
 //! - **Session locks are not used.** MySQL's `GET_LOCK` ties a lock to a connection:
 //!   it has no TTL a holder could renew, no fence, ends whenever the connection drops

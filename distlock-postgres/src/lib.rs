@@ -101,7 +101,7 @@
 //!   of the response timeout, so a statement the client gave up on (a wait that
 //!   reached its deadline while it waited on the server for the key's row) is applied
 //!   within that time or not at all: the backend declares it
-//!   ([`Capabilities::applied_within`](distlock_core::Capabilities::applied_within)),
+//!   ([`Capabilities::applied_within`](distlock_core::backend::Capabilities::applied_within)),
 //!   and the client's cleanup releases once more after it. Behind PgBouncer a batch may
 //!   first wait in the pooler's queue (its `query_wait_timeout`), and nothing is
 //!   declared: a grant applied after the cleanup's last pass, 6.25 s after the attempt

@@ -52,7 +52,7 @@ impl distlock_core::LockBackend for CountedReleases {
 /// unknown, under one cleanup; an attempt that never left the client needs none). A
 /// cleanup releases at once, 0.25 s, 1.25 s and 6.25 s later, and once more past the
 /// backend's `applied_within` where that is later
-/// ([`Capabilities::applied_within`](distlock_core::Capabilities::applied_within)).
+/// ([`Capabilities::applied_within`](distlock_core::backend::Capabilities::applied_within)).
 fn outage_releases(applied_within: Option<Duration>) -> (u64, Duration) {
     let fixed_last = Duration::from_millis(6250);
     match applied_within.map(|bound| bound + Duration::from_millis(250)) {

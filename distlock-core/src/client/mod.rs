@@ -247,7 +247,7 @@ impl LockClient {
     /// until its TTL runs out, in the way of every other waiter. Each step is bounded
     /// by the backend's own time-outs; wrap the call in `tokio::time::timeout` to bound
     /// it more tightly. A cleanup also releases again later, for a request that lands
-    /// after its first pass ([`Capabilities::applied_within`](crate::Capabilities::applied_within)
+    /// after its first pass ([`Capabilities::applied_within`](crate::backend::Capabilities::applied_within)
     /// says when): those later passes are not waited for, and a request that lands
     /// only once the process has ended runs out at its TTL.
     ///
@@ -725,7 +725,7 @@ const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
 ];
 
 /// How long after the backend's bound on a late-applied request
-/// ([`Capabilities::applied_within`](crate::Capabilities::applied_within)) the last
+/// ([`Capabilities::applied_within`](crate::backend::Capabilities::applied_within)) the last
 /// pass of a cleanup releases: room for the request's trip and for timers.
 const CLEANUP_PAST_THE_BOUND: Duration = Duration::from_millis(250);
 
