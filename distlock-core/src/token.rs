@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::error::{Error, ErrorKind, Result};
+
 /// A random 128-bit secret minted for one acquisition.
 ///
 /// Release and extend compare it on the server, so only the holder of this exact
@@ -81,6 +83,19 @@ impl FencingToken {
     pub const fn get(self) -> u64 {
         self.0
     }
+
+    /// A fence from the signed integer a server keeps it in (a sequence's value, a
+    /// revision, a zxid): an [`ErrorKind::Backend`] error for zero or a negative value,
+    /// which no grant can carry, never a fence of 0 standing in for it.
+    pub fn from_server(raw: i64) -> Result<Self> {
+        match u64::try_from(raw) {
+            Ok(value) if value > 0 => Ok(FencingToken(value)),
+            _ => Err(Error::new(
+                ErrorKind::Backend,
+                format!("the server gave {raw} as a fence, where a fence is a positive integer"),
+            )),
+        }
+    }
 }
 
 impl fmt::Display for FencingToken {
@@ -104,6 +119,25 @@ impl From<FencingToken> for u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_servers_fence_is_positive_or_an_error() {
+        assert_eq!(
+            FencingToken::from_server(7).map(FencingToken::get).ok(),
+            Some(7)
+        );
+        assert_eq!(
+            FencingToken::from_server(i64::MAX)
+                .map(FencingToken::get)
+                .ok(),
+            Some(i64::MAX as u64)
+        );
+        for raw in [0, -1, i64::MIN] {
+            let error = FencingToken::from_server(raw).expect_err("not a fence");
+            assert_eq!(error.kind(), ErrorKind::Backend, "{error}");
+            assert!(error.to_string().contains(&raw.to_string()), "{error}");
+        }
+    }
 
     #[test]
     fn hex_round_trips_and_rejects_garbage() {

@@ -89,6 +89,12 @@ fn send_txn(
 /// writes its grant reached the server: the server or the link stalled past the
 /// TTL, and nothing was granted. The contract's "a grant would have come back after
 /// its validity": an [`ErrorKind::Timeout`], which a waiter retries.
+/// The fence a revision gives (a key's creation revision, or the revision a grant's
+/// transaction made): revisions are positive, and any other value is a backend error.
+pub(crate) fn fence(revision: i64) -> Result<FencingToken> {
+    FencingToken::from_server(revision).map_err(|e| e.with_backend(NAME))
+}
+
 fn lease_ran_out() -> Error {
     Error::new(
         ErrorKind::Timeout,
@@ -334,9 +340,7 @@ impl EtcdBackend {
         };
         if reply.succeeded() {
             let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-            return Ok(Some(FencingToken::new(
-                u64::try_from(revision).unwrap_or(0),
-            )));
+            return Ok(Some(fence(revision)?));
         }
         let holder = match reply.op_responses().first() {
             Some(TxnOpResponse::Get(got)) => got.kvs().first().cloned(),
@@ -344,8 +348,7 @@ impl EtcdBackend {
         };
         if let Some(holder) = holder {
             if holder.value() == request.owner().to_hex().as_bytes() && holder.lease() == id {
-                let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
-                return Ok(Some(FencingToken::new(fence)));
+                return Ok(Some(fence(holder.create_revision())?));
             }
         }
         self.revoke_now(id).await?;
@@ -603,8 +606,7 @@ impl LockBackend for EtcdBackend {
         };
         if reply.succeeded() {
             let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-            let fence = FencingToken::new(u64::try_from(revision).unwrap_or(0));
-            return Ok(SetGrant::Granted(vec![fence; requests.len()]));
+            return Ok(SetGrant::Granted(vec![fence(revision)?; requests.len()]));
         }
         revoke_all();
         let index = reply
@@ -652,8 +654,7 @@ impl LockBackend for EtcdBackend {
                 // A retry of a grant whose reply was lost: it is ours already, and its
                 // lease restarts from this step, as the client counts it.
                 if let Some(LeaseStep::Kept) = self.lease_for(request).await? {
-                    let fence = u64::try_from(holder.create_revision()).unwrap_or(0);
-                    return Ok(Grant::Granted(FencingToken::new(fence)));
+                    return Ok(Grant::Granted(fence(holder.create_revision())?));
                 }
                 // Gone meanwhile, or granted anew: the next step takes the key.
                 return Ok(Grant::Held { remaining: None });
@@ -769,7 +770,7 @@ impl LockBackend for EtcdBackend {
         };
         let (revision, lease) = (kv.create_revision(), kv.lease());
         Ok(Some(LockInfo {
-            fence: FencingToken::new(u64::try_from(revision).unwrap_or(0)),
+            fence: fence(revision)?,
             remaining: self.lease_left(lease).await,
         }))
     }
@@ -806,7 +807,7 @@ impl LockBackend for EtcdBackend {
                 continue;
             }
             let info = LockInfo {
-                fence: FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0)),
+                fence: fence(kv.create_revision())?,
                 remaining: self.lease_left(kv.lease()).await,
             };
             held.push((key, info));

@@ -17,10 +17,10 @@ use distlock_core::backend::{
     AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
     PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
-use distlock_core::{FencingToken, LockKey, Result};
+use distlock_core::{LockKey, Result};
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 
-use crate::backend::{lease_id, place_lease_id, EtcdBackend};
+use crate::backend::{fence, lease_id, place_lease_id, EtcdBackend};
 
 /// How many times a grant reads again when another grant moved the gate meanwhile.
 const ATTEMPTS: usize = 8;
@@ -127,7 +127,7 @@ impl PermitBackend for EtcdBackend {
                 if !fresh && self.keep_alive_once(id).await?.is_none() {
                     return Ok(Grant::Held { remaining: None });
                 }
-                return Ok(Grant::Granted(FencingToken::new(revision(mine))));
+                return Ok(Grant::Granted(fence(mine.create_revision())?));
             }
             let held_limit = read
                 .gate
@@ -215,9 +215,7 @@ impl PermitBackend for EtcdBackend {
                     self.revoke_later(place_lease_id(request.owner()));
                 }
                 let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
-                return Ok(Grant::Granted(FencingToken::new(
-                    u64::try_from(revision).unwrap_or(0),
-                )));
+                return Ok(Grant::Granted(fence(revision)?));
             }
             // Another grant moved the gate between the read and the transaction.
         }
@@ -273,7 +271,7 @@ impl PermitBackend for EtcdBackend {
             };
             let remaining = self.lease_left(kv.lease()).await;
             holders.push(PermitHolder {
-                fence: FencingToken::new(revision(kv)),
+                fence: fence(kv.create_revision())?,
                 count,
                 remaining,
                 value,
@@ -284,20 +282,20 @@ impl PermitBackend for EtcdBackend {
 
     async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>> {
         let read = self.read_permits(&self.permit_base(key)).await?;
-        Ok(read
-            .terms
+        read.terms
             .iter()
             .filter(|kv| revision(kv) > after)
             .filter_map(|kv| {
                 let text = std::str::from_utf8(kv.value()).ok()?;
                 let (previous, value) = text.split_once(':')?;
-                Some(Term {
-                    fence: FencingToken::new(revision(kv)),
-                    previous: previous.parse().ok()?,
+                let previous = previous.parse().ok()?;
+                Some(fence(kv.create_revision()).map(|fence| Term {
+                    fence,
+                    previous,
                     value: value.to_owned(),
-                })
+                }))
             })
-            .collect())
+            .collect()
     }
 
     async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {

@@ -460,7 +460,9 @@ fn set_answer(requests: &[AcquireRequest], rows: &[MySqlRow]) -> Result<SetGrant
             .map(|(_, raw, _)| raw)
     };
     if let Some(fences) = (0..requests.len()).map(mine).collect::<Option<Vec<_>>>() {
-        return Ok(SetGrant::Granted(fences.into_iter().map(fence).collect()));
+        return Ok(SetGrant::Granted(
+            fences.into_iter().map(fence).collect::<Result<_>>()?,
+        ));
     }
     // Not all held by this set: its own leases were ended before the commit. The
     // first key another lease holds, with that holder's remaining TTL; else (that
@@ -509,8 +511,9 @@ pub(crate) fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
-fn fence(raw: i64) -> FencingToken {
-    FencingToken::new(u64::try_from(raw).unwrap_or(0))
+/// The fence a row holds; a value no fence can be is a backend error.
+pub(crate) fn fence(raw: i64) -> Result<FencingToken> {
+    FencingToken::from_server(raw).map_err(|e| e.with_backend(NAME))
 }
 
 fn remaining(raw_us: Option<i64>) -> Duration {
@@ -646,7 +649,7 @@ impl LockBackend for MySqlBackend {
         let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
         let (raw, us) = decoded.map_err(|e| self.driver_error(e))?;
         Ok(Some(LockInfo {
-            fence: fence(raw),
+            fence: fence(raw)?,
             remaining: remaining(us),
         }))
     }
@@ -672,7 +675,7 @@ impl LockBackend for MySqlBackend {
                 continue;
             };
             let info = LockInfo {
-                fence: fence(raw),
+                fence: fence(raw)?,
                 remaining: remaining(us),
             };
             held.push((key, info));

@@ -365,7 +365,7 @@ impl FencedStore for MySqlStore {
         })();
         let (raw, value) = decoded.map_err(|e| self.backend.driver_error(e))?;
         Ok(Some(FencedValue {
-            fence: FencingToken::new(u64::try_from(raw).unwrap_or(0)),
+            fence: crate::backend::fence(raw)?,
             value,
         }))
     }

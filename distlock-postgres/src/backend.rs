@@ -360,7 +360,7 @@ impl PostgresBackend {
             Ok(row) => row,
         };
         Ok(match row {
-            Some((true, Some(raw_fence), _, _)) => (Grant::Granted(fence(raw_fence)), None),
+            Some((true, Some(raw_fence), _, _)) => (Grant::Granted(fence(raw_fence)?), None),
             Some((true, None, _, _)) => {
                 return Err(Error::new(
                     distlock_core::ErrorKind::Backend,
@@ -521,8 +521,9 @@ pub(crate) fn ttl_ms(ttl: Duration) -> f64 {
     ttl.as_secs_f64() * 1000.0
 }
 
-fn fence(raw: i64) -> FencingToken {
-    FencingToken::new(u64::try_from(raw).unwrap_or(0))
+/// The fence a statement answered; a value no fence can be is a backend error.
+pub(crate) fn fence(raw: i64) -> Result<FencingToken> {
+    FencingToken::from_server(raw).map_err(|e| e.with_backend(NAME))
 }
 
 fn remaining(raw_ms: Option<i64>) -> Option<Duration> {
@@ -643,12 +644,12 @@ impl LockBackend for PostgresBackend {
             _ => rows
                 .iter()
                 .map(|(_, raw, _)| {
-                    raw.map(fence).ok_or_else(|| {
-                        Error::new(
+                    raw.map(fence).unwrap_or_else(|| {
+                        Err(Error::new(
                             distlock_core::ErrorKind::Backend,
                             "the set's statement answered a grant without its fence",
                         )
-                        .with_backend(NAME)
+                        .with_backend(NAME))
                     })
                 })
                 .collect::<Result<Vec<_>>>()
@@ -701,7 +702,7 @@ impl LockBackend for PostgresBackend {
         let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
         let (raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
         Ok(Some(LockInfo {
-            fence: fence(raw),
+            fence: fence(raw)?,
             remaining: remaining(ms).unwrap_or_default(),
         }))
     }
@@ -741,7 +742,7 @@ impl LockBackend for PostgresBackend {
             // A row whose name is no lock key (written by hand, say) is not a lock.
             let Ok(key) = LockKey::new(key) else { continue };
             let info = LockInfo {
-                fence: fence(raw),
+                fence: fence(raw)?,
                 remaining: remaining(ms).unwrap_or_default(),
             };
             held.push((key, info));

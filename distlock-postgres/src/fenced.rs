@@ -382,7 +382,7 @@ impl FencedStore for PostgresStore {
             row.try_get(1).map_err(from_sqlx)?,
         );
         Ok(Some(FencedValue {
-            fence: FencingToken::new(u64::try_from(fence).unwrap_or(0)),
+            fence: crate::backend::fence(fence)?,
             value,
         }))
     }

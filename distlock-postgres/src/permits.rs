@@ -16,10 +16,10 @@ use distlock_core::backend::{
     AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
     PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
-use distlock_core::{FencingToken, LockKey, Result};
+use distlock_core::{LockKey, Result};
 use sqlx::Row;
 
-use crate::backend::{ttl_ms, PostgresBackend};
+use crate::backend::{fence, ttl_ms, PostgresBackend};
 use crate::sql::Arg;
 
 /// The statements of one lock table's permits.
@@ -196,9 +196,7 @@ impl PermitBackend for PostgresBackend {
             Ok((row.try_get::<i32, _>(0)?, row.try_get::<Option<i64>, _>(1)?))
         })?;
         match (outcome, answer) {
-            (1, Some(fence)) => Ok(Grant::Granted(FencingToken::new(
-                u64::try_from(fence).unwrap_or(0),
-            ))),
+            (1, Some(raw)) => Ok(Grant::Granted(fence(raw)?)),
             (0, ms) => Ok(Grant::Held {
                 remaining: ms
                     .and_then(|ms| u64::try_from(ms).ok())
@@ -248,18 +246,21 @@ impl PermitBackend for PostgresBackend {
         let rows = self.statement(&self.sql().permits.holders, &args).await?;
         rows.iter()
             .map(|row| {
-                decode(self, || {
-                    let fence: i64 = row.try_get(0)?;
-                    let count: i64 = row.try_get(1)?;
-                    let ms: Option<i64> = row.try_get(2)?;
-                    Ok(PermitHolder {
-                        fence: FencingToken::new(u64::try_from(fence).unwrap_or(0)),
-                        count: u32::try_from(count).unwrap_or(u32::MAX),
-                        remaining: Duration::from_millis(
-                            ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
-                        ),
-                        value: row.try_get(3)?,
-                    })
+                let (raw, count, ms, value) = decode(self, || {
+                    Ok((
+                        row.try_get::<i64, _>(0)?,
+                        row.try_get::<i64, _>(1)?,
+                        row.try_get::<Option<i64>, _>(2)?,
+                        row.try_get(3)?,
+                    ))
+                })?;
+                Ok(PermitHolder {
+                    fence: fence(raw)?,
+                    count: u32::try_from(count).unwrap_or(u32::MAX),
+                    remaining: Duration::from_millis(
+                        ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
+                    ),
+                    value,
                 })
             })
             .collect()
@@ -273,14 +274,17 @@ impl PermitBackend for PostgresBackend {
         let rows = self.statement(&self.sql().permits.terms, &args).await?;
         rows.iter()
             .map(|row| {
-                decode(self, || {
-                    let fence: i64 = row.try_get(0)?;
-                    let previous: i64 = row.try_get(1)?;
-                    Ok(Term {
-                        fence: FencingToken::new(u64::try_from(fence).unwrap_or(0)),
-                        previous: u64::try_from(previous).unwrap_or(0),
-                        value: row.try_get(2)?,
-                    })
+                let (raw, previous, value) = decode(self, || {
+                    Ok((
+                        row.try_get::<i64, _>(0)?,
+                        row.try_get::<i64, _>(1)?,
+                        row.try_get(2)?,
+                    ))
+                })?;
+                Ok(Term {
+                    fence: fence(raw)?,
+                    previous: u64::try_from(previous).unwrap_or(0),
+                    value,
                 })
             })
             .collect()

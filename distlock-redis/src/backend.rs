@@ -392,7 +392,7 @@ impl RedisBackend {
             .and_then(|ms| u64::try_from(ms).ok())
             .unwrap_or(0);
         let info = LockInfo {
-            fence: FencingToken::new(parse_u64(&fence, "a fence that is not a number")?),
+            fence: parse_fence(&fence)?,
             remaining: Duration::from_millis(remaining),
         };
         Ok(Some((info, owner)))
@@ -519,10 +519,7 @@ impl RedisBackend {
             // Granted by its own step: the wait is over.
             self.inner.handoffs.forget(channel, *request.owner());
         }
-        Ok(Grant::Granted(FencingToken::new(parse_u64(
-            value,
-            "a fence that is not a number",
-        )?)))
+        Ok(Grant::Granted(parse_fence(value)?))
     }
 
     /// Loads every script (one pipeline): whether the server answers and accepts the
@@ -573,6 +570,14 @@ fn joined(parts: &[&str]) -> String {
 
 pub(crate) fn parse_u64(text: &str, what: &str) -> Result<u64> {
     text.parse().map_err(|_| unexpected(what))
+}
+
+/// A fence a script answered: a positive integer, or an unexpected answer.
+pub(crate) fn parse_fence(text: &str) -> Result<FencingToken> {
+    let raw = text
+        .parse()
+        .map_err(|_| unexpected("a fence that is not a number"))?;
+    FencingToken::from_server(raw).map_err(|e| e.with_backend(NAME))
 }
 
 #[async_trait]
@@ -630,7 +635,7 @@ impl LockBackend for RedisBackend {
         match reply.split_first() {
             Some((granted, fences)) if granted == "1" => fences
                 .iter()
-                .map(|f| parse_u64(f, "a fence that is not a number").map(FencingToken::new))
+                .map(|f| parse_fence(f))
                 .collect::<Result<Vec<_>>>()
                 .map(SetGrant::Granted),
             Some((_, held)) => {

@@ -16,7 +16,7 @@ use distlock_core::backend::{
 };
 use distlock_core::{ErrorKind, FencingToken, LockKey, Result};
 
-use crate::backend::{millis, parse_u64, RedisBackend};
+use crate::backend::{millis, parse_fence, parse_u64, RedisBackend};
 use crate::error::unexpected;
 
 /// The keys of a name's permits.
@@ -50,7 +50,7 @@ fn kept_for(ttl: Duration) -> String {
 }
 
 /// A grant's record: `<fence>:<count>:<0|1>:<value>`.
-fn parse_grant(record: &str) -> Result<(u64, u32, Option<String>)> {
+fn parse_grant(record: &str) -> Result<(FencingToken, u32, Option<String>)> {
     let mut parts = record.splitn(4, ':');
     let (Some(fence), Some(count), Some(flag), Some(value)) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -60,11 +60,7 @@ fn parse_grant(record: &str) -> Result<(u64, u32, Option<String>)> {
     let count = u32::try_from(parse_u64(count, "a count that is not a number")?)
         .map_err(|_| unexpected("a count out of range"))?;
     let value = (flag == "1").then(|| value.to_owned());
-    Ok((
-        parse_u64(fence, "a fence that is not a number")?,
-        count,
-        value,
-    ))
+    Ok((parse_fence(fence)?, count, value))
 }
 
 #[async_trait]
@@ -106,10 +102,7 @@ impl PermitBackend for RedisBackend {
             Err(e) => return Err(e),
         };
         match outcome {
-            1 => Ok(Grant::Granted(FencingToken::new(parse_u64(
-                &value,
-                "a fence that is not a number",
-            )?))),
+            1 => Ok(Grant::Granted(parse_fence(&value)?)),
             0 => Ok(Grant::Held {
                 remaining: value.parse::<u64>().ok().map(Duration::from_millis),
             }),
@@ -186,7 +179,7 @@ impl PermitBackend for RedisBackend {
                 let (fence, count, value) = parse_grant(&pair[0])?;
                 let remaining = pair[1].parse::<u64>().unwrap_or(0);
                 Ok(PermitHolder {
-                    fence: FencingToken::new(fence),
+                    fence,
                     count,
                     remaining: Duration::from_millis(remaining),
                     value,
@@ -217,7 +210,7 @@ impl PermitBackend for RedisBackend {
                     return Err(unexpected("a term that is not a record"));
                 };
                 Ok(Term {
-                    fence: FencingToken::new(parse_u64(fence, "a fence that is not a number")?),
+                    fence: parse_fence(fence)?,
                     previous: parse_u64(previous, "a fence that is not a number")?,
                     value: value.to_owned(),
                 })
@@ -238,9 +231,13 @@ mod tests {
     fn grant_records_keep_values_with_colons() {
         assert_eq!(
             parse_grant("12:1:1:10.0.0.1:80").ok(),
-            Some((12, 1, Some("10.0.0.1:80".to_owned())))
+            Some((FencingToken::new(12), 1, Some("10.0.0.1:80".to_owned())))
         );
-        assert_eq!(parse_grant("12:3:0:").ok(), Some((12, 3, None)));
+        assert_eq!(
+            parse_grant("12:3:0:").ok(),
+            Some((FencingToken::new(12), 3, None))
+        );
+        assert!(parse_grant("0:3:0:").is_err());
         assert!(parse_grant("12:x:0:").is_err());
         assert!(parse_grant("12").is_err());
     }

@@ -171,7 +171,7 @@ impl ZooKeeperBackend {
                 // When the node is there already, nothing is written, and the plain
                 // create below follows.
                 if let Some(stat) = Self::grant_fresh(inner, client, &dir, &me, &data, ttl).await? {
-                    return Ok(Grant::Granted(fence_of(&stat)));
+                    return Ok(Grant::Granted(fence_of(&stat)?));
                 }
             }
             // The create and the listing after it, both sent before either answer is
@@ -236,7 +236,7 @@ impl ZooKeeperBackend {
             gone(client.delete(&me, None).await)?;
             return Ok(Grant::Held { remaining: None });
         }
-        Ok(Grant::Granted(fence_of(&mine)))
+        Ok(Grant::Granted(fence_of(&mine)?))
     }
 
     /// The grant on a key whose node this backend has not seen lately: the key's node
@@ -433,7 +433,7 @@ impl LockBackend for ZooKeeperBackend {
                         return Ok(Renewal::NotHeld);
                     };
                     let stat = node.stat;
-                    if node.fence() != fence {
+                    if node.fence()? != fence {
                         return Ok(Renewal::NotHeld);
                     }
                     let renewed = match client.set_data(&me, &data, Some(stat.version)).await {
@@ -464,10 +464,14 @@ impl LockBackend for ZooKeeperBackend {
                 let names = children(&client, &dir);
                 let (now, names) = (now.await?, names.await?);
                 let nodes = read_nodes(&client, &dir, names).await?;
-                Ok(holder(&nodes, now).map(|h| LockInfo {
-                    fence: h.fence(),
-                    remaining: h.remaining_at(now),
-                }))
+                holder(&nodes, now)
+                    .map(|h| {
+                        Ok(LockInfo {
+                            fence: h.fence()?,
+                            remaining: h.remaining_at(now),
+                        })
+                    })
+                    .transpose()
             })
             .await
     }
@@ -613,7 +617,7 @@ impl LockBackend for ZooKeeperBackend {
                         held.push((
                             key.clone(),
                             LockInfo {
-                                fence: h.fence(),
+                                fence: h.fence()?,
                                 remaining: h.remaining_at(now),
                             },
                         ));

@@ -41,13 +41,16 @@ impl Node {
         Duration::from_millis(u64::try_from(self.expires_at() - now).unwrap_or(0))
     }
 
-    pub(crate) fn fence(&self) -> FencingToken {
+    pub(crate) fn fence(&self) -> Result<FencingToken, ZkError> {
         fence_of(&self.stat)
     }
 }
 
-pub(crate) fn fence_of(stat: &Stat) -> FencingToken {
-    FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0))
+/// A lease's fence: its node's creation zxid, which is positive; any other value is
+/// an unexpected answer (a backend error).
+pub(crate) fn fence_of(stat: &Stat) -> Result<FencingToken, ZkError> {
+    FencingToken::from_server(stat.czxid)
+        .map_err(|e| ZkError::UnexpectedError(e.message().to_owned()))
 }
 
 pub(crate) fn millis(d: Duration) -> i64 {
