@@ -90,6 +90,10 @@ cases! {
             guard.release().await?;
             return fail("a killed server granted the lock");
         }
+        eprintln!(
+            "conformance: an_outage_costs_a_bounded_number_of_cleanups on {}: one lock() waiting {wait:?} through an outage sent {sent} cleanup releases (at most {most})",
+            t.backend().name()
+        );
         ensure!(
             sent <= most,
             "one lock() waiting {wait:?} through an outage sent {sent} cleanup releases (at most {most})"
