@@ -327,17 +327,20 @@ impl RedlockBackend {
     }
 
     /// Takes back what a failed acquire left behind, `owner`'s grants of `key` on
-    /// every master, in the background and without telling the key's waiters: the
-    /// lock was never held, and a release notification would start every waiter at
-    /// once, to split the masters again.
-    fn release_everywhere(&self, key: &LockKey, owner: &OwnerToken) {
+    /// every master, without telling the key's waiters: the lock was never held, and a
+    /// release notification would start every waiter at once, to split the masters
+    /// again. Awaited (each master within the node time-out) before the attempt
+    /// answers, never left to run in the background: the same owner's retry, which
+    /// may follow at once, is then sent after this release on each master's
+    /// connection, and no release of this attempt can land on the retry's grant.
+    async fn release_everywhere(&self, key: &LockKey, owner: &OwnerToken) {
         let (key, owner) = (key.clone(), *owner);
         let timeout = self.inner.config.node_timeout(Duration::MAX);
-        self.fan_out(timeout, move |m| {
+        let mut releases = self.fan_out(timeout, move |m| {
             let (key, owner) = (key.clone(), owner);
             async move { m.release_telling(&key, &owner, false).await }
-        })
-        .detach();
+        });
+        while releases.next().await.is_some() {}
     }
 
     /// Redlock's second step: makes `fence` the grant's fence on the masters of
@@ -415,7 +418,8 @@ impl LockBackend for RedlockBackend {
             if self.commit(request, fence, &proposals).await {
                 return Ok(Grant::Granted(FencingToken::new(fence)));
             }
-            self.release_everywhere(request.key(), request.owner());
+            self.release_everywhere(request.key(), request.owner())
+                .await;
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 "the masters that granted the lock lost it before a majority agreed on its fence",
@@ -423,7 +427,11 @@ impl LockBackend for RedlockBackend {
             .with_backend(NAME));
         }
         let granted = proposals.len();
-        self.release_everywhere(request.key(), request.owner());
+        // Nothing to take back where every master refused.
+        if held.len() < self.inner.members.len() {
+            self.release_everywhere(request.key(), request.owner())
+                .await;
+        }
         if held.is_empty() {
             return Err(tally.error("cannot acquire", granted + held.len()));
         }
