@@ -27,6 +27,11 @@ pub(crate) fn from_zk(config: &ZooKeeperConfig, e: ZkError) -> Error {
         | ZkError::ClientClosed
         | ZkError::Throttled
         | ZkError::NotReadOnly => ErrorKind::Unavailable,
+        // The driver's own word that a connection stopped answering ("no response
+        // from connection in …ms"): a lost connection, as ConnectionLoss is.
+        other if other.to_string().contains("no response from connection") => {
+            ErrorKind::Unavailable
+        }
         ZkError::Unimplemented => {
             return Error::new(
                 ErrorKind::Configuration,
