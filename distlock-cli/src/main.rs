@@ -448,6 +448,12 @@ async fn force_release(
     key: &LockKey,
     yes: bool,
 ) -> Result<u8, Error> {
+    let Some(operator) = backend.operator() else {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("the {} backend cannot force a release", backend.name()),
+        ));
+    };
     if !yes {
         let Some(info) = backend.inspect(key).await? else {
             say(format_args!("{key} is not held"));
@@ -480,7 +486,7 @@ async fn force_release(
             return Ok(exit::BUSY);
         }
     }
-    if backend.force_release(key).await? {
+    if operator.force_release(key).await? {
         say(format_args!("broke {key}"));
         Ok(0)
     } else {

@@ -8,12 +8,17 @@ pub(crate) fn always(_: &Target) -> Option<String> {
 }
 
 pub(crate) fn needs_force_release(t: &Target) -> Option<String> {
-    (!t.capabilities().force_release)
-        .then(|| "the backend cannot force a release (capabilities.force_release)".into())
+    t.backend()
+        .operator()
+        .is_none()
+        .then(|| "the backend cannot force a release (LockBackend::operator)".into())
 }
 
 pub(crate) fn needs_list(t: &Target) -> Option<String> {
-    (!t.capabilities().list).then(|| "the backend cannot list its locks (capabilities.list)".into())
+    t.backend()
+        .operator()
+        .is_none()
+        .then(|| "the backend cannot list its locks (LockBackend::operator)".into())
 }
 
 pub(crate) fn needs_notification(t: &Target) -> Option<String> {
@@ -91,25 +96,29 @@ pub(crate) fn needs_members(t: &Target) -> Option<String> {
 }
 
 pub(crate) fn needs_fair(t: &Target) -> Option<String> {
-    (!t.capabilities().fair).then(|| "the backend has no fair mode (capabilities.fair)".into())
+    t.backend()
+        .fair()
+        .is_none()
+        .then(|| "the backend has no fair mode (LockBackend::fair)".into())
 }
 
 pub(crate) fn needs_fair_handoff(t: &Target) -> Option<String> {
-    (!t.capabilities().fair_handoff).then(|| {
-        "the backend's releases do not hand the key to the head of its queue (capabilities.fair_handoff)"
-            .into()
+    needs_fair(t).or_else(|| {
+        t.backend().fair()?.handoffs().is_none().then(|| {
+            "the backend's releases do not hand the key to the head of its queue (FairBackend::handoffs)"
+                .into()
+        })
     })
 }
 
 pub(crate) fn needs_atomic_sets(t: &Target) -> Option<String> {
-    (!t.capabilities().atomic_sets).then(|| {
-        "the backend takes a set of keys one by one, not in one step (capabilities.atomic_sets)"
-            .into()
+    t.backend().sets().is_none().then(|| {
+        "the backend takes a set of keys one by one, not in one step (LockBackend::sets)".into()
     })
 }
 
 pub(crate) fn needs_permits(t: &Target) -> Option<String> {
-    (!t.capabilities().permits).then(|| {
-        "the backend has no semaphores, read-write locks or elections (capabilities.permits)".into()
+    t.backend().permits().is_none().then(|| {
+        "the backend has no semaphores, read-write locks or elections (LockBackend::permits)".into()
     })
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, Grant, Lease, OwnerToken,
-    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term,
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, Handoffs,
+    Lease, OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal,
+    SetBackend, SetGrant, Term,
 };
 use distlock_core::{BoxError, DynLockBackend, LockBackend, LockInfo, LockKey, MemoryBackend};
 use futures_util::future::BoxFuture;
@@ -514,30 +515,59 @@ impl LockBackend for MemoryLink {
         across!(self, self.store.watch(key))
     }
 
+    // Every step of the store crosses the link, its optional features' too, so a
+    // client behind the link is the backend it names.
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FairBackend for MemoryLink {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> distlock_core::Result<()> {
+        across!(self, FairBackend::leave_queue(&self.store, key, owner))
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<Option<ChangeStream>> {
+        across!(self, self.store.watch_in_turn(key, owner))
+    }
+
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        self.store.handoffs()
+    }
+}
+
+#[async_trait]
+impl SetBackend for MemoryLink {
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> distlock_core::Result<SetGrant> {
+        across!(self, self.store.try_grant_all(requests))
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for MemoryLink {
     async fn force_release(&self, key: &LockKey) -> distlock_core::Result<bool> {
         across!(self, self.store.force_release(key))
     }
 
     async fn scan(&self, prefix: &str) -> distlock_core::Result<Vec<(LockKey, LockInfo)>> {
         across!(self, self.store.scan(prefix))
-    }
-
-    // Every step the store's capabilities declare crosses the link: fair mode and
-    // permits too, so a client behind the link is the backend it names.
-    async fn try_grant_in_turn(
-        &self,
-        request: &AcquireRequest,
-        place: Duration,
-    ) -> distlock_core::Result<Grant> {
-        across!(self, self.store.try_grant_in_turn(request, place))
-    }
-
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> distlock_core::Result<()> {
-        across!(self, LockBackend::leave_queue(&self.store, key, owner))
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
     }
 }
 
@@ -547,9 +577,8 @@ impl PermitBackend for MemoryLink {
         &self,
         request: &AcquireRequest,
         claim: &Claim,
-        place: Option<Duration>,
     ) -> distlock_core::Result<Grant> {
-        across!(self, self.store.try_grant_permits(request, claim, place))
+        across!(self, self.store.try_grant_permits(request, claim))
     }
 
     async fn release_permits(
@@ -600,7 +629,7 @@ mod tests {
             .await
             .expect("the memory target has links")
             .expect("a linked client");
-        assert!(client.capabilities().fair && client.capabilities().permits);
+        assert!(client.fair().is_some() && client.permits().is_some());
         let key = LockKey::new("linked").expect("a key");
         let ttl = Duration::from_secs(5);
         let owner = OwnerToken::random();

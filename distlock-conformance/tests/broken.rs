@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_conformance::{LinkControl, RoundTripMeter, ServerControl, Target};
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant,
+    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, SetBackend, SetGrant, WakeRegistry,
 };
 use distlock_core::{
     BoxError, DynLockBackend, Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey,
@@ -209,14 +209,9 @@ impl Naive {
         let mut caps = Capabilities::default();
         caps.fence_durability = FenceDurability::Durable;
         caps.change_notification = true;
-        caps.force_release = true;
-        caps.list = true;
         // Above a round trip (1 ms) and a timer's tick, so that the shortest lease can
         // be granted before it runs out.
         caps.min_ttl = Duration::from_millis(10);
-        // The clean backend takes a set in one step; so does the bug that gets it wrong.
-        // Every other bug takes sets key by key, where the set cases catch it.
-        caps.atomic_sets = matches!(bug, Bug::None | Bug::AtomicSetKeepsPart);
         Arc::new_cyclic(|me| Naive {
             me: me.clone(),
             bug,
@@ -411,6 +406,16 @@ impl Naive {
 
 #[async_trait]
 impl LockBackend for Naive {
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        // The clean backend takes a set in one step; so does the bug that gets it
+        // wrong. Every other bug takes sets key by key, where the set cases catch it.
+        matches!(self.bug, Bug::None | Bug::AtomicSetKeepsPart).then_some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "naive"
     }
@@ -441,6 +446,25 @@ impl LockBackend for Naive {
         grant
     }
 
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.release_step(key, owner).await
+    }
+
+    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.renew_step(r).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inspect_step(key).await
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        Ok(Some(self.waiters.register(key.as_str()).changes))
+    }
+}
+
+#[async_trait]
+impl SetBackend for Naive {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         if self.bug == Bug::AtomicSetKeepsPart {
             let mut fences = Vec::with_capacity(requests.len());
@@ -477,23 +501,10 @@ impl LockBackend for Naive {
             .collect();
         Ok(SetGrant::Granted(fences))
     }
+}
 
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.release_step(key, owner).await
-    }
-
-    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
-        self.renew_step(r).await
-    }
-
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inspect_step(key).await
-    }
-
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        Ok(Some(self.waiters.register(key.as_str()).changes))
-    }
-
+#[async_trait]
+impl OperatorBackend for Naive {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         self.scan_step(prefix).await
     }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_conformance::Target;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Handoff, OwnerToken,
-    ReleaseOutcome, Renewal,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, Grant, Handoff,
+    Handoffs, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
 };
 use distlock_core::{FencingToken, LockBackend, LockInfo, LockKey, MemoryBackend, Result};
 
@@ -74,25 +74,25 @@ impl Fair {
     }
 
     /// The fair step, bent as the bug bends it.
-    async fn fair_step(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+    async fn fair_step(&self, request: &AcquireRequest) -> Result<Grant> {
         match self.bug {
             Bug::RetryKeepsTheExpiry => {
                 if let Some(fence) = self.own_grant(request).await? {
                     return Ok(Grant::Granted(fence));
                 }
-                self.store.try_grant_in_turn(request, place).await
+                self.store.try_grant(request).await
             }
             Bug::RetryRefusedBehindThePlaces => {
                 if self.own_grant(request).await?.is_some() {
                     return Ok(Grant::Held { remaining: None });
                 }
-                self.store.try_grant_in_turn(request, place).await
+                self.store.try_grant(request).await
             }
             Bug::None | Bug::LeaveIgnored | Bug::HandoffCountedFromItsNotice => {
-                self.store.try_grant_in_turn(request, place).await
+                self.store.try_grant(request).await
             }
             Bug::FairStepOverridesPlainHolder => {
-                let grant = self.store.try_grant_in_turn(request, place).await?;
+                let grant = self.store.try_grant(request).await?;
                 let plain = self
                     .plain
                     .lock()
@@ -101,15 +101,17 @@ impl Fair {
                 match (grant, plain) {
                     (Grant::Held { .. }, true) => {
                         self.store.force_release(request.key()).await?;
-                        self.store.try_grant_in_turn(request, place).await
+                        self.store.try_grant(request).await
                     }
                     (grant, _) => Ok(grant),
                 }
             }
-            Bug::QueueIgnored => self.store.try_grant(request).await,
+            Bug::QueueIgnored => self.store.try_grant(&request.with_place(None)).await,
             Bug::PlacesNeverExpire => {
                 let forever = Duration::from_secs(365 * 24 * 3600);
-                self.store.try_grant_in_turn(request, forever).await
+                self.store
+                    .try_grant(&request.with_place(Some(forever)))
+                    .await
             }
         }
     }
@@ -124,6 +126,16 @@ impl LockBackend for Fair {
         self.store.capabilities()
     }
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        if request.place().is_some() {
+            let grant = self.fair_step(request).await?;
+            if let Grant::Granted(fence) = grant {
+                self.in_turn
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((request.key().clone(), *request.owner(), fence));
+            }
+            return Ok(grant);
+        }
         let grant = self.store.try_grant(request).await?;
         if matches!(grant, Grant::Granted(_)) {
             self.plain
@@ -133,21 +145,8 @@ impl LockBackend for Fair {
         }
         Ok(grant)
     }
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        let grant = self.fair_step(request, place).await?;
-        if let Grant::Granted(fence) = grant {
-            self.in_turn
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((request.key().clone(), *request.owner(), fence));
-        }
-        Ok(grant)
-    }
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        if self.bug == Bug::LeaveIgnored {
-            return Ok(());
-        }
-        self.store.leave_queue(key, owner).await
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
     }
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
         self.store.release(key, owner).await
@@ -161,6 +160,16 @@ impl LockBackend for Fair {
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.store.watch(key).await
     }
+}
+
+#[async_trait]
+impl FairBackend for Fair {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        if self.bug == Bug::LeaveIgnored {
+            return Ok(());
+        }
+        self.store.leave_queue(key, owner).await
+    }
     async fn watch_in_turn(
         &self,
         key: &LockKey,
@@ -168,8 +177,14 @@ impl LockBackend for Fair {
     ) -> Result<Option<ChangeStream>> {
         self.store.watch_in_turn(key, owner).await
     }
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        Some(self)
+    }
+}
+
+impl Handoffs for Fair {
     fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
-        let handoff = self.store.handed_over(key, owner)?;
+        let handoff = self.store.handoffs()?.handed_over(key, owner)?;
         Some(match self.bug {
             Bug::HandoffCountedFromItsNotice => Handoff {
                 granted_after: tokio::time::Instant::now(),

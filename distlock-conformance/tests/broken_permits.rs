@@ -6,7 +6,6 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_conformance::Target;
@@ -52,14 +51,9 @@ struct Permits {
 
 #[async_trait]
 impl PermitBackend for Permits {
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant> {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
         let mut bent = claim.clone();
-        let mut place = place;
+        let mut place = request.place();
         match self.bug {
             Bug::LimitPlusOne => {
                 let limit = claim.limit().saturating_add(1);
@@ -89,7 +83,10 @@ impl PermitBackend for Permits {
             }
             Bug::None | Bug::LeaveIgnored | Bug::TermsDropped | Bug::FenceFromSlot => {}
         }
-        let grant = self.store.try_grant_permits(request, &bent, place).await?;
+        let grant = self
+            .store
+            .try_grant_permits(&request.with_place(place), &bent)
+            .await?;
         if let Grant::Granted(_) = grant {
             let mut seen = self.seen();
             let entry = seen

@@ -74,7 +74,10 @@ impl ClockDrift {
     }
 }
 
-/// What a backend can do and the limits it imposes.
+/// The limits a backend imposes and what it promises, where no method can say it:
+/// what TTLs it takes, what its fences survive, its round trips and clock drift.
+/// Which optional features it has is said by its accessors instead
+/// ([`LockBackend::fair`](crate::LockBackend::fair) and the others).
 ///
 /// Build one from [`Capabilities::default`] and set the fields that differ.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,15 +95,10 @@ pub struct Capabilities {
     /// `false` promises nothing either way.
     pub leases_survive_restart: bool,
     /// Whether [`LockBackend::watch`](crate::LockBackend::watch) reports releases, so
-    /// waiters wake at once instead of polling.
+    /// waiters wake at once instead of polling. Declared here, not left to what
+    /// `watch` answers, because a watch opens a subscription: the client decides
+    /// before it asks whether a guard watches its key.
     pub change_notification: bool,
-    /// Whether [`LockBackend::force_release`](crate::LockBackend::force_release) is
-    /// implemented (an operator breaking a lock).
-    pub force_release: bool,
-    /// Whether [`LockBackend::scan`](crate::LockBackend::scan) lists the held keys
-    /// (what [`LockBackendExt::list`](crate::backend::LockBackendExt::list) and `distlock list`
-    /// show).
-    pub list: bool,
     /// Whether [`LockBackendExt::extend`](crate::backend::LockBackendExt::extend) accepts any valid
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its
     /// granted TTL; another TTL is an [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error).
@@ -109,26 +107,6 @@ pub struct Capabilities {
     pub round_trips: RoundTrips,
     /// The clock drift core allows for when it counts a lease's validity.
     pub clock_drift: ClockDrift,
-    /// Whether [`LockBackend::try_grant_in_turn`](crate::LockBackend::try_grant_in_turn)
-    /// keeps a queue of waiters per key on the server and grants in its order
-    /// (contract point 10): what a [`LockClient`](crate::LockClient) in fair mode
-    /// ([`LockOptions::with_fair`](crate::LockOptions::with_fair)) needs.
-    pub fair: bool,
-    /// Whether a release hands the key over on the server, in fair mode: the release's
-    /// own step grants the key to the first waiter of its queue whose place is live,
-    /// and tells that waiter, which learns of its lease from
-    /// [`LockBackend::handed_over`](crate::LockBackend::handed_over) without a
-    /// request of its own (contract point 10). Only with [`fair`](Self::fair).
-    pub fair_handoff: bool,
-    /// Whether [`LockBackend::permits`](crate::LockBackend::permits) gives the steps of
-    /// semaphores, read-write locks and elections ([`PermitBackend`](crate::backend::PermitBackend)),
-    /// keeping their contract.
-    pub permits: bool,
-    /// Whether [`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all) takes
-    /// a set of keys in one atomic step on the server, all or none, in the round trips
-    /// of one acquisition: what [`LockClient::lock_all`](crate::LockClient::lock_all)
-    /// then uses instead of taking the keys one by one.
-    pub atomic_sets: bool,
     /// How long after it was sent a request whose reply never came may still be
     /// applied, at most: the server's own bound on a statement (PostgreSQL's
     /// `statement_timeout`, MySQL's `innodb_lock_wait_timeout`). `None` when nothing on
@@ -145,9 +123,8 @@ pub struct Capabilities {
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
-    /// one round trip per operation, no clock drift, nothing optional (no
-    /// force release, no listing, no fair mode, no permits), and no bound on when a
-    /// request may still be applied.
+    /// one round trip per operation, no clock drift, no change notification, and no
+    /// bound on when a request may still be applied.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -156,15 +133,9 @@ impl Default for Capabilities {
             fence_durability: FenceDurability::BestEffort,
             leases_survive_restart: false,
             change_notification: false,
-            force_release: false,
-            list: false,
             extend_any_ttl: true,
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,
-            fair: false,
-            fair_handoff: false,
-            permits: false,
-            atomic_sets: false,
             applied_within: None,
         }
     }

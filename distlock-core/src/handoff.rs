@@ -1,5 +1,5 @@
 //! [`HandoffBook`]: what a backend whose releases grant the head of a key's queue
-//! ([`Capabilities::fair_handoff`](crate::backend::Capabilities::fair_handoff)) keeps
+//! ([`FairBackend::handoffs`](crate::backend::FairBackend::handoffs)) keeps
 //! about its fair waiters, so that a waiter told of such a grant knows, safely, from
 //! when its lease counts.
 
@@ -9,11 +9,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::time::Instant;
 
-use crate::backend::OwnerToken;
-use crate::token::FencingToken;
+use crate::token::{FencingToken, OwnerToken};
 
 /// A grant a release made on the server to the waiter at the head of a key's queue
-/// (contract point 10), as [`LockBackend::handed_over`](crate::LockBackend::handed_over)
+/// (contract point 10), as [`Handoffs::handed_over`](crate::backend::Handoffs::handed_over)
 /// reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handoff {

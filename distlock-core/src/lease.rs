@@ -8,8 +8,9 @@ use crate::key::LockKey;
 use crate::token::{FencingToken, OwnerToken};
 
 /// What a backend's [`try_grant`](crate::LockBackend::try_grant) receives: a key, a
-/// TTL the backend's [`Capabilities`](crate::backend::Capabilities) accept, and the owner token
-/// of this acquisition.
+/// TTL the backend's [`Capabilities`](crate::backend::Capabilities) accept, the owner token
+/// of this acquisition, and, for a fair step, the waiter's place
+/// ([`place`](Self::place)).
 ///
 /// Only distlock's core builds one, after checking the TTL against the backend's
 /// capabilities, so a backend never sees a TTL it would have to refuse or round. The
@@ -20,12 +21,24 @@ pub struct AcquireRequest {
     key: LockKey,
     ttl: Duration,
     owner: OwnerToken,
+    place: Option<Duration>,
 }
 
 impl AcquireRequest {
     /// Built by [`LockBackendExt`](crate::backend::LockBackendExt) only, once `ttl` is checked.
     pub(crate) fn new(key: LockKey, ttl: Duration, owner: OwnerToken) -> Self {
-        AcquireRequest { key, ttl, owner }
+        AcquireRequest {
+            key,
+            ttl,
+            owner,
+            place: None,
+        }
+    }
+
+    /// This request as a fair step, keeping the owner's place for `place`.
+    pub(crate) fn in_turn(mut self, place: Duration) -> Self {
+        self.place = Some(place);
+        self
     }
 
     /// The lock to take.
@@ -41,6 +54,25 @@ impl AcquireRequest {
     /// The secret of this acquisition; fresh for every acquisition.
     pub fn owner(&self) -> &OwnerToken {
         &self.owner
+    }
+
+    /// For a fair step (contract point 10), how long the owner's place in the key's
+    /// queue lasts past this step: one the capabilities accept as a TTL. `None` for a
+    /// plain grant, which ignores the queue. Core sends `Some` only to a backend whose
+    /// [`fair`](crate::LockBackend::fair) answers.
+    pub fn place(&self) -> Option<Duration> {
+        self.place
+    }
+
+    /// This request with another place: `None` makes a fair step a plain grant. For a
+    /// backend that wraps another and changes what it forwards (a test's deliberately
+    /// broken backend, say); core itself never sends a place the backend's
+    /// capabilities would refuse as a TTL, and a wrapper that sets one answers for it.
+    pub fn with_place(&self, place: Option<Duration>) -> AcquireRequest {
+        AcquireRequest {
+            place,
+            ..self.clone()
+        }
     }
 }
 
@@ -174,7 +206,7 @@ pub enum Grant {
 }
 
 /// A backend's answer to one set acquisition step
-/// ([`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all)).
+/// ([`SetBackend::try_grant_all`](crate::backend::SetBackend::try_grant_all)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetGrant {
     /// Every request was granted: each key is held by its request's owner for its

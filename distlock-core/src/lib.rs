@@ -9,14 +9,14 @@
 //!   [lost](LockGuard::lost) the lock; [`with_lock`](LockClient::with_lock) cancels
 //!   work whose lock was lost. In [fair mode](LockOptions::with_fair) waiters are
 //!   served in the order they asked, across clients, where the backend keeps a queue
-//!   ([`Capabilities::fair`](backend::Capabilities::fair)); [re-entrant holds](LockGuard::reenter) and
+//!   ([`LockBackend::fair`]); [re-entrant holds](LockGuard::reenter) and
 //!   [scopes](LockClient::reentrant) are opt-in.
 //! - [`LockBackendExt`](backend::LockBackendExt) does the contract's per-call work once, for every backend:
 //!   TTLs checked, validity counted from before the request, leases built, late grants
 //!   given back. [`WakeRegistry`](backend::WakeRegistry) is the one registry of waiters per key,
 //!   and [`HandoffBook`](backend::HandoffBook) what a backend whose releases hand the key
 //!   to the head of its queue keeps of its fair waiters.
-//! - Beyond the mutex, on backends that declare [`Capabilities::permits`](backend::Capabilities::permits): a
+//! - Beyond the mutex, on backends with [permits](LockBackend::permits): a
 //!   [`Semaphore`], a [`RwLock`] (writers first) and leader [`Election`] (campaign,
 //!   observe, resign), each grant a lease held by a [`LockGuard`] with its own fence.
 //!   Their contract is [`PermitBackend`](backend::PermitBackend)'s.

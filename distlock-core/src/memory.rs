@@ -8,10 +8,12 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{ChangeStream, LockBackend};
+use crate::backend::{
+    ChangeStream, FairBackend, Handoffs, LockBackend, OperatorBackend, SetBackend,
+};
 use crate::capabilities::{Capabilities, FenceDurability};
 use crate::error::{Error, ErrorKind, Result};
-use crate::handoff::{Handoff, HandoffBook};
+use crate::handoff::HandoffBook;
 use crate::key::LockKey;
 use crate::lease::{
     AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal, SetGrant,
@@ -140,12 +142,6 @@ impl MemoryBackend {
             fence_durability: FenceDurability::Durable,
             leases_survive_restart: false,
             change_notification: true,
-            force_release: true,
-            list: true,
-            fair: true,
-            fair_handoff: true,
-            permits: true,
-            atomic_sets: true,
             ..Capabilities::default()
         };
         MemoryBackend {
@@ -430,16 +426,11 @@ fn permit_channel(name: &LockKey) -> String {
 
 #[async_trait]
 impl PermitBackend for MemoryBackend {
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant> {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
         self.reachable().await?;
-        let grant = self
-            .lock_state()
-            .grant_permits(request, claim, place, Instant::now())?;
+        let grant =
+            self.lock_state()
+                .grant_permits(request, claim, request.place(), Instant::now())?;
         if matches!(grant, Grant::Granted(_)) && claim.value().is_some() {
             // Observers of an election look again.
             self.shared.waiters.wake(&permit_channel(request.key()));
@@ -558,99 +549,22 @@ impl LockBackend for MemoryBackend {
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         self.reachable().await?;
-        Ok(self.lock_state().grant(request, Instant::now()))
+        match request.place() {
+            Some(place) => Ok(self.grant_in_turn(request, place)),
+            None => Ok(self.lock_state().grant(request, Instant::now())),
+        }
     }
 
-    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
-        self.reachable().await?;
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        for (index, request) in requests.iter().enumerate() {
-            if let Some(holder) = state.live(request.key(), now) {
-                if holder.owner != *request.owner() {
-                    let remaining = Some(holder.expires_at.saturating_duration_since(now));
-                    return Ok(SetGrant::Held { index, remaining });
-                }
-            }
-        }
-        // Every key was free or its owner's a moment ago, under the same lock: each
-        // grant succeeds (a count short of the requests would be refused by core).
-        let fences = requests
-            .iter()
-            .filter_map(|request| match state.grant(request, now) {
-                Grant::Granted(fence) => Some(fence),
-                Grant::Held { .. } => None,
-            })
-            .collect();
-        Ok(SetGrant::Granted(fences))
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
     }
 
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        self.reachable().await?;
-        let now = Instant::now();
-        let mut state = self.lock_state();
-        if state
-            .live(request.key(), now)
-            .is_some_and(|holder| holder.owner == *request.owner())
-        {
-            // Its own already (a grant a release handed it, or a retry whose reply was
-            // lost): granted again, as a plain step grants it, queue or no queue.
-            let grant = state.grant(request, now);
-            drop(state);
-            let handoffs = &self.shared.handoffs;
-            handoffs.forget(request.key().as_str(), *request.owner());
-            return Ok(grant);
-        }
-        let queue = state.queues.entry(request.key().clone()).or_default();
-        queue.retain(|p| p.until > now || p.owner == *request.owner());
-        match queue.iter_mut().find(|p| p.owner == *request.owner()) {
-            Some(mine) => {
-                mine.until = now + place;
-                mine.ttl = request.ttl();
-            }
-            None => queue.push_back(Place {
-                owner: *request.owner(),
-                until: now + place,
-                ttl: request.ttl(),
-            }),
-        }
-        let first = queue.front().is_some_and(|p| p.owner == *request.owner());
-        let remaining = match state.live(request.key(), now) {
-            Some(holder) if holder.owner != *request.owner() => {
-                Some(holder.expires_at.saturating_duration_since(now))
-            }
-            _ => None,
-        };
-        if !first || remaining.is_some() {
-            // Every fence so far is at most the counter: a grant handed over with a
-            // higher one is made after this step.
-            let latest = state.last_fence;
-            drop(state);
-            let handoffs = &self.shared.handoffs;
-            handoffs.turned_down(request.key().as_str(), *request.owner(), now, latest);
-            return Ok(Grant::Held { remaining });
-        }
-        let grant = state.grant(request, now);
-        state.leave(request.key(), request.owner());
-        drop(state);
-        let handoffs = &self.shared.handoffs;
-        handoffs.forget(request.key().as_str(), *request.owner());
-        Ok(grant)
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
     }
 
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        self.reachable().await?;
-        self.shared.handoffs.forget(key.as_str(), *owner);
-        let now = Instant::now();
-        let handed = {
-            let mut state = self.lock_state();
-            state.leave(key, owner);
-            // A grant a release handed this waiter, which gave up: given back.
-            state.free_and_hand_over(key, owner, now).1
-        };
-        // The next waiter may be first now.
-        self.tell_release(key, handed);
-        Ok(())
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -691,6 +605,79 @@ impl LockBackend for MemoryBackend {
         self.reachable().await?;
         Ok(Some(self.shared.waiters.register(key.as_str()).changes))
     }
+}
+
+impl MemoryBackend {
+    /// The fair step (contract point 10), once the store is reachable.
+    fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Grant {
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        if state
+            .live(request.key(), now)
+            .is_some_and(|holder| holder.owner == *request.owner())
+        {
+            // Its own already (a grant a release handed it, or a retry whose reply was
+            // lost): granted again, as a plain step grants it, queue or no queue.
+            let grant = state.grant(request, now);
+            drop(state);
+            let handoffs = &self.shared.handoffs;
+            handoffs.forget(request.key().as_str(), *request.owner());
+            return grant;
+        }
+        let queue = state.queues.entry(request.key().clone()).or_default();
+        queue.retain(|p| p.until > now || p.owner == *request.owner());
+        match queue.iter_mut().find(|p| p.owner == *request.owner()) {
+            Some(mine) => {
+                mine.until = now + place;
+                mine.ttl = request.ttl();
+            }
+            None => queue.push_back(Place {
+                owner: *request.owner(),
+                until: now + place,
+                ttl: request.ttl(),
+            }),
+        }
+        let first = queue.front().is_some_and(|p| p.owner == *request.owner());
+        let remaining = match state.live(request.key(), now) {
+            Some(holder) if holder.owner != *request.owner() => {
+                Some(holder.expires_at.saturating_duration_since(now))
+            }
+            _ => None,
+        };
+        if !first || remaining.is_some() {
+            // Every fence so far is at most the counter: a grant handed over with a
+            // higher one is made after this step.
+            let latest = state.last_fence;
+            drop(state);
+            let handoffs = &self.shared.handoffs;
+            handoffs.turned_down(request.key().as_str(), *request.owner(), now, latest);
+            return Grant::Held { remaining };
+        }
+        let grant = state.grant(request, now);
+        state.leave(request.key(), request.owner());
+        drop(state);
+        let handoffs = &self.shared.handoffs;
+        handoffs.forget(request.key().as_str(), *request.owner());
+        grant
+    }
+}
+
+#[async_trait]
+impl FairBackend for MemoryBackend {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.reachable().await?;
+        self.shared.handoffs.forget(key.as_str(), *owner);
+        let now = Instant::now();
+        let handed = {
+            let mut state = self.lock_state();
+            state.leave(key, owner);
+            // A grant a release handed this waiter, which gave up: given back.
+            state.free_and_hand_over(key, owner, now).1
+        };
+        // The next waiter may be first now.
+        self.tell_release(key, handed);
+        Ok(())
+    }
 
     async fn watch_in_turn(
         &self,
@@ -706,10 +693,40 @@ impl LockBackend for MemoryBackend {
         Ok(Some(registration.changes))
     }
 
-    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
-        self.shared.handoffs.take(key.as_str(), *owner)
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        Some(&self.shared.handoffs)
     }
+}
 
+#[async_trait]
+impl SetBackend for MemoryBackend {
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.lock_state();
+        for (index, request) in requests.iter().enumerate() {
+            if let Some(holder) = state.live(request.key(), now) {
+                if holder.owner != *request.owner() {
+                    let remaining = Some(holder.expires_at.saturating_duration_since(now));
+                    return Ok(SetGrant::Held { index, remaining });
+                }
+            }
+        }
+        // Every key was free or its owner's a moment ago, under the same lock: each
+        // grant succeeds (a count short of the requests would be refused by core).
+        let fences = requests
+            .iter()
+            .filter_map(|request| match state.grant(request, now) {
+                Grant::Granted(fence) => Some(fence),
+                Grant::Held { .. } => None,
+            })
+            .collect();
+        Ok(SetGrant::Granted(fences))
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for MemoryBackend {
     async fn force_release(&self, key: &LockKey) -> Result<bool> {
         self.reachable().await?;
         let now = Instant::now();

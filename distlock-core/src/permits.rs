@@ -2,17 +2,15 @@
 //! leader election, and the contract they keep.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{ChangeStream, DynLockBackend, LockBackend};
-use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
+use crate::lease::{AcquireRequest, ExtendRequest, Grant, ReleaseOutcome, Renewal};
 use crate::token::{FencingToken, OwnerToken};
+use crate::wake::ChangeStream;
 
 /// The longest value a [`Claim`] may carry, in bytes.
 pub const MAX_CLAIM_VALUE: usize = 1024;
@@ -141,16 +139,16 @@ pub struct Term {
 
 /// The server steps of the shared kinds: semaphores
 /// ([`Semaphore`](crate::Semaphore)), read-write locks ([`RwLock`](crate::RwLock)) and
-/// leader election ([`Election`](crate::Election)). A backend that has them declares
-/// [`Capabilities::permits`] and returns itself from [`LockBackend::permits`].
+/// leader election ([`Election`](crate::Election)). A backend that has them returns itself
+/// from [`LockBackend::permits`](crate::LockBackend::permits).
 ///
 /// Permits live in a namespace of their own: a name used for permits and the same
-/// name used as a [`LockBackend`] key are two different things.
+/// name used as a [`LockBackend`](crate::LockBackend) key are two different things.
 ///
 /// # Contract
 ///
 /// Points 2 (server time), 3 (owner tokens), 4 (release), 5 (extend), 7 (validity) and
-/// 8 (errors) of [`LockBackend`]'s contract hold for every grant of permits as for a
+/// 8 (errors) of [`LockBackend`](crate::LockBackend)'s contract hold for every grant of permits as for a
 /// lease, each grant being one owner's lease on the name. Besides:
 ///
 /// 1. **Limit.** At any instant, the live grants on a name hold at most its limit of
@@ -160,8 +158,8 @@ pub struct Term {
 ///    grants on its name is refused with an [`ErrorKind::Configuration`] error. Once
 ///    no grant lives, the next claim sets the limit.
 /// 3. **Fencing.** Every grant on a name gets a fencing token above every earlier
-///    grant's on that name, as in [`LockBackend`]'s point 6; what a data-losing
-///    restart does to it is declared in [`Capabilities::fence_durability`].
+///    grant's on that name, as in [`LockBackend`](crate::LockBackend)'s point 6; what a data-losing
+///    restart does to it is declared in [`Capabilities::fence_durability`](crate::backend::Capabilities::fence_durability).
 /// 4. **Places.** A claim made with a `place` that is not granted keeps the owner's
 ///    place for `place` from now (rounded up as a TTL is), renewed by each call with
 ///    the same owner, and taken away by the grant or by
@@ -179,19 +177,15 @@ pub trait PermitBackend: Send + Sync + fmt::Debug {
     /// of `request.key()` that ran out, and grants `claim` to `request.owner()` for
     /// `request.ttl()` if points 1, 2 and 4 allow, minting the next fence; otherwise
     /// [`Grant::Held`], with the time until the first live grant runs out, and the
-    /// owner's place kept when `place` is given. An owner that already holds a grant
+    /// owner's place kept when the request carries a
+    /// [`place`](AcquireRequest::place) (point 4). An owner that already holds a grant
     /// on the name is granted again, its expiry restarted and its fence kept.
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant>;
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant>;
 
-    /// Releases `owner`'s grant on `key`; as [`LockBackend::release`].
+    /// Releases `owner`'s grant on `key`; as [`LockBackend::release`](crate::LockBackend::release).
     async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome>;
 
-    /// Renews `request.owner()`'s grant on `request.key()`; as [`LockBackend::renew`].
+    /// Renews `request.owner()`'s grant on `request.key()`; as [`LockBackend::renew`](crate::LockBackend::renew).
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal>;
 
     /// Takes `owner`'s place on `key` away; harmless when it has none.
@@ -204,107 +198,10 @@ pub trait PermitBackend: Send + Sync + fmt::Debug {
     async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>>;
 
     /// Starts watching `key` for releases and grants, when the backend can
-    /// ([`Capabilities::change_notification`]); as [`LockBackend::watch`].
+    /// ([`Capabilities::change_notification`](crate::backend::Capabilities::change_notification)); as [`LockBackend::watch`](crate::LockBackend::watch).
     async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let _ = key;
         Ok(None)
-    }
-}
-
-/// The permits of `backend`, or an [`ErrorKind::Unsupported`] error naming it.
-pub(crate) fn permits_of(backend: &DynLockBackend) -> Result<&dyn PermitBackend> {
-    match backend.permits() {
-        Some(permits) if backend.capabilities().permits => Ok(permits),
-        _ => Err(Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "the {} backend has no semaphores, read-write locks or elections (capabilities.permits)",
-                backend.name()
-            ),
-        )
-        .with_backend(backend.name().to_owned())),
-    }
-}
-
-/// One claim on a backend's permits, seen as a [`LockBackend`]: each grant of the
-/// claim is a lease on the name, so that [`LockClient`](crate::LockClient)'s waits,
-/// renewal, guards and loss signal serve the shared kinds unchanged. Its "fair mode"
-/// keeps a place (point 4 of [`PermitBackend`]), not a queue: it is only ever used
-/// inside core.
-#[derive(Debug)]
-pub(crate) struct ClaimView {
-    inner: Arc<DynLockBackend>,
-    claim: Claim,
-    capabilities: Capabilities,
-}
-
-impl ClaimView {
-    /// A view of `claim` on `inner`: an [`ErrorKind::Configuration`] error when
-    /// `inner` has no permits.
-    pub(crate) fn new(inner: Arc<DynLockBackend>, claim: Claim) -> Result<Self> {
-        permits_of(&*inner)
-            .map_err(|e| Error::new(ErrorKind::Configuration, e.message().to_owned()))?;
-        let capabilities = Capabilities {
-            fair: true,
-            force_release: false,
-            ..inner.capabilities().clone()
-        };
-        Ok(ClaimView {
-            inner,
-            claim,
-            capabilities,
-        })
-    }
-
-    fn permits(&self) -> Result<&dyn PermitBackend> {
-        permits_of(&*self.inner)
-    }
-}
-
-#[async_trait]
-impl LockBackend for ClaimView {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-
-    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let permits = self.permits()?;
-        permits.try_grant_permits(request, &self.claim, None).await
-    }
-
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        let permits = self.permits()?;
-        permits
-            .try_grant_permits(request, &self.claim, Some(place))
-            .await
-    }
-
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        self.permits()?.leave_queue(key, owner).await
-    }
-
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.permits()?.release_permits(key, owner).await
-    }
-
-    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        self.permits()?.renew_permits(request).await
-    }
-
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let holders = self.permits()?.holders(key).await?;
-        Ok(holders.last().map(|h| LockInfo {
-            fence: h.fence,
-            remaining: h.remaining,
-        }))
-    }
-
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        self.permits()?.watch_permits(key).await
     }
 }
 

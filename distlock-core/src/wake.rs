@@ -4,11 +4,18 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
 
+use futures_util::Stream;
 use tokio::sync::watch;
 
-use crate::backend::ChangeStream;
+/// A stream that yields whenever a watched key may have been released.
+///
+/// An item is a hint, not a promise that the key is free: the waiter tries again. A
+/// stream that ends means notifications stopped (a lost connection); the waiter then
+/// falls back to polling.
+pub type ChangeStream = Pin<Box<dyn Stream<Item = ()> + Send + 'static>>;
 
 /// The waiters of each key (or channel), and one rule for forgetting the ones nobody
 /// waits on any more.

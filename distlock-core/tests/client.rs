@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, LockBackendExt, OwnerToken,
-    ReleaseOutcome, Renewal,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, LockBackendExt,
+    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
 };
 use distlock_core::{
     DynLockBackend, ErrorKind, LockBackend, LockClient, LockInfo, LockKey, LockOptions, LossReason,
@@ -134,7 +134,6 @@ impl NoNotify {
 
     fn stripped(inner: MemoryBackend, strip: impl FnOnce(&mut Capabilities)) -> Self {
         let mut caps = inner.capabilities().clone();
-        caps.fair = false;
         strip(&mut caps);
         NoNotify { inner, caps }
     }

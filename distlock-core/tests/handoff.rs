@@ -1,5 +1,5 @@
 //! The client in fair mode on a backend whose releases hand the key to the head of its
-//! queue (contract point 10, `Capabilities::fair_handoff`): the memory backend, with
+//! queue (contract point 10, `FairBackend::handoffs`): the memory backend, with
 //! every fair step counted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, Handoff, OwnerToken,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, Grant, OwnerToken,
     ReleaseOutcome, Renewal,
 };
 use distlock_core::{
@@ -38,14 +38,13 @@ impl LockBackend for Counted {
         self.inner.capabilities()
     }
     async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
+        if r.place().is_some() {
+            self.steps.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner.try_grant(r).await
     }
-    async fn try_grant_in_turn(&self, r: &AcquireRequest, place: Duration) -> Result<Grant> {
-        self.steps.fetch_add(1, Ordering::SeqCst);
-        self.inner.try_grant_in_turn(r, place).await
-    }
-    async fn leave_queue(&self, k: &LockKey, o: &OwnerToken) -> Result<()> {
-        self.inner.leave_queue(k, o).await
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        self.inner.fair()
     }
     async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
         self.inner.release(k, o).await
@@ -58,12 +57,6 @@ impl LockBackend for Counted {
     }
     async fn watch(&self, k: &LockKey) -> Result<Option<ChangeStream>> {
         self.inner.watch(k).await
-    }
-    async fn watch_in_turn(&self, k: &LockKey, o: &OwnerToken) -> Result<Option<ChangeStream>> {
-        self.inner.watch_in_turn(k, o).await
-    }
-    fn handed_over(&self, k: &LockKey, o: &OwnerToken) -> Option<Handoff> {
-        self.inner.handed_over(k, o)
     }
 }
 

@@ -6,8 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::OperatorBackend;
 use distlock_core::{
-    ErrorKind, LockBackend, LockClient, LockKey, LockOptions, LossReason, MemoryBackend, Semaphore,
+    ErrorKind, LockClient, LockKey, LockOptions, LossReason, MemoryBackend, Semaphore,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;

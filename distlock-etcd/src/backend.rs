@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, RoundTrips, SetGrant,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
+    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend, SetGrant,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use etcd_client::{
@@ -59,13 +59,7 @@ fn capabilities() -> Capabilities {
     capabilities.fence_durability = FenceDurability::Durable;
     capabilities.leases_survive_restart = true;
     capabilities.change_notification = true;
-    capabilities.force_release = true;
-    capabilities.list = true;
     capabilities.extend_any_ttl = false;
-    capabilities.fair = true;
-    capabilities.permits = true;
-    // Each key's lease granted, all at once, then one transaction for the set.
-    capabilities.atomic_sets = true;
     // A lease grant, then the transaction that creates the key; a keep-alive stream
     // opened, then its message (the owner check runs alongside); one transaction.
     capabilities.round_trips = RoundTrips {
@@ -506,6 +500,18 @@ enum LeaseStep {
 
 #[async_trait]
 impl LockBackend for EtcdBackend {
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         NAME
     }
@@ -515,6 +521,9 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        if let Some(place) = request.place() {
+            return self.grant_in_turn(request, place).await;
+        }
         if self.lease_for(request).await?.is_none() {
             return Ok(Grant::Held { remaining: None });
         }
@@ -524,6 +533,179 @@ impl LockBackend for EtcdBackend {
         })
     }
 
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        // The key is deleted only if it holds this whole owner token and is attached to
+        // this acquisition's lease: the lease ID is made of 63 of the token's bits, so
+        // it cannot stand for the token alone. The lease is revoked afterwards.
+        let id = lease_id(owner);
+        let key = self.key(key);
+        let txn = Txn::new()
+            .when([
+                Compare::value(key.clone(), CompareOp::Equal, owner.to_hex()),
+                Compare::lease(key.clone(), CompareOp::Equal, id),
+            ])
+            .and_then([TxnOp::delete(key, None)]);
+        let reply = self.request(|c| send_txn(c, &txn)).await?;
+        if !reply.succeeded() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        self.revoke_later(id);
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let id = lease_id(request.owner());
+        let key = self.key(request.key());
+        // Refresh the lease and check that the key is still ours, side by side: one
+        // round trip of latency. Neither can re-create the key.
+        let check = Txn::new().when([
+            Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
+            Compare::lease(key, CompareOp::Equal, id),
+        ]);
+        let (kept, checked) = tokio::join!(
+            self.keep_alive_once(id),
+            self.request(|c| send_txn(c, &check))
+        );
+        let checked = checked?;
+        let granted = match kept? {
+            Some(granted) => granted,
+            None => return Ok(Renewal::NotHeld),
+        };
+        if !checked.succeeded() {
+            self.revoke_later(id);
+            return Ok(Renewal::NotHeld);
+        }
+        // Core only asks for the granted TTL (capabilities.extend_any_ttl is false); a
+        // lease that came back shorter would make the validity a lie.
+        if granted < request.ttl() {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "etcd renewed the lease to {granted:?}, less than the {:?} asked for",
+                    request.ttl()
+                ),
+            )
+            .with_backend(NAME));
+        }
+        Ok(Renewal::Renewed)
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let key = self.key(key);
+        let reply = self
+            .request(|mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        let Some(kv) = reply.kvs().first() else {
+            return Ok(None);
+        };
+        let (revision, lease) = (kv.create_revision(), kv.lease());
+        Ok(Some(LockInfo {
+            fence: fence(revision)?,
+            remaining: self.lease_left(lease).await,
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        // Deletions only: a release, a force release, or the lease running out.
+        self.watch_prefix(self.key(key), true).await.map(Some)
+    }
+
+    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
+        Some(self)
+    }
+}
+
+impl EtcdBackend {
+    /// The fair step (contract point 10): a grant whose request carries a place.
+    async fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        // The waiter's place is a key under the queue's prefix, attached to a lease of
+        // its own that each call keeps alive: its creation revision is its turn, and
+        // the lease's expiry is how a vanished waiter leaves. One read, alongside the
+        // keep-alive, tells the head of the queue, this waiter's place and the lock.
+        let (queue, lock) = (self.queue(request.key()), self.key(request.key()));
+        let mine = format!("{queue}{}", request.owner().to_hex());
+        let place_id = place_lease_id(request.owner());
+        let head = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let read = Txn::new().and_then([
+            TxnOp::get(queue.clone(), Some(head)),
+            TxnOp::get(mine.clone(), None),
+            TxnOp::get(lock, None),
+        ]);
+        let (kept, read) = tokio::join!(
+            self.keep_alive_once(place_id),
+            self.request(|c| send_txn(c, &read))
+        );
+        let replies = read?.op_responses();
+        let first_key = |n: usize| match replies.get(n) {
+            Some(TxnOpResponse::Get(got)) => got.kvs().first().cloned(),
+            _ => None,
+        };
+        let (head, queued, holder) = (first_key(0), first_key(1), first_key(2));
+        let has_place = matches!(kept, Ok(Some(_)));
+        let owner = request.owner().to_hex();
+        if let Some(holder) = &holder {
+            if holder.value() == owner.as_bytes() && holder.lease() == lease_id(request.owner()) {
+                // A retry of a grant whose reply was lost: it is ours already, and its
+                // lease restarts from this step, as the client counts it.
+                if let Some(LeaseStep::Kept) = self.lease_for(request).await? {
+                    return Ok(Grant::Granted(fence(holder.create_revision())?));
+                }
+                // Gone meanwhile, or granted anew: the next step takes the key.
+                return Ok(Grant::Held { remaining: None });
+            }
+        }
+        let first = head.as_ref().is_none_or(|h| h.key() == mine.as_bytes());
+        if holder.is_none() && first {
+            // First in line (or nobody queued) and the key free: take it, and leave
+            // the queue in the same transaction.
+            if self.lease_for(request).await?.is_none() {
+                return Ok(Grant::Held { remaining: None });
+            }
+            let leave = vec![TxnOp::delete(mine.clone(), None)];
+            if let Some(fence) = self.create_lock(request, leave).await? {
+                if queued.is_some() || has_place {
+                    // The place's key went in the grant's transaction; its lease holds
+                    // nothing any later step could take again.
+                    self.revoke_later(place_id);
+                }
+                return Ok(Grant::Granted(fence));
+            }
+        }
+        // Not this waiter's turn: keep its place, or take one at the tail.
+        if queued.is_none() || !has_place {
+            if !has_place && !self.grant_lease(place_id, place).await? {
+                self.keep_alive_once(place_id).await?;
+            }
+            let join = Txn::new()
+                .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    mine,
+                    owner,
+                    Some(PutOptions::new().with_lease(place_id)),
+                )]);
+            self.request(|c| send_txn(c, &join)).await?;
+        }
+        Ok(Grant::Held { remaining: None })
+    }
+}
+
+#[async_trait]
+impl FairBackend for EtcdBackend {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        // Revoking the place's lease deletes the place.
+        let _ = key;
+        self.revoke_now(place_lease_id(owner)).await
+    }
+}
+
+#[async_trait]
+impl SetBackend for EtcdBackend {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         // Each key on its owner's lease, as a single key is, the leases granted side by
         // side; then one transaction creates every key or, when any exists, none, and
@@ -619,171 +801,10 @@ impl LockBackend for EtcdBackend {
             remaining: None,
         })
     }
+}
 
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        // The waiter's place is a key under the queue's prefix, attached to a lease of
-        // its own that each call keeps alive: its creation revision is its turn, and
-        // the lease's expiry is how a vanished waiter leaves. One read, alongside the
-        // keep-alive, tells the head of the queue, this waiter's place and the lock.
-        let (queue, lock) = (self.queue(request.key()), self.key(request.key()));
-        let mine = format!("{queue}{}", request.owner().to_hex());
-        let place_id = place_lease_id(request.owner());
-        let head = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let read = Txn::new().and_then([
-            TxnOp::get(queue.clone(), Some(head)),
-            TxnOp::get(mine.clone(), None),
-            TxnOp::get(lock, None),
-        ]);
-        let (kept, read) = tokio::join!(
-            self.keep_alive_once(place_id),
-            self.request(|c| send_txn(c, &read))
-        );
-        let replies = read?.op_responses();
-        let first_key = |n: usize| match replies.get(n) {
-            Some(TxnOpResponse::Get(got)) => got.kvs().first().cloned(),
-            _ => None,
-        };
-        let (head, queued, holder) = (first_key(0), first_key(1), first_key(2));
-        let has_place = matches!(kept, Ok(Some(_)));
-        let owner = request.owner().to_hex();
-        if let Some(holder) = &holder {
-            if holder.value() == owner.as_bytes() && holder.lease() == lease_id(request.owner()) {
-                // A retry of a grant whose reply was lost: it is ours already, and its
-                // lease restarts from this step, as the client counts it.
-                if let Some(LeaseStep::Kept) = self.lease_for(request).await? {
-                    return Ok(Grant::Granted(fence(holder.create_revision())?));
-                }
-                // Gone meanwhile, or granted anew: the next step takes the key.
-                return Ok(Grant::Held { remaining: None });
-            }
-        }
-        let first = head.as_ref().is_none_or(|h| h.key() == mine.as_bytes());
-        if holder.is_none() && first {
-            // First in line (or nobody queued) and the key free: take it, and leave
-            // the queue in the same transaction.
-            if self.lease_for(request).await?.is_none() {
-                return Ok(Grant::Held { remaining: None });
-            }
-            let leave = vec![TxnOp::delete(mine.clone(), None)];
-            if let Some(fence) = self.create_lock(request, leave).await? {
-                if queued.is_some() || has_place {
-                    // The place's key went in the grant's transaction; its lease holds
-                    // nothing any later step could take again.
-                    self.revoke_later(place_id);
-                }
-                return Ok(Grant::Granted(fence));
-            }
-        }
-        // Not this waiter's turn: keep its place, or take one at the tail.
-        if queued.is_none() || !has_place {
-            if !has_place && !self.grant_lease(place_id, place).await? {
-                self.keep_alive_once(place_id).await?;
-            }
-            let join = Txn::new()
-                .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    mine,
-                    owner,
-                    Some(PutOptions::new().with_lease(place_id)),
-                )]);
-            self.request(|c| send_txn(c, &join)).await?;
-        }
-        Ok(Grant::Held { remaining: None })
-    }
-
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        // Revoking the place's lease deletes the place.
-        let _ = key;
-        self.revoke_now(place_lease_id(owner)).await
-    }
-
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        // The key is deleted only if it holds this whole owner token and is attached to
-        // this acquisition's lease: the lease ID is made of 63 of the token's bits, so
-        // it cannot stand for the token alone. The lease is revoked afterwards.
-        let id = lease_id(owner);
-        let key = self.key(key);
-        let txn = Txn::new()
-            .when([
-                Compare::value(key.clone(), CompareOp::Equal, owner.to_hex()),
-                Compare::lease(key.clone(), CompareOp::Equal, id),
-            ])
-            .and_then([TxnOp::delete(key, None)]);
-        let reply = self.request(|c| send_txn(c, &txn)).await?;
-        if !reply.succeeded() {
-            return Ok(ReleaseOutcome::NotHeld);
-        }
-        self.revoke_later(id);
-        Ok(ReleaseOutcome::Released)
-    }
-
-    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let id = lease_id(request.owner());
-        let key = self.key(request.key());
-        // Refresh the lease and check that the key is still ours, side by side: one
-        // round trip of latency. Neither can re-create the key.
-        let check = Txn::new().when([
-            Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
-            Compare::lease(key, CompareOp::Equal, id),
-        ]);
-        let (kept, checked) = tokio::join!(
-            self.keep_alive_once(id),
-            self.request(|c| send_txn(c, &check))
-        );
-        let checked = checked?;
-        let granted = match kept? {
-            Some(granted) => granted,
-            None => return Ok(Renewal::NotHeld),
-        };
-        if !checked.succeeded() {
-            self.revoke_later(id);
-            return Ok(Renewal::NotHeld);
-        }
-        // Core only asks for the granted TTL (capabilities.extend_any_ttl is false); a
-        // lease that came back shorter would make the validity a lie.
-        if granted < request.ttl() {
-            return Err(Error::new(
-                ErrorKind::Backend,
-                format!(
-                    "etcd renewed the lease to {granted:?}, less than the {:?} asked for",
-                    request.ttl()
-                ),
-            )
-            .with_backend(NAME));
-        }
-        Ok(Renewal::Renewed)
-    }
-
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let key = self.key(key);
-        let reply = self
-            .request(|mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-            .await?;
-        let Some(kv) = reply.kvs().first() else {
-            return Ok(None);
-        };
-        let (revision, lease) = (kv.create_revision(), kv.lease());
-        Ok(Some(LockInfo {
-            fence: fence(revision)?,
-            remaining: self.lease_left(lease).await,
-        }))
-    }
-
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        // Deletions only: a release, a force release, or the lease running out.
-        self.watch_prefix(self.key(key), true).await.map(Some)
-    }
-
-    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
-        Some(self)
-    }
-
+#[async_trait]
+impl OperatorBackend for EtcdBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let start = &self.inner.config.prefix;
         let range = format!("{start}{prefix}");

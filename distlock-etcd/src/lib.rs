@@ -24,14 +24,14 @@
 //!   released fails the comparison, so the release reports "not held". A force release
 //!   revokes the holder's lease, so the holder's later release reports "not held".
 //! - **a set of keys** (`LockClient::lock_all`) is one transaction, all or none
-//!   (`capabilities.atomic_sets`): each key's lease is granted as for a single key, the
+//!   (`LockBackend::sets`): each key's lease is granted as for a single key, the
 //!   grants sent side by side, then one transaction creates every key only if none
 //!   exists. Every key of a set has the same fence, that transaction's revision, above
 //!   every earlier fence of each of its keys. A refused set gives its leases back.
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
 //! - **semaphores, read-write locks and elections**
-//!   ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`): a
+//!   ([`PermitBackend`](distlock_core::backend::PermitBackend), `LockBackend::permits`): a
 //!   name's keys are under `<prefix>\0permits\0<name>\0`: a gate holding the limit,
 //!   a key per grant on the grant's lease (deleted by etcd when it runs out), a key
 //!   per place on a lease of its own, and a key per term. A grant takes its lease,

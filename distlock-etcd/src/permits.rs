@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
-    PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
 use distlock_core::{LockKey, Result};
 use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
@@ -100,12 +100,8 @@ impl EtcdBackend {
 
 #[async_trait]
 impl PermitBackend for EtcdBackend {
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant> {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        let place = request.place();
         let base = self.permit_base(request.key());
         let owner = request.owner().to_hex();
         let (grant_key, place_key, term_key) = (
@@ -259,7 +255,7 @@ impl PermitBackend for EtcdBackend {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         // The lock's queue and a name's places are left alike: revoking the place's
         // lease deletes it.
-        distlock_core::LockBackend::leave_queue(self, key, owner).await
+        FairBackend::leave_queue(self, key, owner).await
     }
 
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {

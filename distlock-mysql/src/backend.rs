@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ExtendRequest, FenceDurability, Grant, OwnerToken,
-    ReleaseOutcome, Renewal, RoundTrips, SetGrant,
+    AcquireRequest, Capabilities, ExtendRequest, FairBackend, FenceDurability, Grant,
+    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend, SetGrant,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
@@ -144,12 +144,6 @@ impl MySqlBackend {
         capabilities.leases_survive_restart = true;
         // MySQL has no notifications: waiters poll, with backoff.
         capabilities.change_notification = false;
-        capabilities.force_release = true;
-        capabilities.list = true;
-        capabilities.fair = true;
-        capabilities.permits = false;
-        // One batch of statements: a short transaction, then a read of its outcome.
-        capabilities.atomic_sets = true;
         let sql = Statements::new(&config.table);
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
@@ -545,6 +539,18 @@ async fn purge_on_its_own(backend: std::sync::Weak<Inner>, every: Duration) {
 
 #[async_trait]
 impl LockBackend for MySqlBackend {
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         NAME
     }
@@ -554,6 +560,9 @@ impl LockBackend for MySqlBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        if let Some(place) = request.place() {
+            return self.grant_in_turn(request, place).await;
+        }
         let args = [
             Arg::Bytes(request.key().as_str().as_bytes()),
             Arg::Bytes(&request.owner().as_bytes()[..]),
@@ -567,50 +576,6 @@ impl LockBackend for MySqlBackend {
             }
             Err(e) => Err(self.driver_error(e)),
         }
-    }
-
-    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
-        let batch = {
-            let owners: Vec<_> = requests.iter().map(|r| r.owner().as_bytes()).collect();
-            let set: Vec<SetRequest<'_>> = requests
-                .iter()
-                .zip(&owners)
-                .map(|(r, owner)| (r.key().as_str().as_bytes(), &owner[..], micros(r.ttl())))
-                .collect();
-            self.inner.sql.acquire_all(&set)
-        };
-        match self.bounded(self.set_step(&batch)).await? {
-            Ok(rows) => set_answer(requests, &rows),
-            Err(e) if is_contention(&e) => {
-                debug!(error = %e, "contention: the set was not acquired");
-                Ok(SetGrant::Held {
-                    index: 0,
-                    remaining: None,
-                })
-            }
-            Err(e) => Err(self.driver_error(e)),
-        }
-    }
-
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        match self.bounded(self.fair_step(request, place)).await? {
-            Ok(grant) => Ok(grant),
-            Err(e) if is_contention(&e) => {
-                debug!(error = %e, "contention: not acquired in turn");
-                Ok(Grant::Held { remaining: None })
-            }
-            Err(e) => Err(self.driver_error(e)),
-        }
-    }
-
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        let args = [
-            Arg::Bytes(key.as_str().as_bytes()),
-            Arg::Bytes(&owner.as_bytes()[..]),
-        ];
-        self.execute(&self.inner.sql.fair.leave, &args)
-            .await
-            .map(drop)
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -653,7 +618,64 @@ impl LockBackend for MySqlBackend {
             remaining: remaining(us),
         }))
     }
+}
 
+impl MySqlBackend {
+    /// The fair step (contract point 10): a grant whose request carries a place.
+    async fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+        match self.bounded(self.fair_step(request, place)).await? {
+            Ok(grant) => Ok(grant),
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: not acquired in turn");
+                Ok(Grant::Held { remaining: None })
+            }
+            Err(e) => Err(self.driver_error(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl FairBackend for MySqlBackend {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let args = [
+            Arg::Bytes(key.as_str().as_bytes()),
+            Arg::Bytes(&owner.as_bytes()[..]),
+        ];
+        self.execute(&self.inner.sql.fair.leave, &args)
+            .await
+            .map(drop)
+    }
+}
+
+#[async_trait]
+impl SetBackend for MySqlBackend {
+    /// One batch of statements: a short transaction, then a read of its outcome.
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let batch = {
+            let owners: Vec<_> = requests.iter().map(|r| r.owner().as_bytes()).collect();
+            let set: Vec<SetRequest<'_>> = requests
+                .iter()
+                .zip(&owners)
+                .map(|(r, owner)| (r.key().as_str().as_bytes(), &owner[..], micros(r.ttl())))
+                .collect();
+            self.inner.sql.acquire_all(&set)
+        };
+        match self.bounded(self.set_step(&batch)).await? {
+            Ok(rows) => set_answer(requests, &rows),
+            Err(e) if is_contention(&e) => {
+                debug!(error = %e, "contention: the set was not acquired");
+                Ok(SetGrant::Held {
+                    index: 0,
+                    remaining: None,
+                })
+            }
+            Err(e) => Err(self.driver_error(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for MySqlBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let args = [Arg::Bytes(prefix.as_bytes()), Arg::Bytes(prefix.as_bytes())];
         let rows = self.fetch(&self.inner.sql.list, &args).await?;

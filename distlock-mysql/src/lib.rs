@@ -30,7 +30,7 @@
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
 //! - **inspect** and **list** read the holder's fence and remaining TTL;
 //! - **a set of keys** (`LockClient::lock_all`) is one batch of statements in one round
-//!   trip, all or none (`capabilities.atomic_sets`): a short transaction at `READ
+//!   trip, all or none (`LockBackend::sets`): a short transaction at `READ
 //!   COMMITTED` takes every key as a single acquire does, in the keys' sorted order,
 //!   counts the keys its owners hold, ends those leases again when that is not all of
 //!   them, and commits; a read after the commit gives the answer. The count goes
@@ -57,7 +57,7 @@
 //! the queue. Nine or ten round trips, where a plain acquire takes one. A vanished
 //! waiter leaves the queue once its place runs out; a waiter that gives up deletes its
 //! row. Permits (semaphores, read-write locks, elections) are not offered
-//! (`capabilities.permits` is false: a semaphore on this backend is an error that
+//! (`LockBackend::permits` answers `None`: a semaphore on this backend is an error that
 //! says so).
 //!
 //! Under contention, a deadlock the server broke (1213) or a row-lock wait that ran

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, Handoff,
-    HandoffBook, OwnerToken, ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
+    HandoffBook, Handoffs, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, SetBackend,
+    SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
@@ -137,14 +138,6 @@ impl PostgresBackend {
         };
         capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
         capabilities.change_notification = config.notify();
-        capabilities.force_release = true;
-        capabilities.list = true;
-        capabilities.fair = true;
-        // Releases hand the key to the head of its queue whatever the settings; the
-        // waiter hears of it without a request only through a notification.
-        capabilities.fair_handoff = config.notify();
-        capabilities.permits = true;
-        capabilities.atomic_sets = true;
         // The server ends each statement at its statement_timeout, the response
         // timeout. Behind PgBouncer a batch may first wait in the pooler's queue for as
         // long as its query_wait_timeout, which the backend cannot see.
@@ -553,6 +546,18 @@ async fn purge_on_its_own(backend: std::sync::Weak<Inner>, every: Duration) {
 
 #[async_trait]
 impl LockBackend for PostgresBackend {
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         NAME
     }
@@ -562,6 +567,9 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        if let Some(place) = request.place() {
+            return self.grant_in_turn(request, place).await;
+        }
         let args = [
             Arg::Text(request.key().as_str()),
             Arg::Bytes(&request.owner().as_bytes()[..]),
@@ -572,7 +580,56 @@ impl LockBackend for PostgresBackend {
             .map(|(grant, _)| grant)
     }
 
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
+        let rows = self.run(self.rows(&self.inner.sql.release, &args)).await?;
+        Ok(if rows.is_empty() {
+            ReleaseOutcome::NotHeld
+        } else {
+            ReleaseOutcome::Released
+        })
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let args = [
+            Arg::Text(request.key().as_str()),
+            Arg::Bytes(&request.owner().as_bytes()[..]),
+            Arg::Float(ttl_ms(request.ttl())),
+        ];
+        let rows = self.run(self.rows(&self.inner.sql.extend, &args)).await?;
+        Ok(if rows.is_empty() {
+            Renewal::NotHeld
+        } else {
+            Renewal::Renewed
+        })
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let args = [Arg::Text(key.as_str())];
+        let rows = self.run(self.rows(&self.inner.sql.inspect, &args)).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
+        let (raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
+        Ok(Some(LockInfo {
+            fence: fence(raw)?,
+            remaining: remaining(ms).unwrap_or_default(),
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.watch_as(key, None).await
+    }
+
+    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
+        Some(self)
+    }
+}
+
+impl PostgresBackend {
+    /// The fair step (contract point 10): a grant whose request carries a place.
+    async fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         let args = [
             Arg::Text(request.key().as_str()),
             Arg::Bytes(&request.owner().as_bytes()[..]),
@@ -592,7 +649,39 @@ impl LockBackend for PostgresBackend {
         }
         Ok(grant)
     }
+}
 
+#[async_trait]
+impl FairBackend for PostgresBackend {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.inner.handoffs.forget(key.as_str(), *owner);
+        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
+        self.run(self.rows(&self.inner.sql.leave_queue, &args))
+            .await
+            .map(drop)
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        // A release grants the key to the head of the queue and names it
+        // (`hand_over`): only it is woken, and told of the grant it was handed.
+        self.inner.handoffs.expect(key.as_str(), *owner);
+        self.watch_as(key, Some(owner)).await
+    }
+
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        // Releases hand the key to the head of its queue whatever the settings; the
+        // waiter hears of it without a request only through a notification.
+        let book: &dyn Handoffs = &*self.inner.handoffs;
+        self.inner.config.notify().then_some(book)
+    }
+}
+
+#[async_trait]
+impl SetBackend for PostgresBackend {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         let ttls: Vec<f64> = requests.iter().map(|r| ttl_ms(r.ttl())).collect();
         let mut args = Vec::with_capacity(3 * requests.len());
@@ -656,76 +745,10 @@ impl LockBackend for PostgresBackend {
                 .map(SetGrant::Granted),
         }
     }
+}
 
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        self.inner.handoffs.forget(key.as_str(), *owner);
-        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
-        self.run(self.rows(&self.inner.sql.leave_queue, &args))
-            .await
-            .map(drop)
-    }
-
-    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
-        self.inner.handoffs.take(key.as_str(), *owner)
-    }
-
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let args = [Arg::Text(key.as_str()), Arg::Bytes(&owner.as_bytes()[..])];
-        let rows = self.run(self.rows(&self.inner.sql.release, &args)).await?;
-        Ok(if rows.is_empty() {
-            ReleaseOutcome::NotHeld
-        } else {
-            ReleaseOutcome::Released
-        })
-    }
-
-    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let args = [
-            Arg::Text(request.key().as_str()),
-            Arg::Bytes(&request.owner().as_bytes()[..]),
-            Arg::Float(ttl_ms(request.ttl())),
-        ];
-        let rows = self.run(self.rows(&self.inner.sql.extend, &args)).await?;
-        Ok(if rows.is_empty() {
-            Renewal::NotHeld
-        } else {
-            Renewal::Renewed
-        })
-    }
-
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let args = [Arg::Text(key.as_str())];
-        let rows = self.run(self.rows(&self.inner.sql.inspect, &args)).await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
-        let (raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
-        Ok(Some(LockInfo {
-            fence: fence(raw)?,
-            remaining: remaining(ms).unwrap_or_default(),
-        }))
-    }
-
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        self.watch_as(key, None).await
-    }
-
-    async fn watch_in_turn(
-        &self,
-        key: &LockKey,
-        owner: &OwnerToken,
-    ) -> Result<Option<ChangeStream>> {
-        // A release grants the key to the head of the queue and names it
-        // (`hand_over`): only it is woken, and told of the grant it was handed.
-        self.inner.handoffs.expect(key.as_str(), *owner);
-        self.watch_as(key, Some(owner)).await
-    }
-
-    fn permits(&self) -> Option<&dyn distlock_core::backend::PermitBackend> {
-        Some(self)
-    }
-
+#[async_trait]
+impl OperatorBackend for PostgresBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let args = [Arg::Text(prefix)];
         let rows = self.run(self.rows(&self.inner.sql.list, &args)).await?;

@@ -33,7 +33,7 @@
 //! - **extend** moves `expires_at` only for its owner and only while the lease is live;
 //! - **inspect** reads the holder's fence and remaining TTL;
 //! - **a set of keys** (`LockClient::lock_all`) is one statement, all or none
-//!   (`capabilities.atomic_sets`): every key is taken as a single acquire takes it, in
+//!   (`LockBackend::sets`): every key is taken as a single acquire takes it, in
 //!   the keys' sorted order, and a set taken only in part aborts its own statement (it
 //!   casts a text naming the first key found held to an integer), so that PostgreSQL
 //!   undoes every write of it. A set refused whole wrote nothing and reports the
@@ -50,7 +50,7 @@
 //! the queue once its place runs out (`queue_place`, 3 s unless set). The purge
 //! deletes places that ran out long ago with the ended leases.
 //!
-//! **A release hands the key over** (`capabilities.fair_handoff`, declared where
+//! **A release hands the key over** (`FairBackend::handoffs`, answered where
 //! notifications are on). A release of a name that has had a waiter (a forced one
 //! too) calls the function `<table>_hand_over` in its own statement, with the key's row still locked
 //! by it: the first waiter whose place is live (its queue row locked in turn) is
@@ -68,7 +68,7 @@
 //! it its own at its next fair step, which renews it.
 //!
 //! **Semaphores, read-write locks and elections**
-//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`) live in
+//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `LockBackend::permits`) live in
 //! four more tables, migrated with the others: `<table>_names` (a name's limit and its
 //! last term), `<table>_permits` (the grants), `<table>_places` and `<table>_terms`.
 //! The grant step is one call of the function `<table>_grant_permits`, one round trip:

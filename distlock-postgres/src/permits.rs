@@ -170,12 +170,8 @@ fn decode<T>(backend: &PostgresBackend, f: impl FnOnce() -> Result<T, sqlx::Erro
 
 #[async_trait]
 impl PermitBackend for PostgresBackend {
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant> {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        let place = request.place();
         let sql = &self.sql().permits;
         let args = [
             Arg::Text(request.key().as_str()),

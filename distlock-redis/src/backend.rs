@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant, Handoff,
-    HandoffBook, OwnerToken, PermitBackend, ReleaseOutcome, Renewal, SetGrant, WakeRegistry,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
+    Handoff, HandoffBook, Handoffs, OperatorBackend, OwnerToken, PermitBackend, ReleaseOutcome,
+    Renewal, SetBackend, SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use redis::{FromRedisValue, ToRedisArgs};
@@ -43,6 +44,10 @@ pub(crate) struct Inner {
     watcher: tokio::sync::Mutex<Option<Subscriber>>,
     /// This process's fair waiters, and the grants releases handed them.
     handoffs: Arc<HandoffBook>,
+    /// Whether a release hands the key to the head of its queue.
+    hands_over: bool,
+    /// Whether a set of keys is taken in one step (one server, not a Redlock master).
+    sets: bool,
     /// Whether this backend has made a fair step: its releases then expect fair
     /// waiters (see `release_telling`).
     fair_steps: AtomicBool,
@@ -142,21 +147,17 @@ impl RedisBackend {
         capabilities.fence_durability = FenceDurability::FailsClosed;
         capabilities.leases_survive_restart = false;
         capabilities.change_notification = true;
-        capabilities.force_release = true;
-        capabilities.list = true;
-        capabilities.fair = true;
         // A release hands the lock to the head of its queue: not on a Redlock master
         // (the Redlock's majority decides a grant, not one master's release), nor where
         // grants wait for replicas (the release does not, and the waiter would hear of
         // a grant the replicas may not have).
-        capabilities.fair_handoff = !config.redlock_member && config.wait_replicas == 0;
-        capabilities.permits = true;
+        let hands_over = !config.redlock_member && config.wait_replicas == 0;
         // A release whose short form finds a fair waiter's mark sends the full one
         // (`release_telling`).
         capabilities.round_trips.release = 2;
         // One script takes a set: on one server, where every key is. A cluster spreads
         // the keys over slots, and a Redlock master answers to the Redlock's majority.
-        capabilities.atomic_sets = matches!(conn, Conn::Single(_)) && !config.redlock_member;
+        let sets = matches!(conn, Conn::Single(_)) && !config.redlock_member;
         RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -166,6 +167,8 @@ impl RedisBackend {
                 scripts: Scripts::new(),
                 watcher: tokio::sync::Mutex::new(None),
                 handoffs: Arc::new(HandoffBook::new()),
+                hands_over,
+                sets,
                 fair_steps: AtomicBool::new(false),
             }),
         }
@@ -213,7 +216,7 @@ impl RedisBackend {
     /// What release.lua and leave.lua take besides the owner and the channel: whether
     /// to hand the lock over; the counter's grace.
     fn release_args(&self, tell: bool) -> (&'static str, String) {
-        let handoff = tell && self.inner.capabilities.fair_handoff;
+        let handoff = tell && self.inner.hands_over;
         (
             if handoff { "1" } else { "0" },
             millis(self.inner.config.fence_grace),
@@ -591,15 +594,104 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.grant(request, None).await
+        self.grant(request, request.place()).await
     }
 
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        self.grant(request, Some(place)).await
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
     }
 
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        self.inner.sets.then_some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.release_telling(key, owner, true).await
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let lock = self.lock_key(request.key());
+        let fence: Option<String> = self
+            .run(
+                &self.inner.scripts.extend,
+                &[&lock, &Self::fence_key(&lock)],
+                &[
+                    &request.owner().to_hex(),
+                    &millis(request.ttl()),
+                    &millis(request.ttl() + self.inner.config.fence_grace),
+                ],
+                true,
+            )
+            .await?;
+        Ok(match fence {
+            None => Renewal::NotHeld,
+            Some(_) => Renewal::Renewed,
+        })
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        Ok(self.holder(key).await?.map(|(info, _)| info))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.watch_channel(self.channel(key), None).await
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FairBackend for RedisBackend {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let lock = self.lock_key(key);
+        let [queue, places, ttls, fence] = Self::queue_keys(&lock);
+        let channel = self.channel(key);
+        let (handoff, grace) = self.release_args(true);
+        self.inner.handoffs.forget(&channel, *owner);
+        let _: i64 = self
+            .run(
+                &self.inner.scripts.leave,
+                &[&queue, &places, &ttls, &lock, &fence],
+                &[&owner.to_hex(), &channel, handoff, &grace],
+                false,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        // A release names the head of the queue (handoff.lua): only it is woken, and
+        // told of the grant it was handed.
+        let channel = self.channel(key);
+        self.inner.handoffs.expect(&channel, *owner);
+        self.watch_channel(channel, Some(&owner.to_hex())).await
+    }
+
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        self.inner.hands_over.then_some(self)
+    }
+}
+
+impl Handoffs for RedisBackend {
+    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
+        self.inner.handoffs.take(&self.channel(key), *owner)
+    }
+}
+
+#[async_trait]
+impl SetBackend for RedisBackend {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
-        if !self.inner.capabilities.atomic_sets {
+        if !self.inner.sets {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "a set of keys is taken in one step on one Redis server only, not on a cluster or a Redlock master",
@@ -656,76 +748,10 @@ impl LockBackend for RedisBackend {
             ),
         }
     }
+}
 
-    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        let lock = self.lock_key(key);
-        let [queue, places, ttls, fence] = Self::queue_keys(&lock);
-        let channel = self.channel(key);
-        let (handoff, grace) = self.release_args(true);
-        self.inner.handoffs.forget(&channel, *owner);
-        let _: i64 = self
-            .run(
-                &self.inner.scripts.leave,
-                &[&queue, &places, &ttls, &lock, &fence],
-                &[&owner.to_hex(), &channel, handoff, &grace],
-                false,
-            )
-            .await?;
-        Ok(())
-    }
-
-    fn handed_over(&self, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
-        self.inner.handoffs.take(&self.channel(key), *owner)
-    }
-
-    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.release_telling(key, owner, true).await
-    }
-
-    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let lock = self.lock_key(request.key());
-        let fence: Option<String> = self
-            .run(
-                &self.inner.scripts.extend,
-                &[&lock, &Self::fence_key(&lock)],
-                &[
-                    &request.owner().to_hex(),
-                    &millis(request.ttl()),
-                    &millis(request.ttl() + self.inner.config.fence_grace),
-                ],
-                true,
-            )
-            .await?;
-        Ok(match fence {
-            None => Renewal::NotHeld,
-            Some(_) => Renewal::Renewed,
-        })
-    }
-
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        Ok(self.holder(key).await?.map(|(info, _)| info))
-    }
-
-    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
-        self.watch_channel(self.channel(key), None).await
-    }
-
-    async fn watch_in_turn(
-        &self,
-        key: &LockKey,
-        owner: &OwnerToken,
-    ) -> Result<Option<ChangeStream>> {
-        // A release names the head of the queue (handoff.lua): only it is woken, and
-        // told of the grant it was handed.
-        let channel = self.channel(key);
-        self.inner.handoffs.expect(&channel, *owner);
-        self.watch_channel(channel, Some(&owner.to_hex())).await
-    }
-
-    fn permits(&self) -> Option<&dyn PermitBackend> {
-        Some(self)
-    }
-
+#[async_trait]
+impl OperatorBackend for RedisBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let mut held = Vec::new();
         for key in self.lock_keys(prefix).await? {
@@ -844,17 +870,17 @@ mod tests {
     async fn a_release_hands_over_alone_and_without_replicas_to_wait_for() {
         let url = "redis://127.0.0.1:6379";
         let config = RedisConfig::from_url(url).expect("url");
-        assert!(lazily(config.clone()).capabilities().fair_handoff);
+        assert!(lazily(config.clone()).handoffs().is_some());
         // Grants that wait for replicas: the release does not, so it hands nothing over.
         let waiting = config.with_wait_replicas(1, Duration::from_millis(100));
-        assert!(!lazily(waiting).capabilities().fair_handoff);
+        assert!(lazily(waiting).handoffs().is_none());
         // A Redlock master: the majority decides a grant, not one master's release.
         let redlock =
             RedlockConfig::from_url("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").expect("url");
         for member in redlock.members() {
             let master = lazily(member.clone());
-            assert!(master.capabilities().fair);
-            assert!(!master.capabilities().fair_handoff);
+            assert!(master.fair().is_some());
+            assert!(master.handoffs().is_none());
         }
     }
 }

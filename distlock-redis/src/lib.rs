@@ -38,7 +38,7 @@
 //! - **inspect** reads the holder's fence and remaining TTL;
 //! - **a set of keys** (`LockClient::lock_all`) is taken by one script, all or none:
 //!   every key checked first, then each set and its fence minted as a single acquire
-//!   does (`capabilities.atomic_sets`). On one server only: a Redis Cluster spreads a
+//!   does (`LockBackend::sets`). On one server only: a Redis Cluster spreads a
 //!   set's keys over slots, and a Redlock's sets go key by key.
 //!
 //! Several independent masters are [`RedlockBackend`]'s (below).
@@ -52,7 +52,7 @@
 //! key is free, with the plain acquire's own code. All three expire with the longest
 //! place in them, so a queue everyone left takes no memory.
 //!
-//! **A release hands the lock over** (`capabilities.fair_handoff`): when the key has
+//! **A release hands the lock over** (`FairBackend::handoffs`): when the key has
 //! fair waiters, the release's script grants it to the first whose place is live, with
 //! the next fence, for that waiter's TTL or until its place runs out if that is sooner
 //! (a waiter that vanished holds it no longer than it would have held the queue), and
@@ -72,7 +72,7 @@
 //! unless set). The same holds on a Redis Cluster. Redlock has no fair mode (below).
 //!
 //! **Semaphores, read-write locks and elections**
-//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `capabilities.permits`): a name's
+//! ([`PermitBackend`](distlock_core::backend::PermitBackend), `LockBackend::permits`): a name's
 //! permits are four keys in one slot, `<prefix>permits{<name>}:grants` (owners by when
 //! their grant runs out, by the server's clock), `:info` (the limit, the fence counter
 //! and each grant's and place's details), `:places` and `:terms`; one script per step.
@@ -81,7 +81,7 @@
 //! fail closed after a restart that lost the keys. Also on a Redis Cluster; not on a
 //! Redlock (below).
 //!
-//! **Listing** (`capabilities.list`, what `distlock list` shows): the lock records
+//! **Listing** (`LockBackend::operator`, what `distlock list` shows): the lock records
 //! under the prefix are found with `SCAN` on one server, in batches that never block
 //! it for long; on a Redis Cluster with `KEYS` on every master (each master walks all
 //! its keys at once: list rarely on a large cluster); on a Redlock on every master,
@@ -180,10 +180,10 @@
 //! - **retries** are the client's: [`LockClient`](distlock_core::LockClient) waits
 //!   with jittered backoff, and wakes on a release published by any master;
 //! - **no fair mode**: a queue would have to be kept on every master, with a majority
-//!   agreeing on its order. `capabilities.fair` is false, and a fair client is refused
+//!   agreeing on its order. `LockBackend::fair` answers `None`, and a fair client is refused
 //!   with a configuration error;
 //! - **no permits** (semaphores, read-write locks, elections), for the same reason:
-//!   `capabilities.permits` is false, and those kinds are refused with a configuration
+//!   `LockBackend::permits` answers `None`, and those kinds are refused with a configuration
 //!   error.
 //!
 //! **Fences.** Each master proposes the next fence from its own counter (one more

@@ -65,12 +65,8 @@ fn parse_grant(record: &str) -> Result<(FencingToken, u32, Option<String>)> {
 
 #[async_trait]
 impl PermitBackend for RedisBackend {
-    async fn try_grant_permits(
-        &self,
-        request: &AcquireRequest,
-        claim: &Claim,
-        place: Option<Duration>,
-    ) -> Result<Grant> {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        let place = request.place();
         let keys = self.permit_keys(request.key());
         let args = [
             request.owner().to_hex(),

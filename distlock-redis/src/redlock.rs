@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OwnerToken, ReleaseOutcome,
-    Renewal, RoundTrips,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OperatorBackend, OwnerToken,
+    ReleaseOutcome, Renewal, RoundTrips,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::BoxFuture;
@@ -237,12 +237,10 @@ impl RedlockBackend {
             ..RoundTrips::default()
         };
         capabilities.clock_drift = config.drift;
-        // A fair queue would have to be kept on every master, with a majority agreeing
-        // on its order: not built. Declared, so that a fair client is refused.
-        capabilities.fair = false;
-        // Permits are not spread over the masters: no semaphores, read-write locks or
-        // elections on a Redlock.
-        capabilities.permits = false;
+        // No fair mode (a queue would have to be kept on every master, with a majority
+        // agreeing on its order: not built) and no permits (they are not spread over
+        // the masters): `fair()` and `permits()` answer `None`, so a fair client or a
+        // semaphore is refused.
         let backend = RedlockBackend {
             inner: Arc::new(Inner {
                 config,
@@ -379,6 +377,10 @@ impl RedlockBackend {
 
 #[async_trait]
 impl LockBackend for RedlockBackend {
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         NAME
     }
@@ -585,7 +587,10 @@ impl LockBackend for RedlockBackend {
         let merged: ChangeStream = Box::pin(stream::select_all(streams));
         Ok(Some(merged))
     }
+}
 
+#[async_trait]
+impl OperatorBackend for RedlockBackend {
     /// The keys a majority of masters could hold, each shown as
     /// [`inspect`](LockBackend::inspect) shows it: held only where a majority agrees.
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {

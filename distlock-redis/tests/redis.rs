@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
 use distlock_core::backend::{
-    AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken, ReleaseOutcome,
+    AcquireOutcome, ExtendOutcome, FairBackend, Handoffs, LockBackendExt, OwnerToken,
+    ReleaseOutcome,
 };
 use distlock_core::{ErrorKind, LockBackend, LockKey};
 use distlock_redis::RedisBackend;

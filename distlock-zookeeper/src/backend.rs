@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ClockDrift, ExtendRequest, FenceDurability, Grant,
-    OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
+    AcquireRequest, Capabilities, ChangeStream, ClockDrift, ExtendRequest, FairBackend,
+    FenceDurability, Grant, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
 };
 use distlock_core::{LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::join_all;
@@ -99,8 +99,6 @@ impl ZooKeeperBackend {
         capabilities.fence_durability = FenceDurability::Durable;
         capabilities.leases_survive_restart = true;
         capabilities.change_notification = true;
-        capabilities.force_release = true;
-        capabilities.list = true;
         // A TTL node's TTL is fixed when it is created.
         capabilities.extend_any_ttl = false;
         capabilities.round_trips = RoundTrips {
@@ -112,7 +110,6 @@ impl ZooKeeperBackend {
             per_million: 0,
             fixed: config.max_clock_skew,
         };
-        capabilities.fair = true;
         let inner = Arc::new(Inner {
             config,
             connector,
@@ -352,6 +349,14 @@ impl ZooKeeperBackend {
 
 #[async_trait]
 impl LockBackend for ZooKeeperBackend {
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+
     fn name(&self) -> &str {
         "zookeeper"
     }
@@ -361,6 +366,9 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        if let Some(place) = request.place() {
+            return self.grant_in_turn(request, place).await;
+        }
         let inner = &self.inner;
         inner
             .run(|client| async move {
@@ -479,16 +487,11 @@ impl LockBackend for ZooKeeperBackend {
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         Ok(Some(self.changes(key, None)))
     }
+}
 
-    async fn watch_in_turn(
-        &self,
-        key: &LockKey,
-        owner: &OwnerToken,
-    ) -> Result<Option<ChangeStream>> {
-        Ok(Some(self.changes(key, Some(owner))))
-    }
-
-    async fn try_grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
+impl ZooKeeperBackend {
+    /// The fair step (contract point 10): a grant whose request carries a place.
+    async fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
         let inner = &self.inner;
         let (key, owner) = (request.key(), request.owner());
         let dir = inner.dir(key);
@@ -558,7 +561,10 @@ impl LockBackend for ZooKeeperBackend {
             })
             .await
     }
+}
 
+#[async_trait]
+impl FairBackend for ZooKeeperBackend {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let mine = self.inner.place_path(key, owner);
         self.inner
@@ -569,25 +575,17 @@ impl LockBackend for ZooKeeperBackend {
             .await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<bool> {
-        let inner = &self.inner;
-        let dir = inner.dir(key);
-        inner
-            .run(|client| async move {
-                let now = inner.server_now(&client);
-                let names = children(&client, &dir);
-                let (now, names) = (now.await?, names.await?);
-                let leases = names.into_iter().filter(|n| n.starts_with("l-")).collect();
-                let nodes = read_nodes(&client, &dir, leases).await?;
-                let held = holder(&nodes, now).is_some();
-                for result in join_all(nodes.iter().map(|n| client.delete(&n.path, None))).await {
-                    gone(result)?;
-                }
-                Ok(held)
-            })
-            .await
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        Ok(Some(self.changes(key, Some(owner))))
     }
+}
 
+#[async_trait]
+impl OperatorBackend for ZooKeeperBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let inner = &self.inner;
         inner
@@ -622,6 +620,25 @@ impl LockBackend for ZooKeeperBackend {
                             },
                         ));
                     }
+                }
+                Ok(held)
+            })
+            .await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let inner = &self.inner;
+        let dir = inner.dir(key);
+        inner
+            .run(|client| async move {
+                let now = inner.server_now(&client);
+                let names = children(&client, &dir);
+                let (now, names) = (now.await?, names.await?);
+                let leases = names.into_iter().filter(|n| n.starts_with("l-")).collect();
+                let nodes = read_nodes(&client, &dir, leases).await?;
+                let held = holder(&nodes, now).is_some();
+                for result in join_all(nodes.iter().map(|n| client.delete(&n.path, None))).await {
+                    gone(result)?;
                 }
                 Ok(held)
             })

@@ -86,7 +86,7 @@
 //!   ([`LockOptions::with_fair`](distlock_core::LockOptions::with_fair)) watches the
 //!   place queued just before its own, and the head of the queue watches the holder's
 //!   lease, so a release wakes one waiter, not the herd
-//!   ([`LockBackend::watch_in_turn`](distlock_core::LockBackend::watch_in_turn)). A
+//!   ([`FairBackend::watch_in_turn`](distlock_core::backend::FairBackend::watch_in_turn)). A
 //!   plain waiter has no place: every plain waiter watches the holder, and a release
 //!   wakes them all, as on the other backends. A renewal (a write to the lease) does
 //!   not wake a waiter.
@@ -132,7 +132,7 @@
 //!   refreshed and listed again, two more). Release sends its read and its `multi`
 //!   together, one round trip in time, which the proxy counts as one or two as the
 //!   replies fall; extend takes two. The capabilities declare five, two and two.
-//! - **No semaphores, read-write locks or elections** (`capabilities.permits` is
+//! - **No semaphores, read-write locks or elections** (`LockBackend::permits` answers
 //!   false): their cases are reported as not run.
 //! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this
 //!   backend creates carry the `creator_all` ACL, and a refusal by an ACL (`NoAuth`)

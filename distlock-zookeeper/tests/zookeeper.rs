@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use distlock_conformance::RoundTripMeter;
 use distlock_core::backend::{
-    AcquireOutcome, ChangeStream, ExtendOutcome, LockBackendExt, OwnerToken,
+    AcquireOutcome, ChangeStream, ExtendOutcome, FairBackend, LockBackendExt, OwnerToken,
 };
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_testservers::{Proxy, ServerHandle, ZooKeeper, ZooKeeperEnsemble};

@@ -40,8 +40,13 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let broken = backend.force_release(&LockKey::new(LEADER)?).await?;
-    println!("operator: broke the leader's lock: {broken}");
+    match backend.operator() {
+        Some(operator) => {
+            let broken = operator.force_release(&LockKey::new(LEADER)?).await?;
+            println!("operator: broke the leader's lock: {broken}");
+        }
+        None => println!("operator: {} cannot break a lock", backend.name()),
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.send_replace(true);
 

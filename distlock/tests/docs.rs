@@ -198,3 +198,23 @@ fn the_link_check_finds_relative_links() {
         ["docs/fencing.md", "https://docs.rs/x", "#a"]
     );
 }
+
+/// The conformance README's minimal backend keeps the contract: every case it can run
+/// (no server control, links or second clients are given) passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_backend_of_the_conformance_readme_passes_the_suite() {
+    let backend = std::sync::Arc::new(guides::minimal::MapBackend::default());
+    let report = distlock_conformance::run_suite(&distlock_conformance::Target::new(backend)).await;
+    let failed: Vec<String> = report
+        .cases
+        .iter()
+        .filter_map(|c| match &c.outcome {
+            distlock_conformance::Outcome::Failed(why) => Some(format!("{}: {why}", c.name)),
+            _ => None,
+        })
+        .collect();
+    let (passed, _, skipped) = report.counts();
+    eprintln!("the minimal backend: {passed} cases passed, {skipped} not run");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert!(passed >= 30, "only {passed} cases ran");
+}

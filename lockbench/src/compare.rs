@@ -195,15 +195,15 @@ async fn measure(
         s3_racing,
         scenarios::s3_across_clients(&backend, false, sizes)
     );
-    if backend.capabilities().fair {
-        run.fair_handoff = backend.capabilities().fair_handoff;
+    if let Some(fair) = backend.fair() {
+        run.fair_handoff = fair.handoffs().is_some();
         step!(
             "S3 handoff, 16 waiters on clients of their own, fair mode",
             s3_fair,
             scenarios::s3_across_clients(&backend, true, sizes)
         );
     }
-    if backend.capabilities().permits {
+    if backend.permits().is_some() {
         for (kind, handoff) in scenarios::Kind::ALL {
             let label = kind.label();
             progress(&name, &format!("S1 and S3: {label}"));

@@ -20,7 +20,7 @@ pub(crate) const OPPOSITE_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SetRow {
     /// Whether the backend took each set in one step on the server
-    /// (`capabilities.atomic_sets`), rather than key by key.
+    /// (`LockBackend::sets`), rather than key by key.
     pub(crate) one_step: bool,
     /// S1 of the one-key cycle, in the same blocks as the two-key one.
     pub(crate) one_key: Summary,
@@ -72,7 +72,7 @@ pub(crate) async fn run(backend: &Arc<DynLockBackend>, sizes: Sizes) -> Result<S
     let two_keys = s1.next().ok_or("no S1 for two keys")??;
     let (opposite, opposite_timeouts) = opposite_orders(backend, sizes.throughput_for).await?;
     Ok(SetRow {
-        one_step: backend.capabilities().atomic_sets,
+        one_step: backend.sets().is_some(),
         one_key,
         two_keys,
         opposite,

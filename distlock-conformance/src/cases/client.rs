@@ -79,7 +79,7 @@ cases! {
         sleep(Duration::from_millis(50)).await;
         let deleted_at = Instant::now();
         ensure!(
-            t.backend().force_release(&key).await?,
+            operator_of(t.backend())?.force_release(&key).await?,
             "force_release found no lease"
         );
         let bound = client.options().renew_interval() + Duration::from_secs(1);

@@ -252,8 +252,8 @@ cases! {
         let backend = t.backend();
         let holder = acquire(t, &key, ttl).await?;
         let (head, next) = (OwnerToken::random(), OwnerToken::random());
-        let mut head_wakes = backend.watch_in_turn(&key, &head).await?;
-        let mut next_wakes = backend.watch_in_turn(&key, &next).await?;
+        let mut head_wakes = fair_of(backend)?.watch_in_turn(&key, &head).await?;
+        let mut next_wakes = fair_of(backend)?.watch_in_turn(&key, &next).await?;
         for owner in [head, next] {
             let step = backend.try_acquire_in_turn(&key, ttl, owner, place).await?;
             ensure!(
@@ -298,11 +298,11 @@ cases! {
             "a plain acquire took the key handed to the head of the queue"
         );
         ensure!(
-            backend.handed_over(&key, &next).is_none(),
+            handed_now(backend, &key, next).is_none(),
             "the second waiter was handed the key the head holds"
         );
         // The head gives up before it uses the key: the next waiter gets it.
-        backend.leave_queue(&key, &head).await?;
+        fair_of(backend)?.leave_queue(&key, &head).await?;
         let passed = handed_over(t, &mut next_wakes, &key, next).await?;
         ensure!(
             passed.fence > handed.fence,
@@ -468,7 +468,7 @@ cases! {
             AcquireOutcome::Acquired(lease) => lease,
             AcquireOutcome::Held { .. } => {
                 backend.release(&key, &owner).await?;
-                backend.leave_queue(&key, &behind).await?;
+                fair_of(backend)?.leave_queue(&key, &behind).await?;
                 return fail(
                     "the holder's own retried fair step was refused while a waiter was queued behind it: the key stays held by nobody working until its ttl",
                 );
@@ -483,7 +483,7 @@ cases! {
             })
         })
         .await;
-        backend.leave_queue(&key, &behind).await?;
+        fair_of(backend)?.leave_queue(&key, &behind).await?;
         result
     }
 }
@@ -498,7 +498,7 @@ async fn handed_over(
 ) -> Result<Handoff, CaseError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(handoff) = t.backend().handed_over(key, &owner) {
+        if let Some(handoff) = handed_now(t.backend(), key, owner) {
             return Ok(handoff);
         }
         if Instant::now() >= deadline {
@@ -514,4 +514,10 @@ async fn handed_over(
             None => sleep(Duration::from_millis(50)).await,
         }
     }
+}
+
+/// What `backend` heard was handed to `owner` on `key`, taken once; `None` where
+/// it hears of no handoffs.
+fn handed_now(backend: &DynLockBackend, key: &LockKey, owner: OwnerToken) -> Option<Handoff> {
+    backend.fair()?.handoffs()?.handed_over(key, &owner)
 }

@@ -78,7 +78,7 @@ cases! {
             }
             last = Some(lease.fence());
             ensure!(
-                t.backend().force_release(&key).await?,
+                operator_of(t.backend())?.force_release(&key).await?,
                 "round {round}: forcing the release of a held key answered that nobody held it"
             );
         }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::{
-    AcquireOutcome, ExtendOutcome, FenceDurability, Lease, LockBackendExt, OwnerToken,
-    ReleaseOutcome, SetOutcome,
+    AcquireOutcome, ExtendOutcome, FairBackend, FenceDurability, Lease, LockBackendExt,
+    OperatorBackend, OwnerToken, ReleaseOutcome, SetOutcome,
 };
 use distlock_core::{
     DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,
@@ -354,6 +354,20 @@ pub mod validity;
 
 fn fail<T>(msg: impl Into<String>) -> Result<T, CaseError> {
     Err(CaseError::Failed(msg.into()))
+}
+
+/// `backend`'s fair steps: a failure where it has none (the case's gate asked).
+fn fair_of(backend: &DynLockBackend) -> Result<&dyn FairBackend, CaseError> {
+    backend
+        .fair()
+        .map_or_else(|| fail("the backend's fair() answered None"), Ok)
+}
+
+/// `backend`'s operator steps: a failure where it has none (the case's gate asked).
+fn operator_of(backend: &DynLockBackend) -> Result<&dyn OperatorBackend, CaseError> {
+    backend
+        .operator()
+        .map_or_else(|| fail("the backend's operator() answered None"), Ok)
 }
 
 fn control_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '_ {

@@ -26,7 +26,7 @@ cases! {
         let lapsed = acquire(t, &under(&prefix, "lapsed")?, t.short_ttl()).await?;
         // Beside the prefix, not under it.
         let outside = acquire(t, &under(base.as_str(), "-outside")?, ttl).await?;
-        if t.capabilities().fair {
+        if t.backend().fair().is_some() {
             // A waiter queued on a held key leaves a record of its own.
             let queued = t
                 .backend()
@@ -37,7 +37,7 @@ cases! {
                 "a queued waiter was granted a held key"
             );
         }
-        let permit = if t.capabilities().permits {
+        let permit = if t.backend().permits().is_some() {
             let semaphore = Semaphore::with_options(
                 t.backend().clone(),
                 &format!("{prefix}permits"),

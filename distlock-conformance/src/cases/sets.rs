@@ -221,7 +221,7 @@ cases! {
         let set = client.lock_all([a.as_str(), b.as_str()], Duration::from_secs(5)).await?;
         let lost = set.lost();
         ensure!(
-            t.backend().force_release(&b).await?,
+            operator_of(t.backend())?.force_release(&b).await?,
             "force_release found no lease on {b}"
         );
         let bound = client.options().renew_interval() + Duration::from_secs(1);

@@ -10,12 +10,13 @@ use std::time::Duration;
 use futures_util::Stream;
 use tracing::debug;
 
+use super::claim::permits_of;
 use super::shared::Claims;
 use super::{LockGuard, LockOptions};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
 use crate::error::Result;
 use crate::key::LockKey;
-use crate::permits::{permits_of, Claim, PermitHolder};
+use crate::permits::{Claim, PermitHolder};
 use crate::token::FencingToken;
 
 /// A leader: its term's fencing token, and the value it campaigned with.

@@ -4,6 +4,7 @@
 mod background;
 mod backoff;
 mod breaker;
+mod claim;
 mod deferred;
 mod election;
 mod guard;
@@ -196,13 +197,10 @@ impl LockClient {
         capabilities.check_ttl(options.ttl()).map_err(|e| {
             Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
         })?;
-        if options.fair() && !capabilities.fair {
+        if options.fair() && backend.fair().is_none() {
             return Err(Error::new(
                 ErrorKind::Configuration,
-                format!(
-                    "the {} backend has no fair mode (capabilities.fair)",
-                    backend.name()
-                ),
+                format!("the {} backend has no fair mode", backend.name()),
             ));
         }
         telemetry::describe();
@@ -375,7 +373,7 @@ impl LockClient {
             Attempt::Busy { .. } => {
                 if let Waiter::Queued { owner, pending } = &mut waiter {
                     // Nothing was granted: leave the queue now, not a place later.
-                    if self.backend.leave_queue(key, owner).await.is_ok() {
+                    if leave_queue(&*self.backend, key, owner).await.is_ok() {
                         pending.disarm();
                     }
                 }
@@ -556,7 +554,10 @@ impl LockClient {
         }
         let changes = match waiter {
             Waiter::Racing { .. } => self.backend.watch(key).await,
-            Waiter::Queued { owner, .. } => self.backend.watch_in_turn(key, owner).await,
+            Waiter::Queued { owner, .. } => match self.backend.fair() {
+                Some(fair) => fair.watch_in_turn(key, owner).await,
+                None => self.backend.watch(key).await,
+            },
         };
         match changes {
             Ok(changes) => changes,
@@ -833,7 +834,7 @@ impl Drop for PendingGrant<'_> {
                 for at in passes {
                     tokio::time::sleep_until(abandoned + at).await;
                     if queued {
-                        if let Err(error) = backend.leave_queue(&key, &owner).await {
+                        if let Err(error) = leave_queue(&*backend, &key, &owner).await {
                             debug!(%error, key = %key, "leaving the queue failed; the place runs out");
                         }
                     }
@@ -844,5 +845,13 @@ impl Drop for PendingGrant<'_> {
                 }
             });
         }
+    }
+}
+
+/// Takes `owner` out of `key`'s queue, where `backend` keeps queues.
+async fn leave_queue(backend: &DynLockBackend, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+    match backend.fair() {
+        Some(fair) => fair.leave_queue(key, owner).await,
+        None => Ok(()),
     }
 }

@@ -1,9 +1,9 @@
 //! Several keys under one lock, all or nothing: [`LockClient::lock_all`] and its
 //! [`MultiGuard`].
 //!
-//! Where the backend declares [`Capabilities::atomic_sets`](crate::backend::Capabilities::atomic_sets),
+//! Where the backend takes sets ([`LockBackend::sets`](crate::LockBackend::sets)),
 //! the keys are taken in one step on the server, all or none
-//! ([`LockBackend::try_grant_all`](crate::LockBackend::try_grant_all)); elsewhere one
+//! ([`SetBackend::try_grant_all`](crate::backend::SetBackend::try_grant_all)); elsewhere one
 //! by one, through the same calls as a single key, in one global order: sorted.
 //! Either way each key gets its own lease, fence, renewal and metrics. A key found
 //! held makes the set give back what it took at once (nothing, in one step), then
@@ -370,7 +370,7 @@ impl LockClient {
         mut waited: Option<LockGuard>,
         waiting: bool,
     ) -> Result<Pass> {
-        if self.backend.capabilities().atomic_sets {
+        if self.backend.sets().is_some() {
             match self.pass_at_once(keys, waited, waiting).await {
                 Ok(pass) => return pass,
                 Err(handed_back) => waited = handed_back,
@@ -594,6 +594,7 @@ impl LockClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::OperatorBackend;
 
     #[test]
     fn a_set_is_sorted_and_each_key_named_once() {
@@ -706,7 +707,7 @@ mod tests {
     async fn a_set_of_one_held_key_is_taken_once_it_is_free() {
         use crate::{LockBackend, MemoryBackend};
         let backend = std::sync::Arc::new(MemoryBackend::new());
-        assert!(backend.capabilities().atomic_sets);
+        assert!(backend.sets().is_some());
         let holder = LockClient::new(backend.clone());
         let held = holder
             .try_lock("only")

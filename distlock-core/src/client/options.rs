@@ -100,8 +100,8 @@ impl LockOptions {
     /// Turns fair mode on or off (off by default). In fair mode a waiter joins the
     /// key's queue on the server and is granted the lock in the order it asked,
     /// across every client (contract point 10 of
-    /// [`LockBackend`](crate::LockBackend)); the backend must declare
-    /// [`Capabilities::fair`](crate::backend::Capabilities::fair). Each task is then its own
+    /// [`LockBackend`](crate::LockBackend)); the backend must have
+    /// a [fair mode](crate::LockBackend::fair). Each task is then its own
     /// waiter on the server: the tasks of one client do not line up locally first.
     /// A fair waiter costs more than a racing one: it calls the server at least three
     /// times per [`queue_place`](Self::with_queue_place), and each handoff waits for
@@ -116,7 +116,7 @@ impl LockOptions {
     /// behind it for at most this long (rounded up to the backend's TTL granularity
     /// and minimum, as for a TTL) once the lock is free. A waiter calls again at least
     /// every third of it. Where a release hands the lock to the head of the queue
-    /// ([`Capabilities::fair_handoff`](crate::backend::Capabilities::fair_handoff)),
+    /// ([`FairBackend::handoffs`](crate::backend::FairBackend::handoffs)),
     /// what it hands over lasts at most the place too, counted from the waiter's last
     /// call: when that leaves the [minimum validity](Self::with_min_validity), the
     /// waiter holds the lock with no request of its own (so a place comfortably longer

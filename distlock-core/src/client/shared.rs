@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::background::Background;
+use super::claim::{permits_of, ClaimView};
 use super::deferred::Starts;
 use super::{LockClient, LockGuard, LockOptions};
 use crate::backend::DynLockBackend;
 use crate::error::Result;
 use crate::key::LockKey;
-use crate::permits::{permits_of, Claim, ClaimView, PermitHolder};
+use crate::permits::{Claim, PermitHolder};
 
 /// Clients of one name's permits, one per claim, sharing their deferred starts.
 #[derive(Debug, Clone)]
@@ -126,7 +127,7 @@ impl Semaphore {
     /// A semaphore with `options` (TTL, renewal, backoff, how long a waiter's place
     /// lasts; fair mode does not apply). A configuration error when the limit is zero,
     /// the options do not fit together or the backend has no permits
-    /// ([`Capabilities::permits`](crate::backend::Capabilities::permits)).
+    /// ([`LockBackend::permits`](crate::LockBackend::permits)).
     pub fn with_options(
         backend: Arc<DynLockBackend>,
         name: &str,

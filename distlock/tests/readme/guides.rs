@@ -231,3 +231,104 @@ async fn crate_readmes() -> Outcome {
     }
     Ok(())
 }
+
+/// The conformance README's minimal backend: the required steps and nothing else.
+#[allow(unreachable_pub)] // shown as a crate of its own would write it
+pub(crate) mod minimal {
+    // begin: minimal-backend
+    use std::collections::HashMap;
+    use std::sync::{Mutex, MutexGuard, PoisonError};
+
+    use async_trait::async_trait;
+    use distlock_core::backend::{
+        AcquireRequest, Capabilities, ExtendRequest, FenceDurability, Grant, OwnerToken,
+        ReleaseOutcome, Renewal,
+    };
+    use distlock_core::{FencingToken, LockBackend, LockInfo, LockKey, Result};
+    use tokio::time::Instant;
+
+    /// A key's holder, its fence and when it expires.
+    type Holder = (OwnerToken, u64, Instant);
+
+    /// A lock table in one process: the last fence minted, and each key's holder.
+    #[derive(Debug)]
+    pub struct MapBackend {
+        table: Mutex<(u64, HashMap<LockKey, Holder>)>,
+        capabilities: Capabilities,
+    }
+
+    impl MapBackend {
+        fn table(&self) -> MutexGuard<'_, (u64, HashMap<LockKey, Holder>)> {
+            self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    impl Default for MapBackend {
+        fn default() -> Self {
+            let mut capabilities = Capabilities::default();
+            capabilities.fence_durability = FenceDurability::Durable; // never restarts
+            MapBackend { table: Mutex::default(), capabilities }
+        }
+    }
+
+    #[async_trait]
+    impl LockBackend for MapBackend {
+        fn name(&self) -> &str {
+            "map"
+        }
+
+        fn capabilities(&self) -> &Capabilities {
+            &self.capabilities
+        }
+
+        async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+            let now = Instant::now();
+            let (last, locks) = &mut *self.table();
+            let fence = match locks.get(request.key()) {
+                Some((owner, _, until)) if *until > now && owner != request.owner() => {
+                    return Ok(Grant::Held { remaining: Some(*until - now) });
+                }
+                Some((owner, fence, _)) if owner == request.owner() => *fence, // a retry
+                _ => {
+                    *last += 1;
+                    *last
+                }
+            };
+            let until = now + request.ttl();
+            locks.insert(request.key().clone(), (*request.owner(), fence, until));
+            Ok(Grant::Granted(FencingToken::new(fence)))
+        }
+
+        async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+            let locks = &mut self.table().1;
+            match locks.get(key) {
+                Some((holder, _, until)) if holder == owner && *until > Instant::now() => {
+                    locks.remove(key);
+                    Ok(ReleaseOutcome::Released)
+                }
+                _ => Ok(ReleaseOutcome::NotHeld),
+            }
+        }
+
+        async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+            let now = Instant::now();
+            let locks = &mut self.table().1;
+            match locks.get_mut(request.key()) {
+                Some((holder, _, until)) if holder == request.owner() && *until > now => {
+                    *until = now + request.ttl();
+                    Ok(Renewal::Renewed)
+                }
+                _ => Ok(Renewal::NotHeld),
+            }
+        }
+
+        async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+            let now = Instant::now();
+            let locks = &self.table().1;
+            Ok(locks.get(key).filter(|(_, _, until)| *until > now).map(|(_, fence, until)| {
+                LockInfo { fence: FencingToken::new(*fence), remaining: *until - now }
+            }))
+        }
+    }
+    // end
+}

@@ -87,7 +87,7 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server; *handed over* where a release grants the lock to the head of the queue in its own step (`capabilities.fair_handoff`), *the head asks* where the head learns of the release (a notification, a watch or its poll) and then takes the key with a fair step of its own. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
+            "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server; *handed over* where a release grants the lock to the head of the queue in its own step (`FairBackend::handoffs`), *the head asks* where the head learns of the release (a notification, a watch or its poll) and then takes the key with a fair step of its own. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
         );
         let _ = writeln!(
             md,
@@ -112,7 +112,7 @@ impl Report {
                             .map_or("—".into(), |r| format!("{:.0}%", r * 100.0)),
                     ),
                     None if mode != "racing" && b.s3_racing.is_some() => {
-                        "no fair mode (capabilities.fair) | | |".into()
+                        "no fair mode (LockBackend::fair) | | |".into()
                     }
                     None => "not measured | | |".into(),
                 };
@@ -121,7 +121,7 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## Semaphores, read-write locks and elections\n\nEach kind through its own type (`Semaphore`, `RwLock`, `Election`), on the backends that declare `capabilities.permits`. *S1*: one client at a time on fresh names, a try then a release; *÷ mutex* is that over the mutex client's S1 in the same run. *S3*: 16 waiters, each with a handle of its own, on one name, each holding 1 ms; measured for the kinds whose grant is exclusive (a semaphore of one permit, a writer, a campaign).\n"
+            "\n## Semaphores, read-write locks and elections\n\nEach kind through its own type (`Semaphore`, `RwLock`, `Election`), on the backends with permits (`LockBackend::permits`). *S1*: one client at a time on fresh names, a try then a release; *÷ mutex* is that over the mutex client's S1 in the same run. *S3*: 16 waiters, each with a handle of its own, on one name, each holding 1 ms; measured for the kinds whose grant is exclusive (a semaphore of one permit, a writer, a campaign).\n"
         );
         let _ = writeln!(
             md,
@@ -132,7 +132,7 @@ impl Report {
             if b.kinds.is_empty() {
                 let _ = writeln!(
                     md,
-                    "| {} | no permits (capabilities.permits) | | | | |",
+                    "| {} | no permits (LockBackend::permits) | | | | |",
                     b.backend
                 );
             }
@@ -157,7 +157,7 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## Several keys under one lock\n\n`LockClient::lock_all`, on every backend. *A set taken*: in one step on the server where the backend declares `capabilities.atomic_sets`, else key by key. *S1*: one client at a time on fresh keys, `try_lock_all` of two keys then the set's release, in the same blocks as the one-key cycle (*÷ one key*). *Opposite orders*: two clients, each with a client of its own, lock the same two keys in opposite orders, release, and go again, for the S2 time; a wait that runs out ({} s) would be a deadlock, and must be 0.\n",
+            "\n## Several keys under one lock\n\n`LockClient::lock_all`, on every backend. *A set taken*: in one step on the server where the backend takes sets (`LockBackend::sets`), else key by key. *S1*: one client at a time on fresh keys, `try_lock_all` of two keys then the set's release, in the same blocks as the one-key cycle (*÷ one key*). *Opposite orders*: two clients, each with a client of its own, lock the same two keys in opposite orders, release, and go again, for the S2 time; a wait that runs out ({} s) would be a deadlock, and must be 0.\n",
             crate::sets::OPPOSITE_WAIT.as_secs()
         );
         let _ = writeln!(

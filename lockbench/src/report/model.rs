@@ -101,7 +101,7 @@ pub(crate) struct BackendRun {
     /// backend has none.
     pub(crate) s3_fair: Option<Summary>,
     /// Whether a release handed the lock to the head of the queue in fair mode
-    /// (`capabilities.fair_handoff`), rather than waking it to ask.
+    /// (`FairBackend::handoffs`), rather than waking it to ask.
     pub(crate) fair_handoff: bool,
     pub(crate) s4_takeover: Option<Takeover>,
     /// S1 and S3 of each kind beyond the mutex, where the backend has permits.

@@ -139,7 +139,7 @@ fn misdirected(kinds: &BTreeMap<String, usize>) -> Vec<String> {
 pub(crate) async fn holder(work: Arc<Workload>, client: usize, backend: Arc<DynLockBackend>) {
     // Half the clients wait in fair mode where the backend has it: fair and racing
     // waiters of one key must never overlap either.
-    let fair = client % 2 == 1 && backend.capabilities().fair;
+    let fair = client % 2 == 1 && backend.fair().is_some();
     let options = LockOptions::new(work.ttl).with_fair(fair);
     let locks = match LockClient::with_options(backend.clone(), options) {
         Ok(locks) => locks,

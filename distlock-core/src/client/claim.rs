@@ -1,0 +1,109 @@
+//! One claim on a backend's permits seen as a lock backend, so that the client's
+//! waits, renewal, guards and loss signal serve semaphores, read-write locks and
+//! elections unchanged.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
+use crate::capabilities::Capabilities;
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
+use crate::permits::{Claim, PermitBackend};
+use crate::token::OwnerToken;
+
+/// The permits of `backend`, or an [`ErrorKind::Unsupported`] error naming it.
+pub(crate) fn permits_of(backend: &DynLockBackend) -> Result<&dyn PermitBackend> {
+    match backend.permits() {
+        Some(permits) => Ok(permits),
+        None => Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the {} backend has no semaphores, read-write locks or elections",
+                backend.name()
+            ),
+        )
+        .with_backend(backend.name().to_owned())),
+    }
+}
+
+/// One claim on a backend's permits, seen as a [`LockBackend`]: each grant of the
+/// claim is a lease on the name, so that [`LockClient`](crate::LockClient)'s waits,
+/// renewal, guards and loss signal serve the shared kinds unchanged. Its "fair mode"
+/// keeps a place (point 4 of [`PermitBackend`]), not a queue: it is only ever used
+/// inside core.
+#[derive(Debug)]
+pub(crate) struct ClaimView {
+    inner: Arc<DynLockBackend>,
+    claim: Claim,
+    capabilities: Capabilities,
+}
+
+impl ClaimView {
+    /// A view of `claim` on `inner`: an [`ErrorKind::Configuration`] error when
+    /// `inner` has no permits.
+    pub(crate) fn new(inner: Arc<DynLockBackend>, claim: Claim) -> Result<Self> {
+        permits_of(&*inner)
+            .map_err(|e| Error::new(ErrorKind::Configuration, e.message().to_owned()))?;
+        let capabilities = inner.capabilities().clone();
+        Ok(ClaimView {
+            inner,
+            claim,
+            capabilities,
+        })
+    }
+
+    fn permits(&self) -> Result<&dyn PermitBackend> {
+        permits_of(&*self.inner)
+    }
+}
+
+#[async_trait]
+impl LockBackend for ClaimView {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.permits()?
+            .try_grant_permits(request, &self.claim)
+            .await
+    }
+
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.permits()?.release_permits(key, owner).await
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.permits()?.renew_permits(request).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let holders = self.permits()?.holders(key).await?;
+        Ok(holders.last().map(|h| LockInfo {
+            fence: h.fence,
+            remaining: h.remaining,
+        }))
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.permits()?.watch_permits(key).await
+    }
+}
+
+#[async_trait]
+impl FairBackend for ClaimView {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        self.permits()?.leave_queue(key, owner).await
+    }
+}
