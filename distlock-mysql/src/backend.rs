@@ -111,12 +111,12 @@ impl MySqlBackend {
     /// statement (a fair step or a purge: for one short transaction), waiting at most
     /// the acquire timeout, and gives it back. It changes no session setting: the fair
     /// step and the purge set `READ COMMITTED` with `SET TRANSACTION`, which holds for
-    /// the next transaction only, and begin that transaction at once (a step cancelled
-    /// between the two leaves it for the connection's next transaction). A set of keys
+    /// the next transaction only, and begin that transaction at once. A set of keys
     /// (`lock_all`) is one batch of statements that sets `READ COMMITTED` the same way,
     /// runs its own short transaction and leaves the user variable `@distlock_set` on
-    /// the session; a batch that does not finish closes its connection instead of
-    /// giving it back, since it may still be inside that transaction. A row-lock
+    /// the session. A fair step, a purge or a set that does not finish (its deadline
+    /// passed, or a statement failed) closes its connection instead of giving it back,
+    /// since it may still be inside its transaction. A row-lock
     /// wait is bounded by the pool's own `innodb_lock_wait_timeout`; the backend gives
     /// up on a statement at its response timeout either way. A pool that tests each connection before handing it out
     /// (sqlx's default, `test_before_acquire`) adds a round trip to every operation:
@@ -231,20 +231,22 @@ impl MySqlBackend {
         let config = &self.inner.config;
         let sql = &self.inner.sql;
         let work = async {
-            let mut conn = self.inner.pool.acquire().await?;
+            let mut conn = Exclusive::acquire(&self.inner.pool).await?;
             // Read committed, for this transaction only: its reads of the lock table
             // lock nothing, and its delete keeps locks on the rows it deletes alone,
             // so a release or extend meanwhile waits for it (or it for them) but
             // never both (under repeatable read a scan's shared locks, upgraded to
             // delete, deadlocked with releases).
-            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            let held = conn.connection()?;
+            held.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .await?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let mut tx = sqlx::Connection::begin(held).await?;
             tx.execute(sqlx::query(&sql.lock_floor)).await?;
             tx.execute(sqlx::query(&sql.raise_floor).bind(us)).await?;
             let done = tx.execute(sqlx::query(&sql.purge).bind(us)).await?;
             tx.execute(sqlx::query(&sql.purge_places).bind(us)).await?;
             tx.commit().await?;
+            conn.finish();
             Ok::<_, sqlx::Error>(done.rows_affected())
         };
         tokio::time::timeout(config.response_timeout, work)
@@ -328,10 +330,11 @@ impl MySqlBackend {
         let sql = &self.inner.sql;
         let name = request.key().as_str().as_bytes();
         let owner = &request.owner().as_bytes()[..];
-        let mut conn = self.inner.pool.acquire().await?;
-        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        let mut conn = Exclusive::acquire(&self.inner.pool).await?;
+        let held = conn.connection()?;
+        held.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             .await?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let mut tx = sqlx::Connection::begin(held).await?;
         tx.execute(sqlx::query(&sql.fair.lock_key).bind(name))
             .await?;
         let mine: i64 = sqlx::query_scalar(&sql.fair.mine)
@@ -380,6 +383,7 @@ impl MySqlBackend {
             }
         };
         tx.commit().await?;
+        conn.finish();
         Ok(grant)
     }
 }
@@ -394,23 +398,47 @@ impl MySqlBackend {
     /// row locks, so it is closed, never handed out again: the server then rolls the
     /// transaction back.
     async fn set_step(&self, batch: &str) -> std::result::Result<Vec<MySqlRow>, sqlx::Error> {
-        struct Closing(Option<sqlx::pool::PoolConnection<sqlx::MySql>>);
-        impl Drop for Closing {
-            fn drop(&mut self) {
-                if let Some(conn) = self.0.as_mut() {
-                    conn.close_on_drop();
-                }
-            }
-        }
-        let mut conn = Closing(Some(self.inner.pool.acquire().await?));
-        let Some(held) = conn.0.as_mut() else {
-            return Err(sqlx::Error::PoolClosed);
-        };
-        let conn_ref: &mut sqlx::MySqlConnection = held;
-        let rows = sqlx::Executor::fetch_all(conn_ref, sqlx::raw_sql(batch)).await?;
+        let mut conn = Exclusive::acquire(&self.inner.pool).await?;
+        let rows = sqlx::Executor::fetch_all(conn.connection()?, sqlx::raw_sql(batch)).await?;
         // Finished, committed: the connection goes back to the pool as it is.
-        drop(conn.0.take());
+        conn.finish();
         Ok(rows)
+    }
+}
+
+/// A connection of the pool for a step that opens a transaction: closed, never handed
+/// back, unless the step finished ([`finish`](Self::finish)). A step dropped while a
+/// statement is in flight (its deadline passed), or failed part way, may leave the
+/// server inside a transaction holding row locks, and one the driver does not know
+/// of where the drop came while a `BEGIN` was in flight: given back, the connection
+/// would run the next caller's statements inside it, uncommitted. Closed, the server
+/// rolls the transaction back.
+struct Exclusive(Option<sqlx::pool::PoolConnection<sqlx::MySql>>);
+
+impl Exclusive {
+    async fn acquire(pool: &MySqlPool) -> std::result::Result<Self, sqlx::Error> {
+        Ok(Exclusive(Some(pool.acquire().await?)))
+    }
+
+    fn connection(&mut self) -> std::result::Result<&mut MySqlConnection, sqlx::Error> {
+        match self.0.as_mut() {
+            Some(conn) => Ok(conn),
+            None => Err(sqlx::Error::PoolClosed),
+        }
+    }
+
+    /// The step finished (committed, or read-only): the connection goes back to the
+    /// pool.
+    fn finish(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
 

@@ -54,7 +54,11 @@
 //! a key run one at a time and no two waiters' steps can deadlock; then it drops the
 //! places that ran out, queues the owner (or renews its place, keeping its `seq`), and,
 //! when the owner is at the head, takes the key as the plain acquire does and leaves
-//! the queue. Nine or ten round trips, where a plain acquire takes one. A vanished
+//! the queue. Nine or ten round trips, where a plain acquire takes one. A fair step
+//! (or a purge) that does not finish, cut at its deadline or failed part way, closes
+//! its connection rather than give it back: dropped while its `BEGIN` was in flight,
+//! it would leave the connection inside a transaction the driver does not know of,
+//! and the next caller's statements would run in it, uncommitted. A vanished
 //! waiter leaves the queue once its place runs out; a waiter that gives up deletes its
 //! row. Permits (semaphores, read-write locks, elections) are not offered
 //! (`LockBackend::permits` answers `None`: a semaphore on this backend is an error that

@@ -433,3 +433,58 @@ async fn a_set_whose_lock_wait_ran_out_leaves_no_transaction_open() {
         .expect("inspect");
     assert_eq!(seen.map(|info| info.fence), Some(lease.fence()));
 }
+
+/// A fair step dropped at any point (its deadline passed), even while its `BEGIN` is
+/// in flight, leaves no transaction open on the connection it used: what the
+/// backend's one connection does next is committed, for all to see. Each statement
+/// crosses a proxy with 3 ms each way, so the drops at 1 ms to 40 ms land on every
+/// statement of the step, its `BEGIN` among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_step_dropped_at_any_point_leaves_no_transaction_open() {
+    use distlock_conformance::LinkControl;
+    use distlock_testservers::Proxy;
+    let server = server().await;
+    let proxy = Proxy::start(server.host_port()).await.expect("proxy");
+    let through = server.url().replace(
+        &format!(":{}/", server.host_port()),
+        &format!(":{}/", proxy.port()),
+    );
+    assert_ne!(through, server.url(), "the URL names the server's port");
+    let backend = MySqlBackend::connect(&format!("{through}?pool_size=1&purge=false"))
+        .await
+        .expect("connect through the proxy");
+    let other = MySqlBackend::connect(&server.url()).await.expect("connect");
+    cycle(&backend, "dropped/warm-up").await;
+    proxy
+        .set_latency(Duration::from_millis(3))
+        .await
+        .expect("latency");
+    let key = LockKey::new("dropped/fair").expect("key");
+    let (ttl, place) = (Duration::from_secs(30), Duration::from_secs(3));
+    for ms in 1..=40 {
+        let step = backend.try_acquire_in_turn(&key, ttl, OwnerToken::random(), place);
+        let _ = tokio::time::timeout(Duration::from_millis(ms), step).await;
+    }
+    proxy.set_latency(Duration::ZERO).await.expect("latency");
+    for i in 0..3 {
+        let name = format!("dropped/after-{i}");
+        let lease = backend
+            .acquire_once(&name, Duration::from_secs(30))
+            .await
+            .expect("an acquire after the dropped steps")
+            .expect("free");
+        let seen = LockBackend::inspect(&other, &LockKey::new(&name).expect("key"))
+            .await
+            .expect("inspect");
+        assert_eq!(
+            seen.map(|info| info.fence),
+            Some(lease.fence()),
+            "a grant after the dropped steps is not seen by another client: it was made inside a transaction left open"
+        );
+        let fair = LockKey::new(format!("dropped/fair-after-{i}")).expect("key");
+        backend
+            .try_acquire_in_turn(&fair, ttl, OwnerToken::random(), place)
+            .await
+            .expect("a fair step after the dropped steps");
+    }
+}
