@@ -70,13 +70,13 @@ for pair in redis:redis postgres:sqlx mysql:sqlx etcd:etcd-client zookeeper:zook
   count=$(count_tree "$dir")
   {
     printf '[package]\nname = "driver-alone"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[dependencies]\n'
-    # The driver with the features the backend turns on (the MySQL backend adds
-    # sqlx's `mysql` to the workspace's line).
-    if [ "$feature" = mysql ]; then
-      grep "^$driver = " "$root/Cargo.toml" | sed 's/"postgres"/"mysql"/'
-    else
-      grep "^$driver = " "$root/Cargo.toml"
-    fi
+    # The driver with the features the backend turns on (each SQL backend adds its
+    # own database to sqlx's line in the workspace, which names none).
+    case "$feature" in
+      postgres | mysql)
+        grep "^$driver = " "$root/Cargo.toml" | sed "s/\"runtime-tokio\"/\"runtime-tokio\", \"$feature\"/" ;;
+      *) grep "^$driver = " "$root/Cargo.toml" ;;
+    esac
     printf '\n[workspace]\n'
   } > "$bare/Cargo.toml"
   cp "$root/Cargo.lock" "$bare/Cargo.lock"

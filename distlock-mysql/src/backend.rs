@@ -12,15 +12,31 @@ use distlock_core::backend::{
     OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend, SetGrant,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
-use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlQueryResult, MySqlRow};
+use distlock_sql::{timed_out, Pool, Setting};
+use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlQueryResult, MySqlRow};
+use sqlx::MySql;
 use sqlx::{Connection as _, Executor as _, Row as _};
 use tracing::debug;
 
 use crate::config::MySqlConfig;
-use crate::error::{from_sqlx, is_contention, timed_out, Setting};
+use crate::error::{from_sqlx, is_contention};
 use crate::sql::{SetRequest, Statements, REFUSED};
 
 const NAME: &str = "mysql";
+
+/// [`distlock_sql::on_conn!`] on `$backend`'s pool and settings. A step that opens a
+/// transaction (`transaction`) gives its connection back only when it finished: one
+/// dropped while a statement was in flight (its deadline passed), or failed part way,
+/// may leave the server inside a transaction holding row locks, and one the driver
+/// does not know of where the drop came while a `BEGIN` was in flight. Given back, the
+/// connection would run the next caller's statements inside it, uncommitted; closed,
+/// the server rolls the transaction back.
+macro_rules! on_conn {
+    ($backend:expr, $($rest:tt)+) => {
+        distlock_sql::on_conn!($backend.pool(), $backend.settings(), $($rest)+)
+    };
+}
+pub(crate) use on_conn;
 
 /// A lock backend on a MySQL or MariaDB (InnoDB) table.
 ///
@@ -34,7 +50,7 @@ pub struct MySqlBackend {
 struct Inner {
     config: MySqlConfig,
     capabilities: Capabilities,
-    pool: MySqlPool,
+    pool: Pool<MySql>,
     sql: Statements,
 }
 
@@ -84,22 +100,14 @@ impl MySqlBackend {
         .map_err(|e| from_sqlx(&config, e))?;
         let _ = tokio::time::timeout(config.response_timeout, first.close()).await;
         let lock_wait = config.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(config.pool_size)
-            .min_connections(0)
-            .acquire_timeout(config.acquire_timeout)
-            // One round trip per operation: no ping before each.
-            .test_before_acquire(false)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    conn.execute(
-                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
-                    )
-                    .await
-                    .map(drop)
-                })
-            })
-            .connect_lazy_with(config.connect.clone());
+        // Each connection of the pool runs this once, when it is made.
+        let on_connect = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
+        let pool = Pool::new(
+            config.connect.clone(),
+            config.pool_size,
+            config.acquire_timeout,
+            Some(on_connect),
+        );
         Self::start(config, pool, 1).await
     }
 
@@ -129,10 +137,11 @@ impl MySqlBackend {
         } else {
             1
         };
+        let pool = Pool::shared(pool, config.acquire_timeout);
         Self::start(config, pool, trips).await
     }
 
-    async fn start(config: MySqlConfig, pool: MySqlPool, trips: u32) -> Result<Self> {
+    async fn start(config: MySqlConfig, pool: Pool<MySql>, trips: u32) -> Result<Self> {
         let mut capabilities = Capabilities::default();
         capabilities.round_trips = RoundTrips {
             acquire: trips,
@@ -230,29 +239,23 @@ impl MySqlBackend {
         let us = micros(older_than);
         let config = &self.inner.config;
         let sql = &self.inner.sql;
-        let work = async {
-            let mut conn = Exclusive::acquire(&self.inner.pool).await?;
+        let work = on_conn!(self, transaction conn => async {
             // Read committed, for this transaction only: its reads of the lock table
             // lock nothing, and its delete keeps locks on the rows it deletes alone,
             // so a release or extend meanwhile waits for it (or it for them) but
             // never both (under repeatable read a scan's shared locks, upgraded to
             // delete, deadlocked with releases).
-            let held = conn.connection()?;
-            held.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .await?;
-            let mut tx = sqlx::Connection::begin(held).await?;
+            let mut tx = sqlx::Connection::begin(conn).await?;
             tx.execute(sqlx::query(&sql.lock_floor)).await?;
             tx.execute(sqlx::query(&sql.raise_floor).bind(us)).await?;
             let done = tx.execute(sqlx::query(&sql.purge).bind(us)).await?;
             tx.execute(sqlx::query(&sql.purge_places).bind(us)).await?;
             tx.commit().await?;
-            conn.finish();
             Ok::<_, sqlx::Error>(done.rows_affected())
-        };
-        tokio::time::timeout(config.response_timeout, work)
-            .await
-            .map_err(|_| timed_out(config, Setting::Response))?
-            .map_err(|e| from_sqlx(config, e))
+        });
+        distlock_sql::run(config, work).await
     }
 
     /// A driver error as this backend reports it (credentials scrubbed).
@@ -260,26 +263,22 @@ impl MySqlBackend {
         from_sqlx(&self.inner.config, e)
     }
 
+    /// The backend's settings, as the shared SQL code reads them.
+    pub(crate) fn settings(&self) -> &MySqlConfig {
+        &self.inner.config
+    }
+
     /// The pool the backend runs its statements on.
-    pub(crate) fn pool(&self) -> &MySqlPool {
+    pub(crate) fn pool(&self) -> &Pool<MySql> {
         &self.inner.pool
     }
 
-    /// Runs `op` within the response timeout: a timeout outside, the driver's own
-    /// result inside (a pool that gave no connection in time is the acquire timeout).
+    /// Runs `op` within the response timeout (see [`distlock_sql::bounded`]).
     pub(crate) async fn bounded<T>(
         &self,
-        op: impl Future<Output = std::result::Result<T, sqlx::Error>>,
+        op: impl Future<Output = Result<std::result::Result<T, sqlx::Error>>>,
     ) -> Result<std::result::Result<T, sqlx::Error>> {
-        let config = &self.inner.config;
-        match tokio::time::timeout(config.response_timeout, op).await {
-            Err(_) => Err(timed_out(config, Setting::Response)),
-            // No connection was had, so no statement was sent.
-            Ok(Err(sqlx::Error::PoolTimedOut)) => {
-                Err(timed_out(config, Setting::Acquire).with_not_sent())
-            }
-            Ok(result) => Ok(result),
-        }
+        distlock_sql::bounded(&self.inner.config, op).await
     }
 
     /// One statement with `args`: its rows, or the driver's error for the caller to
@@ -289,7 +288,7 @@ impl MySqlBackend {
         statement: &str,
         args: &[Arg<'_>],
     ) -> Result<std::result::Result<Vec<MySqlRow>, sqlx::Error>> {
-        self.bounded(self.inner.pool.fetch_all(bind(statement, args)))
+        self.bounded(on_conn!(self, conn => bind(statement, args).fetch_all(conn)))
             .await
     }
 
@@ -300,7 +299,7 @@ impl MySqlBackend {
         statement: &str,
         args: &[Arg<'_>],
     ) -> Result<std::result::Result<MySqlQueryResult, sqlx::Error>> {
-        self.bounded(self.inner.pool.execute(bind(statement, args)))
+        self.bounded(on_conn!(self, conn => bind(statement, args).execute(conn)))
             .await
     }
 
@@ -324,17 +323,16 @@ impl MySqlBackend {
     /// under the key's row lock.
     async fn fair_step(
         &self,
+        conn: &mut MySqlConnection,
         request: &AcquireRequest,
         place: Duration,
     ) -> std::result::Result<Grant, sqlx::Error> {
         let sql = &self.inner.sql;
         let name = request.key().as_str().as_bytes();
         let owner = &request.owner().as_bytes()[..];
-        let mut conn = Exclusive::acquire(&self.inner.pool).await?;
-        let held = conn.connection()?;
-        held.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             .await?;
-        let mut tx = sqlx::Connection::begin(held).await?;
+        let mut tx = sqlx::Connection::begin(conn).await?;
         tx.execute(sqlx::query(&sql.fair.lock_key).bind(name))
             .await?;
         let mine: i64 = sqlx::query_scalar(&sql.fair.mine)
@@ -383,7 +381,6 @@ impl MySqlBackend {
             }
         };
         tx.commit().await?;
-        conn.finish();
         Ok(grant)
     }
 }
@@ -397,48 +394,11 @@ impl MySqlBackend {
     /// wait that ran out fails only its statement) may still be inside it, holding
     /// row locks, so it is closed, never handed out again: the server then rolls the
     /// transaction back.
-    async fn set_step(&self, batch: &str) -> std::result::Result<Vec<MySqlRow>, sqlx::Error> {
-        let mut conn = Exclusive::acquire(&self.inner.pool).await?;
-        let rows = sqlx::Executor::fetch_all(conn.connection()?, sqlx::raw_sql(batch)).await?;
-        // Finished, committed: the connection goes back to the pool as it is.
-        conn.finish();
-        Ok(rows)
-    }
-}
-
-/// A connection of the pool for a step that opens a transaction: closed, never handed
-/// back, unless the step finished ([`finish`](Self::finish)). A step dropped while a
-/// statement is in flight (its deadline passed), or failed part way, may leave the
-/// server inside a transaction holding row locks, and one the driver does not know
-/// of where the drop came while a `BEGIN` was in flight: given back, the connection
-/// would run the next caller's statements inside it, uncommitted. Closed, the server
-/// rolls the transaction back.
-struct Exclusive(Option<sqlx::pool::PoolConnection<sqlx::MySql>>);
-
-impl Exclusive {
-    async fn acquire(pool: &MySqlPool) -> std::result::Result<Self, sqlx::Error> {
-        Ok(Exclusive(Some(pool.acquire().await?)))
-    }
-
-    fn connection(&mut self) -> std::result::Result<&mut MySqlConnection, sqlx::Error> {
-        match self.0.as_mut() {
-            Some(conn) => Ok(conn),
-            None => Err(sqlx::Error::PoolClosed),
-        }
-    }
-
-    /// The step finished (committed, or read-only): the connection goes back to the
-    /// pool.
-    fn finish(mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.as_mut() {
-            conn.close_on_drop();
-        }
+    async fn set_step(
+        conn: &mut MySqlConnection,
+        batch: &str,
+    ) -> std::result::Result<Vec<MySqlRow>, sqlx::Error> {
+        sqlx::Executor::fetch_all(conn, sqlx::raw_sql(batch)).await
     }
 }
 
@@ -651,7 +611,8 @@ impl LockBackend for MySqlBackend {
 impl MySqlBackend {
     /// The fair step (contract point 10): a grant whose request carries a place.
     async fn grant_in_turn(&self, request: &AcquireRequest, place: Duration) -> Result<Grant> {
-        match self.bounded(self.fair_step(request, place)).await? {
+        let step = on_conn!(self, transaction conn => self.fair_step(conn, request, place));
+        match self.bounded(step).await? {
             Ok(grant) => Ok(grant),
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: not acquired in turn");
@@ -688,7 +649,8 @@ impl SetBackend for MySqlBackend {
                 .collect();
             self.inner.sql.acquire_all(&set)
         };
-        match self.bounded(self.set_step(&batch)).await? {
+        let step = on_conn!(self, transaction conn => Self::set_step(conn, &batch));
+        match self.bounded(step).await? {
             Ok(rows) => set_answer(requests, &rows),
             Err(e) if is_contention(&e) => {
                 debug!(error = %e, "contention: the set was not acquired");

@@ -42,6 +42,9 @@ pub(crate) fn from_sqlx(config: &MySqlConfig, e: sqlx::Error) -> Error {
 
 /// The kind of a sqlx error.
 pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
+    if let Some(kind) = distlock_sql::transport_kind(e) {
+        return kind;
+    }
     match (e, number(e)) {
         // Access denied for the user (password, or no such user from this host).
         (_, Some(1045 | 1698)) => ErrorKind::Authentication,
@@ -54,14 +57,6 @@ pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
         (_, Some(1040 | 1053 | 1205 | 1213 | 1290 | 1317 | 1792 | 1927 | 1969 | 3024)) => {
             ErrorKind::Unavailable
         }
-        (sqlx::Error::Configuration(_) | sqlx::Error::Tls(_), _) => ErrorKind::Configuration,
-        (
-            sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed,
-            _,
-        ) => ErrorKind::Unavailable,
         // The connection closed under a statement (the server restarting, or killed,
         // or a link cut) reads as a protocol error in sqlx's MySQL driver.
         (sqlx::Error::Protocol(_), _) => ErrorKind::Unavailable,
@@ -69,35 +64,25 @@ pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
     }
 }
 
-/// Which time-out fired.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Setting {
-    /// Waiting for a pooled connection (connecting included).
-    Acquire,
-    /// One statement.
-    Response,
-}
+impl distlock_sql::Settings for MySqlConfig {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
 
-/// The operation did not finish within `setting`'s time-out: says where, which
-/// setting, and its value.
-pub(crate) fn timed_out(config: &MySqlConfig, setting: Setting) -> Error {
-    let (what, name, value) = match setting {
-        Setting::Acquire => (
-            "no connection from the pool",
-            "acquire_timeout_ms",
-            config.acquire_timeout,
-        ),
-        Setting::Response => ("no answer", "response_timeout_ms", config.response_timeout),
-    };
-    Error::new(
-        ErrorKind::Unavailable,
-        format!(
-            "{what} for {} within {value:?} ({name}={})",
-            config.endpoint(),
-            value.as_millis()
-        ),
-    )
-    .with_backend("mysql")
+    fn endpoint(&self) -> distlock_core::backend::Endpoint {
+        MySqlConfig::endpoint(self)
+    }
+
+    fn timeout(&self, setting: distlock_sql::Setting) -> std::time::Duration {
+        match setting {
+            distlock_sql::Setting::Acquire => self.acquire_timeout,
+            distlock_sql::Setting::Response => self.response_timeout,
+        }
+    }
+
+    fn driver_error(&self, error: sqlx::Error) -> Error {
+        from_sqlx(self, error)
+    }
 }
 
 #[cfg(test)]

@@ -44,12 +44,12 @@
 //! unfenced write) is not refused: the trigger only keeps the fence from going down.
 
 use async_trait::async_trait;
-use distlock_core::backend::{check_fence, FenceCheck};
+use distlock_core::backend::FenceCheck;
 use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 use sqlx::mysql::{MySqlArguments, MySqlConnection};
-use sqlx::{Executor as _, MySql, MySqlExecutor, Row as _};
+use sqlx::{Connection as _, Executor as _, MySql, MySqlExecutor, Row as _};
 
-use crate::backend::MySqlBackend;
+use crate::backend::{on_conn, MySqlBackend};
 use crate::error::number;
 
 const NAME: &str = "mysql";
@@ -163,13 +163,7 @@ impl FencedTable {
     }
 }
 
-/// The fence as the `BIGINT` a fenced statement binds; an [`ErrorKind::InvalidInput`]
-/// error above [`MAX_FENCE`](distlock_core::MAX_FENCE).
-pub fn fence_arg(fence: FencingToken) -> Result<i64> {
-    check_fence(fence)?;
-    i64::try_from(fence.get())
-        .map_err(|_| Error::new(ErrorKind::InvalidInput, "fence out of range"))
-}
+pub use distlock_sql::fence_arg;
 
 /// Runs a fenced statement on `executor` (a pool, a connection, or `&mut *tx` for your
 /// transaction) and returns the number of rows it matched; an
@@ -182,11 +176,8 @@ pub async fn execute<'e, 'q, E>(
 where
     E: MySqlExecutor<'e>,
 {
-    query
-        .execute(executor)
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(from_sqlx)
+    let done = distlock_sql::execute(query, executor, from_sqlx).await?;
+    Ok(done.rows_affected())
 }
 
 /// Maps a sqlx error from a fenced statement (or anything around it) to distlock's:
@@ -243,7 +234,7 @@ impl MySqlStore {
                PRIMARY KEY (name)) ENGINE=InnoDB"
         );
         let done = backend
-            .bounded(backend.pool().execute(create.as_str()))
+            .bounded(on_conn!(backend, conn => conn.execute(create.as_str())))
             .await?;
         done.map_err(|e| backend.driver_error(e))?;
         // `value` first, from the stored fence; then the fence, whose old value goes
@@ -283,10 +274,11 @@ impl MySqlStore {
 
     async fn claim_once(
         &self,
+        conn: &mut MySqlConnection,
         name: &[u8],
         fence: i64,
     ) -> std::result::Result<FenceCheck<Option<Vec<u8>>>, sqlx::Error> {
-        let mut tx = self.backend.pool().begin().await?;
+        let mut tx = conn.begin().await?;
         let done = tx
             .execute(sqlx::query(&self.claim).bind(name).bind(fence))
             .await?;
@@ -326,7 +318,7 @@ impl FencedStore for MySqlStore {
             .bind(value);
         let done = self
             .backend
-            .bounded(self.backend.pool().execute(query))
+            .bounded(on_conn!(self.backend, conn => query.execute(conn)))
             .await?
             .map_err(|e| self.backend.driver_error(e))?;
         Ok(Self::check(offered, done.last_insert_id()))
@@ -342,7 +334,9 @@ impl FencedStore for MySqlStore {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.backend.bounded(self.claim_once(name, offered)).await? {
+            let claim =
+                on_conn!(self.backend, transaction conn => self.claim_once(conn, name, offered));
+            match self.backend.bounded(claim).await? {
                 Err(e) if number(&e) == Some(1213) && tries < CLAIM_TRIES => continue,
                 result => return result.map_err(|e| self.backend.driver_error(e)),
             }
@@ -353,7 +347,7 @@ impl FencedStore for MySqlStore {
         let query = sqlx::query(&self.read).bind(resource.as_str().as_bytes());
         let row = self
             .backend
-            .bounded(self.backend.pool().fetch_optional(query))
+            .bounded(on_conn!(self.backend, conn => query.fetch_optional(conn)))
             .await?
             .map_err(|e| self.backend.driver_error(e))?;
         let Some(row) = row else { return Ok(None) };

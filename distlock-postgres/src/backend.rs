@@ -13,31 +13,22 @@ use distlock_core::backend::{
     SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use distlock_sql::{timed_out, Checkout, Pool, Setting};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
+use sqlx::Postgres;
 use sqlx::{Connection as _, Row as _};
 use tracing::debug;
 
 use crate::config::{PostgresConfig, SynchronousCommit};
-use crate::error::{from_sqlx, is_contention, timed_out, Setting};
-use crate::pool::{Checkout, Pool};
+use crate::error::{from_sqlx, is_contention};
 use crate::sql::{inline, set_refused_at, Arg, Statements};
 
 const NAME: &str = "postgres";
 
-/// Checks out a connection, runs `$body` with it bound to `$conn`, and settles the
-/// connection by how the statement ended. Yields
-/// `Result<Result<T, sqlx::Error>, distlock_core::Error>`.
+/// [`distlock_sql::on_conn!`] on `$backend`'s pool and settings.
 macro_rules! on_conn {
     ($backend:expr, $conn:ident => $body:expr) => {
-        async {
-            let mut checkout = $backend.checkout().await?;
-            let result = {
-                let $conn = checkout.conn();
-                $body.await
-            };
-            checkout.settle(&result);
-            Ok(result)
-        }
+        distlock_sql::on_conn!($backend.inner.pool, &$backend.inner.config, $conn => $body)
     };
 }
 
@@ -54,7 +45,7 @@ pub struct PostgresBackend {
 struct Inner {
     config: PostgresConfig,
     capabilities: Capabilities,
-    pool: Pool,
+    pool: Pool<Postgres>,
     sql: Statements,
     /// In PgBouncer mode, what goes before each statement in its batch: the session
     /// settings, for this transaction only.
@@ -89,6 +80,7 @@ impl PostgresBackend {
             config.connect_options(),
             config.pool_size,
             config.acquire_timeout,
+            None,
         );
         let batched = config.pgbouncer;
         Self::start(config, pool, batched, 1).await
@@ -123,7 +115,12 @@ impl PostgresBackend {
     /// The backend on `pool`, its statements batched (`batched`) or prepared, each
     /// operation `trips` round trips; then the migration (or the check that the
     /// tables are there), and the purge.
-    async fn start(config: PostgresConfig, pool: Pool, batched: bool, trips: u32) -> Result<Self> {
+    async fn start(
+        config: PostgresConfig,
+        pool: Pool<Postgres>,
+        batched: bool,
+        trips: u32,
+    ) -> Result<Self> {
         let mut capabilities = Capabilities::default();
         capabilities.round_trips = distlock_core::backend::RoundTrips {
             acquire: trips,
@@ -446,16 +443,9 @@ impl PostgresBackend {
         self.inner.config.response_timeout * 2
     }
 
-    /// A pooled connection. Its failure is an error of a request that never left
-    /// this process: no statement is sent before a connection is had.
-    async fn checkout(&self) -> Result<Checkout<'_>> {
-        self.inner.pool.checkout().await.map_err(|e| {
-            match e {
-                Some(e) => from_sqlx(&self.inner.config, e),
-                None => timed_out(&self.inner.config, Setting::Acquire),
-            }
-            .with_not_sent()
-        })
+    /// A pooled connection (see [`Pool::checkout`]).
+    async fn checkout(&self) -> Result<Checkout<'_, Postgres>> {
+        self.inner.pool.checkout(&self.inner.config).await
     }
 
     /// Runs one statement with `args` on a pooled connection and returns its rows:
@@ -491,22 +481,17 @@ impl PostgresBackend {
         Ok(result)
     }
 
-    /// Runs `op` within the response timeout: the statement's own result inside, a
-    /// timeout or a connection that could not be had outside.
+    /// Runs `op` within the response timeout (see [`distlock_sql::bounded`]).
     async fn bounded<T>(
         &self,
         op: impl Future<Output = Result<Result<T, sqlx::Error>>>,
     ) -> Result<Result<T, sqlx::Error>> {
-        tokio::time::timeout(self.inner.config.response_timeout, op)
-            .await
-            .map_err(|_| timed_out(&self.inner.config, Setting::Response))?
+        distlock_sql::bounded(&self.inner.config, op).await
     }
 
     /// One statement on a pooled connection, within the response timeout.
     async fn run<T>(&self, op: impl Future<Output = Result<Result<T, sqlx::Error>>>) -> Result<T> {
-        self.bounded(op)
-            .await?
-            .map_err(|e| from_sqlx(&self.inner.config, e))
+        distlock_sql::run(&self.inner.config, op).await
     }
 }
 

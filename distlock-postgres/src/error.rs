@@ -2,6 +2,8 @@
 
 use distlock_core::{Error, ErrorKind};
 
+use distlock_sql::Setting;
+
 use crate::config::PostgresConfig;
 
 /// SQLSTATEs of contention: under contention they mean "not acquired", not failure.
@@ -40,8 +42,10 @@ pub(crate) fn from_sqlx(config: &PostgresConfig, e: sqlx::Error) -> Error {
 /// The kind of a sqlx error.
 pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
     let state = sqlstate(e);
+    if let Some(kind) = distlock_sql::transport_kind(e) {
+        return kind;
+    }
     match (e, state.as_deref()) {
-        _ if distlock_core::backend::is_certificate_refused(e) => ErrorKind::Configuration,
         (_, Some("28P01" | "28000")) => ErrorKind::Authentication,
         // PgBouncer refuses a password with a protocol-violation code (08P01) and a
         // fixed message, not PostgreSQL's 28P01.
@@ -60,7 +64,6 @@ pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
         {
             ErrorKind::Unavailable
         }
-        (sqlx::Error::Configuration(_) | sqlx::Error::Tls(_), _) => ErrorKind::Configuration,
         // sqlx reads the one-byte answer to its SSLRequest into a zeroed buffer: a
         // connection closed before the server said anything (a server restarting or
         // killed, a link cut) reads as the byte 0x00.
@@ -69,46 +72,29 @@ pub(crate) fn kind_of(e: &sqlx::Error) -> ErrorKind {
         {
             ErrorKind::Unavailable
         }
-        (
-            sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed,
-            _,
-        ) => ErrorKind::Unavailable,
         _ => ErrorKind::Backend,
     }
 }
 
-/// Which time-out fired.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Setting {
-    /// Waiting for a pooled connection (connecting included).
-    Acquire,
-    /// One statement.
-    Response,
-}
+impl distlock_sql::Settings for PostgresConfig {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
 
-/// The operation did not finish within `setting`'s time-out: says where, which
-/// setting, and its value.
-pub(crate) fn timed_out(config: &PostgresConfig, setting: Setting) -> Error {
-    let (what, name, value) = match setting {
-        Setting::Acquire => (
-            "no connection from the pool",
-            "acquire_timeout_ms",
-            config.acquire_timeout,
-        ),
-        Setting::Response => ("no answer", "response_timeout_ms", config.response_timeout),
-    };
-    Error::new(
-        ErrorKind::Unavailable,
-        format!(
-            "{what} for {} within {value:?} ({name}={})",
-            config.endpoint(),
-            value.as_millis()
-        ),
-    )
-    .with_backend("postgres")
+    fn endpoint(&self) -> distlock_core::backend::Endpoint {
+        PostgresConfig::endpoint(self)
+    }
+
+    fn timeout(&self, setting: Setting) -> std::time::Duration {
+        match setting {
+            Setting::Acquire => self.acquire_timeout,
+            Setting::Response => self.response_timeout,
+        }
+    }
+
+    fn driver_error(&self, error: sqlx::Error) -> Error {
+        from_sqlx(self, error)
+    }
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@
 //! the fence from its `VALUES`).
 
 use async_trait::async_trait;
-use distlock_core::backend::{check_fence, FenceCheck};
+use distlock_core::backend::FenceCheck;
 use distlock_core::{Error, ErrorKind, FencedStore, FencedValue, FencingToken, LockKey, Result};
 use sqlx::postgres::{PgArguments, PgDatabaseError};
 use sqlx::{Connection, PgConnection, PgExecutor, Postgres, Row};
@@ -207,13 +207,7 @@ impl FencedTable {
     }
 }
 
-/// The fence as the `bigint` a fenced statement binds as `$1`; an
-/// [`ErrorKind::InvalidInput`] error above [`MAX_FENCE`](distlock_core::MAX_FENCE).
-pub fn fence_arg(fence: FencingToken) -> Result<i64> {
-    check_fence(fence)?;
-    i64::try_from(fence.get())
-        .map_err(|_| Error::new(ErrorKind::InvalidInput, "fence out of range"))
-}
+pub use distlock_sql::fence_arg;
 
 /// Runs a fenced statement on `executor` (a pool, a connection, or `&mut *tx` for your
 /// transaction) and returns the number of rows it wrote; an
@@ -226,11 +220,8 @@ pub async fn execute<'e, 'q, E>(
 where
     E: PgExecutor<'e>,
 {
-    query
-        .execute(executor)
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(from_sqlx)
+    let done = distlock_sql::execute(query, executor, from_sqlx).await?;
+    Ok(done.rows_affected())
 }
 
 /// Maps a sqlx error from a fenced statement (or anything around it) to distlock's:
@@ -239,9 +230,13 @@ where
 /// The error keeps the driver's message, never a connection string.
 pub fn from_sqlx(e: sqlx::Error) -> Error {
     if let Some(current) = stale_fence(&e) {
+        let seen = match current {
+            Some(current) => format!("fence {current}"),
+            None => "a higher fence".to_owned(),
+        };
         return Error::new(
             ErrorKind::StaleFence,
-            format!("a row has seen fence {current}; the statement's fence is stale"),
+            format!("a row has seen {seen}; the statement's fence is stale"),
         )
         .with_backend(NAME);
     }
@@ -256,15 +251,18 @@ pub fn from_sqlx(e: sqlx::Error) -> Error {
     distlock_core::backend::driver_error(kind, NAME, e.to_string())
 }
 
-/// The current fence a `DLF01` error reports.
-fn stale_fence(e: &sqlx::Error) -> Option<FencingToken> {
+/// For a `DLF01` error, the current fence its detail reports (`None` inside where the
+/// detail is not one); `None` for any other error.
+fn stale_fence(e: &sqlx::Error) -> Option<Option<FencingToken>> {
     let sqlx::Error::Database(db) = e else {
         return None;
     };
     let pg = db.try_downcast_ref::<PgDatabaseError>()?;
-    (pg.code() == STALE_FENCE_SQLSTATE)
-        .then(|| pg.detail().and_then(|d| d.parse::<u64>().ok()))
-        .map(|current| FencingToken::new(current.unwrap_or(0)))
+    (pg.code() == STALE_FENCE_SQLSTATE).then(|| {
+        pg.detail()
+            .and_then(|d| d.parse::<i64>().ok())
+            .and_then(|current| FencingToken::from_server(current).ok())
+    })
 }
 
 /// A fenced store on a table of its own, `<schema>.distlock_fenced` (the backend's
@@ -335,7 +333,14 @@ impl PostgresStore {
                 Ok(FenceCheck::Accepted(value))
             }
             Err(e) => match stale_fence(&e) {
-                Some(current) => Ok(FenceCheck::Stale { current }),
+                Some(Some(current)) => Ok(FenceCheck::Stale { current }),
+                // A refusal that does not say which fence refused it: no figure is
+                // made up for it.
+                Some(None) => Err(Error::new(
+                    ErrorKind::Backend,
+                    "the server refused a stale fence without reporting the row's fence",
+                )
+                .with_backend(NAME)),
                 None => Err(self.backend.driver_error(e)),
             },
         }

@@ -156,7 +156,6 @@ mod config;
 mod error;
 pub mod fenced;
 mod permits;
-mod pool;
 mod sql;
 
 pub use backend::PostgresBackend;

@@ -3,7 +3,7 @@
 //! PgBouncer, which releases notify, fenced writes of your own rows (one transaction
 //! under a set of keys too), a migration that waits for no one, and the order in which
 //! a fair step writes its place and reads the fence a handoff is judged by, and a
-//! grant applied after its wait gave up.
+//! grant applied after its wait gave up, and a stale-fence refusal that names no fence.
 //! Each test has a server of its own.
 
 use std::time::Duration;
@@ -921,4 +921,33 @@ async fn a_grant_applied_after_its_wait_gave_up_is_given_back_within_the_stateme
 /// handoffs.
 fn handed(backend: &PostgresBackend, key: &LockKey, owner: &OwnerToken) -> Option<Handoff> {
     backend.handoffs()?.handed_over(key, owner)
+}
+
+/// A stale-fence refusal (SQLSTATE `DLF01`) whose detail names no fence is still a
+/// stale fence, and names no made-up fence: never "fence 0".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_fence_refusal_without_the_rows_fence_names_none(
+) -> Result<(), distlock_core::BoxError> {
+    use distlock_postgres::fenced;
+    use sqlx::{Connection, PgConnection};
+
+    let server = server().await;
+    let mut conn = PgConnection::connect(&server.url()).await?;
+    for detail in ["", "USING DETAIL = 'not a fence',", "USING DETAIL = '0',"] {
+        let raise = format!(
+            "DO $$ BEGIN RAISE EXCEPTION 'stale' {} ERRCODE = 'DLF01'; END $$",
+            match detail {
+                "" => "USING".to_owned(),
+                d => d.to_owned(),
+            }
+        );
+        let refused = fenced::execute(sqlx::query(&raise), &mut conn)
+            .await
+            .expect_err("the statement raises DLF01");
+        assert_eq!(refused.kind(), ErrorKind::StaleFence, "{refused}");
+        let text = refused.to_string();
+        assert!(text.contains("a higher fence"), "{detail:?}: {text}");
+        assert!(!text.contains("fence 0"), "{detail:?}: {text}");
+    }
+    Ok(())
 }
