@@ -47,6 +47,9 @@ pub enum ContractPoint {
     /// What operators use beside the contract: listing the held locks, and inspecting
     /// one.
     Operator,
+    /// A point of [`distlock_core::FencedStore`]'s contract, by its number there: the
+    /// fenced-store suite's.
+    FencedStore(u8),
 }
 
 impl ContractPoint {
@@ -67,7 +70,8 @@ impl ContractPoint {
             | ContractPoint::Semaphore
             | ContractPoint::ReadWrite
             | ContractPoint::Election
-            | ContractPoint::Operator => return None,
+            | ContractPoint::Operator
+            | ContractPoint::FencedStore(_) => return None,
         })
     }
 
@@ -89,33 +93,36 @@ impl ContractPoint {
             ContractPoint::ReadWrite => "permits: read-write locks",
             ContractPoint::Election => "permits: elections",
             ContractPoint::Operator => "operators: listing and inspecting",
+            ContractPoint::FencedStore(_) => "fenced stores",
         }
     }
 }
 
 impl fmt::Display for ContractPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.number() {
-            Some(n) => write!(f, "point {n}, {}", self.title()),
-            None => f.write_str(self.title()),
+        match (self, self.number()) {
+            (_, Some(n)) => write!(f, "point {n}, {}", self.title()),
+            (ContractPoint::FencedStore(n), None) => write!(f, "{}, point {n}", self.title()),
+            (_, None) => f.write_str(self.title()),
         }
     }
 }
 
-pub(crate) type CaseFn = for<'a> fn(&'a Target) -> BoxFuture<'a, CaseResult>;
-pub(crate) type Gate = fn(&Target) -> Option<String>;
+pub(crate) type CaseFn<T> = for<'a> fn(&'a T) -> BoxFuture<'a, CaseResult>;
+pub(crate) type Gate<T> = fn(&T) -> Option<String>;
 
-/// One case of the suite.
-pub struct Case {
+/// One case of a suite, on what the suite runs on: a [`Target`] (a lock backend), or a
+/// [`StoreTarget`](crate::fenced::StoreTarget) (a fenced store).
+pub struct Case<T = Target> {
     name: &'static str,
     doc: &'static str,
     point: ContractPoint,
     fault: bool,
-    gate: Gate,
-    pub(crate) run: CaseFn,
+    gate: Gate<T>,
+    pub(crate) run: CaseFn<T>,
 }
 
-impl fmt::Debug for Case {
+impl<T> fmt::Debug for Case<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Case")
             .field("name", &self.name)
@@ -125,14 +132,14 @@ impl fmt::Debug for Case {
     }
 }
 
-impl Case {
+impl<T> Case<T> {
     pub(crate) const fn new(
         name: &'static str,
         doc: &'static str,
         point: ContractPoint,
         fault: bool,
-        gate: Gate,
-        run: CaseFn,
+        gate: Gate<T>,
+        run: CaseFn<T>,
     ) -> Self {
         Case {
             name,
@@ -165,39 +172,54 @@ impl Case {
     }
 
     /// Why the case cannot run on `target`, or `None` when it can.
-    pub fn skip_reason(&self, target: &Target) -> Option<String> {
+    pub fn skip_reason(&self, target: &T) -> Option<String> {
         (self.gate)(target)
     }
 }
 
 /// Defines an area's cases and its table, `CASES`, from one list. Each case is a
-/// `pub async fn` with a one-line doc (a longer doc does not match) and a
-/// `#[case(POINT, gate)]` or `#[case(POINT, gate, fault)]` line: the contract point it
-/// checks, the gate in [`gates`](crate::gates) that says whether a target can run it,
-/// and whether it faults the server.
+/// `pub async fn` on the suite's target with a one-line doc (a longer doc does not
+/// match) and a `#[case(POINT, gate)]` or `#[case(POINT, gate, fault)]` line: the
+/// contract point it checks (`FencedStore(2)` for a fenced store's), the gate in
+/// [`gates`](crate::gates) that says whether a target can run it, and whether it
+/// faults the server.
 macro_rules! cases {
     ($(
         #[doc = $doc:literal]
-        #[case($point:ident, $gate:ident $(, $fault:ident)?)]
-        pub async fn $name:ident($t:ident: &Target) -> CaseResult $body:block
+        #[case($point:ident $(($n:literal))?, $gate:ident $(, $fault:ident)?)]
+        pub async fn $name:ident($t:ident: &$target:ident) -> CaseResult $body:block
     )*) => {
         $(
             #[doc = $doc]
-            pub async fn $name($t: &Target) -> CaseResult $body
+            pub async fn $name($t: &$target) -> CaseResult $body
         )*
 
         /// This area's cases, in the order they run.
-        pub(crate) static CASES: &[$crate::case::Case] = &[$(
+        pub(crate) static CASES: &[$crate::case::Case<cases!(@first $($target)*)>] = &[$(
             $crate::case::Case::new(
                 stringify!($name),
                 $doc,
-                $crate::case::ContractPoint::$point,
+                $crate::case::ContractPoint::$point $(($n))?,
                 cases!(@fault $($fault)?),
                 $crate::gates::$gate,
                 |t| Box::pin($name(t)),
             ),
         )*];
     };
+    (@first $first:ident $($rest:ident)*) => { $first };
     (@fault) => { false };
     (@fault fault) => { true };
+}
+
+/// Ends a case as failed, with the message `format!` makes of the rest, unless
+/// `$cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        {
+            let held: bool = $cond;
+            if !held {
+                return Err($crate::cases::CaseError::Failed(format!($($msg)+)));
+            }
+        }
+    };
 }

@@ -13,8 +13,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::future::Future;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,8 +23,9 @@ use distlock_core::{
 use futures_util::future::{join_all, BoxFuture};
 use tokio::time::{sleep, Instant};
 
+use crate::case::Case;
 use crate::cases::{CaseError, CaseResult};
-use crate::suite::{libtest_main, timed, CaseReport, SuiteReport, TrialRun};
+use crate::suite::SuiteTarget;
 
 /// Makes another client of the store under test, with connections of its own.
 pub type StoreConnector =
@@ -100,62 +99,16 @@ impl StoreTarget {
 }
 
 /// One case of the fenced-store suite.
-pub struct StoreCase {
-    name: &'static str,
-    doc: &'static str,
-    point: u8,
-    run: for<'a> fn(&'a StoreTarget) -> BoxFuture<'a, CaseResult>,
-}
+pub type StoreCase = Case<StoreTarget>;
 
-impl fmt::Debug for StoreCase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreCase")
-            .field("name", &self.name)
-            .field("point", &self.point)
-            .finish()
-    }
-}
-
-impl StoreCase {
-    /// The case's name, as its function is named.
-    pub fn name(&self) -> &'static str {
-        self.name
+impl SuiteTarget for StoreTarget {
+    fn suite() -> Vec<&'static StoreCase> {
+        CASES.iter().collect()
     }
 
-    /// One line on what it checks.
-    pub fn doc(&self) -> &'static str {
-        self.doc.trim()
+    fn subject(&self) -> String {
+        self.store().name().to_owned()
     }
-
-    /// The point of `FencedStore`'s contract it checks.
-    pub fn point(&self) -> u8 {
-        self.point
-    }
-}
-
-macro_rules! store_cases {
-    ($(
-        #[doc = $doc:literal]
-        #[point($point:literal)]
-        pub async fn $name:ident($t:ident: &StoreTarget) -> CaseResult $body:block
-    )*) => {
-        $(
-            #[doc = $doc]
-            pub async fn $name($t: &StoreTarget) -> CaseResult $body
-        )*
-
-        static CASES: &[StoreCase] = &[$(
-            StoreCase { name: stringify!($name), doc: $doc, point: $point, run: |t| Box::pin($name(t)) },
-        )*];
-    };
-}
-
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(CaseError::Failed(format!($($msg)+)));
-        }
-    };
 }
 
 fn f(n: u64) -> FencingToken {
@@ -180,9 +133,9 @@ async fn stored(t: &StoreTarget, resource: &str) -> Result<FencedValue, CaseErro
         .ok_or_else(|| CaseError::Failed(format!("{resource} has nothing stored")))
 }
 
-store_cases! {
+cases! {
     /// A stale holder's write is refused once a newer fence has written, and changes nothing.
-    #[point(2)]
+    #[case(FencedStore(2), always)]
     pub async fn a_stale_write_is_refused_after_a_newer_fence(t: &StoreTarget) -> CaseResult {
         let r = t.resource("stale");
         let s = t.store();
@@ -201,7 +154,7 @@ store_cases! {
     }
 
     /// The same fence is accepted again: one holder may write twice.
-    #[point(3)]
+    #[case(FencedStore(3), always)]
     pub async fn the_same_fence_is_accepted_again(t: &StoreTarget) -> CaseResult {
         let r = t.resource("same");
         let s = t.store();
@@ -223,7 +176,7 @@ store_cases! {
     }
 
     /// Fences compare as numbers over the whole range: 10 is above 9, and 2^53 + 1 above 2^53.
-    #[point(4)]
+    #[case(FencedStore(4), always)]
     pub async fn fences_compare_as_numbers(t: &StoreTarget) -> CaseResult {
         let r = t.resource("numbers");
         let s = t.store();
@@ -255,7 +208,7 @@ store_cases! {
     }
 
     /// A claiming read raises the fence: an older holder can no longer write after it.
-    #[point(5)]
+    #[case(FencedStore(5), always)]
     pub async fn a_claiming_read_refuses_older_writers(t: &StoreTarget) -> CaseResult {
         let r = t.resource("claim");
         let s = t.store();
@@ -282,7 +235,7 @@ store_cases! {
     }
 
     /// Resources are independent: a high fence on one leaves another open to low fences.
-    #[point(6)]
+    #[case(FencedStore(6), always)]
     pub async fn resources_are_independent(t: &StoreTarget) -> CaseResult {
         let (a, b) = (t.resource("independent-a"), t.resource("independent-b"));
         let s = t.store();
@@ -294,7 +247,7 @@ store_cases! {
     }
 
     /// Writers on several clients under interleaved fences: no accepted write is stale, the fence never goes down.
-    #[point(1)]
+    #[case(FencedStore(1), always)]
     pub async fn concurrent_writers_never_lower_the_fence(t: &StoreTarget) -> CaseResult {
         const WRITERS: u64 = 8;
         const EACH: u64 = 24;
@@ -408,58 +361,11 @@ pub fn cases() -> &'static [StoreCase] {
     CASES
 }
 
-/// Runs one case on `target`, within the suite's time limit; a panic is a failure.
-pub async fn run_case(target: &StoreTarget, case: &StoreCase) -> CaseReport {
-    let (outcome, duration) = timed((case.run)(target)).await;
-    CaseReport {
-        name: case.name,
-        outcome,
-        duration,
-    }
-}
-
-/// Runs every case on `target` and reports on each.
-pub async fn run_suite(target: &StoreTarget) -> SuiteReport {
-    let mut cases = Vec::new();
-    for case in CASES {
-        cases.push(run_case(target, case).await);
-    }
-    SuiteReport {
-        backend: target.store().name().to_owned(),
-        cases,
-    }
-}
-
-/// The main of a `harness = false` test target that runs every case on the
-/// [`StoreTarget`] `make` builds, with libtest's command line and output. Use it
-/// through [`fenced_conformance_main!`](crate::fenced_conformance_main).
-pub fn run_as_tests<F, Fut, E>(make: F) -> ExitCode
-where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<StoreTarget, E>>,
-    E: fmt::Display,
-{
-    libtest_main(make, |target| {
-        CASES
-            .iter()
-            .map(|case| {
-                let target = target.clone();
-                let run: TrialRun = Box::new(move || {
-                    Box::pin(async move { run_case(&target, case).await.outcome })
-                });
-                (case.name, None, run)
-            })
-            .collect()
-    })
-}
-
 /// Expands into the `main` of a `harness = false` test target that runs the
 /// fenced-store suite on the [`StoreTarget`] built by the given async expression.
 #[macro_export]
 macro_rules! fenced_conformance_main {
     ($make:expr) => {
-        fn main() -> ::std::process::ExitCode {
-            $crate::fenced::run_as_tests(|| $make)
-        }
+        $crate::conformance_main!($make);
     };
 }

@@ -10,6 +10,9 @@
 //!   or for lack of server control) are reported as ignored, with the reason.
 //! - [`run_suite`] returns a per-case report (passed, failed with its message,
 //!   skipped with its reason, duration) for comparison reports.
+//! - One runner serves both suites: [`run_case`], [`run_suite`] and [`run_as_tests`]
+//!   take any [`SuiteTarget`], a lock backend's [`Target`] or a fenced store's
+//!   [`fenced::StoreTarget`].
 //!
 //! - [`adoption`] checks what a service meets when it adopts a backend: an
 //!   unreachable endpoint named with its setting, and passwords as operators write
@@ -35,7 +38,9 @@ mod suite;
 mod target;
 
 pub use case::{Case, ContractPoint};
-pub use suite::{case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport};
+pub use suite::{
+    case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport, SuiteTarget,
+};
 pub use target::{
     Connector, LinkControl, LinkedClient, LinkedConnector, MemberConnector, MemberLinkedClient,
     MemoryControl, MemoryLink, RoundTripMeter, ServerControl, Target,

@@ -1,4 +1,6 @@
-//! The case table, the runner that reports on it, and the test harness built on both.
+//! The runner both suites share (the lock suite on a [`Target`], the fenced-store suite
+//! on a [`StoreTarget`](crate::fenced::StoreTarget)), the reports it makes, and the
+//! test harness built on it.
 
 use std::fmt;
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use libtest_mimic::{Arguments, Failed, Trial};
+use tokio::sync::RwLock;
 use tokio::time::Instant;
 
 use crate::case::Case;
@@ -19,7 +22,46 @@ use crate::target::Target;
 /// No case may run longer than this; a hang is a failure, never a stuck run.
 const CASE_TIMEOUT: Duration = Duration::from_secs(240);
 
-/// Every case, in the order the runner runs them (fault cases last).
+/// What a suite runs on, as the runner sees it: a [`Target`] (the lock suite) or a
+/// [`StoreTarget`](crate::fenced::StoreTarget) (the fenced-store suite).
+pub trait SuiteTarget: Send + Sync + Sized + 'static {
+    /// The suite's cases, in the order the runner runs them.
+    fn suite() -> Vec<&'static Case<Self>>;
+
+    /// What is under test, by the name reports give it.
+    fn subject(&self) -> String;
+
+    /// Runs before a case's gate is read: a target may ask its parts what they offer.
+    fn prepare(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// The lock that gives a fault case the server alone: other cases hold it shared.
+    /// `None` where no case faults the server.
+    fn server_use(&self) -> Option<&RwLock<()>> {
+        None
+    }
+}
+
+impl SuiteTarget for Target {
+    fn suite() -> Vec<&'static Case<Self>> {
+        cases().collect()
+    }
+
+    fn subject(&self) -> String {
+        self.backend().name().to_owned()
+    }
+
+    fn prepare(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.probe_links())
+    }
+
+    fn server_use(&self) -> Option<&RwLock<()>> {
+        Some(&self.server_use)
+    }
+}
+
+/// Every case of the lock suite, in the order the runner runs them (fault cases last).
 pub fn cases() -> impl Iterator<Item = &'static Case> {
     AREAS.into_iter().flatten()
 }
@@ -75,18 +117,19 @@ impl SuiteReport {
 
 /// Runs one case on `target`, honouring its gate, its need for the server alone, and
 /// the case time limit. A panic inside the case is a failure.
-pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
-    target.probe_links().await;
-    let (outcome, duration) = match case.skip_reason(target) {
-        Some(reason) => (Outcome::Skipped(reason), Duration::ZERO),
-        None if case.fault() => {
-            let _alone = target.server_use.write().await;
+pub async fn run_case<T: SuiteTarget>(target: &T, case: &Case<T>) -> CaseReport {
+    target.prepare().await;
+    let (outcome, duration) = match (case.skip_reason(target), target.server_use()) {
+        (Some(reason), _) => (Outcome::Skipped(reason), Duration::ZERO),
+        (None, Some(server)) if case.fault() => {
+            let _alone = server.write().await;
             timed((case.run)(target)).await
         }
-        None => {
-            let _shared = target.server_use.read().await;
+        (None, Some(server)) => {
+            let _shared = server.read().await;
             timed((case.run)(target)).await
         }
+        (None, None) => timed((case.run)(target)).await,
     };
     CaseReport {
         name: case.name(),
@@ -96,7 +139,7 @@ pub async fn run_case(target: &Target, case: &Case) -> CaseReport {
 }
 
 /// Runs one case's future within the time limit, a panic counting as a failure.
-pub(crate) async fn timed(run: impl Future<Output = CaseResult>) -> (Outcome, Duration) {
+async fn timed(run: impl Future<Output = CaseResult>) -> (Outcome, Duration) {
     let started = Instant::now();
     let outcome = match tokio::time::timeout(CASE_TIMEOUT, AssertUnwindSafe(run).catch_unwind())
         .await
@@ -118,71 +161,30 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a non-string panic".into())
 }
 
-/// Runs every case on `target`, one after another, and reports on each.
-pub async fn run_suite(target: &Target) -> SuiteReport {
+/// Runs every case of `target`'s suite on it, one after another, and reports on each.
+pub async fn run_suite<T: SuiteTarget>(target: &T) -> SuiteReport {
     let mut cases = Vec::new();
-    for case in self::cases() {
+    for case in T::suite() {
         let report = run_case(target, case).await;
         tracing::info!(case = case.name(), outcome = ?report.outcome, duration = ?report.duration, "conformance case");
         cases.push(report);
     }
     SuiteReport {
-        backend: target.backend().name().to_owned(),
+        backend: target.subject(),
         cases,
     }
 }
 
 /// The main of a `harness = false` test target: builds the target once with `make`,
-/// then runs every case as a test with libtest's command line and output. Cases the
-/// target cannot run are reported as *ignored*, with the reason on standard error —
-/// never as passed. Without `--test-threads`, four cases run at once.
+/// then runs every case of its suite as a test with libtest's command line and
+/// output. Cases the target cannot run are reported as *ignored*, with the reason on
+/// standard error — never as passed. Without `--test-threads`, four cases run at once.
 ///
-/// Use it through [`conformance_main!`](crate::conformance_main).
-pub fn run_as_tests<F, Fut, E>(make: F) -> ExitCode
+/// Use it through [`conformance_main!`](crate::conformance_main) or
+/// [`fenced_conformance_main!`](crate::fenced_conformance_main).
+pub fn run_as_tests<T, F, Fut, E>(make: F) -> ExitCode
 where
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<Target, E>>,
-    E: fmt::Display,
-{
-    // The links are asked what they offer before the gates are read.
-    let make = || async {
-        let target = make().await?;
-        target.probe_links().await;
-        Ok::<_, E>(target)
-    };
-    libtest_main(make, |target: &Arc<Target>| {
-        cases()
-            .map(|case| {
-                let skip = case.skip_reason(target);
-                if let Some(reason) = &skip {
-                    eprintln!(
-                        "conformance: {} cannot run on {}: {reason}",
-                        case.name(),
-                        target.backend().name()
-                    );
-                }
-                let target = target.clone();
-                let run: TrialRun = Box::new(move || {
-                    Box::pin(async move { run_case(&target, case).await.outcome })
-                });
-                (case.name(), skip, run)
-            })
-            .collect()
-    })
-}
-
-/// Runs one trial to its outcome.
-pub(crate) type TrialRun = Box<dyn FnOnce() -> BoxFuture<'static, Outcome> + Send>;
-
-/// The shared main of the suites' test targets: builds the target once, then runs the
-/// trials `trials` lists (a name, a skip reason, the run) with libtest's command line;
-/// four at once unless `--test-threads` says otherwise.
-pub(crate) fn libtest_main<T, F, Fut, E>(
-    make: F,
-    trials: impl FnOnce(&Arc<T>) -> Vec<(&'static str, Option<String>, TrialRun)>,
-) -> ExitCode
-where
-    T: Send + Sync + 'static,
+    T: SuiteTarget,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: fmt::Display,
@@ -202,21 +204,38 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let target = match runtime.block_on(make()) {
+    let target = match runtime.block_on(async {
+        let target = make().await?;
+        // A target's parts are asked what they offer before the gates are read.
+        target.prepare().await;
+        Ok::<_, E>(target)
+    }) {
         Ok(target) => Arc::new(target),
         Err(e) => {
             eprintln!("conformance: cannot set up the target under test: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let trials = trials(&target)
+    let trials = T::suite()
         .into_iter()
-        .map(|(name, skip, run)| {
-            let runtime = runtime.clone();
-            Trial::test(name, move || match runtime.block_on(run()) {
-                Outcome::Passed => Ok(()),
-                Outcome::Failed(msg) => Err(Failed::from(msg)),
-                Outcome::Skipped(reason) => Err(Failed::from(format!("cannot run here: {reason}"))),
+        .map(|case| {
+            let skip = case.skip_reason(&target);
+            if let Some(reason) = &skip {
+                eprintln!(
+                    "conformance: {} cannot run on {}: {reason}",
+                    case.name(),
+                    target.subject()
+                );
+            }
+            let (runtime, target) = (runtime.clone(), target.clone());
+            Trial::test(case.name(), move || {
+                match runtime.block_on(run_case(&*target, case)).outcome {
+                    Outcome::Passed => Ok(()),
+                    Outcome::Failed(msg) => Err(Failed::from(msg)),
+                    Outcome::Skipped(reason) => {
+                        Err(Failed::from(format!("cannot run here: {reason}")))
+                    }
+                }
             })
             .with_ignored_flag(skip.is_some())
         })

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use distlock_conformance::fenced::{cases, run_case, StoreTarget};
+use distlock_conformance::fenced::{cases, StoreTarget};
+use distlock_conformance::run_case;
 use distlock_conformance::Outcome;
 use distlock_core::backend::FenceCheck;
 use distlock_core::{DynFencedStore, FencedStore, FencedValue, FencingToken, LockKey, Result};

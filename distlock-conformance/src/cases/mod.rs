@@ -40,17 +40,6 @@ impl From<Error> for CaseError {
     }
 }
 
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        {
-            let held: bool = $cond;
-            if !held {
-                return Err(CaseError::Failed(format!($($msg)+)));
-            }
-        }
-    };
-}
-
 /// `tasks_each` tasks per client in `clients` contend for one key, `per_task` grants
 /// each: at no instant may two hold it, and each grant's fence must be above every
 /// earlier one.
