@@ -540,6 +540,14 @@ impl FairBackend for MemoryLink {
         across!(self, FairBackend::leave_queue(&self.store, key, owner))
     }
 
+    async fn release_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        across!(self, self.store.release_in_turn(key, owner))
+    }
+
     async fn watch_in_turn(
         &self,
         key: &LockKey,

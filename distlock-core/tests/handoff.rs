@@ -8,24 +8,50 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, Grant, OwnerToken,
-    ReleaseOutcome, Renewal,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, Grant, Handoffs,
+    OwnerToken, ReleaseOutcome, Renewal,
 };
 use distlock_core::{
     LockBackend, LockClient, LockGuard, LockInfo, LockKey, LockOptions, MemoryBackend, Result,
 };
 use tokio::time::{sleep, Instant};
 
-/// The memory backend, counting the fair steps it is sent.
+/// The memory backend, counting the fair steps and the fair releases it is sent.
 #[derive(Debug, Default)]
 struct Counted {
     inner: MemoryBackend,
     steps: AtomicUsize,
+    fair_releases: AtomicUsize,
 }
 
 impl Counted {
     fn steps(&self) -> usize {
         self.steps.load(Ordering::SeqCst)
+    }
+
+    fn fair_releases(&self) -> usize {
+        self.fair_releases.load(Ordering::SeqCst)
+    }
+
+    fn inner_fair(&self) -> &dyn FairBackend {
+        self.inner.fair().expect("the memory backend has fair mode")
+    }
+}
+
+#[async_trait]
+impl FairBackend for Counted {
+    async fn leave_queue(&self, k: &LockKey, o: &OwnerToken) -> Result<()> {
+        self.inner_fair().leave_queue(k, o).await
+    }
+    async fn release_in_turn(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.fair_releases.fetch_add(1, Ordering::SeqCst);
+        self.inner_fair().release_in_turn(k, o).await
+    }
+    async fn watch_in_turn(&self, k: &LockKey, o: &OwnerToken) -> Result<Option<ChangeStream>> {
+        self.inner_fair().watch_in_turn(k, o).await
+    }
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        self.inner_fair().handoffs()
     }
 }
 
@@ -44,7 +70,7 @@ impl LockBackend for Counted {
         self.inner.try_grant(r).await
     }
     fn fair(&self) -> Option<&dyn FairBackend> {
-        self.inner.fair()
+        Some(self)
     }
     async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
         self.inner.release(k, o).await
@@ -130,4 +156,43 @@ async fn a_handoff_with_less_than_the_minimum_validity_is_renewed_by_a_step() {
     let shown = backend.inspect(guard.key()).await.expect("inspect");
     assert_eq!(shown.map(|info| info.fence), Some(guard.fence()));
     guard.release().await.expect("release");
+}
+
+/// A fair lock's guard releases through the backend's fair release, released or
+/// dropped; a plain lock's never does.
+#[tokio::test]
+async fn a_fair_locks_release_is_the_backends_fair_release() {
+    let backend = Arc::new(Counted::default());
+    let ttl = Duration::from_secs(10);
+    let fair = LockClient::with_options(backend.clone(), LockOptions::new(ttl).with_fair(true))
+        .expect("options");
+    let plain = LockClient::with_options(backend.clone(), LockOptions::new(ttl)).expect("options");
+
+    let held = fair.try_lock("k").await.expect("lock").expect("free");
+    held.release().await.expect("release");
+    assert_eq!(backend.fair_releases(), 1, "a fair guard's release");
+
+    let held = fair.try_lock("k").await.expect("lock").expect("free");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend.fair_releases() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "a dropped fair guard was not released in turn"
+        );
+        sleep(Duration::from_millis(1)).await;
+    }
+
+    let held = plain.try_lock("k").await.expect("lock").expect("free");
+    held.release().await.expect("release");
+    assert_eq!(
+        backend.fair_releases(),
+        2,
+        "a plain guard's release went in turn"
+    );
+    assert!(backend
+        .inspect(&LockKey::new("k").expect("key"))
+        .await
+        .expect("inspect")
+        .is_none());
 }

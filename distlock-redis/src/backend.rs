@@ -1,7 +1,6 @@
 //! [`RedisBackend`]: the contract on one Redis server, one Lua script per operation.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,9 +47,6 @@ pub(crate) struct Inner {
     hands_over: bool,
     /// Whether a set of keys is taken in one step (one server, not a Redlock master).
     sets: bool,
-    /// Whether this backend has made a fair step: its releases then expect fair
-    /// waiters (see `release_telling`).
-    fair_steps: AtomicBool,
 }
 
 impl fmt::Debug for RedisBackend {
@@ -169,7 +165,6 @@ impl RedisBackend {
                 handoffs: Arc::new(HandoffBook::new()),
                 hands_over,
                 sets,
-                fair_steps: AtomicBool::new(false),
             }),
         }
     }
@@ -322,12 +317,12 @@ impl RedisBackend {
     /// (its release channel) only when `tell`: a Redlock attempt that won only a
     /// minority of masters takes its grants back without waking anyone.
     ///
-    /// A backend that has not made a fair step sends the lock's name alone
-    /// (release_plain.lua): a request of half the bytes, which, measured, is what an
-    /// uncontended cycle's client CPU and throughput turn on (docs/benchmarks.md). A
-    /// grant fair waiters queued for is left to release.lua, which hands the lock to
-    /// the head of the queue in its own step, one round trip later. A backend that has
-    /// made a fair step expects fair waiters, and sends release.lua at once.
+    /// The release first names the lock alone (release_plain.lua): a request of half
+    /// the bytes of the full one, which is what an uncontended cycle's client CPU and
+    /// throughput turn on (docs/benchmarks.md). A grant that fair waiters queued for is
+    /// left to release.lua, which hands the lock to the head of the queue in its own
+    /// step, one round trip later. A fair lock's release, where waiters are expected,
+    /// sends release.lua at once (`FairBackend::release_in_turn`).
     pub(crate) async fn release_telling(
         &self,
         key: &LockKey,
@@ -336,36 +331,59 @@ impl RedisBackend {
     ) -> Result<ReleaseOutcome> {
         let lock = self.lock_key(key);
         let owner = owner.to_hex();
-        if !self.inner.fair_steps.load(Ordering::Relaxed) {
-            // The channel's name is made from the lock's by the script, where it
-            // publishes: the prefix's length is all it needs.
-            let prefix = match tell {
-                true => self.inner.config.prefix.len().to_string(),
-                false => String::new(),
-            };
-            let released: i64 = self
-                .run(
-                    &self.inner.scripts.release_plain,
-                    &[&lock],
-                    &[&owner, &prefix],
-                    false,
-                )
-                .await?;
-            match released {
-                1 => return Ok(ReleaseOutcome::Released),
-                0 => return Ok(ReleaseOutcome::NotHeld),
-                // 2: a fair waiter queued for this grant, which is still held.
-                _ => {}
-            }
+        if let Some(released) = self.release_plain(&lock, &owner, tell).await? {
+            return Ok(released);
         }
+        self.release_full(key, &lock, &owner, tell).await
+    }
+
+    /// release_plain.lua: the release naming the lock alone. `None` where a fair
+    /// waiter queued for the grant, which is still held.
+    async fn release_plain(
+        &self,
+        lock: &str,
+        owner: &str,
+        tell: bool,
+    ) -> Result<Option<ReleaseOutcome>> {
+        // The channel's name is made from the lock's by the script, where it
+        // publishes: the prefix's length is all it needs.
+        let prefix = match tell {
+            true => self.inner.config.prefix.len().to_string(),
+            false => String::new(),
+        };
+        let released: i64 = self
+            .run(
+                &self.inner.scripts.release_plain,
+                &[lock],
+                &[owner, prefix.as_str()],
+                false,
+            )
+            .await?;
+        Ok(match released {
+            1 => Some(ReleaseOutcome::Released),
+            0 => Some(ReleaseOutcome::NotHeld),
+            // 2: a fair waiter queued for this grant, which is still held.
+            _ => None,
+        })
+    }
+
+    /// release.lua: the release that hands the lock to the head of its queue in the
+    /// same step.
+    async fn release_full(
+        &self,
+        key: &LockKey,
+        lock: &str,
+        owner: &str,
+        tell: bool,
+    ) -> Result<ReleaseOutcome> {
         let channel = self.channel_if(key, tell);
-        let [queue, places, ttls, fence] = Self::queue_keys(&lock);
+        let [queue, places, ttls, fence] = Self::queue_keys(lock);
         let (handoff, grace) = self.release_args(tell);
         let released: i64 = self
             .run(
                 &self.inner.scripts.release,
-                &[&lock, &queue, &places, &ttls, &fence],
-                &[&owner, &channel, handoff, &grace],
+                &[lock, &queue, &places, &ttls, &fence],
+                &[owner, &channel, handoff, &grace],
                 false,
             )
             .await?;
@@ -456,10 +474,7 @@ impl RedisBackend {
         let fence_key = Self::fence_key(&lock);
         // The queue's keys only for the fair step.
         let [queue, places, ttls, _] = match place {
-            Some(_) => {
-                self.inner.fair_steps.store(true, Ordering::Relaxed);
-                Self::queue_keys(&lock)
-            }
+            Some(_) => Self::queue_keys(&lock),
             None => Default::default(),
         };
         let owner = request.owner().to_hex();
@@ -663,6 +678,13 @@ impl FairBackend for RedisBackend {
             )
             .await?;
         Ok(())
+    }
+
+    /// The full release at once: a fair lock's grant is where fair waiters queue, and
+    /// the plain release would find their mark and send this one a round trip later.
+    async fn release_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let lock = self.lock_key(key);
+        self.release_full(key, &lock, &owner.to_hex(), true).await
     }
 
     async fn watch_in_turn(

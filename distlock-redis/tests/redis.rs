@@ -644,12 +644,12 @@ async fn calls_of(
         .collect()
 }
 
-/// A backend that has made no fair step names only the lock in its release; a grant a
-/// fair waiter of another backend queued for is still handed to that waiter in a
-/// release's own step, by the full release, sent when the first one finds the fair
-/// waiter's mark. A backend that has made a fair step sends the full release at once.
+/// A release names only the lock, whatever its backend did before; a grant a fair
+/// waiter queued for is still handed to that waiter in a release's own step, by the
+/// full release, sent when the first one finds the fair waiter's mark. A fair lock's
+/// release (`FairBackend::release_in_turn`) sends the full release at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_names_the_lock_alone_until_fair_waiters_need_more() {
+async fn a_release_names_the_lock_alone_until_a_fair_waiter_needs_more() {
     let server = server().await;
     let releaser = RedisBackend::connect(&server.url()).await.expect("connect");
     let waiters = RedisBackend::connect(&server.url()).await.expect("connect");
@@ -697,13 +697,27 @@ async fn a_release_names_the_lock_alone_until_fair_waiters_need_more() {
     let shown = LockBackend::inspect(&waiters, &key).await.expect("inspect");
     assert_eq!(shown.map(|info| info.fence), Some(handed.fence));
 
-    // The waiters' backend has made a fair step: its release is the full one.
+    // The waiters' backend has made a fair step, and nobody queues behind the head:
+    // its release still names the lock alone. No release depends on what its backend
+    // did before, only on what the server holds.
     let released = waiters.release(&key, &head).await.expect("release");
     assert_eq!(released, ReleaseOutcome::Released);
 
-    let calls = calls_of(&mut lines, &[quiet.owner(), holder.owner(), &head]).await;
+    // A fair lock's release (`release_in_turn`, what a fair lock's guard calls) sends
+    // the full release at once, where fair waiters are to be expected.
+    let fair = OwnerToken::random();
+    let taken = waiters
+        .try_acquire_in_turn(&key, ttl, fair, place)
+        .await
+        .expect("fair step");
+    assert!(matches!(taken, AcquireOutcome::Acquired(_)), "{taken:?}");
+    let released = waiters.release_in_turn(&key, &fair).await.expect("release");
+    assert_eq!(released, ReleaseOutcome::Released);
+
+    let calls = calls_of(&mut lines, &[quiet.owner(), holder.owner(), &head, &fair]).await;
     // The acquire names the lock and its counter; each release as said above.
     assert_eq!(calls[0], ["2", "1"], "the uncontended cycle's calls");
     assert_eq!(calls[1], ["2", "1", "5"], "the handed-over cycle's calls");
-    assert_eq!(calls[2], ["5", "5"], "the fair waiter's step and release");
+    assert_eq!(calls[2], ["5", "1"], "the fair waiter's step and release");
+    assert_eq!(calls[3], ["5", "5"], "a fair lock's step and its release");
 }

@@ -271,6 +271,16 @@ pub trait FairBackend: LockBackend {
         self.watch(key).await
     }
 
+    /// Releases a grant made in turn (a fair lock's), as
+    /// [`release`](LockBackend::release) does: the same outcome, the same contract.
+    /// The client calls it for every lease a fair lock holds, where fair waiters are
+    /// to be expected, so a backend whose plain release first asks whether anyone
+    /// queued may go straight to the step that hands the key over. By default
+    /// [`release`](LockBackend::release).
+    async fn release_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.release(key, owner).await
+    }
+
     /// Handoffs: where a release hands the key to the head of its queue on the
     /// server, and tells it (contract point 10), what this process heard of such
     /// grants. By default `None`: a release only frees the key.

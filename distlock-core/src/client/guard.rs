@@ -110,6 +110,16 @@ impl Shared {
         self.lease.key()
     }
 
+    /// The release step for this hold: a fair lock's lease through the backend's
+    /// fair release ([`FairBackend::release_in_turn`](crate::backend::FairBackend::release_in_turn)).
+    async fn release_lease(&self) -> Result<ReleaseOutcome> {
+        let (key, owner) = (self.key(), self.lease.owner());
+        match self.backend.fair().filter(|_| self.options.fair()) {
+            Some(fair) => fair.release_in_turn(key, owner).await,
+            None => self.backend.release(key, owner).await,
+        }
+    }
+
     fn fence(&self) -> FencingToken {
         self.lease.fence()
     }
@@ -536,11 +546,7 @@ impl LockGuard {
         // Should this future be dropped before the reply, the release is sent again in
         // the background, as a dropped guard's is.
         let mut under_way = ReleaseUnderWay(Some(shared.clone()));
-        let outcome = shared
-            .backend
-            .release(shared.key(), shared.lease.owner())
-            .instrument(span)
-            .await;
+        let outcome = shared.release_lease().instrument(span).await;
         under_way.0 = None;
         // The next local waiter goes once the release has been applied (or failed).
         shared.pass_turn();
@@ -596,11 +602,7 @@ fn release_in_background(shared: Arc<Shared>) {
     runtime.spawn(
         async move {
             let _working = working;
-            match shared
-                .backend
-                .release(shared.key(), shared.lease.owner())
-                .await
-            {
+            match shared.release_lease().await {
                 Ok(outcome) => debug!(?outcome, "released on drop"),
                 Err(error) => {
                     warn!(%error, "release on drop failed; the lease will run out at its ttl")
