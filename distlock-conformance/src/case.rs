@@ -3,10 +3,30 @@
 
 use std::fmt;
 
+use distlock_core::Error;
 use futures_util::future::BoxFuture;
 
-use crate::cases::CaseResult;
 use crate::target::Target;
+
+/// Why a case did not pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CaseError {
+    /// The backend broke the contract, or misbehaved; the message says how.
+    #[error("failed: {0}")]
+    Failed(String),
+    /// The case cannot run on this target; the reason says why.
+    #[error("skipped: {0}")]
+    Skipped(String),
+}
+
+/// What a case returns.
+pub type CaseResult = Result<(), CaseError>;
+
+impl From<Error> for CaseError {
+    fn from(e: Error) -> Self {
+        CaseError::Failed(format!("unexpected error: {e}"))
+    }
+}
 
 /// The point of the contract (written in `distlock_core::LockBackend`'s docs, and for
 /// the client in `LockClient`'s) that a case checks.

@@ -4,7 +4,7 @@
 //! Every statement judges time by `clock_timestamp()` (the server's clock now), not
 //! `now()` (the start of the transaction).
 
-use crate::permits::PermitSql;
+use distlock_core::LockKey;
 
 /// The statements of one lock table.
 #[derive(Debug, Clone)]
@@ -441,6 +441,148 @@ pub(crate) fn inline(statement: &str, args: &[Arg<'_>]) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The statements of one lock table's permits.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitSql {
+    pub(crate) migrate: Vec<String>,
+    pub(crate) grant: String,
+    pub(crate) release: String,
+    pub(crate) extend: String,
+    pub(crate) leave: String,
+    pub(crate) holders: String,
+    pub(crate) terms: String,
+}
+
+/// The notification payload of a name's permits: apart from its lock's, which is the
+/// bare key.
+pub(crate) fn payload(key: &LockKey) -> String {
+    format!("permits/{key}")
+}
+
+impl PermitSql {
+    pub(crate) fn new(schema: &str, table: &str, channel: &str) -> Self {
+        let name = |suffix: &str| format!("\"{schema}\".\"{table}_{suffix}\"");
+        let (names, grants, places, terms) = (
+            name("names"),
+            name("permits"),
+            name("places"),
+            name("terms"),
+        );
+        let seq = name("fence");
+        let function = name("grant_permits");
+        let remaining_ms = "(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint";
+        let notify = format!("pg_notify('{channel}', 'permits/' || $1)");
+        PermitSql {
+            migrate: vec![
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {names} (name text PRIMARY KEY, \
+                       lim bigint NOT NULL, term bigint NOT NULL DEFAULT 0)"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {grants} (name text NOT NULL, owner bytea NOT NULL, \
+                       count bigint NOT NULL, fence bigint NOT NULL, \
+                       expires_at timestamptz NOT NULL, value text, PRIMARY KEY (name, owner))"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {places} (name text NOT NULL, owner bytea NOT NULL, \
+                       count bigint NOT NULL, until timestamptz NOT NULL, PRIMARY KEY (name, owner))"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS {terms} (name text NOT NULL, fence bigint NOT NULL, \
+                       previous bigint NOT NULL, value text NOT NULL, PRIMARY KEY (name, fence))"
+                ),
+                // The grant step (point 1 to 5 of the permit contract). The name's row
+                // is locked first; every later statement sees what committed before.
+                format!(
+                    "CREATE OR REPLACE FUNCTION {function}(p_name text, p_owner bytea, \
+                       p_ttl float8, p_count bigint, p_limit bigint, p_place float8, \
+                       p_valued boolean, p_value text, p_kept bigint) \
+                     RETURNS TABLE (outcome int, answer bigint) LANGUAGE plpgsql VOLATILE AS $grant$ \
+                     DECLARE held_limit bigint; used bigint; mine bigint; f bigint; prev bigint; \
+                     BEGIN \
+                       INSERT INTO {names} AS n (name, lim) VALUES (p_name, p_limit) \
+                         ON CONFLICT (name) DO UPDATE SET name = n.name RETURNING n.lim, n.term INTO held_limit, prev; \
+                       DELETE FROM {grants} g WHERE g.name = p_name AND g.expires_at <= clock_timestamp(); \
+                       DELETE FROM {places} w WHERE w.name = p_name AND w.until <= clock_timestamp(); \
+                       SELECT g.fence INTO mine FROM {grants} g WHERE g.name = p_name AND g.owner = p_owner; \
+                       IF FOUND THEN \
+                         UPDATE {grants} g SET expires_at = clock_timestamp() + p_ttl * interval '1 millisecond' \
+                           WHERE g.name = p_name AND g.owner = p_owner; \
+                         RETURN QUERY SELECT 1, mine; RETURN; \
+                       END IF; \
+                       SELECT coalesce(sum(g.count), 0) INTO used FROM {grants} g WHERE g.name = p_name; \
+                       IF used > 0 AND held_limit <> p_limit THEN \
+                         RETURN QUERY SELECT -1, held_limit; RETURN; \
+                       END IF; \
+                       IF used + p_count > p_limit OR EXISTS (SELECT 1 FROM {places} w \
+                           WHERE w.name = p_name AND w.owner <> p_owner AND w.count > p_count) THEN \
+                         IF p_place > 0 THEN \
+                           INSERT INTO {places} AS w (name, owner, count, until) \
+                             VALUES (p_name, p_owner, p_count, clock_timestamp() + p_place * interval '1 millisecond') \
+                             ON CONFLICT (name, owner) DO UPDATE SET count = EXCLUDED.count, until = EXCLUDED.until; \
+                         END IF; \
+                         RETURN QUERY SELECT 0, (SELECT (extract(epoch FROM min(g.expires_at) - clock_timestamp()) * 1000)::bigint \
+                           FROM {grants} g WHERE g.name = p_name); \
+                         RETURN; \
+                       END IF; \
+                       f := nextval('{seq}'); \
+                       UPDATE {names} n SET lim = p_limit WHERE n.name = p_name; \
+                       DELETE FROM {places} w WHERE w.name = p_name AND w.owner = p_owner; \
+                       INSERT INTO {grants} (name, owner, count, fence, expires_at, value) \
+                         VALUES (p_name, p_owner, p_count, f, clock_timestamp() + p_ttl * interval '1 millisecond', \
+                           CASE WHEN p_valued THEN p_value END); \
+                       IF p_valued THEN \
+                         INSERT INTO {terms} (name, fence, previous, value) VALUES (p_name, f, prev, p_value); \
+                         UPDATE {names} n SET term = f WHERE n.name = p_name; \
+                         DELETE FROM {terms} t WHERE t.name = p_name AND t.fence <= ( \
+                           SELECT k.fence FROM {terms} k WHERE k.name = p_name \
+                           ORDER BY k.fence DESC OFFSET p_kept LIMIT 1); \
+                         PERFORM pg_notify('{channel}', 'permits/' || p_name); \
+                       END IF; \
+                       RETURN QUERY SELECT 1, f; \
+                     END $grant$"
+                ),
+            ],
+            grant: format!("SELECT outcome, answer FROM {function}($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+            release: format!(
+                "WITH gone AS (DELETE FROM {grants} WHERE name = $1 AND owner = $2 \
+                   AND expires_at > clock_timestamp() RETURNING 1) \
+                 SELECT {notify} FROM gone"
+            ),
+            extend: format!(
+                "UPDATE {grants} SET expires_at = clock_timestamp() + ($3::float8 * interval '1 millisecond') \
+                 WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp() RETURNING 1"
+            ),
+            leave: format!(
+                "WITH gone AS (DELETE FROM {places} WHERE name = $1 AND owner = $2 RETURNING 1) \
+                 SELECT {notify} FROM gone"
+            ),
+            holders: format!(
+                "SELECT fence, count, {remaining_ms}, value FROM {grants} \
+                 WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY fence"
+            ),
+            terms: format!(
+                "SELECT fence, previous, value FROM {terms} WHERE name = $1 AND fence > $2 ORDER BY fence"
+            ),
+        }
+    }
+
+    /// Every statement, for the check that no name was left unwritten.
+    #[cfg(test)]
+    pub(crate) fn all(&self) -> Vec<&String> {
+        let mut all: Vec<&String> = self.migrate.iter().collect();
+        all.extend([
+            &self.grant,
+            &self.release,
+            &self.extend,
+            &self.leave,
+            &self.holders,
+            &self.terms,
+        ]);
+        all
+    }
 }
 
 #[cfg(test)]

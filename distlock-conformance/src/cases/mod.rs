@@ -17,28 +17,10 @@ use distlock_core::{
 use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+pub use crate::case::{CaseError, CaseResult};
+
 use crate::case::Case;
 use crate::target::{LinkedClient, RoundTripMeter, Target};
-
-/// Why a case did not pass.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CaseError {
-    /// The backend broke the contract, or misbehaved; the message says how.
-    #[error("failed: {0}")]
-    Failed(String),
-    /// The case cannot run on this target; the reason says why.
-    #[error("skipped: {0}")]
-    Skipped(String),
-}
-
-/// What a case returns.
-pub type CaseResult = Result<(), CaseError>;
-
-impl From<Error> for CaseError {
-    fn from(e: Error) -> Self {
-        CaseError::Failed(format!("unexpected error: {e}"))
-    }
-}
 
 /// `tasks_each` tasks per client in `clients` contend for one key, `per_task` grants
 /// each: at no instant may two hold it, and each grant's fence must be above every
