@@ -1,5 +1,6 @@
 //! What an acquisition asks for and what the backend answers.
 
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -289,4 +290,30 @@ pub struct LockInfo {
     pub fence: FencingToken,
     /// The holder's remaining TTL by the server's clock.
     pub remaining: Duration,
+}
+
+/// Why a guard stopped holding its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The server answered that this owner no longer holds the key: the lease was
+    /// deleted behind the holder's back, or expired and was taken by someone else.
+    NotHeld,
+    /// Renewals did not get through, and the validity (less the loss margin) ran out.
+    RenewalFailed,
+    /// Auto-renewal was off, and the validity (less the loss margin) ran out.
+    Expired,
+    /// The guard was released or dropped by its owner.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotHeld => "the server no longer holds the lease for this owner",
+            LossReason::RenewalFailed => "renewal failed until the validity ran out",
+            LossReason::Expired => "the lease expired without renewal",
+            LossReason::Released => "the lock was released",
+        })
+    }
 }

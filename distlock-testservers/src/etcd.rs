@@ -3,7 +3,8 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
-use crate::handle::{HarnessError, ServerHandle};
+use crate::error::HarnessError;
+use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
 use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 

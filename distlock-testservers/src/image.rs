@@ -3,7 +3,7 @@
 
 use testcontainers::bollard::Docker;
 
-use crate::handle::HarnessError;
+use crate::error::HarnessError;
 use crate::Server;
 
 const IMAGES: &str = include_str!("../images.txt");

@@ -41,6 +41,7 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
 
+mod error;
 pub mod etcd;
 mod handle;
 mod image;
@@ -66,8 +67,9 @@ use futures_util::future::BoxFuture;
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage};
 
+pub use error::HarnessError;
 pub use etcd::{enable_auth as enable_etcd_auth, Etcd, EtcdCluster};
-pub use handle::{HarnessError, ServerHandle};
+pub use handle::ServerHandle;
 pub use image::{image_source, ImageSource};
 pub use mariadb::MariaDb;
 pub use pgbouncer::PgBouncer;

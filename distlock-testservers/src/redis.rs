@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use distlock_conformance::ServerControl;
 use distlock_core::BoxError;
 
-use crate::handle::{HarnessError, ServerHandle};
+use crate::error::HarnessError;
+use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
 use crate::redlock::Every;
 use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};

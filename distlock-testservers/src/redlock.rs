@@ -11,7 +11,8 @@ use distlock_conformance::{
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
 use futures_util::future::{join_all, BoxFuture};
 
-use crate::handle::{HarnessError, ServerHandle};
+use crate::error::HarnessError;
+use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
 use crate::{Proxy, Redis};
 

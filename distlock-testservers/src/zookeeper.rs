@@ -12,7 +12,8 @@ use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::handle::{HarnessError, ServerHandle};
+use crate::error::HarnessError;
+use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
 use crate::redlock::{Every, Links};
 use crate::{ConnectionKill, ImageSource, Server};

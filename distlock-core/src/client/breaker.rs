@@ -16,54 +16,7 @@ use tracing::warn;
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// When a client's circuit breaker opens and how long it stays open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BreakerOptions {
-    failures: u32,
-    open_for: Duration,
-}
-
-impl Default for BreakerOptions {
-    /// Opens after 5 consecutive failures, for 5 s.
-    fn default() -> Self {
-        BreakerOptions {
-            failures: 5,
-            open_for: Duration::from_secs(5),
-        }
-    }
-}
-
-impl BreakerOptions {
-    /// Opens after `failures` consecutive acquisition attempts that failed with
-    /// [`ErrorKind::Unavailable`] or a backend [`ErrorKind::Timeout`], and stays open
-    /// for `open_for` before one probe call is let through.
-    pub fn new(failures: u32, open_for: Duration) -> Self {
-        BreakerOptions { failures, open_for }
-    }
-
-    /// How many consecutive failures open the breaker.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-
-    /// How long the breaker stays open before a probe call is let through.
-    pub fn open_for(&self) -> Duration {
-        self.open_for
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        if self.failures == 0 || self.open_for.is_zero() {
-            return Err(Error::new(
-                ErrorKind::Configuration,
-                format!(
-                    "the circuit breaker needs at least 1 failure and an open time above zero (got {} and {:?})",
-                    self.failures, self.open_for
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
+use super::options::BreakerOptions;
 
 /// A circuit breaker's state, as [`LockClient::health`](crate::LockClient::health)
 /// reports it.
@@ -194,13 +147,13 @@ impl Admission<'_> {
         let breaker = self.breaker;
         let mut state = breaker.state_lock();
         let opened = |failures| State::Open {
-            until: Instant::now() + breaker.options.open_for,
+            until: Instant::now() + breaker.options.open_for(),
             failures,
         };
         let next = match (&*state, failed) {
             (State::Closed { failures }, true) => {
                 let failures = failures + 1;
-                if failures >= breaker.options.failures {
+                if failures >= breaker.options.failures() {
                     breaker.changed("open");
                     opened(failures)
                 } else {
@@ -209,7 +162,7 @@ impl Admission<'_> {
             }
             (State::HalfOpen { .. }, true) if self.probe => {
                 breaker.changed("open");
-                opened(breaker.options.failures)
+                opened(breaker.options.failures())
             }
             (State::HalfOpen { .. }, false) if self.probe => {
                 breaker.changed("closed");

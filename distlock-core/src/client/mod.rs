@@ -33,15 +33,16 @@ use crate::token::{FencingToken, OwnerToken};
 use self::background::Background;
 use self::backoff::Backoff;
 use self::breaker::Breaker;
-pub use self::breaker::{BreakerOptions, BreakerState};
+pub use self::breaker::BreakerState;
 use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
-pub use self::guard::{LockGuard, LossReason};
+pub use self::guard::LockGuard;
 use self::local::{LocalQueues, LocalTurn};
 pub use self::multi::{Fences, MultiGuard};
-pub use self::options::LockOptions;
+pub use self::options::{BreakerOptions, LockOptions};
 pub use self::shared::{RwLock, Semaphore};
 use self::telemetry::Outcome;
+pub use crate::lease::LossReason;
 
 /// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
 /// wait of a century, never an overflow.

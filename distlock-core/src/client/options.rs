@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use super::breaker::BreakerOptions;
 use crate::error::{Error, ErrorKind, Result};
 
 /// How a [`LockClient`](crate::LockClient) takes and keeps locks.
@@ -271,6 +270,55 @@ impl LockOptions {
             return bad(
                 "the backoff must start above zero and its maximum be at least its start".into(),
             );
+        }
+        Ok(())
+    }
+}
+
+/// When a client's circuit breaker opens and how long it stays open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerOptions {
+    failures: u32,
+    open_for: Duration,
+}
+
+impl Default for BreakerOptions {
+    /// Opens after 5 consecutive failures, for 5 s.
+    fn default() -> Self {
+        BreakerOptions {
+            failures: 5,
+            open_for: Duration::from_secs(5),
+        }
+    }
+}
+
+impl BreakerOptions {
+    /// Opens after `failures` consecutive acquisition attempts that failed with
+    /// [`ErrorKind::Unavailable`] or a backend [`ErrorKind::Timeout`], and stays open
+    /// for `open_for` before one probe call is let through.
+    pub fn new(failures: u32, open_for: Duration) -> Self {
+        BreakerOptions { failures, open_for }
+    }
+
+    /// How many consecutive failures open the breaker.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// How long the breaker stays open before a probe call is let through.
+    pub fn open_for(&self) -> Duration {
+        self.open_for
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.failures == 0 || self.open_for.is_zero() {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "the circuit breaker needs at least 1 failure and an open time above zero (got {} and {:?})",
+                    self.failures, self.open_for
+                ),
+            ));
         }
         Ok(())
     }

@@ -4,10 +4,10 @@
 
 use tracing::{debug, info, warn};
 
-use crate::client::guard::LossReason;
 use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind};
 use crate::key::LockKey;
+use crate::lease::LossReason;
 use crate::token::FencingToken;
 
 /// How a call to take a lock ended.
