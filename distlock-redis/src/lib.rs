@@ -25,14 +25,15 @@
 //!   key's release channel when someone waited for that grant, so waiters wake at once
 //!   (a waiter subscribes before it asks, and its refused ask marks the grant; a
 //!   release nobody waited for publishes nothing, and neither does expiry: waiters
-//!   never sleep past the holder's remaining TTL). A backend that has made no fair
-//!   step names only the lock in its release, with the owner and the prefix's length,
+//!   never sleep past the holder's remaining TTL). A release names only the lock,
+//!   with the owner and the prefix's length,
 //!   from which the script makes the channel's name (`<prefix>released:{<key>}`) where
 //!   it publishes: a request less than half the size of one naming the fair queue's
 //!   keys and the channel too. Measured, an uncontended cycle costs the client CPU in
 //!   proportion to the bytes it sends (docs/benchmarks.md). It leaves a grant a fair waiter
 //!   queued for (`!!`) to the full release below, which hands the lock over, a round
-//!   trip later;
+//!   trip later. A fair lock's release (`FairBackend::release_in_turn`), where fair
+//!   waiters are to be expected, sends the full release at once;
 //! - **extend** re-arms the expiry (`PEXPIRE`) only if the owner token matches, and never
 //!   re-creates the key;
 //! - **inspect** reads the holder's fence and remaining TTL;
