@@ -738,6 +738,41 @@ async fn a_wait_through_time_outs_sends_one_cleanup() {
     );
 }
 
+/// A call the circuit breaker refuses never left the client: it arms no cleanup, so
+/// an open breaker sends nothing at all.
+#[tokio::test(start_paused = true)]
+async fn a_call_the_breaker_refuses_sends_no_cleanup() {
+    let backend = Arc::new(TimesOut::default());
+    let options = LockOptions::new(TTL).with_circuit_breaker(distlock_core::BreakerOptions::new(
+        2,
+        Duration::from_secs(60),
+    ));
+    let client = LockClient::with_options(backend.clone(), options).expect("opts");
+    for _ in 0..2 {
+        let failed = client
+            .try_lock("outage")
+            .await
+            .map(drop)
+            .map_err(|e| e.kind());
+        assert_eq!(failed, Err(ErrorKind::Timeout));
+    }
+    sleep(Duration::from_secs(10)).await; // both cleanups' schedules run out
+    let before = backend.releases.load(Ordering::SeqCst);
+    assert!(before > 0, "a timed-out attempt is cleaned up");
+    for _ in 0..3 {
+        let refused = client
+            .try_lock("outage")
+            .await
+            .map(drop)
+            .map_err(|e| e.kind());
+        assert_eq!(refused, Err(ErrorKind::CircuitOpen));
+        let refused = client.try_lock_all(["a", "b"]).await.map(drop);
+        assert_eq!(refused.map_err(|e| e.kind()), Err(ErrorKind::CircuitOpen));
+    }
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(backend.releases.load(Ordering::SeqCst), before);
+}
+
 /// Every acquisition reaches the server `delay` after it was sent, whether or not its
 /// caller still waits (a request queued in a pool or a proxy).
 #[derive(Debug)]

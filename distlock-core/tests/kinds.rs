@@ -126,3 +126,40 @@ impl distlock_core::LockBackend for NoPermits {
         self.0.inspect(key).await
     }
 }
+
+/// A semaphore, a read-write lock and an election each keep one circuit breaker for
+/// all their calls, as a client does: it opens after the failures its options count,
+/// across calls, and then fails at once without asking the server.
+#[tokio::test]
+async fn the_kinds_circuit_breaker_opens_across_their_calls() {
+    use distlock_core::{BreakerOptions, LockOptions};
+    let backend = Arc::new(MemoryBackend::new());
+    let options = LockOptions::new(Duration::from_secs(5))
+        .with_circuit_breaker(BreakerOptions::new(2, Duration::from_secs(60)));
+    let semaphore =
+        Semaphore::with_options(backend.clone(), "slots", 2, options.clone()).expect("semaphore");
+    let rwlock = RwLock::with_options(backend.clone(), "table", options.clone()).expect("rwlock");
+    let election = Election::with_options(backend.clone(), "leader", options).expect("election");
+    backend.stop();
+    for _ in 0..2 {
+        let down = semaphore
+            .try_acquire()
+            .await
+            .expect_err("the server is down");
+        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
+        let down = rwlock.try_read().await.expect_err("the server is down");
+        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
+        let down = election
+            .try_campaign("a")
+            .await
+            .expect_err("the server is down");
+        assert_eq!(down.kind(), ErrorKind::Unavailable, "{down}");
+    }
+    let open = semaphore.try_acquire().await.expect_err("open");
+    assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");
+    // Readers and writers share the lock's breaker.
+    let open = rwlock.try_write().await.expect_err("open");
+    assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");
+    let open = election.try_campaign("a").await.expect_err("open");
+    assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");
+}

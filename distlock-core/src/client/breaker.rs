@@ -7,14 +7,28 @@
 //! lease already held is never cut short by it, since its renewals and its release go
 //! to the backend whatever the breaker's state, and the holder is told of a loss by
 //! its validity as without a breaker.
+//!
+//! It sits around the backend as a backend of its own, [`Breaking`], as a tower layer
+//! sits around a service: the client's acquisition path does not know of it.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::time::Instant;
 use tracing::warn;
 
+use crate::backend::{
+    ChangeStream, DynLockBackend, FairBackend, LockBackend, OperatorBackend, PermitBackend,
+    SetBackend,
+};
+use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::lease::{
+    AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal, SetGrant,
+};
+use crate::token::OwnerToken;
 
 use super::options::BreakerOptions;
 
@@ -92,7 +106,8 @@ impl Breaker {
                     ErrorKind::CircuitOpen,
                     "the circuit breaker is half-open and its probe call is under way",
                 )
-                .with_backend(self.backend.clone()));
+                .with_backend(self.backend.clone())
+                .with_not_sent());
             }
             State::HalfOpen { probing: false } => {
                 *state = State::HalfOpen { probing: true };
@@ -114,6 +129,7 @@ impl Breaker {
             ),
         )
         .with_backend(self.backend.clone())
+        .with_not_sent()
     }
 
     /// The state now.
@@ -185,6 +201,93 @@ impl Drop for Admission<'_> {
                 *state = State::HalfOpen { probing: false };
             }
         }
+    }
+}
+
+/// A backend whose acquisition steps ([`LockBackend::try_grant`], for a racing and a
+/// fair step alike, and [`SetBackend::try_grant_all`]) pass `breaker` first; every
+/// other step goes straight to `inner`. One breaker may sit around several views of
+/// one backend (the claims of a semaphore), which then open and close together.
+#[derive(Debug)]
+pub(crate) struct Breaking {
+    inner: Arc<DynLockBackend>,
+    breaker: Arc<Breaker>,
+}
+
+impl Breaking {
+    pub(crate) fn new(inner: Arc<DynLockBackend>, breaker: Arc<Breaker>) -> Self {
+        Breaking { inner, breaker }
+    }
+
+    /// Runs one acquisition step through the breaker.
+    async fn admitted<T>(&self, step: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let admission = self.breaker.admit()?;
+        let result = step.await;
+        admission.record(&result);
+        result
+    }
+}
+
+#[async_trait]
+impl LockBackend for Breaking {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.admitted(self.inner.try_grant(request)).await
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, owner).await
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(request).await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.inner.watch(key).await
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        // The fair step is `try_grant`, gated above; the rest of fair mode is not.
+        self.inner.fair()
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        self.inner.sets().map(|_| self as &dyn SetBackend)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        self.inner.operator()
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        self.inner.permits()
+    }
+}
+
+#[async_trait]
+impl SetBackend for Breaking {
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let Some(sets) = self.inner.sets() else {
+            // `sets` answers only where the inner backend has the step.
+            return Err(Error::new(ErrorKind::Unsupported, "no set step").with_not_sent());
+        };
+        self.admitted(sets.try_grant_all(requests)).await
     }
 }
 

@@ -1,17 +1,23 @@
 //! One claim on a backend's permits seen as a lock backend, so that the client's
 //! waits, renewal, guards and loss signal serve semaphores, read-write locks and
-//! elections unchanged.
+//! elections unchanged; and the clients of one name's claims, which those kinds are
+//! built on.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::background::Background;
+use super::breaker::Breaker;
+use super::deferred::Starts;
+use super::{LockClient, LockGuard, LockOptions};
 use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
-use crate::permits::{Claim, PermitBackend};
+use crate::permits::{Claim, PermitBackend, PermitHolder};
 use crate::token::OwnerToken;
 
 /// The permits of `backend`, or an [`ErrorKind::Unsupported`] error naming it.
@@ -105,5 +111,81 @@ impl LockBackend for ClaimView {
 impl FairBackend for ClaimView {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         self.permits()?.leave_queue(key, owner).await
+    }
+}
+
+/// Clients of one name's permits, one per claim, sharing their deferred starts, their
+/// background work and their circuit breaker.
+#[derive(Debug, Clone)]
+pub(crate) struct Claims {
+    backend: Arc<DynLockBackend>,
+    name: LockKey,
+    options: LockOptions,
+    starts: Starts,
+    background: Background,
+    breaker: Option<Arc<Breaker>>,
+}
+
+impl Claims {
+    /// Checks the name, the options and that `backend` has permits.
+    pub(crate) fn new(
+        backend: Arc<DynLockBackend>,
+        name: &str,
+        options: LockOptions,
+    ) -> Result<Self> {
+        let name = LockKey::new(name)?;
+        // Every wait keeps a place (point 4 of the permit contract).
+        let options = options.with_fair(true);
+        let breaker = options
+            .circuit_breaker()
+            .map(|b| Arc::new(Breaker::new(b, backend.name())));
+        let claims = Claims {
+            backend,
+            name,
+            options,
+            starts: Starts::default(),
+            background: Background::default(),
+            breaker,
+        };
+        claims.client(Claim::new(1, 1)?)?;
+        Ok(claims)
+    }
+
+    /// A client whose every grant is `claim` on the name.
+    pub(crate) fn client(&self, claim: Claim) -> Result<LockClient> {
+        let view = Arc::new(ClaimView::new(self.backend.clone(), claim)?);
+        let mut client = LockClient::assemble(view, self.options.clone(), self.breaker.clone())?;
+        client.starts = self.starts.clone();
+        client.background = self.background.clone();
+        Ok(client)
+    }
+
+    /// As [`LockClient::flush`], for every claim's client.
+    pub(crate) async fn flush(&self) {
+        self.background.idle().await;
+    }
+
+    pub(crate) fn name(&self) -> &LockKey {
+        &self.name
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<DynLockBackend> {
+        &self.backend
+    }
+
+    pub(crate) fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    pub(crate) async fn acquire(&self, claim: Claim, wait: Duration) -> Result<LockGuard> {
+        self.client(claim)?.lock(self.name.as_str(), wait).await
+    }
+
+    pub(crate) async fn try_acquire(&self, claim: Claim) -> Result<Option<LockGuard>> {
+        self.client(claim)?.try_lock(self.name.as_str()).await
+    }
+
+    pub(crate) async fn holders(&self) -> Result<Vec<PermitHolder>> {
+        permits_of(&*self.backend)?.holders(&self.name).await
     }
 }

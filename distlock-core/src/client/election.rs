@@ -11,7 +11,7 @@ use futures_util::Stream;
 use tracing::debug;
 
 use super::claim::permits_of;
-use super::shared::Claims;
+use super::claim::Claims;
 use super::{LockGuard, LockOptions};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
 use crate::error::Result;

@@ -1,6 +1,7 @@
 //! [`LockClient`]: waiting with a deadline, guards, auto-renewal and the loss signal,
 //! on top of any [`LockBackend`](crate::LockBackend).
 
+mod attempt;
 mod background;
 mod backoff;
 mod breaker;
@@ -12,10 +13,10 @@ mod local;
 mod multi;
 mod options;
 mod reentrant;
-mod shared;
+mod rwlock;
+mod semaphore;
 mod telemetry;
 
-use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,17 +31,19 @@ use crate::key::LockKey;
 use crate::lease::{AcquireOutcome, Lease};
 use crate::token::{FencingToken, OwnerToken};
 
+use self::attempt::{leave_queue, Answer, Attempt, PendingGrant, Settled};
 use self::background::Background;
 use self::backoff::Backoff;
-use self::breaker::Breaker;
 pub use self::breaker::BreakerState;
+use self::breaker::{Breaker, Breaking};
 use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::LockGuard;
 use self::local::{LocalQueues, LocalTurn};
 pub use self::multi::{Fences, MultiGuard};
 pub use self::options::{BreakerOptions, LockOptions};
-pub use self::shared::{RwLock, Semaphore};
+pub use self::rwlock::RwLock;
+pub use self::semaphore::Semaphore;
 use self::telemetry::Outcome;
 pub use crate::lease::LossReason;
 
@@ -128,7 +131,8 @@ impl Health {
     }
 }
 
-enum Attempt {
+/// How one attempt of a wait ended.
+enum Tried {
     Acquired(LockGuard),
     Busy { remaining: Option<Duration> },
 }
@@ -164,14 +168,44 @@ impl Waiter {
 
     fn queued(client: &LockClient, key: &LockKey) -> Self {
         let owner = OwnerToken::random();
-        let mut pending = PendingGrant::new(
-            client.backend.clone(),
-            key.clone(),
-            owner,
-            client.background.clone(),
-        );
-        pending.queued = true;
+        let pending = PendingGrant::queued(client, key, owner);
         Waiter::Queued { owner, pending }
+    }
+
+    /// A guard owns what the wait may have held: its cover is no longer needed.
+    fn acquired(&mut self) {
+        match self {
+            Waiter::Queued { pending, .. } => pending.disarm(),
+            Waiter::Racing { uncertain, .. } => {
+                if let Some((_, mut pending)) = uncertain.take() {
+                    pending.disarm();
+                }
+            }
+        }
+    }
+
+    /// An answer without a guard. A queued wait keeps its place; a racing one's
+    /// uncertain owner was not granted, or ran out, or was given back, or its earlier
+    /// requests may still land late: its cleanup runs in the background, and the next
+    /// attempt is a fresh owner's.
+    fn answered(&mut self) {
+        if let Waiter::Racing { uncertain, .. } = self {
+            drop(uncertain.take());
+        }
+    }
+
+    /// A failure that may hide a success: a racing wait retries as the failed
+    /// attempt's owner, under its cleanup (`uncertain` is empty where the attempt was
+    /// already that owner's, or a queued wait's, whose cover stays armed).
+    fn failed(&mut self, uncertain: Vec<(OwnerToken, PendingGrant<'static>)>) {
+        if let Waiter::Racing {
+            uncertain: kept, ..
+        } = self
+        {
+            if let Some(owner) = uncertain.into_iter().next() {
+                *kept = Some(owner);
+            }
+        }
     }
 }
 
@@ -193,6 +227,20 @@ impl LockClient {
     /// together, the TTL is outside the backend's limits, or fair mode is asked of a
     /// backend without it.
     pub fn with_options(backend: Arc<DynLockBackend>, options: LockOptions) -> Result<Self> {
+        let breaker = options
+            .circuit_breaker()
+            .map(|b| Arc::new(Breaker::new(b, backend.name())));
+        Self::assemble(backend, options, breaker)
+    }
+
+    /// As [`Self::with_options`], with the circuit breaker the options ask for given:
+    /// one breaker may serve several clients (a semaphore's, one per claim). Its
+    /// acquisition steps pass the breaker; nothing else in the client knows of it.
+    pub(crate) fn assemble(
+        backend: Arc<DynLockBackend>,
+        options: LockOptions,
+        breaker: Option<Arc<Breaker>>,
+    ) -> Result<Self> {
         options.validate()?;
         let capabilities = backend.capabilities();
         capabilities.check_ttl(options.ttl()).map_err(|e| {
@@ -205,9 +253,10 @@ impl LockClient {
             ));
         }
         telemetry::describe();
-        let breaker = options
-            .circuit_breaker()
-            .map(|b| Arc::new(Breaker::new(b, backend.name())));
+        let backend = match &breaker {
+            Some(breaker) => Arc::new(Breaking::new(backend, breaker.clone())),
+            None => backend,
+        };
         Ok(LockClient {
             backend,
             options,
@@ -370,8 +419,8 @@ impl LockClient {
             Waiter::racing(turn)
         };
         match self.attempt(key, &mut waiter).await? {
-            Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Busy { .. } => {
+            Tried::Acquired(guard) => Ok(Some(guard)),
+            Tried::Busy { .. } => {
                 if let Waiter::Queued { owner, pending } = &mut waiter {
                     // Nothing was granted: leave the queue now, not a place later.
                     if leave_queue(&*self.backend, key, owner).await.is_ok() {
@@ -413,7 +462,6 @@ impl LockClient {
     }
 
     async fn lock_until(&self, key: LockKey, deadline: Instant) -> Result<LockGuard> {
-        self.backend.capabilities().check_ttl(self.options.ttl())?;
         if let Some(guard) = reentrant::reenter(&self.local, &key) {
             return Ok(guard);
         }
@@ -437,11 +485,11 @@ impl LockClient {
             attempts += 1;
             let mut remaining = None;
             match self.attempt(&key, &mut waiter).await {
-                Ok(Attempt::Acquired(guard)) => {
+                Ok(Tried::Acquired(guard)) => {
                     debug!(attempts, "acquired");
                     return Ok(guard);
                 }
-                Ok(Attempt::Busy { remaining: r }) => remaining = r,
+                Ok(Tried::Busy { remaining: r }) => remaining = r,
                 // The breaker is open: fail at once, not at the deadline.
                 Err(error) if error.kind() == ErrorKind::CircuitOpen => return Err(error),
                 Err(error) if error.is_retryable() => {
@@ -572,14 +620,74 @@ impl LockClient {
     /// One acquisition attempt. The grant is covered from before the request is sent
     /// until a guard owns it, so that a dropped future leaves nothing behind: by a
     /// cleanup of its own for a racing attempt, by the wait's for a queued one.
-    async fn attempt(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
-        let Some(breaker) = &self.breaker else {
-            return self.attempt_unguarded(key, waiter).await;
+    async fn attempt(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Tried> {
+        let ttl = self.options.ttl();
+        let mut attempt = Attempt::new(self);
+        let answer = match waiter {
+            // The owner of an attempt whose outcome is unknown, again: its cleanup is
+            // armed already.
+            Waiter::Racing {
+                uncertain: Some((owner, _)),
+                ..
+            } => {
+                attempt.covered(key, *owner);
+                self.race(key, ttl, *owner).await
+            }
+            Waiter::Racing { .. } => {
+                let owner = attempt.fresh(key);
+                self.race(key, ttl, owner).await
+            }
+            Waiter::Queued { owner, .. } => {
+                attempt.covered(key, *owner);
+                match self.handed_lease(key, ttl, *owner) {
+                    Some(lease) => Ok(Answer::Granted(vec![lease], None)),
+                    None => {
+                        let place = self.options.queue_place();
+                        let step = self.backend.try_acquire_in_turn(key, ttl, *owner, place);
+                        step.await.map(|outcome| match outcome {
+                            AcquireOutcome::Acquired(lease) => Answer::Granted(vec![lease], None),
+                            AcquireOutcome::Held { remaining } => Answer::Held {
+                                index: 0,
+                                remaining,
+                            },
+                        })
+                    }
+                }
+            }
         };
-        let admission = breaker.admit()?;
-        let result = self.attempt_unguarded(key, waiter).await;
-        admission.record(&result);
-        result
+        let turn = || match waiter {
+            Waiter::Racing { turn, .. } => turn.take(),
+            Waiter::Queued { .. } => None,
+        };
+        match attempt.settle(answer, turn).await {
+            Settled::Guards(mut guards) => match guards.pop() {
+                Some(guard) => {
+                    waiter.acquired();
+                    Ok(Tried::Acquired(guard))
+                }
+                None => Ok(Tried::Busy { remaining: None }),
+            },
+            Settled::Busy { remaining, .. } => {
+                waiter.answered();
+                Ok(Tried::Busy { remaining })
+            }
+            Settled::Failed { error, uncertain } => {
+                waiter.failed(uncertain);
+                Err(error)
+            }
+        }
+    }
+
+    /// One racing grant step for `key` as `owner`.
+    async fn race(&self, key: &LockKey, ttl: Duration, owner: OwnerToken) -> Result<Answer> {
+        let (outcome, checked_at) = acquire_as(&*self.backend, key, ttl, owner).await?;
+        Ok(match outcome {
+            AcquireOutcome::Acquired(lease) => Answer::Granted(vec![lease], checked_at),
+            AcquireOutcome::Held { remaining } => Answer::Held {
+                index: 0,
+                remaining,
+            },
+        })
     }
 
     /// The lease a release handed to `owner` on the server (contract point 10), if
@@ -592,267 +700,5 @@ impl LockClient {
             .valid_until()
             .saturating_duration_since(Instant::now());
         (remaining >= self.options.min_validity()).then_some(lease)
-    }
-
-    /// One attempt, whatever the circuit breaker's state.
-    async fn attempt_unguarded(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Attempt> {
-        let ttl = self.options.ttl();
-        let (owner, mut racing) = match waiter {
-            // The owner of an attempt whose outcome is unknown, again: its cleanup is
-            // armed already.
-            Waiter::Racing {
-                uncertain: Some((owner, _)),
-                ..
-            } => (*owner, None),
-            Waiter::Racing { .. } => {
-                let owner = OwnerToken::random();
-                let pending = PendingGrant::borrowed(&self.backend, key, owner, &self.background);
-                (owner, Some(pending))
-            }
-            Waiter::Queued { owner, .. } => (*owner, None),
-        };
-        let (outcome, checked_at) = match waiter {
-            Waiter::Racing { .. } => match acquire_as(&*self.backend, key, ttl, owner).await {
-                Ok((outcome, checked_at)) => (Ok(outcome), checked_at),
-                Err(error) => (Err(error), None),
-            },
-            Waiter::Queued { .. } => match self.handed_lease(key, ttl, owner) {
-                Some(lease) => (Ok(AcquireOutcome::Acquired(lease)), None),
-                None => {
-                    let place = self.options.queue_place();
-                    let attempt = self.backend.try_acquire_in_turn(key, ttl, owner, place);
-                    (attempt.await, None)
-                }
-            },
-        };
-        let disarm = |waiter: &mut Waiter, racing: &mut Option<PendingGrant<'_>>| {
-            if let Some(pending) = racing {
-                pending.disarm();
-            }
-            match waiter {
-                Waiter::Queued { pending, .. } => pending.disarm(),
-                Waiter::Racing { uncertain, .. } => {
-                    if let Some((_, mut pending)) = uncertain.take() {
-                        pending.disarm();
-                    }
-                }
-            }
-        };
-        match outcome {
-            Ok(AcquireOutcome::Acquired(lease)) => {
-                // One clock reading serves the check and the guard's start: the one
-                // that found the lease valid, where there was one.
-                let now = checked_at.unwrap_or_else(Instant::now);
-                let remaining = lease.valid_until().saturating_duration_since(now);
-                if remaining < self.options.min_validity() {
-                    warn!(
-                        ?remaining,
-                        "granted lease is below the minimum validity; releasing it"
-                    );
-                    let _ = self.backend.release(key, &owner).await;
-                    if let Some(pending) = &mut racing {
-                        pending.disarm();
-                    }
-                    if let Waiter::Racing { uncertain, .. } = waiter {
-                        if let Some((_, mut pending)) = uncertain.take() {
-                            pending.disarm();
-                        }
-                    }
-                    return Ok(Attempt::Busy { remaining: None });
-                }
-                disarm(waiter, &mut racing);
-                let turn = match waiter {
-                    Waiter::Racing { turn, .. } => turn.take(),
-                    Waiter::Queued { .. } => None,
-                };
-                let guard = LockGuard::start(
-                    self.backend.clone(),
-                    lease,
-                    now,
-                    self.options.clone(),
-                    turn,
-                    &self.starts,
-                    &self.background,
-                );
-                reentrant::remember(&self.local, &guard);
-                Ok(Attempt::Acquired(guard))
-            }
-            Ok(AcquireOutcome::Held { remaining }) => {
-                if let Some(pending) = &mut racing {
-                    pending.disarm();
-                }
-                // An answer: the uncertain owner's earlier requests were not granted,
-                // or ran out, or may still land late; its cleanup runs in the
-                // background, and the next attempt is a fresh owner's.
-                if let Waiter::Racing { uncertain, .. } = waiter {
-                    drop(uncertain.take());
-                }
-                Ok(Attempt::Busy { remaining })
-            }
-            Err(error) => {
-                // The request may have been applied with its reply lost: keep the
-                // cleanup armed for faults, not for input the backend refused nor for
-                // a request that never left this process. A queued wait keeps its own
-                // armed until it ends: its next attempt, with the same owner, takes
-                // over whatever this one may have been granted.
-                let maybe_applied = error.is_retryable() || error.kind() == ErrorKind::Backend;
-                if let Some(pending) = &mut racing {
-                    if maybe_applied && !error.was_not_sent() {
-                        // The wait retries as this owner, under one cleanup.
-                        if let Waiter::Racing { uncertain, .. } = waiter {
-                            let owned = PendingGrant::new(
-                                self.backend.clone(),
-                                key.clone(),
-                                owner,
-                                self.background.clone(),
-                            );
-                            *uncertain = Some((owner, owned));
-                        }
-                    }
-                    pending.disarm();
-                }
-                Err(error)
-            }
-        }
-    }
-}
-
-/// When an abandoned attempt's cleanup releases: at once, then each delay after the
-/// last (0.25 s, 1.25 s and 6.25 s after it was abandoned in all).
-const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
-    Duration::ZERO,
-    Duration::from_millis(250),
-    Duration::from_millis(1000),
-    Duration::from_millis(5000),
-];
-
-/// How long after the backend's bound on a late-applied request
-/// ([`Capabilities::applied_within`](crate::backend::Capabilities::applied_within)) the last
-/// pass of a cleanup releases: room for the request's trip and for timers.
-const CLEANUP_PAST_THE_BOUND: Duration = Duration::from_millis(250);
-
-/// When each pass of a cleanup releases, counted from when the attempt was abandoned:
-/// the fixed schedule, then a last pass past the backend's `applied_within` where
-/// that is later.
-fn cleanup_passes(applied_within: Option<Duration>) -> impl Iterator<Item = Duration> {
-    let fixed = CLEANUP_AGAIN_AFTER
-        .iter()
-        .scan(Duration::ZERO, |at, delay| {
-            *at += *delay;
-            Some(*at)
-        });
-    let last_fixed: Duration = CLEANUP_AGAIN_AFTER.iter().sum();
-    let past_the_bound = applied_within
-        .map(|bound| bound.saturating_add(CLEANUP_PAST_THE_BOUND))
-        .filter(|at| *at > last_fixed);
-    fixed.chain(past_the_bound)
-}
-
-/// Releases, in the background, a grant that nobody took over: the acquire future was
-/// dropped mid-flight, or the request failed in a way that may hide a success.
-/// A queued one also leaves the key's queue. It may borrow the backend and the key
-/// for as long as it is armed ([`Self::borrowed`]): an attempt that ends normally then
-/// clones neither, and only a cleanup takes copies of its own.
-pub(crate) struct PendingGrant<'a> {
-    cleanup: Option<Cleanup<'a>>,
-    queued: bool,
-}
-
-/// What a cleanup needs: where to release, as whom, and the client's count of
-/// background work ([`LockClient::flush`] waits for its first pass).
-struct Cleanup<'a> {
-    backend: Cow<'a, Arc<DynLockBackend>>,
-    key: Cow<'a, LockKey>,
-    owner: OwnerToken,
-    background: Cow<'a, Background>,
-}
-
-impl<'a> PendingGrant<'a> {
-    pub(crate) fn new(
-        backend: Arc<DynLockBackend>,
-        key: LockKey,
-        owner: OwnerToken,
-        background: Background,
-    ) -> Self {
-        PendingGrant {
-            cleanup: Some(Cleanup {
-                backend: Cow::Owned(backend),
-                key: Cow::Owned(key),
-                owner,
-                background: Cow::Owned(background),
-            }),
-            queued: false,
-        }
-    }
-
-    /// As [`Self::new`], borrowing the backend, the key and the count.
-    pub(crate) fn borrowed(
-        backend: &'a Arc<DynLockBackend>,
-        key: &'a LockKey,
-        owner: OwnerToken,
-        background: &'a Background,
-    ) -> Self {
-        PendingGrant {
-            cleanup: Some(Cleanup {
-                backend: Cow::Borrowed(backend),
-                key: Cow::Borrowed(key),
-                owner,
-                background: Cow::Borrowed(background),
-            }),
-            queued: false,
-        }
-    }
-
-    pub(crate) fn disarm(&mut self) {
-        self.cleanup = None;
-    }
-}
-
-impl Drop for PendingGrant<'_> {
-    fn drop(&mut self) {
-        let Some(cleanup) = self.cleanup.take() else {
-            return;
-        };
-        let (backend, key, owner) = (
-            cleanup.backend.into_owned(),
-            cleanup.key.into_owned(),
-            cleanup.owner,
-        );
-        let queued = self.queued;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            // Counted from now, so that a flush right after the acquire returned
-            // waits for it.
-            let mut first_pass = Some(cleanup.background.begin());
-            let abandoned = Instant::now();
-            let passes = cleanup_passes(backend.capabilities().applied_within);
-            runtime.spawn(async move {
-                // The abandoned request may still be on its way (queued in a pool or a
-                // proxy, say, or waiting on the server for a row lock) and land after a
-                // release: released (and the queue left) again a little later, later
-                // still, and once the server's own bound on it has passed, it is gone
-                // before long whenever it lands within that time; otherwise it runs
-                // out at its TTL (a place, at its own).
-                for at in passes {
-                    tokio::time::sleep_until(abandoned + at).await;
-                    if queued {
-                        if let Err(error) = leave_queue(&*backend, &key, &owner).await {
-                            debug!(%error, key = %key, "leaving the queue failed; the place runs out");
-                        }
-                    }
-                    if let Err(error) = backend.release(&key, &owner).await {
-                        debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
-                    }
-                    drop(first_pass.take());
-                }
-            });
-        }
-    }
-}
-
-/// Takes `owner` out of `key`'s queue, where `backend` keeps queues.
-async fn leave_queue(backend: &DynLockBackend, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-    match backend.fair() {
-        Some(fair) => fair.leave_queue(key, owner).await,
-        None => Ok(()),
     }
 }

@@ -19,14 +19,13 @@ use futures_util::future::{join_all, select_all};
 use tokio::time::Instant;
 use tracing::{debug, Instrument};
 
+use super::attempt::{Answer, Attempt, Settled};
 use super::telemetry::{self, Outcome, Stopwatch};
-use super::{
-    deadline_after, reentrant, within_deadline, LockClient, LockGuard, LossReason, PendingGrant,
-};
+use super::{deadline_after, reentrant, within_deadline, LockClient, LockGuard, LossReason};
 use crate::backend::{LockBackendExt, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
-use crate::token::{FencingToken, OwnerToken};
+use crate::token::FencingToken;
 
 /// Each key's fence in a set held by a [`MultiGuard`], in the set's (sorted) order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,104 +446,42 @@ impl LockClient {
             }
         }
         let started = Stopwatch::start();
-        let owners: Vec<(LockKey, OwnerToken)> = rest
-            .iter()
-            .map(|(_, key)| ((*key).clone(), OwnerToken::random()))
-            .collect();
-        // Each grant is covered until a guard owns it, as a single attempt's is.
-        let mut pending: Vec<PendingGrant<'_>> = owners
-            .iter()
-            .map(|(key, owner)| {
-                PendingGrant::borrowed(&self.backend, key, *owner, &self.background)
-            })
-            .collect();
-        let outcome = match &self.breaker {
-            None => {
-                self.backend
-                    .try_acquire_all(&owners, self.options.ttl())
-                    .await
-            }
-            Some(breaker) => match breaker.admit() {
-                Ok(admission) => {
-                    let result = self
-                        .backend
-                        .try_acquire_all(&owners, self.options.ttl())
-                        .await;
-                    admission.record(&result);
-                    result
-                }
-                Err(error) => Err(error),
-            },
-        };
+        let mut attempt = Attempt::new(self);
+        for (_, key) in &rest {
+            attempt.fresh(key);
+        }
+        let owners = attempt.owners();
+        let answer = self
+            .backend
+            .try_acquire_all(&owners, self.options.ttl())
+            .await
+            .map(|outcome| match outcome {
+                SetOutcome::Acquired(leases) => Answer::Granted(leases, None),
+                SetOutcome::Held { index, remaining } => Answer::Held { index, remaining },
+            });
         let record = |outcome: Outcome| {
             for (key, _) in &owners {
                 telemetry::acquisition(self.backend.name(), key, &self.options, outcome, started);
             }
         };
-        match outcome {
-            Ok(SetOutcome::Acquired(leases)) => {
-                let now = Instant::now();
-                let short = leases.iter().any(|l| {
-                    l.valid_until().saturating_duration_since(now) < self.options.min_validity()
-                });
-                if short {
-                    tracing::warn!(
-                        "a granted set has a lease below the minimum validity; releasing it"
-                    );
-                    join_all(
-                        owners
-                            .iter()
-                            .map(|(key, owner)| self.backend.release(key, owner)),
-                    )
-                    .await;
-                    pending.iter_mut().for_each(PendingGrant::disarm);
-                    give_back(waited.into_iter().collect()).await;
-                    record(Outcome::Busy);
-                    return Ok(Ok(Pass::Stopped(rest[0].0)));
-                }
-                pending.iter_mut().for_each(PendingGrant::disarm);
-                let mut guards: Vec<LockGuard> = leases
-                    .into_iter()
-                    .zip(turns)
-                    .map(|(lease, turn)| {
-                        let guard = LockGuard::start(
-                            self.backend.clone(),
-                            lease,
-                            now,
-                            self.options.clone(),
-                            Some(turn),
-                            &self.starts,
-                            &self.background,
-                        );
-                        reentrant::remember(&self.local, &guard);
-                        guard
-                    })
-                    .collect();
+        let mut turns = turns.into_iter();
+        match attempt.settle(answer, || turns.next()).await {
+            Settled::Guards(mut guards) => {
                 record(Outcome::Acquired);
                 guards.extend(waited);
                 guards.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
                 Ok(Ok(Pass::All(guards)))
             }
-            Ok(SetOutcome::Held { index, .. }) => {
-                pending.iter_mut().for_each(PendingGrant::disarm);
+            Settled::Busy { index, .. } => {
                 give_back(waited.into_iter().collect()).await;
                 record(Outcome::Busy);
                 let stopped = rest.get(index).map_or(rest[0].0, |(i, _)| *i);
                 Ok(Ok(Pass::Stopped(stopped)))
             }
-            Err(error) if error.kind() == ErrorKind::Unsupported => {
-                pending.iter_mut().for_each(PendingGrant::disarm);
-                Err(waited)
-            }
-            Err(error) => {
-                // The request may have been applied with its reply lost: the cleanups
-                // stay armed for faults, not for input the backend refused nor for a
-                // request that never left this process.
-                let maybe_applied = error.is_retryable() || error.kind() == ErrorKind::Backend;
-                if error.was_not_sent() || !maybe_applied {
-                    pending.iter_mut().for_each(PendingGrant::disarm);
-                }
-                drop(pending);
+            Settled::Failed { error, .. } if error.kind() == ErrorKind::Unsupported => Err(waited),
+            Settled::Failed { error, uncertain } => {
+                // Whatever may have been applied is released in the background.
+                drop(uncertain);
                 give_back(waited.into_iter().collect()).await;
                 record(Outcome::of_error(&error));
                 if waiting && error.is_retryable() && error.kind() != ErrorKind::CircuitOpen {

@@ -185,14 +185,17 @@ impl LockOptions {
         self.queue_place
     }
 
-    /// Checks that the timings fit together: a configuration error otherwise.
     /// Turns the circuit breaker on (it is off by default): after
     /// [`failures`](BreakerOptions::failures) consecutive acquisition attempts found
     /// the backend unavailable, acquisitions fail at once with
     /// [`ErrorKind::CircuitOpen`] for [`open_for`](BreakerOptions::open_for), then
-    /// one probe call decides whether it closes again. Renewals and releases of
-    /// leases already held never wait on it. State changes are logged (warn) and
-    /// counted in `distlock_breaker_transitions_total`.
+    /// one probe call decides whether it closes again. A call it refuses sends
+    /// nothing, so leaves nothing to clean up. Renewals and releases of leases
+    /// already held never wait on it. A client and its clones share one breaker; so
+    /// do all the calls of one [`Semaphore`](crate::Semaphore),
+    /// [`RwLock`](crate::RwLock) (readers and writers alike) or
+    /// [`Election`](crate::Election). State changes are logged (warn) and counted in
+    /// `distlock_breaker_transitions_total`.
     ///
     /// ```
     /// use std::sync::Arc;

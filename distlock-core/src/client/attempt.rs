@@ -1,0 +1,337 @@
+//! One attempt, from before its request is sent until guards own what it was granted:
+//! the one path by which [`lock`](super::LockClient::lock),
+//! [`try_lock`](super::LockClient::try_lock) and
+//! [`lock_all`](super::LockClient::lock_all) turn leases into guards, and the
+//! cleanups that release a grant nobody took over.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::background::Background;
+use super::local::LocalTurn;
+use super::{reentrant, LockClient, LockGuard};
+use crate::backend::DynLockBackend;
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKey;
+use crate::lease::Lease;
+use crate::token::OwnerToken;
+
+/// The owners one attempt asks as, one per key. A fresh owner is covered by a cleanup
+/// of its own from before its request is sent until an answer settles it; an owner
+/// the wait already covers (a queued waiter, or the owner of an earlier attempt whose
+/// outcome is unknown) is asked as again under the wait's cover.
+pub(super) struct Attempt<'a> {
+    client: &'a LockClient,
+    owners: Vec<(&'a LockKey, OwnerToken)>,
+    fresh: Vec<PendingGrant<'a>>,
+}
+
+/// What the server answered an attempt.
+pub(super) enum Answer {
+    /// A lease for each owner, in the order they were added, and the clock reading
+    /// that found them valid, where one did.
+    Granted(Vec<Lease>, Option<Instant>),
+    /// Another lease holds the key of the owner at `index`; nothing was granted.
+    Held {
+        index: usize,
+        remaining: Option<Duration>,
+    },
+}
+
+/// How an attempt ended.
+pub(super) enum Settled {
+    /// One guard per owner, in the order they were added.
+    Guards(Vec<LockGuard>),
+    /// Nothing is held: the key at `index` was held by another lease for about
+    /// `remaining`, or (index 0, `remaining` unknown) a grant came with less than the
+    /// minimum validity and was given back.
+    Busy {
+        index: usize,
+        remaining: Option<Duration>,
+    },
+    /// The request failed. `uncertain` holds the cleanups of the fresh owners whose
+    /// request may have been applied with its reply lost; dropped, each releases in
+    /// the background, and a wait may keep one instead, to retry as its owner.
+    Failed {
+        error: Error,
+        uncertain: Vec<(OwnerToken, PendingGrant<'static>)>,
+    },
+}
+
+impl<'a> Attempt<'a> {
+    pub(super) fn new(client: &'a LockClient) -> Self {
+        Attempt {
+            client,
+            owners: Vec::with_capacity(1),
+            fresh: Vec::with_capacity(1),
+        }
+    }
+
+    /// Asks for `key` as a fresh owner, covered from now on: its token.
+    pub(super) fn fresh(&mut self, key: &'a LockKey) -> OwnerToken {
+        let owner = OwnerToken::random();
+        let client = self.client;
+        self.fresh.push(PendingGrant::borrowed(
+            &client.backend,
+            key,
+            owner,
+            &client.background,
+        ));
+        self.owners.push((key, owner));
+        owner
+    }
+
+    /// Asks for `key` as `owner`, whom the wait's own cleanup covers.
+    pub(super) fn covered(&mut self, key: &'a LockKey, owner: OwnerToken) {
+        self.owners.push((key, owner));
+    }
+
+    /// Each key with the owner it is asked as, in order.
+    pub(super) fn owners(&self) -> Vec<(LockKey, OwnerToken)> {
+        self.owners
+            .iter()
+            .map(|(key, owner)| ((*key).clone(), *owner))
+            .collect()
+    }
+
+    /// Settles the attempt on `answer`. Granted leases become guards (taking the
+    /// client's local turn on each key from `turns`, in order) when each has the
+    /// minimum validity left; otherwise all are released before the answer is Busy.
+    /// The fresh owners' cleanups are disarmed by any answer, and kept for a failure
+    /// that may hide a success: not for input the backend refused, nor for a request
+    /// that never left this process.
+    pub(super) async fn settle(
+        mut self,
+        answer: Result<Answer>,
+        mut turns: impl FnMut() -> Option<LocalTurn> + Send,
+    ) -> Settled {
+        let client = self.client;
+        match answer {
+            Ok(Answer::Granted(leases, checked_at)) => {
+                // One clock reading serves the check and the guards' start: the one
+                // that found the leases valid, where there was one.
+                let now = checked_at.unwrap_or_else(Instant::now);
+                let min_validity = client.options.min_validity();
+                let short = leases
+                    .iter()
+                    .any(|l| l.valid_until().saturating_duration_since(now) < min_validity);
+                if short {
+                    warn!("a granted lease is below the minimum validity; releasing it");
+                    let backend = &client.backend;
+                    join_all(
+                        self.owners
+                            .iter()
+                            .map(|(key, owner)| backend.release(key, owner)),
+                    )
+                    .await;
+                    self.disarm();
+                    return Settled::Busy {
+                        index: 0,
+                        remaining: None,
+                    };
+                }
+                self.disarm();
+                let guards = leases
+                    .into_iter()
+                    .map(|lease| {
+                        let guard = LockGuard::start(
+                            client.backend.clone(),
+                            lease,
+                            now,
+                            client.options.clone(),
+                            turns(),
+                            &client.starts,
+                            &client.background,
+                        );
+                        reentrant::remember(&client.local, &guard);
+                        guard
+                    })
+                    .collect();
+                Settled::Guards(guards)
+            }
+            Ok(Answer::Held { index, remaining }) => {
+                self.disarm();
+                Settled::Busy { index, remaining }
+            }
+            Err(error) => {
+                let maybe_applied = (error.is_retryable() || error.kind() == ErrorKind::Backend)
+                    && !error.was_not_sent();
+                if !maybe_applied {
+                    self.disarm();
+                }
+                let uncertain = self
+                    .fresh
+                    .drain(..)
+                    .filter_map(PendingGrant::into_owned)
+                    .collect();
+                Settled::Failed { error, uncertain }
+            }
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.fresh.iter_mut().for_each(PendingGrant::disarm);
+    }
+}
+
+/// When an abandoned attempt's cleanup releases: at once, then each delay after the
+/// last (0.25 s, 1.25 s and 6.25 s after it was abandoned in all).
+const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_millis(250),
+    Duration::from_millis(1000),
+    Duration::from_millis(5000),
+];
+
+/// How long after the backend's bound on a late-applied request
+/// ([`Capabilities::applied_within`](crate::backend::Capabilities::applied_within)) the last
+/// pass of a cleanup releases: room for the request's trip and for timers.
+const CLEANUP_PAST_THE_BOUND: Duration = Duration::from_millis(250);
+
+/// When each pass of a cleanup releases, counted from when the attempt was abandoned:
+/// the fixed schedule, then a last pass past the backend's `applied_within` where
+/// that is later.
+fn cleanup_passes(applied_within: Option<Duration>) -> impl Iterator<Item = Duration> {
+    let fixed = CLEANUP_AGAIN_AFTER
+        .iter()
+        .scan(Duration::ZERO, |at, delay| {
+            *at += *delay;
+            Some(*at)
+        });
+    let last_fixed: Duration = CLEANUP_AGAIN_AFTER.iter().sum();
+    let past_the_bound = applied_within
+        .map(|bound| bound.saturating_add(CLEANUP_PAST_THE_BOUND))
+        .filter(|at| *at > last_fixed);
+    fixed.chain(past_the_bound)
+}
+
+/// Releases, in the background, a grant that nobody took over: the acquire future was
+/// dropped mid-flight, or the request failed in a way that may hide a success.
+/// A queued one also leaves the key's queue. It may borrow the backend and the key
+/// for as long as it is armed ([`Self::borrowed`]): an attempt that ends normally then
+/// clones neither, and only a cleanup takes copies of its own.
+pub(crate) struct PendingGrant<'a> {
+    cleanup: Option<Cleanup<'a>>,
+    queued: bool,
+}
+
+/// What a cleanup needs: where to release, as whom, and the client's count of
+/// background work ([`LockClient::flush`] waits for its first pass).
+struct Cleanup<'a> {
+    backend: Cow<'a, Arc<DynLockBackend>>,
+    key: Cow<'a, LockKey>,
+    owner: OwnerToken,
+    background: Cow<'a, Background>,
+}
+
+impl<'a> PendingGrant<'a> {
+    /// The cover of a queued waiter's owner for its whole wait: it also leaves the
+    /// key's queue.
+    pub(crate) fn queued(client: &LockClient, key: &LockKey, owner: OwnerToken) -> Self {
+        PendingGrant {
+            cleanup: Some(Cleanup {
+                backend: Cow::Owned(client.backend.clone()),
+                key: Cow::Owned(key.clone()),
+                owner,
+                background: Cow::Owned(client.background.clone()),
+            }),
+            queued: true,
+        }
+    }
+
+    /// A cover borrowing the backend, the key and the count.
+    fn borrowed(
+        backend: &'a Arc<DynLockBackend>,
+        key: &'a LockKey,
+        owner: OwnerToken,
+        background: &'a Background,
+    ) -> Self {
+        PendingGrant {
+            cleanup: Some(Cleanup {
+                backend: Cow::Borrowed(backend),
+                key: Cow::Borrowed(key),
+                owner,
+                background: Cow::Borrowed(background),
+            }),
+            queued: false,
+        }
+    }
+
+    /// The same cover, armed, with copies of its own; `None` once disarmed.
+    fn into_owned(mut self) -> Option<(OwnerToken, PendingGrant<'static>)> {
+        let cleanup = self.cleanup.take()?;
+        let owner = cleanup.owner;
+        let owned = PendingGrant {
+            cleanup: Some(Cleanup {
+                backend: Cow::Owned(cleanup.backend.into_owned()),
+                key: Cow::Owned(cleanup.key.into_owned()),
+                owner,
+                background: Cow::Owned(cleanup.background.into_owned()),
+            }),
+            queued: self.queued,
+        };
+        Some((owner, owned))
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.cleanup = None;
+    }
+}
+
+impl Drop for PendingGrant<'_> {
+    fn drop(&mut self) {
+        let Some(cleanup) = self.cleanup.take() else {
+            return;
+        };
+        let (backend, key, owner) = (
+            cleanup.backend.into_owned(),
+            cleanup.key.into_owned(),
+            cleanup.owner,
+        );
+        let queued = self.queued;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            // Counted from now, so that a flush right after the acquire returned
+            // waits for it.
+            let mut first_pass = Some(cleanup.background.begin());
+            let abandoned = Instant::now();
+            let passes = cleanup_passes(backend.capabilities().applied_within);
+            runtime.spawn(async move {
+                // The abandoned request may still be on its way (queued in a pool or a
+                // proxy, say, or waiting on the server for a row lock) and land after a
+                // release: released (and the queue left) again a little later, later
+                // still, and once the server's own bound on it has passed, it is gone
+                // before long whenever it lands within that time; otherwise it runs
+                // out at its TTL (a place, at its own).
+                for at in passes {
+                    tokio::time::sleep_until(abandoned + at).await;
+                    if queued {
+                        if let Err(error) = leave_queue(&*backend, &key, &owner).await {
+                            debug!(%error, key = %key, "leaving the queue failed; the place runs out");
+                        }
+                    }
+                    if let Err(error) = backend.release(&key, &owner).await {
+                        debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
+                    }
+                    drop(first_pass.take());
+                }
+            });
+        }
+    }
+}
+
+/// Takes `owner` out of `key`'s queue, where `backend` keeps queues.
+pub(super) async fn leave_queue(
+    backend: &DynLockBackend,
+    key: &LockKey,
+    owner: &OwnerToken,
+) -> Result<()> {
+    match backend.fair() {
+        Some(fair) => fair.leave_queue(key, owner).await,
+        None => Ok(()),
+    }
+}

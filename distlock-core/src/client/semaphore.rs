@@ -1,0 +1,129 @@
+//! [`Semaphore`]: a counting semaphore on a backend's
+//! [`PermitBackend`](crate::backend::PermitBackend), each grant a lease held through a
+//! [`LockGuard`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::claim::Claims;
+use super::{LockGuard, LockOptions};
+use crate::backend::DynLockBackend;
+use crate::error::Result;
+use crate::key::LockKey;
+use crate::permits::{Claim, PermitHolder};
+
+/// A counting semaphore across processes: at most `limit` permits of a name are held
+/// at any instant, each grant a lease with its own owner, TTL, renewal, loss signal
+/// and fencing token, which strictly increases per name.
+///
+/// Each grant is a [`LockGuard`]: release it (or drop it) to give its permits back;
+/// [`LockGuard::lost`] tells the holder when the lease ran out under it. Waiters keep
+/// a place on the server while they wait, so that a claim of many permits
+/// ([`acquire_many`](Self::acquire_many)) is not starved by a stream of smaller ones.
+/// Every client of a name must give the same limit: another limit, while permits of
+/// the name are held, is an [`ErrorKind::Configuration`](crate::ErrorKind) error.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use distlock_core::{MemoryBackend, Semaphore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock_core::Result<()> {
+/// let backend = Arc::new(MemoryBackend::new());
+/// let uploads = Semaphore::new(backend, "uploads", 2)?;
+/// let a = uploads.acquire(Duration::from_secs(1)).await?;
+/// let b = uploads.acquire(Duration::from_secs(1)).await?;
+/// assert!(uploads.try_acquire().await?.is_none()); // both permits are held
+/// assert!(b.fence() > a.fence());
+/// a.release().await?;
+/// assert!(uploads.try_acquire().await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    claims: Claims,
+    limit: u32,
+}
+
+impl Semaphore {
+    /// A semaphore of `limit` permits on `name`, with the default [`LockOptions`].
+    pub fn new(backend: Arc<DynLockBackend>, name: &str, limit: u32) -> Result<Self> {
+        Self::with_options(backend, name, limit, LockOptions::default())
+    }
+
+    /// A semaphore with `options` (TTL, renewal, backoff, how long a waiter's place
+    /// lasts; fair mode does not apply). A configuration error when the limit is zero,
+    /// the options do not fit together or the backend has no permits
+    /// ([`LockBackend::permits`](crate::LockBackend::permits)).
+    pub fn with_options(
+        backend: Arc<DynLockBackend>,
+        name: &str,
+        limit: u32,
+        options: LockOptions,
+    ) -> Result<Self> {
+        Claim::new(1, limit)?;
+        Ok(Semaphore {
+            claims: Claims::new(backend, name, options)?,
+            limit,
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &LockKey {
+        self.claims.name()
+    }
+
+    /// How many permits the name has.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Waits up to `wait` for one permit; as [`LockClient::lock`](crate::LockClient::lock).
+    pub async fn acquire(&self, wait: Duration) -> Result<LockGuard> {
+        self.acquire_many(1, wait).await
+    }
+
+    /// Waits up to `wait` for `count` permits at once, held by one guard; a
+    /// configuration error when `count` is zero or above the limit.
+    pub async fn acquire_many(&self, count: u32, wait: Duration) -> Result<LockGuard> {
+        self.claims
+            .acquire(Claim::new(count, self.limit)?, wait)
+            .await
+    }
+
+    /// Tries once for one permit: a guard, or `None` when they are all held.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.try_acquire_many(1).await
+    }
+
+    /// Tries once for `count` permits.
+    pub async fn try_acquire_many(&self, count: u32) -> Result<Option<LockGuard>> {
+        self.claims
+            .try_acquire(Claim::new(count, self.limit)?)
+            .await
+    }
+
+    /// The live grants, oldest first.
+    pub async fn holders(&self) -> Result<Vec<PermitHolder>> {
+        self.claims.holders().await
+    }
+
+    /// Waits for the releases and cleanups this semaphore (and its clones) runs in
+    /// the background; as [`LockClient::flush`](crate::LockClient::flush).
+    pub async fn flush(&self) {
+        self.claims.flush().await;
+    }
+
+    /// How many permits are free now: a snapshot, already stale when it arrives.
+    pub async fn available(&self) -> Result<u32> {
+        let held: u64 = self
+            .holders()
+            .await?
+            .iter()
+            .map(|h| u64::from(h.count))
+            .sum();
+        Ok(u32::try_from(u64::from(self.limit).saturating_sub(held)).unwrap_or(0))
+    }
+}
