@@ -299,36 +299,18 @@ async fn dispatch(cli: Cli) -> u8 {
 
 /// `distlock migrate [--print]`.
 async fn migrate(url: &str, print: bool) -> Result<u8, Error> {
-    #[cfg(feature = "postgres")]
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        use distlock::postgres::{PostgresBackend, PostgresConfig};
-        let config = PostgresConfig::from_url(url)?;
+    let migration = distlock::descriptors()
+        .into_iter()
+        .filter(|d| d.serves(url))
+        .find_map(|d| d.migration().copied());
+    if let Some(migration) = migration {
         if print {
-            for statement in PostgresBackend::migration_sql(&config) {
+            for statement in migration.statements(url)? {
                 println!("{statement};");
             }
-            return Ok(0);
+        } else {
+            println!("{}", migration.run(url).await?);
         }
-        let backend = PostgresBackend::connect_with(config.with_migrate(true)).await?;
-        println!(
-            "the tables of {}.{} are in place",
-            backend.config().schema(),
-            backend.config().table()
-        );
-        return Ok(0);
-    }
-    #[cfg(feature = "mysql")]
-    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-        use distlock::mysql::{MySqlBackend, MySqlConfig};
-        let config = MySqlConfig::from_url(url)?;
-        if print {
-            for statement in MySqlBackend::migration_sql(&config) {
-                println!("{statement};");
-            }
-            return Ok(0);
-        }
-        let backend = MySqlBackend::connect_with(config.with_migrate(true)).await?;
-        println!("the tables of {} are in place", backend.config().table());
         return Ok(0);
     }
     let backend = connector().connect(url).await?;

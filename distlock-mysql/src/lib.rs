@@ -154,3 +154,30 @@ pub async fn connect(
 ) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
     Ok(std::sync::Arc::new(MySqlBackend::connect(url).await?))
 }
+
+/// This crate as whoever chooses backends by URL finds it (the `distlock` facade's
+/// `connect`, the `distlock` command line, lockbench): its name, its [`SCHEMES`] and
+/// the feature each needs, its server's [`DEFAULT_PORT`], [`connect`], and the tables it keeps
+/// (`distlock migrate`).
+pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
+    use distlock_core::backend::{Descriptor, Migration, Scheme};
+    Descriptor::new(
+        "mysql",
+        &[Scheme::new("mysql"), Scheme::new("mariadb")],
+        DEFAULT_PORT,
+        |url| Box::pin(async move { connect(&url).await }),
+    )
+    .with_migration(Migration::new(
+        |url| Ok(MySqlBackend::migration_sql(&MySqlConfig::from_url(url)?)),
+        |url| {
+            Box::pin(async move {
+                let config = MySqlConfig::from_url(&url)?.with_migrate(true);
+                let backend = MySqlBackend::connect_with(config).await?;
+                Ok(format!(
+                    "the tables of {} are in place",
+                    backend.config().table()
+                ))
+            })
+        },
+    ))
+};

@@ -172,3 +172,36 @@ pub async fn connect(
 ) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
     Ok(std::sync::Arc::new(PostgresBackend::connect(url).await?))
 }
+
+/// This crate as whoever chooses backends by URL finds it (the `distlock` facade's
+/// `connect`, the `distlock` command line, lockbench): its name, its [`SCHEMES`] and
+/// the feature each needs, its server's [`DEFAULT_PORT`], [`connect`], and the tables it keeps
+/// (`distlock migrate`).
+pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
+    use distlock_core::backend::{Descriptor, Migration, Scheme};
+    Descriptor::new(
+        "postgres",
+        &[Scheme::new("postgres"), Scheme::new("postgresql")],
+        DEFAULT_PORT,
+        |url| Box::pin(async move { connect(&url).await }),
+    )
+    .with_migration(Migration::new(
+        |url| {
+            Ok(PostgresBackend::migration_sql(&PostgresConfig::from_url(
+                url,
+            )?))
+        },
+        |url| {
+            Box::pin(async move {
+                let config = PostgresConfig::from_url(&url)?.with_migrate(true);
+                let backend = PostgresBackend::connect_with(config).await?;
+                let config = backend.config();
+                Ok(format!(
+                    "the tables of {}.{} are in place",
+                    config.schema(),
+                    config.table()
+                ))
+            })
+        },
+    ))
+};

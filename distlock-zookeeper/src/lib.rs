@@ -183,3 +183,16 @@ pub async fn connect(
 ) -> distlock_core::Result<std::sync::Arc<distlock_core::DynLockBackend>> {
     Ok(std::sync::Arc::new(ZooKeeperBackend::connect(url).await?))
 }
+
+/// This crate as whoever chooses backends by URL finds it (the `distlock` facade's
+/// `connect`, the `distlock` command line, lockbench): its name, its [`SCHEMES`] and
+/// the feature each needs, its server's [`DEFAULT_PORT`], and [`connect`].
+pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
+    use distlock_core::backend::{Descriptor, Scheme};
+    Descriptor::new(
+        "zookeeper",
+        &[Scheme::new("zookeeper"), Scheme::new("zk")],
+        DEFAULT_PORT,
+        |url| Box::pin(async move { connect(&url).await }),
+    )
+};

@@ -5,17 +5,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use distlock_core::backend::{encode, is_secret_name, redact_url};
+use distlock_core::backend::{encode, is_secret_name, redact_url, Descriptor};
 use distlock_core::{DynLockBackend, Error, ErrorKind, LockBackend, MemoryBackend, Result};
 
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Configuration, message.into())
 }
 
-/// One of distlock's own network backends: the feature that builds it and the URL
-/// schemes it serves. [`BACKENDS`] is the one list of them: [`Connector::new`], the
-/// hint for a scheme whose feature is off, [`schemes`] and the command line's help
-/// are all read from it (a test checks each entry against its crate's own `SCHEMES`).
+/// One of distlock's own network backends, whether this build has it or not: the
+/// facade's feature that builds it and the URL schemes it serves. [`BACKENDS`] lists
+/// them all, for what a build must say of a backend it lacks (the feature to turn
+/// on); what a build has is its crates' own [`Descriptor`]s ([`descriptors`]), which
+/// [`Connector::new`], [`schemes`] and the command line read (a test checks each
+/// entry here against its crate's descriptor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownBackend {
     /// The backend's name, as its crate's `LockBackend::name` gives it.
@@ -63,45 +65,23 @@ pub const BACKENDS: [KnownBackend; 5] = [
     },
 ];
 
-/// The schemes that need a feature beyond their backend's: the scheme, that
-/// feature, and whether this build has it.
-const SCHEME_FEATURES: [(&str, &str, bool); 4] = [
-    (
-        "redis-cluster",
-        "redis-cluster",
-        cfg!(feature = "redis-cluster"),
-    ),
-    ("rediss", "redis-tls", cfg!(feature = "redis-tls")),
-    ("redlocks", "redis-tls", cfg!(feature = "redis-tls")),
-    ("etcds", "etcd-tls", cfg!(feature = "etcd-tls")),
-];
-
-/// Whether this build can connect to `scheme`, a scheme of one of its backends: the
-/// feature the scheme needs beyond its backend's, if any, is on.
-fn scheme_built(scheme: &str) -> bool {
-    SCHEME_FEATURES
-        .iter()
-        .find(|(s, _, _)| *s == scheme)
-        .is_none_or(|(_, _, built)| *built)
-}
-
-/// Those of a built backend's `schemes` that this build can connect to.
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "etcd",
-        feature = "zookeeper"
-    )),
-    allow(dead_code)
-)]
-fn built_schemes(schemes: &[&'static str]) -> Vec<&'static str> {
-    schemes
-        .iter()
-        .copied()
-        .filter(|s| scheme_built(s))
-        .collect()
+/// The descriptors of this build's backends (each crate's `DESCRIPTOR`: its schemes,
+/// the feature each needs, its default port, how to connect, and the tables it keeps),
+/// in [`BACKENDS`]' order; `memory://` is not among them.
+pub fn descriptors() -> Vec<Descriptor> {
+    #[allow(unused_mut)]
+    let mut built = Vec::with_capacity(BACKENDS.len());
+    #[cfg(feature = "redis")]
+    built.push(distlock_redis::DESCRIPTOR);
+    #[cfg(feature = "postgres")]
+    built.push(distlock_postgres::DESCRIPTOR);
+    #[cfg(feature = "mysql")]
+    built.push(distlock_mysql::DESCRIPTOR);
+    #[cfg(feature = "etcd")]
+    built.push(distlock_etcd::DESCRIPTOR);
+    #[cfg(feature = "zookeeper")]
+    built.push(distlock_zookeeper::DESCRIPTOR);
+    built
 }
 
 /// The URL schemes this build can connect to: `memory`, and those of each backend
@@ -110,10 +90,28 @@ fn built_schemes(schemes: &[&'static str]) -> Vec<&'static str> {
 /// `redis-tls`; `etcds://`, `etcd-tls`).
 pub fn schemes() -> Vec<&'static str> {
     let mut all = vec!["memory"];
-    for backend in BACKENDS.iter().filter(|b| b.built) {
-        all.extend(built_schemes(backend.schemes));
+    for backend in descriptors() {
+        all.extend(backend.built_schemes());
     }
     all
+}
+
+/// The facade's feature that would let this build connect to `scheme`, a scheme of
+/// one of distlock's own backends: the backend's, or, for a scheme of a built backend
+/// that needs one of its crate's features, the facade's feature for it
+/// (`{backend}-{feature}`, as `redis-tls`).
+fn feature_for(scheme: &str) -> Option<String> {
+    let known = BACKENDS.iter().find(|b| b.schemes.contains(&scheme))?;
+    let needs = descriptors()
+        .into_iter()
+        .filter(|d| d.name() == known.name)
+        .flat_map(|d| d.schemes().iter())
+        .find(|s| s.name() == scheme)
+        .and_then(|s| s.feature());
+    Some(match needs {
+        Some(feature) => format!("{}-{feature}", known.feature),
+        None => known.feature.to_owned(),
+    })
 }
 
 /// What connects to one URL scheme's backend.
@@ -167,32 +165,17 @@ impl Connector {
             entries: Vec::new(),
         }
         .with_backend(&["memory"], |_| async { Ok(MemoryBackend::new()) });
-        #[cfg(feature = "redis")]
-        let connector = connector
-            .with_shared(&built_schemes(distlock_redis::SCHEMES), |url| async move {
-                distlock_redis::connect(&url).await
-            });
-        #[cfg(feature = "postgres")]
-        let connector = connector.with_shared(
-            &built_schemes(distlock_postgres::SCHEMES),
-            |url| async move { distlock_postgres::connect(&url).await },
-        );
-        #[cfg(feature = "mysql")]
-        let connector = connector
-            .with_shared(&built_schemes(distlock_mysql::SCHEMES), |url| async move {
-                distlock_mysql::connect(&url).await
-            });
-        #[cfg(feature = "etcd")]
-        let connector = connector
-            .with_shared(&built_schemes(distlock_etcd::SCHEMES), |url| async move {
-                distlock_etcd::connect(&url).await
-            });
-        #[cfg(feature = "zookeeper")]
-        let connector = connector.with_shared(
-            &built_schemes(distlock_zookeeper::SCHEMES),
-            |url| async move { distlock_zookeeper::connect(&url).await },
-        );
-        connector
+        descriptors().iter().fold(connector, |connector, backend| {
+            connector.with_descriptor(backend)
+        })
+    }
+
+    /// Adds a backend crate's [`Descriptor`] (its `DESCRIPTOR`), under each scheme
+    /// this build of it serves: how [`Connector::new`] adds distlock's own, and how a
+    /// third party's crate that declares one joins.
+    pub fn with_descriptor(self, backend: &Descriptor) -> Self {
+        let schemes: Vec<&str> = backend.built_schemes().collect();
+        self.with_shared(&schemes, backend.connect_fn())
     }
 
     /// Adds under `schemes` a backend `connect` makes already shared: what
@@ -247,17 +230,7 @@ impl Connector {
         if let Some((_, factory)) = self.entries.iter().find(|(s, _)| s == scheme) {
             return factory(url.to_owned()).await;
         }
-        let feature = SCHEME_FEATURES
-            .iter()
-            .find(|(s, _, _)| *s == scheme)
-            .map(|(_, feature, _)| *feature)
-            .or_else(|| {
-                BACKENDS
-                    .iter()
-                    .find(|b| b.schemes.contains(&scheme))
-                    .map(|b| b.feature)
-            });
-        Err(config_error(match feature {
+        Err(config_error(match feature_for(scheme) {
             Some(feature) => format!(
                 "the {scheme}:// scheme needs distlock's `{feature}` feature, which this build lacks"
             ),

@@ -38,7 +38,7 @@
 mod connect;
 
 pub use connect::{
-    connect, schemes, BackendConfig, Connector, KnownBackend, OptionValue, BACKENDS,
+    connect, descriptors, schemes, BackendConfig, Connector, KnownBackend, OptionValue, BACKENDS,
 };
 pub use distlock_core::*;
 

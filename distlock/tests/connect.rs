@@ -42,6 +42,21 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         .expect_err("bad parameter");
     assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
     assert!(!format!("{err} {err:?}").contains("s3cret"));
+    // A third party's crate that declares a descriptor joins by it, under the
+    // schemes its build serves.
+    const THEIRS: distlock::backend::Descriptor = distlock::backend::Descriptor::new(
+        "memory",
+        &[
+            distlock::backend::Scheme::new("theirs"),
+            distlock::backend::Scheme::with_feature("theirs-tls", "tls", false),
+        ],
+        0,
+        |_url| Box::pin(async { Ok(std::sync::Arc::new(distlock::MemoryBackend::new()) as _) }),
+    );
+    let connector = Connector::new().with_descriptor(&THEIRS);
+    let backend = connector.connect("theirs://").await.expect("connected");
+    assert_eq!(backend.name(), "memory");
+    assert!(!connector.schemes().contains(&"theirs-tls".to_owned()));
     // A scheme added again connects to the later backend.
     let replaced = Connector::new().with_backend(&["memory"], |_| async {
         Err::<distlock::MemoryBackend, _>(distlock::Error::new(ErrorKind::Unsupported, "replaced"))
@@ -91,8 +106,9 @@ async fn one_code_path_runs_on_every_backend_chosen_by_url() {
     }
 }
 
-/// The one table of distlock's backends is each crate's own: the same schemes, and a
-/// build with every feature has them all.
+/// The one table of distlock's backends is each crate's own descriptor: the facade's
+/// list names the same schemes in the same order, each descriptor's schemes are its
+/// crate's `SCHEMES`, and a build with every feature has them all.
 #[test]
 fn the_backend_table_is_each_crates_own() {
     let own: [&[&str]; 5] = [
@@ -102,11 +118,34 @@ fn the_backend_table_is_each_crates_own() {
         distlock_etcd::SCHEMES,
         distlock_zookeeper::SCHEMES,
     ];
-    for (known, schemes) in distlock::BACKENDS.iter().zip(own) {
+    let descriptors = distlock::descriptors();
+    assert_eq!(descriptors.len(), own.len());
+    for ((known, schemes), descriptor) in distlock::BACKENDS.iter().zip(own).zip(&descriptors) {
+        assert_eq!(known.name, descriptor.name());
+        let named: Vec<&str> = descriptor.schemes().iter().map(|s| s.name()).collect();
         assert_eq!(known.schemes, schemes, "{}", known.name);
+        assert_eq!(named, schemes, "{}", known.name);
         assert!(known.built, "{} is not in this build", known.name);
+        assert!(descriptor.schemes().iter().all(|s| s.is_built()));
     }
     let all = distlock::schemes();
     assert_eq!(all.len(), 1 + own.iter().map(|s| s.len()).sum::<usize>());
     assert_eq!(Connector::new().schemes(), all);
+    // The tables: the SQL backends keep them, and say which statements make them.
+    let migrating: Vec<&str> = descriptors
+        .iter()
+        .filter(|d| d.migration().is_some())
+        .map(|d| d.name())
+        .collect();
+    assert_eq!(migrating, ["postgres", "mysql"]);
+    let statements = descriptors[1]
+        .migration()
+        .map(|m| m.statements("postgres://app@db/app?table=jobs_locks"));
+    let statements = statements
+        .expect("postgres keeps tables")
+        .expect("statements");
+    assert!(
+        statements.iter().any(|s| s.contains("jobs_locks")),
+        "{statements:?}"
+    );
 }

@@ -2,18 +2,21 @@
 //! implements, and the contract it keeps (written once, in its docs); the traits of its
 //! optional features ([`FairBackend`], [`SetBackend`], [`OperatorBackend`],
 //! [`PermitBackend`]); the requests and grants it takes and gives; [`Capabilities`],
-//! the limits it declares; [`WakeRegistry`], the one registry
+//! the limits it declares; [`Descriptor`], what a backend crate says of itself for
+//! whoever chooses backends by URL; [`WakeRegistry`], the one registry
 //! of waiters per key; and the helpers every backend needs in the same form (one URL
 //! reader, [`ConnectionUrl`], with its options policy; errors from drivers, with
 //! credentials scrubbed). A service needs none of it beyond [`LockBackend`] and
 //! [`DynLockBackend`], which the crate's root also exports.
 
 mod contract;
+mod descriptor;
 mod ext;
 
 pub use contract::{
     DynLockBackend, FairBackend, Handoffs, LockBackend, OperatorBackend, SetBackend,
 };
+pub use descriptor::{BoxFuture, ConnectFn, Descriptor, Migration, Scheme};
 pub use ext::LockBackendExt;
 pub(crate) use ext::{acquire_as, next_change};
 
