@@ -1,6 +1,11 @@
-//! The targets each backend is held to, each met or not, with the figures behind it.
+//! The targets each row is held to, each met or not, with the figures behind it. The
+//! targets are data (`lockbench/targets.json`): which rows each applies to, what it
+//! compares and its bound; this file only knows how to compare.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
 
 use super::{cpu_work, ms, BackendRun, Summary, S1, S2};
 
@@ -11,9 +16,87 @@ type Target = (String, Option<bool>, String);
 /// What a target line says when its data is missing.
 const NOT_MEASURED: &str = "not measured";
 
-/// A target that applies to this backend but whose figures are missing.
-fn not_measured(name: String) -> Target {
-    (name, None, NOT_MEASURED.into())
+/// The table of targets, as `lockbench/targets.json` has it.
+#[derive(Debug, Deserialize)]
+struct Table {
+    targets: Vec<Spec>,
+}
+
+/// One target of the table.
+#[derive(Debug, Deserialize)]
+struct Spec {
+    /// Its name; `{bound}` is replaced by the bound, `{peer}` by the peer's name.
+    name: String,
+    kind: Kind,
+    /// The figure held to the target.
+    #[serde(default)]
+    ours: Option<Figure>,
+    /// The figure it is compared with.
+    #[serde(default)]
+    theirs: Option<Figure>,
+    /// The peer library, by the start of its name, for the `peer_*` figures.
+    #[serde(default)]
+    peer: Option<String>,
+    #[serde(default)]
+    bound: f64,
+    /// The rows it applies to; none: every row, less `except`.
+    #[serde(default)]
+    rows: Vec<String>,
+    #[serde(default)]
+    except: Vec<String>,
+    /// Left out, rather than not measured, where `ours` was not measured.
+    #[serde(default)]
+    only_if: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Kind {
+    P50Within,
+    RateAtLeast,
+    CpuWithin,
+    RoundTrips,
+    LockOperations,
+    Takeover,
+}
+
+/// A figure of a row, by its name in the table.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Figure {
+    S1Client,
+    S1Primitives,
+    S2,
+    S2Floor,
+    S2FencedFloor,
+    CycleFloor,
+    FencedFloor,
+    S3,
+    S3Fair,
+    PeerS1,
+    PeerS2,
+}
+
+impl Figure {
+    /// What the figures line calls it, as the other side of a comparison.
+    fn label(self, peer: &str) -> String {
+        match self {
+            Figure::S1Primitives => "the primitives".into(),
+            Figure::CycleFloor | Figure::S2Floor => "the floor".into(),
+            Figure::FencedFloor | Figure::S2FencedFloor => "the fenced floor".into(),
+            Figure::PeerS1 | Figure::PeerS2 => peer.into(),
+            Figure::S1Client | Figure::S2 | Figure::S3 | Figure::S3Fair => "distlock".into(),
+        }
+    }
+}
+
+/// The table, read once.
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        serde_json::from_str(include_str!("../../targets.json"))
+            .unwrap_or_else(|e| panic!("lockbench/targets.json does not read: {e}"))
+    })
 }
 
 /// A figure that cannot stand under a ratio: zero, negative or not a number.
@@ -63,212 +146,162 @@ fn cpu_within(name: String, ours: &Summary, theirs: &Summary, bound: f64) -> Tar
     }
 }
 
+/// A bound as a name shows it: a count (of round trips, of lock operations) bare, a
+/// ratio to two places.
+fn shown(kind: Kind, bound: f64) -> String {
+    match kind {
+        Kind::RoundTrips | Kind::LockOperations => format!("{bound:.0}"),
+        _ => format!("{bound:.2}"),
+    }
+}
+
+impl Spec {
+    fn applies_to(&self, row: &str) -> bool {
+        (self.rows.is_empty() || self.rows.iter().any(|r| r == row))
+            && !self.except.iter().any(|r| r == row)
+    }
+}
+
 impl BackendRun {
-    /// Whether this backend's run measures raw floors (one server with a driver of
-    /// its own: not memory, not several servers).
-    fn has_floors(&self) -> bool {
-        matches!(
-            self.backend.as_str(),
-            "redis" | "postgres" | "mariadb" | "etcd" | "zookeeper"
-        )
+    /// The peer row whose library's name starts with `peer`, in `scenario`.
+    fn peer(&self, peer: &str, scenario: &str) -> Option<(&str, &Summary)> {
+        self.peers
+            .iter()
+            .find(|p| p.peer.starts_with(peer) && p.scenario == scenario)
+            .map(|p| (p.peer.as_str(), &p.summary))
     }
 
-    /// The peer libraries this backend's run measures beside it.
-    fn expected_peers(&self) -> Vec<&'static str> {
-        match self.backend.as_str() {
-            "redis" | "redlock-3" | "redlock-5" => vec![crate::peers::RSLOCK],
-            _ => vec![],
+    /// One figure of this row, where it was measured.
+    fn figure(&self, figure: Figure, peer: &str) -> Option<&Summary> {
+        match figure {
+            Figure::S1Client => self.s1_client.as_ref(),
+            Figure::S1Primitives => self.s1_primitives.as_ref(),
+            Figure::S2 => self.s2_throughput.as_ref(),
+            Figure::S2Floor => self.s2_floor.as_ref(),
+            Figure::S2FencedFloor => self.s2_fenced_floor.as_ref(),
+            Figure::CycleFloor => self.cycle_floor(),
+            Figure::FencedFloor => self.fenced_floor(),
+            Figure::S3 => self.s3_handoff.as_ref(),
+            Figure::S3Fair => self.s3_fair.as_ref(),
+            Figure::PeerS1 => self.peer(peer, S1).map(|(_, s)| s),
+            Figure::PeerS2 => self.peer(peer, S2).map(|(_, s)| s),
         }
     }
 
     /// The targets, each with whether it was met and the figures behind it; a target
-    /// that applies to this backend but whose figures are missing says "not
-    /// measured" (a backend that did not start has none).
+    /// that applies to this row but whose figures are missing says "not measured"
+    /// (a backend that did not start has none).
     pub(crate) fn targets(&self) -> Vec<Target> {
         if !self.started {
             return Vec::new();
         }
-        let mut out = Vec::new();
-        let floors = self.has_floors();
-        let name = "S1 cycle within 1.10× of the raw floor (p50)";
-        match (&self.s1_client, self.cycle_floor()) {
-            (Some(s1), Some(floor)) => {
-                out.push(p50_within(name.into(), s1, floor, 1.10, "the floor"));
-            }
-            _ if floors => out.push(not_measured(name.into())),
-            _ => {}
+        table()
+            .targets
+            .iter()
+            .filter(|spec| spec.applies_to(&self.backend))
+            .filter_map(|spec| self.target(spec))
+            .collect()
+    }
+
+    fn target(&self, spec: &Spec) -> Option<Target> {
+        let peer = spec.peer.as_deref().unwrap_or_default();
+        let peer_name = [S1, S2]
+            .iter()
+            .find_map(|scenario| self.peer(peer, scenario))
+            .map_or(peer, |(name, _)| name);
+        let name = spec
+            .name
+            .replace("{bound}", &shown(spec.kind, spec.bound))
+            .replace("{peer}", peer_name);
+        let ours = spec.ours.and_then(|f| self.figure(f, peer));
+        if spec.only_if && ours.is_none() {
+            return None;
         }
-        // The memory backend has no network: there, the client's own cost is bare,
-        // and held to twice the primitives'; elsewhere the round trip dominates.
-        let bound = if self.backend == "memory" { 2.0 } else { 1.05 };
-        let name =
-            format!("S1 through the client within {bound:.2}× of the backend's primitives (p50)");
-        match (&self.s1_client, &self.s1_primitives) {
-            (Some(client), Some(primitives)) => {
-                out.push(p50_within(
-                    name,
-                    client,
-                    primitives,
-                    bound,
-                    "the primitives",
-                ));
-            }
-            _ => out.push(not_measured(name)),
-        }
-        let name = "S2 throughput at least 0.9× the raw floor's at the same concurrency";
-        match (&self.s2_throughput, &self.s2_floor) {
-            (Some(s2), Some(floor)) => {
-                out.push(rate_at_least(name.into(), s2, floor, 0.9, "the floor"));
-            }
-            _ if floors => out.push(not_measured(name.into())),
-            _ => {}
-        }
-        if matches!(
-            self.backend.as_str(),
-            "redis" | "postgres" | "mariadb" | "etcd"
-        ) {
-            let name = "client CPU per S2 cycle at most 1.3× the raw floor's";
-            match (&self.s2_throughput, &self.s2_floor) {
-                (Some(ours), Some(floor)) => out.push(cpu_within(name.into(), ours, floor, 1.3)),
-                _ => out.push(not_measured(name.into())),
-            }
-        }
-        if self.backend == "redis" {
-            let name = "S1 cycle within 1.10× of the fenced floor (p50)";
-            match (&self.s1_client, self.fenced_floor()) {
-                (Some(s1), Some(floor)) => {
-                    out.push(p50_within(name.into(), s1, floor, 1.10, "the fenced floor"));
-                }
-                _ => out.push(not_measured(name.into())),
-            }
-            let name = "S2 throughput at least 0.9× the fenced floor's";
-            match (&self.s2_throughput, &self.s2_fenced_floor) {
-                (Some(s2), Some(floor)) => {
-                    out.push(rate_at_least(
-                        name.into(),
-                        s2,
-                        floor,
-                        0.9,
-                        "the fenced floor",
-                    ));
-                }
-                _ => out.push(not_measured(name.into())),
-            }
-        }
-        let name = "S3 handoff p50 within 4 round trips";
-        match (&self.s3_handoff, self.round_trip()) {
-            (Some(s3), Some(rtt)) if !unusable(rtt.p50_us) => {
-                let trips = s3.p50_us / rtt.p50_us;
-                let mut figures = format!(
-                    "{} = {trips:.1} round trips of {}",
-                    ms(s3.p50_us),
-                    ms(rtt.p50_us)
-                );
-                if let Some(floor) = self
-                    .cycle_floor()
-                    .filter(|f| self.floor_cycle_ops > 0.0 && !unusable(f.p50_us))
-                {
-                    // The cause when it is missed: a lock operation is a durable write,
-                    // much slower than the read that times a round trip.
-                    let op = floor.p50_us / self.floor_cycle_ops;
-                    let _ = write!(
-                        figures,
-                        "; or {:.1} lock operations of {} (raw floor)",
-                        s3.p50_us / op,
-                        ms(op)
+        let theirs = spec.theirs.and_then(|f| self.figure(f, peer));
+        let them = spec.theirs.map_or_else(String::new, |f| f.label(peer_name));
+        let missing = || (name.clone(), None, NOT_MEASURED.to_owned());
+        Some(match spec.kind {
+            Kind::Takeover => return Some(self.takeover()),
+            Kind::P50Within => match (ours, theirs) {
+                (Some(o), Some(t)) => p50_within(name, o, t, spec.bound, &them),
+                _ => missing(),
+            },
+            Kind::RateAtLeast => match (ours, theirs) {
+                (Some(o), Some(t)) => rate_at_least(name, o, t, spec.bound, &them),
+                _ => missing(),
+            },
+            Kind::CpuWithin => match (ours, theirs) {
+                (Some(o), Some(t)) => cpu_within(name, o, t, spec.bound),
+                _ => missing(),
+            },
+            Kind::RoundTrips => match (ours, self.round_trip()) {
+                (Some(o), Some(rtt)) if !unusable(rtt.p50_us) => {
+                    let trips = o.p50_us / rtt.p50_us;
+                    let mut figures = format!(
+                        "{} = {trips:.1} round trips of {}",
+                        ms(o.p50_us),
+                        ms(rtt.p50_us)
                     );
-                }
-                out.push((name.into(), Some(trips <= 4.0), figures));
-            }
-            _ if floors => out.push(not_measured(name.into())),
-            _ => {}
-        }
-        // Issue 35's fair handoffs: on Redis in round trips, on PostgreSQL in lock
-        // operations of its raw floor (a durable write each).
-        if let Some(fair) = &self.s3_fair {
-            let how = if self.fair_handoff {
-                "handed over"
-            } else {
-                "the head asks"
-            };
-            if self.backend == "redis" {
-                let name = "fair S3 across clients p50 within 3 round trips";
-                match self.round_trip() {
-                    Some(rtt) if !unusable(rtt.p50_us) => {
-                        let trips = fair.p50_us / rtt.p50_us;
-                        out.push((
-                            name.into(),
-                            Some(trips <= 3.0),
-                            format!(
-                                "{} = {trips:.1} round trips of {} ({how})",
-                                ms(fair.p50_us),
-                                ms(rtt.p50_us)
-                            ),
-                        ));
+                    if let Some(how) = self.fair_how(spec) {
+                        let _ = write!(figures, " ({how})");
+                    } else if let Some(op) = self.lock_operation() {
+                        // The cause when it is missed: a lock operation is a durable
+                        // write, much slower than the read that times a round trip.
+                        let _ = write!(
+                            figures,
+                            "; or {:.1} lock operations of {} (raw floor)",
+                            o.p50_us / op,
+                            ms(op)
+                        );
                     }
-                    _ => out.push(not_measured(name.into())),
+                    (name, Some(trips <= spec.bound), figures)
                 }
-            }
-            if self.backend == "postgres" {
-                let name = "fair S3 across clients p50 within 2 lock operations of the raw floor";
-                match self.cycle_floor() {
-                    Some(floor) if self.floor_cycle_ops > 0.0 && !unusable(floor.p50_us) => {
-                        let op = floor.p50_us / self.floor_cycle_ops;
-                        let ops = fair.p50_us / op;
-                        out.push((
-                            name.into(),
-                            Some(ops <= 2.0),
-                            format!(
-                                "{} = {ops:.1} lock operations of {} ({how})",
-                                ms(fair.p50_us),
-                                ms(op)
-                            ),
-                        ));
+                _ => missing(),
+            },
+            Kind::LockOperations => match (ours, self.lock_operation()) {
+                (Some(o), Some(op)) => {
+                    let ops = o.p50_us / op;
+                    let mut figures =
+                        format!("{} = {ops:.1} lock operations of {}", ms(o.p50_us), ms(op));
+                    if let Some(how) = self.fair_how(spec) {
+                        let _ = write!(figures, " ({how})");
                     }
-                    _ => out.push(not_measured(name.into())),
+                    (name, Some(ops <= spec.bound), figures)
                 }
-            }
-        }
-        // The peer's bounds: issue 35's, for Redis and for Redlock.
-        let (s1_bound, s2_bound) = if self.backend == "redis" {
-            (1.10, 0.85)
+                _ => missing(),
+            },
+        })
+    }
+
+    /// How a fair handoff went, for a target on the fair S3.
+    fn fair_how(&self, spec: &Spec) -> Option<&'static str> {
+        matches!(spec.ours, Some(Figure::S3Fair)).then_some(if self.fair_handoff {
+            "handed over"
         } else {
-            (1.15, 0.9)
-        };
-        for peer in self.expected_peers() {
-            let find = |scenario: &str| {
-                self.peers
-                    .iter()
-                    .find(|p| p.peer == peer && p.scenario == scenario)
-                    .map(|p| &p.summary)
-            };
-            let name = format!("S1 cycle within {s1_bound:.2}× of {peer}'s (p50)");
-            match (&self.s1_client, find(S1)) {
-                (Some(ours), Some(theirs)) => {
-                    out.push(p50_within(name, ours, theirs, s1_bound, peer));
-                }
-                _ => out.push(not_measured(name)),
-            }
-            let name = format!("S2 throughput at least {s2_bound:.2}× {peer}'s");
-            match (&self.s2_throughput, find(S2)) {
-                (Some(ours), Some(theirs)) => {
-                    out.push(rate_at_least(name, ours, theirs, s2_bound, peer));
-                }
-                _ => out.push(not_measured(name)),
-            }
-        }
-        let name = |slack: f64| {
-            format!(
-                "S4 takeover no earlier than the TTL less {slack:.0} ms, and within the TTL + {:.0} ms",
-                self.takeover_allowance_ms
-            )
-        };
+            "the head asks"
+        })
+    }
+
+    /// One lock operation of the raw cycle floor (a durable write on a SQL server).
+    fn lock_operation(&self) -> Option<f64> {
+        self.cycle_floor()
+            .filter(|f| self.floor_cycle_ops > 0.0 && !unusable(f.p50_us))
+            .map(|f| f.p50_us / self.floor_cycle_ops)
+    }
+
+    /// S4: the takeover no earlier than the TTL less the slack, and within the TTL
+    /// plus the row's allowance.
+    fn takeover(&self) -> Target {
+        let allowance = self.takeover_allowance_ms;
         match &self.s4_takeover {
             Some(s4) if !s4.takeover_ms.is_empty() => {
                 let early = s4.earliest_over_ttl_ms < -s4.slack_ms;
-                let late = s4.worst_over_ttl_ms > self.takeover_allowance_ms;
-                out.push((
-                    name(s4.slack_ms),
+                let late = s4.worst_over_ttl_ms > allowance;
+                (
+                    format!(
+                        "S4 takeover no earlier than the TTL less {:.0} ms, and within the TTL + {allowance:.0} ms",
+                        s4.slack_ms
+                    ),
                     Some(!early && !late),
                     format!(
                         "earliest {:+.0} ms, worst {:+.0} ms against a {:.0} ms TTL{}",
@@ -281,13 +314,14 @@ impl BackendRun {
                             ""
                         }
                     ),
-                ));
+                )
             }
-            _ => out.push(not_measured(
-                name(0.0).replace("no earlier than the TTL less 0 ms, and ", ""),
-            )),
+            _ => (
+                format!("S4 takeover within the TTL + {allowance:.0} ms"),
+                None,
+                NOT_MEASURED.into(),
+            ),
         }
-        out
     }
 }
 
@@ -404,7 +438,7 @@ mod tests {
         r.s4_takeover = None;
         let targets = r.targets();
         for name in [
-            "S2 throughput at least 0.9×",
+            "S2 throughput at least 0.90×",
             "S4",
             "S1 cycle within 1.10× of rslock",
         ] {
@@ -445,7 +479,7 @@ mod tests {
             &Some(true)
         );
         assert_eq!(
-            met(&targets, "S2 throughput at least 0.9× the fenced floor").0,
+            met(&targets, "S2 throughput at least 0.90× the fenced floor").0,
             &Some(true)
         );
         let (cpu, figures) = met(&targets, "client CPU per S2 cycle");
