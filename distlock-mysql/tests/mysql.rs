@@ -488,3 +488,31 @@ async fn a_fair_step_dropped_at_any_point_leaves_no_transaction_open() {
             .expect("a fair step after the dropped steps");
     }
 }
+
+/// A pooled connection that sat idle past the pool's limit is closed, not handed out:
+/// one the server cut meanwhile (its `wait_timeout`, here 1 s) never fails the next
+/// statement. The limit is `distlock_sql::IDLE_LIMIT` (10 minutes) unless set; here
+/// half a second. The pool is the one both SQL backends run on.
+#[tokio::test]
+async fn a_connection_idle_past_the_pools_limit_is_not_handed_out() {
+    use distlock_mysql::sqlx::mysql::{MySql, MySqlConnectOptions, MySqlSslMode};
+    use std::str::FromStr as _;
+    let server = server().await;
+    let url = server.url();
+    let settings = MySqlConfig::from_url(&url).expect("a URL");
+    let options = MySqlConnectOptions::from_str(&url.replacen("mariadb://", "mysql://", 1))
+        .expect("options")
+        .ssl_mode(MySqlSslMode::Disabled);
+    let on_connect = Some("SET SESSION wait_timeout = 1".to_owned());
+    let pool = distlock_sql::Pool::<MySql>::new(options, 1, Duration::from_secs(5), on_connect)
+        .with_idle_limit(Duration::from_millis(500));
+    for round in 0..3 {
+        let mut checkout = pool.checkout(&settings).await.expect("a connection");
+        let result = checkout.conn().execute("SELECT 1").await;
+        checkout.settle(&result);
+        result.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(checkout);
+        // Past the server's cut of an idle session.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}

@@ -21,7 +21,7 @@ use distlock_core::{Error, ErrorKind, FencingToken, Result};
 
 pub mod pool;
 
-pub use pool::{Checkout, Pool};
+pub use pool::{Checkout, Pool, IDLE_LIMIT};
 
 /// One of the two time-outs a SQL backend bounds its work with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

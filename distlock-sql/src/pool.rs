@@ -9,6 +9,11 @@
 //! mid-statement, a transaction that did not end), so the pool never holds a
 //! connection in an unknown state and never needs to test one.
 //!
+//! A connection that sat idle in the pool for [`IDLE_LIMIT`] is closed rather than
+//! handed out, as sqlx's pool closes one by default: a server or a proxy between
+//! may have cut it meanwhile (MariaDB's `wait_timeout`, say), and then the next
+//! statement would fail on it.
+//!
 //! A service's own sqlx pool ([`Pool::shared`]) is used as it is, with the same rule:
 //! a connection in an unknown state is closed rather than given back.
 
@@ -19,8 +24,13 @@ use distlock_core::Result;
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Database, Executor};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::{timed_out, Setting, Settings};
+
+/// How long a connection of a pool of the backend's own may sit idle and still be
+/// handed out: sqlx's pool's default idle time-out.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(10 * 60);
 
 /// The options a connection of `DB` is made with.
 pub type ConnectOptions<DB> = <<DB as Database>::Connection as Connection>::Options;
@@ -41,7 +51,9 @@ enum Kind<DB: Database> {
 struct OwnPool<DB: Database> {
     options: ConnectOptions<DB>,
     on_connect: Option<String>,
-    idle: Mutex<Vec<DB::Connection>>,
+    /// The connections given back, each with when; the latest last.
+    idle: Mutex<Vec<(DB::Connection, Instant)>>,
+    idle_limit: Duration,
     permits: Arc<Semaphore>,
     acquire_timeout: Duration,
 }
@@ -79,7 +91,8 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
     /// A pool of the backend's own: at most `size` connections made with `options`,
-    /// each running `on_connect` (a session setting) once when it is made.
+    /// each running `on_connect` (a session setting) once when it is made, and
+    /// closed once it has sat idle for [`IDLE_LIMIT`].
     pub fn new(
         options: ConnectOptions<DB>,
         size: u32,
@@ -91,10 +104,21 @@ where
                 options,
                 on_connect,
                 idle: Mutex::new(Vec::new()),
+                idle_limit: IDLE_LIMIT,
                 permits: Arc::new(Semaphore::new(size as usize)),
                 acquire_timeout,
             })),
         }
+    }
+
+    /// The same pool, closing a connection once it has sat idle for `limit` rather
+    /// than [`IDLE_LIMIT`]. No effect on a [shared](Self::shared) pool, whose own
+    /// settings rule.
+    pub fn with_idle_limit(mut self, limit: Duration) -> Self {
+        if let Kind::Own(own) = &mut self.kind {
+            own.idle_limit = limit;
+        }
+        self
     }
 
     /// The service's own `pool`, waited on for at most `acquire_timeout`.
@@ -149,21 +173,36 @@ where
     }
 }
 
+impl<DB: Database> OwnPool<DB> {
+    fn idle(&self) -> MutexGuard<'_, Vec<(DB::Connection, Instant)>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection given back last, unless it sat idle past the limit: then it
+    /// and every one given back before it are closed.
+    fn take_idle(&self) -> Option<DB::Connection> {
+        let mut idle = self.idle();
+        let (conn, since) = idle.pop()?;
+        if since.elapsed() < self.idle_limit {
+            return Some(conn);
+        }
+        drop(conn);
+        idle.clear();
+        None
+    }
+}
+
 impl<DB: Database> OwnPool<DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
-    fn idle(&self) -> MutexGuard<'_, Vec<DB::Connection>> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     async fn checkout(&self) -> std::result::Result<Held<'_, DB>, Option<sqlx::Error>> {
         let permit =
             tokio::time::timeout(self.acquire_timeout, self.permits.clone().acquire_owned())
                 .await
                 .map_err(|_| None)?
                 .map_err(|_| Some(sqlx::Error::PoolClosed))?;
-        let idle = self.idle().pop();
+        let idle = self.take_idle();
         let conn = match idle {
             Some(conn) => conn,
             None => tokio::time::timeout(self.acquire_timeout, self.connect())
@@ -219,10 +258,7 @@ impl<DB: Database> Drop for Checkout<'_, DB> {
             Held::Own { pool, conn, .. } => {
                 if let Some(conn) = conn.take() {
                     if self.reusable {
-                        pool.idle
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(conn);
+                        pool.idle().push((conn, Instant::now()));
                     }
                 }
             }
