@@ -2,12 +2,180 @@
 
 use std::fmt::Write as _;
 
-use super::{ms, opt, Report, S1, S2, S3};
+use super::{ms, opt, BackendRun, Report, S1, S2, S3};
 use crate::stats::Summary;
+
+/// Writes one Markdown table: the header row (its cells separated by ` | `), its
+/// rule, and each row's cells.
+fn table(md: &mut String, header: &str, rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(md, "| {header} |");
+    let _ = writeln!(md, "|{}", " --- |".repeat(header.split(" | ").count()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+}
+
+/// A ratio of two figures, or a dash where the second is not above zero.
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs > 0.0 {
+        format!("{:.2}×", ours / theirs)
+    } else {
+        "—".into()
+    }
+}
+
+/// A summary's p50 and p99.
+fn p50_p99(s: &Summary) -> String {
+    format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
+}
+
+/// One measurement of a backend's own table: its name, its summary, and distlock's
+/// figure in the same scenario, where there is one to compare.
+fn measurement_row((name, s, ours): (String, &Summary, Option<&Summary>)) -> Vec<String> {
+    let micros = |us: Option<f64>| us.map_or("—".to_owned(), |us| format!("{us:.0} µs"));
+    vec![
+        name,
+        ms(s.p50_us),
+        ms(s.p90_us),
+        ms(s.p99_us),
+        format!("{:.0}", s.per_sec),
+        ours.map_or("—".to_owned(), |o| format!("{:.2}×", o.p50_us / s.p50_us)),
+        micros(s.server_cpu_us),
+        micros(s.client_cpu_us),
+        s.same_holder_share
+            .map_or("—".to_owned(), |share| format!("{:.0}%", share * 100.0)),
+    ]
+}
+
+/// What the summary table says of one backend.
+fn summary_row(b: &BackendRun) -> Vec<String> {
+    if !b.started {
+        let mut row = vec![b.backend.clone(), format!("not started: {}", b.server)];
+        row.resize(11, String::new());
+        return row;
+    }
+    let conf = match (&b.conformance, &b.suite_not_run) {
+        (None, Some(why)) => format!("not run: {why}"),
+        _ => opt(&b.conformance, |c| {
+            format!(
+                "{} / {} / {} (in {:.0} s of the backend's {:.0} s)",
+                c.passed,
+                c.failed.len(),
+                c.skipped.len(),
+                c.seconds,
+                b.seconds
+            )
+        }),
+    };
+    let both = |a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64| match (a, b) {
+        (Some(a), Some(b)) => ratio(f(a), f(b)),
+        _ => "—".into(),
+    };
+    vec![
+        b.backend.clone(),
+        conf,
+        opt(&b.s1_client, p50_p99),
+        b.cycle_floor().map_or("—".into(), |f| ms(f.p50_us)),
+        both(b.s1_client.as_ref(), b.cycle_floor(), |s| s.p50_us),
+        opt(&b.s2_throughput, |s| format!("{:.0}", s.per_sec)),
+        opt(&b.s2_floor, |s| format!("{:.0}", s.per_sec)),
+        both(b.s2_throughput.as_ref(), b.s2_floor.as_ref(), |s| s.per_sec),
+        opt(&b.s3_handoff, p50_p99),
+        opt(&b.s3_handoff, |s| format!("{:.0}", s.per_sec)),
+        opt(&b.s4_takeover, |t| {
+            format!("{:.0} ms (TTL {:.0} ms)", t.worst_over_ttl_ms, t.ttl_ms)
+        }),
+    ]
+}
+
+/// The racing and fair rows of S3 across clients for one backend.
+fn fairness_rows(b: &BackendRun) -> Vec<Vec<String>> {
+    let fair = match (&b.s3_fair, b.fair_handoff) {
+        (None, _) => "fair",
+        (Some(_), true) => "fair, handed over",
+        (Some(_), false) => "fair, the head asks",
+    };
+    [("racing", &b.s3_racing), (fair, &b.s3_fair)]
+        .into_iter()
+        .map(|(mode, summary)| {
+            let cells = match summary {
+                Some(s) => vec![
+                    p50_p99(s),
+                    format!("{:.0}", s.per_sec),
+                    s.wait_ratio.map_or("—".into(), |r| format!("{r:.1}")),
+                    s.same_holder_share
+                        .map_or("—".into(), |r| format!("{:.0}%", r * 100.0)),
+                ],
+                None if mode != "racing" && b.s3_racing.is_some() => {
+                    vec!["no fair mode (LockBackend::fair)".into()]
+                }
+                None => vec!["not measured".into()],
+            };
+            let mut row = vec![b.backend.clone(), mode.into()];
+            row.extend(cells);
+            row.resize(6, String::new());
+            row
+        })
+        .collect()
+}
+
+/// The rows of the kinds beyond the mutex for one backend.
+fn kind_rows(b: &BackendRun) -> Vec<Vec<String>> {
+    if b.kinds.is_empty() {
+        let mut row = vec![
+            b.backend.clone(),
+            "no permits (LockBackend::permits)".into(),
+        ];
+        row.resize(6, String::new());
+        return vec![row];
+    }
+    b.kinds
+        .iter()
+        .map(|k| {
+            let mutex = b.s1_client.as_ref().map_or(0.0, |m| m.p50_us);
+            let (s3, s3_rate) = k.s3.as_ref().map_or(("—".into(), "—".into()), |s| {
+                (p50_p99(s), format!("{:.0}", s.per_sec))
+            });
+            vec![
+                b.backend.clone(),
+                k.kind.clone(),
+                p50_p99(&k.s1),
+                ratio(k.s1.p50_us, mutex),
+                s3,
+                s3_rate,
+            ]
+        })
+        .collect()
+}
+
+/// The row of several keys under one lock for one backend.
+fn set_row(b: &BackendRun) -> Vec<String> {
+    let mut row = vec![b.backend.clone()];
+    match &b.sets {
+        Some(s) => row.extend([
+            if s.one_step {
+                "in one step"
+            } else {
+                "key by key"
+            }
+            .into(),
+            ms(s.one_key.p50_us),
+            p50_p99(&s.two_keys),
+            ratio(s.two_keys.p50_us, s.one_key.p50_us),
+            format!("{:.0}", s.opposite.per_sec),
+            p50_p99(&s.opposite),
+            s.opposite_timeouts.to_string(),
+        ]),
+        None => row.push("not measured (see the errors below)".into()),
+    }
+    row.resize(8, String::new());
+    row
+}
 
 impl Report {
     pub(crate) fn markdown(&self) -> String {
         let mut md = String::new();
+        let started = || self.backends.iter().filter(|b| b.started);
         let _ = writeln!(md, "# lockbench report\n");
         let _ = writeln!(
             md,
@@ -15,246 +183,86 @@ impl Report {
             self.mode, self.cpus
         );
         let _ = writeln!(md, "## Summary\n");
-        let _ = writeln!(
-            md,
-            "| backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S2 raw floor cycles/s | S2 ÷ floor | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL |"
+        table(
+            &mut md,
+            "backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S2 raw floor cycles/s | S2 ÷ floor | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL",
+            self.backends.iter().map(summary_row),
         );
-        let _ = writeln!(
-            md,
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-        );
-        for b in &self.backends {
-            if !b.started {
-                let _ = writeln!(
-                    md,
-                    "| {} | not started: {} | | | | | | | | | |",
-                    b.backend, b.server
-                );
-                continue;
-            }
-            let conf = match (&b.conformance, &b.suite_not_run) {
-                (None, Some(why)) => format!("not run: {why}"),
-                _ => opt(&b.conformance, |c| {
-                    format!(
-                        "{} / {} / {} (in {:.0} s of the backend's {:.0} s)",
-                        c.passed,
-                        c.failed.len(),
-                        c.skipped.len(),
-                        c.seconds,
-                        b.seconds
-                    )
-                }),
-            };
-            let s1 = opt(&b.s1_client, |s| {
-                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
-            });
-            let floor = b.cycle_floor().map_or("—".into(), |f| ms(f.p50_us));
-            let ratio = match (&b.s1_client, b.cycle_floor()) {
-                (Some(s), Some(f)) => format!("{:.2}×", s.p50_us / f.p50_us),
-                _ => "—".into(),
-            };
-            let s2 = opt(&b.s2_throughput, |s| format!("{:.0}", s.per_sec));
-            let s2_floor = opt(&b.s2_floor, |s| format!("{:.0}", s.per_sec));
-            let s2_ratio = match (&b.s2_throughput, &b.s2_floor) {
-                (Some(s), Some(f)) if f.per_sec > 0.0 => format!("{:.2}×", s.per_sec / f.per_sec),
-                _ => "—".into(),
-            };
-            let s3 = opt(&b.s3_handoff, |s| {
-                format!("{} / {}", ms(s.p50_us), ms(s.p99_us))
-            });
-            let s3r = opt(&b.s3_handoff, |s| format!("{:.0}", s.per_sec));
-            let s4 = opt(&b.s4_takeover, |t| {
-                format!("{:.0} ms (TTL {:.0} ms)", t.worst_over_ttl_ms, t.ttl_ms)
-            });
-            let _ = writeln!(
-                md,
-                "| {} | {conf} | {s1} | {floor} | {ratio} | {s2} | {s2_floor} | {s2_ratio} | {s3} | {s3r} | {s4} |",
-                b.backend
-            );
-        }
         let _ = writeln!(md, "\n## Targets\n");
-        let _ = writeln!(md, "| backend | target | met | measured |");
-        let _ = writeln!(md, "| --- | --- | --- | --- |");
-        for b in &self.backends {
-            for (target, met, figures) in b.targets() {
-                let met = match met {
-                    Some(true) => "yes",
-                    Some(false) => "**no**",
-                    None => "—",
-                };
-                let _ = writeln!(md, "| {} | {target} | {met} | {figures} |", b.backend);
-            }
-        }
+        table(
+            &mut md,
+            "backend | target | met | measured",
+            self.backends.iter().flat_map(|b| {
+                b.targets().into_iter().map(|(target, met, figures)| {
+                    let met = match met {
+                        Some(true) => "yes",
+                        Some(false) => "**no**",
+                        None => "—",
+                    };
+                    vec![b.backend.clone(), target, met.into(), figures]
+                })
+            }),
+        );
         let _ = writeln!(
             md,
             "\n## S3 across clients: racing and fair\n\n16 waiters on one key, each on a client of its own (as 16 processes would be), each holding the lock 1 ms and asking again at once. *Racing*: waiters retry on the release notification and the fastest wins. *Fair*: the client's fair mode, the key's queue on the server; *handed over* where a release grants the lock to the head of the queue in its own step (`FairBackend::handoffs`), *the head asks* where the head learns of the release (a notification, a watch or its poll) and then takes the key with a fair step of its own. *Longest ÷ median wait* is the fairness figure: near 1 when every waiter waits alike, large when some starve. *Releaser won* is the share of handoffs taken by the waiter that had just released.\n"
         );
-        let _ = writeln!(
-            md,
-            "| backend | mode | handoff p50 / p99 | handoffs/s | longest ÷ median wait | releaser won |"
+        table(
+            &mut md,
+            "backend | mode | handoff p50 / p99 | handoffs/s | longest ÷ median wait | releaser won",
+            started().flat_map(fairness_rows),
         );
-        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-        for b in self.backends.iter().filter(|b| b.started) {
-            let fair = match (&b.s3_fair, b.fair_handoff) {
-                (None, _) => "fair",
-                (Some(_), true) => "fair, handed over",
-                (Some(_), false) => "fair, the head asks",
-            };
-            for (mode, summary) in [("racing", &b.s3_racing), (fair, &b.s3_fair)] {
-                let row = match summary {
-                    Some(s) => format!(
-                        "{} / {} | {:.0} | {} | {}",
-                        ms(s.p50_us),
-                        ms(s.p99_us),
-                        s.per_sec,
-                        s.wait_ratio.map_or("—".into(), |r| format!("{r:.1}")),
-                        s.same_holder_share
-                            .map_or("—".into(), |r| format!("{:.0}%", r * 100.0)),
-                    ),
-                    None if mode != "racing" && b.s3_racing.is_some() => {
-                        "no fair mode (LockBackend::fair) | | |".into()
-                    }
-                    None => "not measured | | |".into(),
-                };
-                let _ = writeln!(md, "| {} | {mode} | {row} |", b.backend);
-            }
-        }
         let _ = writeln!(
             md,
             "\n## Semaphores, read-write locks and elections\n\nEach kind through its own type (`Semaphore`, `RwLock`, `Election`), on the backends with permits (`LockBackend::permits`). *S1*: one client at a time on fresh names, a try then a release; *÷ mutex* is that over the mutex client's S1 in the same run. *S3*: 16 waiters, each with a handle of its own, on one name, each holding 1 ms; measured for the kinds whose grant is exclusive (a semaphore of one permit, a writer, a campaign).\n"
         );
-        let _ = writeln!(
-            md,
-            "| backend | kind | S1 p50 / p99 | S1 ÷ mutex | S3 handoff p50 / p99 | S3 handoffs/s |"
+        table(
+            &mut md,
+            "backend | kind | S1 p50 / p99 | S1 ÷ mutex | S3 handoff p50 / p99 | S3 handoffs/s",
+            started().flat_map(kind_rows),
         );
-        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
-        for b in self.backends.iter().filter(|b| b.started) {
-            if b.kinds.is_empty() {
-                let _ = writeln!(
-                    md,
-                    "| {} | no permits (LockBackend::permits) | | | | |",
-                    b.backend
-                );
-            }
-            for k in &b.kinds {
-                let ratio = b
-                    .s1_client
-                    .as_ref()
-                    .filter(|m| m.p50_us > 0.0)
-                    .map_or("—".into(), |m| format!("{:.2}×", k.s1.p50_us / m.p50_us));
-                let s3 = k.s3.as_ref().map_or("— | —".into(), |s| {
-                    format!("{} / {} | {:.0}", ms(s.p50_us), ms(s.p99_us), s.per_sec)
-                });
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} / {} | {ratio} | {s3} |",
-                    b.backend,
-                    k.kind,
-                    ms(k.s1.p50_us),
-                    ms(k.s1.p99_us)
-                );
-            }
-        }
         let _ = writeln!(
             md,
             "\n## Several keys under one lock\n\n`LockClient::lock_all`, on every backend. *A set taken*: in one step on the server where the backend takes sets (`LockBackend::sets`), else key by key. *S1*: one client at a time on fresh keys, `try_lock_all` of two keys then the set's release, in the same blocks as the one-key cycle (*÷ one key*). *Opposite orders*: two clients, each with a client of its own, lock the same two keys in opposite orders, release, and go again, for the S2 time; a wait that runs out ({} s) would be a deadlock, and must be 0.\n",
             crate::sets::OPPOSITE_WAIT.as_secs()
         );
-        let _ = writeln!(
-            md,
-            "| backend | a set taken | S1 one key p50 | S1 two keys p50 / p99 | two ÷ one | opposite orders: sets/s | its p50 / p99 | waits run out |"
+        table(
+            &mut md,
+            "backend | a set taken | S1 one key p50 | S1 two keys p50 / p99 | two ÷ one | opposite orders: sets/s | its p50 / p99 | waits run out",
+            started().map(set_row),
         );
-        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
-        for b in self.backends.iter().filter(|b| b.started) {
-            let row = match &b.sets {
-                Some(s) => format!(
-                    "{} | {} | {} / {} | {} | {:.0} | {} / {} | {}",
-                    if s.one_step {
-                        "in one step"
-                    } else {
-                        "key by key"
-                    },
-                    ms(s.one_key.p50_us),
-                    ms(s.two_keys.p50_us),
-                    ms(s.two_keys.p99_us),
-                    if s.one_key.p50_us > 0.0 {
-                        format!("{:.2}×", s.two_keys.p50_us / s.one_key.p50_us)
-                    } else {
-                        "—".into()
-                    },
-                    s.opposite.per_sec,
-                    ms(s.opposite.p50_us),
-                    ms(s.opposite.p99_us),
-                    s.opposite_timeouts
-                ),
-                None => "not measured (see the errors below) | | | | | | |".into(),
-            };
-            let _ = writeln!(md, "| {} | {row} |", b.backend);
-        }
         let _ = writeln!(
             md,
             "\n## S2 sweep\n\nCycles per second with 1 to 256 concurrent tasks on one client (`sweep.svg`): where each backend saturates. The floor is the raw lock cycle on the same driver, at the same concurrency and connection count.\n"
         );
-        let _ = writeln!(
-            md,
-            "| backend | tasks | distlock | raw floor | distlock ÷ floor | rslock | distlock ÷ rslock |"
+        let rate = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.0}"));
+        let versus = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
+            (Some(o), Some(t)) => ratio(o, t),
+            _ => "—".to_owned(),
+        };
+        table(
+            &mut md,
+            "backend | tasks | distlock | raw floor | distlock ÷ floor | rslock | distlock ÷ rslock",
+            self.backends.iter().flat_map(|b| {
+                b.sweep.iter().map(|p| {
+                    vec![
+                        b.backend.clone(),
+                        p.tasks.to_string(),
+                        rate(p.client),
+                        rate(p.floor),
+                        versus(p.client, p.floor),
+                        rate(p.rslock),
+                        versus(p.client, p.rslock),
+                    ]
+                })
+            }),
         );
-        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
-        for b in &self.backends {
-            for p in &b.sweep {
-                let rate = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.0}"));
-                let ratio = |theirs: Option<f64>| match (p.client, theirs) {
-                    (Some(o), Some(t)) if t > 0.0 => format!("{:.2}×", o / t),
-                    _ => "—".to_owned(),
-                };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {} | {} | {} | {} |",
-                    b.backend,
-                    p.tasks,
-                    rate(p.client),
-                    rate(p.floor),
-                    ratio(p.floor),
-                    rate(p.rslock),
-                    ratio(p.rslock)
-                );
-            }
-        }
         let _ = writeln!(md, "\n## Per backend\n");
         for b in &self.backends {
             let _ = writeln!(md, "### {}\n\nServer: {}\n", b.backend, b.server);
             if !b.started {
                 continue;
             }
-            let _ = writeln!(
-                md,
-                "| measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | client CPU per op | releaser took it again |"
-            );
-            let _ = writeln!(
-                md,
-                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-            );
-            let mut row = |name: &str, s: &Summary, ours: Option<&Summary>| {
-                let ratio =
-                    ours.map_or("—".to_owned(), |o| format!("{:.2}×", o.p50_us / s.p50_us));
-                let server = s
-                    .server_cpu_us
-                    .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
-                let client = s
-                    .client_cpu_us
-                    .map_or("—".to_owned(), |us| format!("{us:.0} µs"));
-                let again = s
-                    .same_holder_share
-                    .map_or("—".to_owned(), |share| format!("{:.0}%", share * 100.0));
-                let _ = writeln!(
-                    md,
-                    "| {name} | {} | {} | {} | {:.0} | {ratio} | {server} | {client} | {again} |",
-                    ms(s.p50_us),
-                    ms(s.p90_us),
-                    ms(s.p99_us),
-                    s.per_sec
-                );
-            };
             let ours = [
                 (S1, "S1 cycle, client (try_lock + release)", &b.s1_client),
                 (
@@ -271,29 +279,28 @@ impl Report {
                 ),
                 (S3, S3, &b.s3_handoff),
             ];
-            for (_, name, summary) in &ours {
-                if let Some(s) = summary {
-                    row(name, s, None);
-                }
-            }
-            for f in &b.floors {
-                row(
-                    &format!("floor: {}", f.name),
+            let scenarios = ours
+                .iter()
+                .filter_map(|(_, name, s)| s.as_ref().map(|s| ((*name).to_owned(), s, None)));
+            let floors = b.floors.iter().map(|f| {
+                (
+                    format!("floor: {}", f.name),
                     &f.summary,
                     b.s1_client.as_ref(),
-                );
-            }
-            for p in &b.peers {
+                )
+            });
+            let peers = b.peers.iter().map(|p| {
                 let mine = ours
                     .iter()
                     .find(|(scenario, _, _)| *scenario == p.scenario)
                     .and_then(|(_, _, s)| s.as_ref());
-                row(
-                    &format!("peer {}: {}", p.peer, p.scenario),
-                    &p.summary,
-                    mine,
-                );
-            }
+                (format!("peer {}: {}", p.peer, p.scenario), &p.summary, mine)
+            });
+            table(
+                &mut md,
+                "measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | client CPU per op | releaser took it again",
+                scenarios.chain(floors).chain(peers).map(measurement_row),
+            );
             // rslock's uncontended cycle and the Redis floor send the same two commands:
             // how far apart they land is this run's noise, in the same units.
             let floor = b.cycle_floor();
