@@ -354,7 +354,9 @@ impl LockClient {
         reentrant::scope(work).await
     }
 
-    /// The backend.
+    /// The backend, as this client's calls reach it: with a circuit breaker
+    /// ([`LockOptions::with_circuit_breaker`]), the backend seen through the breaker
+    /// (the same name and capabilities; its acquisition steps pass the breaker).
     pub fn backend(&self) -> &Arc<DynLockBackend> {
         &self.backend
     }
