@@ -284,6 +284,82 @@ fn circuit_breaker_transitions_are_counted_by_state() {
 }
 
 #[test]
+fn every_request_to_the_backend_is_counted_by_step_and_result_behind_the_breaker() {
+    let backend = Arc::new(MemoryBackend::new());
+    let options = LockOptions::new(TTL)
+        .with_auto_renew(false)
+        .with_circuit_breaker(distlock_core::BreakerOptions::new(
+            2,
+            Duration::from_secs(60),
+        ));
+    let snapshotter = recorded({
+        let backend = backend.clone();
+        async move {
+            let (client, other) = clients(&backend, options);
+            // Two grants answered (one granted, one found held), a renewal, a release
+            // and a ping.
+            let guard = client.try_lock("k").await.expect("try").expect("free");
+            assert!(other.try_lock("k").await.expect("try").is_none());
+            guard.extend(TTL).await.expect("renewed");
+            guard.release().await.expect("released");
+            client.health().await.expect("healthy");
+            // A server that stalls: a wait's deadline gives up the watch it was
+            // opening, a caller's time-out the grant in flight.
+            backend.pause();
+            let stalled = client.lock("s", Duration::from_millis(100)).await;
+            assert_eq!(
+                stalled.map(drop).map_err(|e| e.kind()),
+                Err(ErrorKind::Timeout)
+            );
+            let given_up = tokio::time::timeout(Duration::from_millis(100), client.try_lock("s"));
+            assert!(given_up.await.is_err(), "the server is paused");
+            backend.resume();
+            client.flush().await;
+            // A server that is down: two requests fail, then the breaker opens and
+            // refuses the third before it is sent.
+            backend.stop();
+            for _ in 0..2 {
+                let e = client.try_lock("d").await.expect_err("down");
+                assert_eq!(e.kind(), ErrorKind::Unavailable);
+            }
+            let open = client.try_lock("d").await.expect_err("open");
+            assert_eq!(open.kind(), ErrorKind::CircuitOpen);
+            backend.start();
+        }
+    });
+    let all = series(&snapshotter);
+    let requests = |step: &str, result: &str| {
+        count(
+            &all,
+            "distlock_backend_requests_total",
+            &[("backend", "memory"), ("step", step), ("result", result)],
+        )
+    };
+    assert_eq!(requests("grant", "ok"), 2, "{all:?}");
+    assert_eq!(requests("renew", "ok"), 1, "{all:?}");
+    // The guard's release, and the cleanup of the grant given up (the server may
+    // have applied it).
+    assert_eq!(requests("release", "ok"), 2, "{all:?}");
+    assert_eq!(requests("ping", "ok"), 1, "{all:?}");
+    assert_eq!(requests("watch", "cancelled"), 1, "{all:?}");
+    assert_eq!(requests("grant", "cancelled"), 1, "{all:?}");
+    assert_eq!(requests("grant", "unavailable"), 2, "{all:?}");
+    // The call the breaker refused never reached the backend.
+    assert_eq!(requests("grant", "error"), 0, "{all:?}");
+    let timed = samples(
+        &all,
+        "distlock_backend_request_seconds",
+        &[
+            ("backend", "memory"),
+            ("step", "grant"),
+            ("result", "cancelled"),
+        ],
+    );
+    assert_eq!(timed.len(), 1, "{all:?}");
+    assert!(timed[0] >= 0.09, "the stalled request was timed: {timed:?}");
+}
+
+#[test]
 fn keys_are_labels_only_when_asked_for() {
     let backend = Arc::new(MemoryBackend::new());
     let snapshotter = recorded(async move {

@@ -10,6 +10,8 @@ mod deferred;
 mod election;
 mod guard;
 mod local;
+#[cfg(feature = "metrics")]
+mod metered;
 mod multi;
 mod options;
 mod reentrant;
@@ -209,12 +211,24 @@ impl Waiter {
     }
 }
 
+/// What the client's calls reach: `backend`, its requests counted where the
+/// `metrics` feature is on, behind `breaker` where there is one (so a refused call is
+/// not counted as a request).
+fn layered(backend: Arc<DynLockBackend>, breaker: Option<&Arc<Breaker>>) -> Arc<DynLockBackend> {
+    #[cfg(feature = "metrics")]
+    let backend: Arc<DynLockBackend> = Arc::new(metered::Metered::new(backend));
+    match breaker {
+        Some(breaker) => Arc::new(Breaking::new(backend, breaker.clone())),
+        None => backend,
+    }
+}
+
 impl LockClient {
     /// A client with the default [`LockOptions`] (30 s TTL, auto-renewal on).
     pub fn new(backend: Arc<DynLockBackend>) -> Self {
         telemetry::describe();
         LockClient {
-            backend,
+            backend: layered(backend, None),
             options: LockOptions::default(),
             local: Arc::default(),
             starts: Starts::default(),
@@ -253,12 +267,8 @@ impl LockClient {
             ));
         }
         telemetry::describe();
-        let backend = match &breaker {
-            Some(breaker) => Arc::new(Breaking::new(backend, breaker.clone())),
-            None => backend,
-        };
         Ok(LockClient {
-            backend,
+            backend: layered(backend, breaker.as_ref()),
             options,
             local: Arc::default(),
             starts: Starts::default(),

@@ -60,6 +60,43 @@ impl RenewalResult {
     }
 }
 
+/// How one request to the backend ended (`Metered`).
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepResult {
+    /// It answered, whatever the answer (a key found held is an answer).
+    Ok,
+    /// It failed as unavailable: the server could not be reached or answer.
+    Unavailable,
+    /// It failed on a time-out.
+    Timeout,
+    /// It failed otherwise.
+    Error,
+    /// The caller gave up on it before it answered.
+    Cancelled,
+}
+
+#[cfg(feature = "metrics")]
+impl StepResult {
+    pub(crate) fn of_error(error: &Error) -> Self {
+        match error.kind() {
+            ErrorKind::Unavailable => StepResult::Unavailable,
+            ErrorKind::Timeout => StepResult::Timeout,
+            _ => StepResult::Error,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            StepResult::Ok => "ok",
+            StepResult::Unavailable => "unavailable",
+            StepResult::Timeout => "timeout",
+            StepResult::Error => "error",
+            StepResult::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// A loss reason as a label value.
 fn reason_label(reason: LossReason) -> &'static str {
     match reason {
@@ -118,6 +155,15 @@ pub(crate) fn describe() {
             "Leases lost while held, by reason: not_held, renewal_failed, expired"
         );
         metrics::describe_gauge!("distlock_held", "Leases held now");
+        metrics::describe_counter!(
+            "distlock_backend_requests_total",
+            "Requests sent to the backend, by step and result: ok, unavailable, timeout, error, cancelled"
+        );
+        metrics::describe_histogram!(
+            "distlock_backend_request_seconds",
+            Unit::Seconds,
+            "How long each request to the backend took, by step and result"
+        );
         metrics::describe_counter!(
             "distlock_breaker_transitions_total",
             "Changes of a client's circuit breaker, by the state entered: open, half-open, closed"
@@ -216,6 +262,24 @@ pub(crate) fn renewal(backend: &str, key: &LockKey, options: &LockOptions, resul
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (key, options, result.as_str());
+}
+
+/// One request to the backend, the step `step` sent at `started`, ended with `result`.
+#[cfg(feature = "metrics")]
+pub(crate) fn step(
+    backend: &str,
+    step: &'static str,
+    result: StepResult,
+    started: tokio::time::Instant,
+) {
+    let labels = vec![
+        metrics::Label::new("backend", backend.to_owned()),
+        metrics::Label::new("step", step),
+        metrics::Label::new("result", result.as_str()),
+    ];
+    metrics::counter!("distlock_backend_requests_total", labels.clone()).increment(1);
+    metrics::histogram!("distlock_backend_request_seconds", labels)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// A client's circuit breaker entered the state `to` (open, half-open, closed).
