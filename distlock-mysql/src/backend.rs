@@ -92,20 +92,20 @@ impl MySqlBackend {
         // retries a refused connection until the acquire time-out and then says only
         // that the time ran out, where this says why, at once.
         let first = tokio::time::timeout(
-            config.acquire_timeout,
+            config.common.acquire_timeout,
             MySqlConnection::connect_with(&config.connect),
         )
         .await
         .map_err(|_| timed_out(&config, Setting::Acquire))?
         .map_err(|e| from_sqlx(&config, e))?;
-        let _ = tokio::time::timeout(config.response_timeout, first.close()).await;
-        let lock_wait = config.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
+        let _ = tokio::time::timeout(config.common.response_timeout, first.close()).await;
+        let lock_wait = config.common.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
         // Each connection of the pool runs this once, when it is made.
         let on_connect = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}");
         let pool = Pool::new(
             config.connect.clone(),
-            config.pool_size,
-            config.acquire_timeout,
+            config.common.pool_size,
+            config.common.acquire_timeout,
             Some(on_connect),
         );
         Self::start(config, pool, 1).await
@@ -137,7 +137,7 @@ impl MySqlBackend {
         } else {
             1
         };
-        let pool = Pool::shared(pool, config.acquire_timeout);
+        let pool = Pool::shared(pool, config.common.acquire_timeout);
         Self::start(config, pool, trips).await
     }
 
@@ -153,7 +153,7 @@ impl MySqlBackend {
         capabilities.leases_survive_restart = true;
         // MySQL has no notifications: waiters poll, with backoff.
         capabilities.change_notification = false;
-        let sql = Statements::new(&config.table);
+        let sql = Statements::new(&config.common.table);
         let backend = MySqlBackend {
             inner: Arc::new(Inner {
                 config,
@@ -164,12 +164,12 @@ impl MySqlBackend {
         };
         // Connects (so that wrong credentials fail here) and creates the tables, or
         // checks that a DBA did.
-        if backend.inner.config.migrate {
+        if backend.inner.config.common.migrate {
             backend.migrate().await?;
         } else {
             backend.check_tables().await?;
         }
-        if let Some(every) = backend.inner.config.purge_every {
+        if let Some(every) = backend.inner.config.common.purge_every {
             tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
         }
         Ok(backend)
@@ -179,7 +179,7 @@ impl MySqlBackend {
     /// order, for a DBA or a migration tool to run (then connect with
     /// `migrate=false`). `distlock migrate --print` prints them.
     pub fn migration_sql(config: &MySqlConfig) -> Vec<String> {
-        Statements::new(&config.table).migrate
+        Statements::new(&config.common.table).migrate
     }
 
     /// The settings in force.

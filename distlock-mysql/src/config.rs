@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use distlock_core::backend::{ConnectionUrl, Endpoint};
 use distlock_core::{Error, Result};
+use distlock_sql::Common;
 use sqlx::mysql::MySqlConnectOptions;
 
 /// The URL schemes this backend serves.
@@ -51,12 +52,7 @@ pub struct MySqlConfig {
     pub(crate) connect: MySqlConnectOptions,
     pub(crate) shown_url: String,
     pub(crate) password: Option<String>,
-    pub(crate) table: String,
-    pub(crate) pool_size: u32,
-    pub(crate) migrate: bool,
-    pub(crate) response_timeout: Duration,
-    pub(crate) acquire_timeout: Duration,
-    pub(crate) purge_every: Option<Duration>,
+    pub(crate) common: Common,
     pub(crate) purge_after: Duration,
 }
 
@@ -66,23 +62,6 @@ const MAX_TABLE: usize = 48;
 
 fn config_error(message: impl Into<String>) -> Error {
     distlock_core::backend::config_error("mysql", message)
-}
-
-/// Checks the table name: what it may be is narrow on purpose, so that it needs no
-/// escaping and cannot carry SQL.
-pub(crate) fn check_table(name: &str) -> Result<()> {
-    let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && name.len() <= MAX_TABLE {
-        Ok(())
-    } else {
-        Err(config_error(format!(
-            "the table name {name:?} is not allowed: use 1 to {MAX_TABLE} lowercase letters, digits or _, not starting with a digit"
-        )))
-    }
 }
 
 impl FromStr for MySqlConfig {
@@ -106,12 +85,7 @@ impl MySqlConfig {
             connect,
             shown_url,
             password: None,
-            table: "distlock_locks".into(),
-            pool_size: 10,
-            migrate: true,
-            response_timeout: Duration::from_secs(5),
-            acquire_timeout: Duration::from_secs(3),
-            purge_every: Some(Duration::from_secs(30)),
+            common: Common::default(),
             purge_after: Duration::from_secs(60),
         }
     }
@@ -126,13 +100,8 @@ impl MySqlConfig {
             ));
         };
         let mut options = url.options();
-        let table = options.take("table")?;
-        let pool_size = options.take("pool_size")?;
-        let migrate = options.flag("migrate")?;
-        let response_timeout = options.millis("response_timeout_ms")?;
-        let acquire_timeout = options.millis("acquire_timeout_ms")?;
-        let purge_every = options.millis("purge_every_ms")?;
-        let purge = options.flag("purge")?;
+        let mut common = Common::default();
+        common.read("mysql", &mut options)?;
         let purge_after = options.millis("purge_after_ms")?;
         options.finish()?;
 
@@ -161,27 +130,7 @@ impl MySqlConfig {
         let mut config = MySqlConfig::new(connect);
         config.shown_url = url.redacted();
         config.password = url.password.clone();
-        if let Some(table) = table {
-            config.table = table;
-        }
-        if let Some(size) = pool_size {
-            config.pool_size = size
-                .parse()
-                .map_err(|_| config_error(format!("pool_size must be 1 to 1000, not {size:?}")))?;
-        }
-        config.migrate = migrate.unwrap_or(true);
-        if let Some(timeout) = response_timeout {
-            config.response_timeout = timeout;
-        }
-        if let Some(timeout) = acquire_timeout {
-            config.acquire_timeout = timeout;
-        }
-        if let Some(every) = purge_every {
-            config.purge_every = Some(every);
-        }
-        if purge == Some(false) {
-            config.purge_every = None;
-        }
+        config.common = common;
         if let Some(after) = purge_after {
             config.purge_after = after;
         }
@@ -192,83 +141,16 @@ impl MySqlConfig {
     /// Checks the settings as a whole: what [`from_url`](Self::from_url) and
     /// [`MySqlBackend::connect_with`](crate::MySqlBackend::connect_with) refuse.
     pub fn check(&self) -> Result<()> {
-        check_table(&self.table)?;
-        if !(1..=1000).contains(&self.pool_size) {
-            return Err(config_error(format!(
-                "pool_size must be 1 to 1000, not {}",
-                self.pool_size
-            )));
-        }
-        if self.response_timeout.is_zero() || self.acquire_timeout.is_zero() {
-            return Err(config_error(
-                "response_timeout_ms and acquire_timeout_ms must be above 0",
-            ));
-        }
-        Ok(())
+        self.common.check("mysql", MAX_TABLE)
     }
 
-    /// The lock table's name (`table`).
-    pub fn with_table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// How many connections the backend's own pool opens at most (`pool_size`).
-    pub fn with_pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
-        self
-    }
-
-    /// Whether connecting creates the tables that are missing (`migrate`).
-    pub fn with_migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
-
-    /// The bound on each statement (`response_timeout_ms`).
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// The bound on each wait for a pooled connection (`acquire_timeout_ms`).
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
-    /// How often the rows of ended leases are deleted; `None` never (`purge_every_ms`,
-    /// `purge=false`).
-    pub fn with_purge_every(mut self, every: Option<Duration>) -> Self {
-        self.purge_every = every;
-        self
-    }
+    distlock_sql::common_settings!();
 
     /// How long after its lease ended the periodic purge deletes a row
     /// (`purge_after_ms`).
     pub fn with_purge_after(mut self, after: Duration) -> Self {
         self.purge_after = after;
         self
-    }
-
-    /// The lock table's name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The bound on the backend's own pool.
-    pub fn pool_size(&self) -> u32 {
-        self.pool_size
-    }
-
-    /// Whether connecting creates missing tables.
-    pub fn migrate(&self) -> bool {
-        self.migrate
-    }
-
-    /// How often the rows of ended leases are deleted, if at all.
-    pub fn purge_every(&self) -> Option<Duration> {
-        self.purge_every
     }
 
     /// The server, as `host:port`, for errors.
@@ -286,13 +168,13 @@ impl fmt::Debug for MySqlConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MySqlConfig")
             .field("url", &self.shown_url)
-            .field("table", &self.table)
-            .field("pool_size", &self.pool_size)
-            .field("migrate", &self.migrate)
-            .field("purge_every", &self.purge_every)
+            .field("table", &self.common.table)
+            .field("pool_size", &self.common.pool_size)
+            .field("migrate", &self.common.migrate)
+            .field("purge_every", &self.common.purge_every)
             .field("purge_after", &self.purge_after)
-            .field("response_timeout", &self.response_timeout)
-            .field("acquire_timeout", &self.acquire_timeout)
+            .field("response_timeout", &self.common.response_timeout)
+            .field("acquire_timeout", &self.common.acquire_timeout)
             .finish_non_exhaustive()
     }
 }

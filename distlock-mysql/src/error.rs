@@ -75,8 +75,8 @@ impl distlock_sql::Settings for MySqlConfig {
 
     fn timeout(&self, setting: distlock_sql::Setting) -> std::time::Duration {
         match setting {
-            distlock_sql::Setting::Acquire => self.acquire_timeout,
-            distlock_sql::Setting::Response => self.response_timeout,
+            distlock_sql::Setting::Acquire => self.common.acquire_timeout,
+            distlock_sql::Setting::Response => self.common.response_timeout,
         }
     }
 

@@ -78,8 +78,8 @@ impl PostgresBackend {
         config.check()?;
         let pool = Pool::new(
             config.connect_options(),
-            config.pool_size,
-            config.acquire_timeout,
+            config.common.pool_size,
+            config.common.acquire_timeout,
             None,
         );
         let batched = config.pgbouncer;
@@ -108,7 +108,7 @@ impl PostgresBackend {
     pub async fn from_pool(pool: PgPool, config: PostgresConfig) -> Result<Self> {
         config.check()?;
         let pinged = pool.options().get_test_before_acquire();
-        let pool = Pool::shared(pool, config.acquire_timeout);
+        let pool = Pool::shared(pool, config.common.acquire_timeout);
         Self::start(config, pool, true, if pinged { 2 } else { 1 }).await
     }
 
@@ -138,8 +138,8 @@ impl PostgresBackend {
         // The server ends each statement at its statement_timeout, the response
         // timeout. Behind PgBouncer a batch may first wait in the pooler's queue for as
         // long as its query_wait_timeout, which the backend cannot see.
-        capabilities.applied_within = (!config.pgbouncer).then_some(config.response_timeout);
-        let sql = Statements::new(&config.schema, &config.table, config.unlogged);
+        capabilities.applied_within = (!config.pgbouncer).then_some(config.common.response_timeout);
+        let sql = Statements::new(&config.schema, &config.common.table, config.unlogged);
         let batch_prefix = batched.then(|| {
             config
                 .session_settings()
@@ -160,7 +160,7 @@ impl PostgresBackend {
         };
         // Connects (so that wrong credentials fail here) and creates the tables, or
         // checks that a DBA did.
-        if backend.inner.config.migrate {
+        if backend.inner.config.common.migrate {
             backend.migrate().await?;
         } else {
             backend.check_tables().await?;
@@ -168,7 +168,7 @@ impl PostgresBackend {
         if backend.inner.config.synchronous_commit == SynchronousCommit::Server {
             backend.declare_the_servers_commits().await?;
         }
-        if let Some(every) = backend.inner.config.purge_every {
+        if let Some(every) = backend.inner.config.common.purge_every {
             tokio::spawn(purge_on_its_own(Arc::downgrade(&backend.inner), every));
         }
         Ok(backend)
@@ -197,7 +197,7 @@ impl PostgresBackend {
     /// order, for a DBA or a migration tool to run in one transaction (then connect
     /// with `migrate=false`). `distlock migrate --print` prints them.
     pub fn migration_sql(config: &PostgresConfig) -> Vec<String> {
-        Statements::new(&config.schema, &config.table, config.unlogged).migrate
+        Statements::new(&config.schema, &config.common.table, config.unlogged).migrate
     }
 
     /// Checks that the migration's tables, sequence and function are there: a
@@ -404,7 +404,7 @@ impl PostgresBackend {
                 listener.listen(&self.inner.sql.channel).await?;
                 Ok::<_, sqlx::Error>(listener)
             };
-            let listener = tokio::time::timeout(cfg.response_timeout, listen)
+            let listener = tokio::time::timeout(cfg.common.response_timeout, listen)
                 .await
                 .map_err(|_| timed_out(cfg, Setting::Response))?
                 .map_err(|e| from_sqlx(cfg, e))?;
@@ -440,7 +440,7 @@ impl PostgresBackend {
 
     /// The shortest `older_than` [`purge_expired`](Self::purge_expired) takes.
     fn purge_floor(&self) -> Duration {
-        self.inner.config.response_timeout * 2
+        self.inner.config.common.response_timeout * 2
     }
 
     /// A pooled connection (see [`Pool::checkout`]).

@@ -2,10 +2,10 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
 
 use distlock_core::backend::{ConnectionUrl, Endpoint};
 use distlock_core::{Error, Result};
+use distlock_sql::Common;
 use sqlx::postgres::PgConnectOptions;
 
 /// The URL schemes this backend serves.
@@ -79,15 +79,10 @@ pub struct PostgresConfig {
     pub(crate) shown_url: String,
     pub(crate) password: Option<String>,
     pub(crate) schema: String,
-    pub(crate) table: String,
-    pub(crate) pool_size: u32,
+    pub(crate) common: Common,
     pub(crate) synchronous_commit: SynchronousCommit,
     pub(crate) unlogged: bool,
     pub(crate) notify: Option<bool>,
-    pub(crate) migrate: bool,
-    pub(crate) response_timeout: Duration,
-    pub(crate) acquire_timeout: Duration,
-    pub(crate) purge_every: Option<Duration>,
     pub(crate) pgbouncer: bool,
 }
 
@@ -109,21 +104,12 @@ fn config_error(message: impl Into<String>) -> Error {
     distlock_core::backend::config_error("postgres", message)
 }
 
-/// Checks an identifier: what it may be is narrow on purpose, so that it needs no
-/// escaping and cannot carry SQL.
+/// The longest identifier PostgreSQL keeps whole.
+const MAX_IDENTIFIER: usize = 63;
+
+/// Checks an identifier (see [`distlock_sql::check_identifier`]).
 pub(crate) fn check_identifier(what: &str, name: &str) -> Result<()> {
-    let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && name.len() <= 63 {
-        Ok(())
-    } else {
-        Err(config_error(format!(
-            "the {what} name {name:?} is not allowed: use 1 to 63 lowercase letters, digits or _, not starting with a digit"
-        )))
-    }
+    distlock_sql::check_identifier("postgres", what, name, MAX_IDENTIFIER)
 }
 
 impl Default for PostgresConfig {
@@ -156,15 +142,10 @@ impl PostgresConfig {
             shown_url,
             password: None,
             schema: "public".into(),
-            table: "distlock_locks".into(),
-            pool_size: 10,
+            common: Common::default(),
             synchronous_commit: SynchronousCommit::On,
             unlogged: false,
             notify: None,
-            migrate: true,
-            response_timeout: Duration::from_secs(5),
-            acquire_timeout: Duration::from_secs(3),
-            purge_every: Some(Duration::from_secs(30)),
             pgbouncer: false,
         }
     }
@@ -180,17 +161,12 @@ impl PostgresConfig {
         };
         let mut options = url.options();
         let schema = options.take("schema")?;
-        let table = options.take("table")?;
-        let pool_size = options.take("pool_size")?;
+        let mut common = Common::default();
+        common.read("postgres", &mut options)?;
         let synchronous_commit = options.take("synchronous_commit")?;
         let unlogged = options.flag("unlogged")?;
         let notify = options.flag("notify")?;
         let pgbouncer = options.flag("pgbouncer")?;
-        let migrate = options.flag("migrate")?;
-        let response_timeout = options.millis("response_timeout_ms")?;
-        let acquire_timeout = options.millis("acquire_timeout_ms")?;
-        let purge_every = options.millis("purge_every_ms")?;
-        let purge = options.flag("purge")?;
         let ca_file = options.take("ca_file")?;
         let insecure_tls = options.flag("insecure_tls")?;
         let cert_file = options.take("cert_file")?;
@@ -248,14 +224,7 @@ impl PostgresConfig {
         if let Some(schema) = schema {
             config.schema = schema;
         }
-        if let Some(table) = table {
-            config.table = table;
-        }
-        if let Some(size) = pool_size {
-            config.pool_size = size
-                .parse()
-                .map_err(|_| config_error(format!("pool_size must be 1 to 1000, not {size:?}")))?;
-        }
+        config.common = common;
         if let Some(commit) = synchronous_commit {
             config.synchronous_commit = match commit.as_str() {
                 "on" => SynchronousCommit::On,
@@ -271,19 +240,6 @@ impl PostgresConfig {
         config.unlogged = unlogged.unwrap_or(false);
         config.notify = notify;
         config.pgbouncer = pgbouncer.unwrap_or(false);
-        config.migrate = migrate.unwrap_or(true);
-        if let Some(timeout) = response_timeout {
-            config.response_timeout = timeout;
-        }
-        if let Some(timeout) = acquire_timeout {
-            config.acquire_timeout = timeout;
-        }
-        if let Some(every) = purge_every {
-            config.purge_every = Some(every);
-        }
-        if purge == Some(false) {
-            config.purge_every = None;
-        }
         config.check()?;
         Ok(config)
     }
@@ -292,13 +248,7 @@ impl PostgresConfig {
     /// [`PostgresBackend::connect_with`](crate::PostgresBackend::connect_with) refuse.
     pub fn check(&self) -> Result<()> {
         check_identifier("schema", &self.schema)?;
-        check_identifier("table", &self.table)?;
-        if !(1..=1000).contains(&self.pool_size) {
-            return Err(config_error(format!(
-                "pool_size must be 1 to 1000, not {}",
-                self.pool_size
-            )));
-        }
+        self.common.check("postgres", MAX_IDENTIFIER)?;
         if self.pgbouncer && self.notify == Some(true) {
             return Err(config_error(
                 "notify=true cannot work with pgbouncer=true: LISTEN needs a session of its own, \
@@ -332,7 +282,7 @@ impl PostgresConfig {
     pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
         let mut settings = vec![(
             "statement_timeout",
-            self.response_timeout.as_millis().to_string(),
+            self.common.response_timeout.as_millis().to_string(),
         )];
         match self.synchronous_commit {
             SynchronousCommit::On => settings.push(("synchronous_commit", "on".into())),
@@ -345,18 +295,6 @@ impl PostgresConfig {
     /// The lock table's schema (`schema`).
     pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
-        self
-    }
-
-    /// The lock table's name (`table`).
-    pub fn with_table(mut self, table: impl Into<String>) -> Self {
-        self.table = table.into();
-        self
-    }
-
-    /// How many connections the backend's own pool opens at most (`pool_size`).
-    pub fn with_pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
         self
     }
 
@@ -378,34 +316,11 @@ impl PostgresConfig {
         self
     }
 
+    distlock_sql::common_settings!();
+
     /// The PgBouncer mode (`pgbouncer`).
     pub fn with_pgbouncer(mut self, pgbouncer: bool) -> Self {
         self.pgbouncer = pgbouncer;
-        self
-    }
-
-    /// Whether connecting creates the tables (`migrate`, on unless turned off).
-    pub fn with_migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
-
-    /// How long each statement may take (`response_timeout_ms`).
-    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long an operation waits for a pooled connection (`acquire_timeout_ms`).
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
-    /// How often the rows of ended leases are deleted; `None` never (`purge_every_ms`,
-    /// `purge=false`).
-    pub fn with_purge_every(mut self, every: Option<Duration>) -> Self {
-        self.purge_every = every;
         self
     }
 
@@ -422,31 +337,9 @@ impl PostgresConfig {
         !self.pgbouncer && self.notify.unwrap_or(true)
     }
 
-    /// How many connections the backend's own pool opens at most.
-    pub fn pool_size(&self) -> u32 {
-        self.pool_size
-    }
-
-    /// Whether connecting creates the tables.
-    pub fn migrate(&self) -> bool {
-        self.migrate
-    }
-
     /// The lock table's schema.
     pub fn schema(&self) -> &str {
         &self.schema
-    }
-
-    /// The lock table's name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// How often the backend deletes the rows of leases that ended (`purge_every_ms`,
-    /// 30 s unless set; `None` with `purge=false`). See
-    /// [`PostgresBackend::purge_expired`](crate::PostgresBackend::purge_expired).
-    pub fn purge_every(&self) -> Option<Duration> {
-        self.purge_every
     }
 
     /// Whether fences survive a crash as configured here: commits are flushed before
@@ -472,13 +365,13 @@ impl fmt::Debug for PostgresConfig {
         f.debug_struct("PostgresConfig")
             .field("url", &self.shown_url)
             .field("schema", &self.schema)
-            .field("table", &self.table)
-            .field("pool_size", &self.pool_size)
+            .field("table", &self.common.table)
+            .field("pool_size", &self.common.pool_size)
             .field("synchronous_commit", &self.synchronous_commit)
             .field("unlogged", &self.unlogged)
             .field("notify", &self.notify())
-            .field("migrate", &self.migrate)
-            .field("purge_every", &self.purge_every)
+            .field("migrate", &self.common.migrate)
+            .field("purge_every", &self.common.purge_every)
             .field("pgbouncer", &self.pgbouncer)
             .finish_non_exhaustive()
     }
@@ -486,6 +379,8 @@ impl fmt::Debug for PostgresConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// TLS is verified or absent: never sqlx's unverified, downgradable `prefer`
@@ -673,6 +568,10 @@ mod tests {
         assert_eq!(typed.endpoint(), Endpoint::new("db", 5433));
         assert!(PostgresConfig::default().with_table("Bad").check().is_err());
         assert!(PostgresConfig::default().with_pool_size(0).check().is_err());
+        // A zero time-out would fail every statement: refused, as MySQL's is.
+        let zero = PostgresConfig::default().with_response_timeout(Duration::ZERO);
+        let e = zero.check().expect_err("a zero response time-out");
+        assert!(e.to_string().contains("above 0"), "{e}");
         assert!(PostgresConfig::default()
             .with_pgbouncer(true)
             .with_notify(true)

@@ -87,8 +87,8 @@ impl distlock_sql::Settings for PostgresConfig {
 
     fn timeout(&self, setting: Setting) -> std::time::Duration {
         match setting {
-            Setting::Acquire => self.acquire_timeout,
-            Setting::Response => self.response_timeout,
+            Setting::Acquire => self.common.acquire_timeout,
+            Setting::Response => self.common.response_timeout,
         }
     }
 

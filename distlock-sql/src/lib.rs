@@ -7,7 +7,9 @@
 //!   bound every operation (a pooled connection, and each statement's answer), and
 //!   the error that names the one that ran out;
 //! - [`fence_arg`] and [`execute`]: the fence as the signed 64-bit integer a fenced
-//!   statement binds, and a fenced statement run on any executor.
+//!   statement binds, and a fenced statement run on any executor;
+//! - [`Common`] and [`common_settings!`]: the settings both backends take under the
+//!   same names, read from a URL and checked the same way.
 //!
 //! A service does not use this crate directly: the backend crates re-export what
 //! their users need (each backend's `fenced::fence_arg`, for instance).
@@ -19,8 +21,10 @@ use std::time::Duration;
 use distlock_core::backend::{check_fence, Endpoint};
 use distlock_core::{Error, ErrorKind, FencingToken, Result};
 
+pub mod common;
 pub mod pool;
 
+pub use common::{check_identifier, Common};
 pub use pool::{Checkout, Pool, IDLE_LIMIT};
 
 /// One of the two time-outs a SQL backend bounds its work with.
