@@ -36,7 +36,7 @@ pub(crate) fn permits_of(backend: &DynLockBackend) -> Result<&dyn PermitBackend>
 }
 
 /// One claim on a backend's permits, seen as a [`LockBackend`]: each grant of the
-/// claim is a lease on the name, so that [`LockClient`](crate::LockClient)'s waits,
+/// claim is a lease on the name, so that [`LockClient`]'s waits,
 /// renewal, guards and loss signal serve the shared kinds unchanged. Its "fair mode"
 /// keeps a place (point 4 of [`PermitBackend`]), not a queue: it is only ever used
 /// inside core.
