@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -21,21 +22,25 @@ use crate::key::LockKey;
 use crate::lease::Lease;
 use crate::token::OwnerToken;
 
+/// One item per key of an attempt: inline for one key (a lock's attempt, the common
+/// case, allocates none of them), on the heap for a set.
+pub(super) type PerKey<T> = SmallVec<[T; 1]>;
+
 /// The owners one attempt asks as, one per key. A fresh owner is covered by a cleanup
 /// of its own from before its request is sent until an answer settles it; an owner
 /// the wait already covers (a queued waiter, or the owner of an earlier attempt whose
 /// outcome is unknown) is asked as again under the wait's cover.
 pub(super) struct Attempt<'a> {
     client: &'a LockClient,
-    owners: Vec<(&'a LockKey, OwnerToken)>,
-    fresh: Vec<PendingGrant<'a>>,
+    owners: PerKey<(&'a LockKey, OwnerToken)>,
+    fresh: PerKey<PendingGrant<'a>>,
 }
 
 /// What the server answered an attempt.
 pub(super) enum Answer {
     /// A lease for each owner, in the order they were added, and the clock reading
     /// that found them valid, where one did.
-    Granted(Vec<Lease>, Option<Instant>),
+    Granted(PerKey<Lease>, Option<Instant>),
     /// Another lease holds the key of the owner at `index`; nothing was granted.
     Held {
         index: usize,
@@ -46,7 +51,7 @@ pub(super) enum Answer {
 /// How an attempt ended.
 pub(super) enum Settled {
     /// One guard per owner, in the order they were added.
-    Guards(Vec<LockGuard>),
+    Guards(PerKey<LockGuard>),
     /// Nothing is held: the key at `index` was held by another lease for about
     /// `remaining`, or (index 0, `remaining` unknown) a grant came with less than the
     /// minimum validity and was given back.
@@ -67,8 +72,8 @@ impl<'a> Attempt<'a> {
     pub(super) fn new(client: &'a LockClient) -> Self {
         Attempt {
             client,
-            owners: Vec::with_capacity(1),
-            fresh: Vec::with_capacity(1),
+            owners: PerKey::new(),
+            fresh: PerKey::new(),
         }
     }
 

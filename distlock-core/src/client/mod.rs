@@ -652,12 +652,14 @@ impl LockClient {
             Waiter::Queued { owner, .. } => {
                 attempt.covered(key, *owner);
                 match self.handed_lease(key, ttl, *owner) {
-                    Some(lease) => Ok(Answer::Granted(vec![lease], None)),
+                    Some(lease) => Ok(Answer::Granted(smallvec::smallvec![lease], None)),
                     None => {
                         let place = self.options.queue_place();
                         let step = self.backend.try_acquire_in_turn(key, ttl, *owner, place);
                         step.await.map(|outcome| match outcome {
-                            AcquireOutcome::Acquired(lease) => Answer::Granted(vec![lease], None),
+                            AcquireOutcome::Acquired(lease) => {
+                                Answer::Granted(smallvec::smallvec![lease], None)
+                            }
                             AcquireOutcome::Held { remaining } => Answer::Held {
                                 index: 0,
                                 remaining,
@@ -694,7 +696,9 @@ impl LockClient {
     async fn race(&self, key: &LockKey, ttl: Duration, owner: OwnerToken) -> Result<Answer> {
         let (outcome, checked_at) = acquire_as(&*self.backend, key, ttl, owner).await?;
         Ok(match outcome {
-            AcquireOutcome::Acquired(lease) => Answer::Granted(vec![lease], checked_at),
+            AcquireOutcome::Acquired(lease) => {
+                Answer::Granted(smallvec::smallvec![lease], checked_at)
+            }
             AcquireOutcome::Held { remaining } => Answer::Held {
                 index: 0,
                 remaining,

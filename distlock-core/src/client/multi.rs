@@ -456,7 +456,7 @@ impl LockClient {
             .try_acquire_all(&owners, self.options.ttl())
             .await
             .map(|outcome| match outcome {
-                SetOutcome::Acquired(leases) => Answer::Granted(leases, None),
+                SetOutcome::Acquired(leases) => Answer::Granted(leases.into(), None),
                 SetOutcome::Held { index, remaining } => Answer::Held { index, remaining },
             });
         let record = |outcome: Outcome| {
@@ -470,7 +470,7 @@ impl LockClient {
                 record(Outcome::Acquired);
                 guards.extend(waited);
                 guards.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
-                Ok(Ok(Pass::All(guards)))
+                Ok(Ok(Pass::All(guards.into_vec())))
             }
             Settled::Busy { index, .. } => {
                 give_back(waited.into_iter().collect()).await;
