@@ -157,9 +157,12 @@
 //! Redis masters, each running the scripts above:
 //!
 //! - **acquire** goes to every master at once with the same owner token, each waited
-//!   for at most `node_timeout_ms`. It is granted once a majority has granted; as soon
-//!   as a majority can no longer grant, it answers held (or the masters' error) and
-//!   releases whatever it took, everywhere. The lease's validity is the TTL less the
+//!   for at most `node_timeout_ms`. It is granted once a majority has granted, and the
+//!   requests still under way finish in the background, so that the lease lands on
+//!   every master that can take it (as on redsync and rslock, which wait for every
+//!   master): a holder that got all three of three masters keeps a majority when one
+//!   restarts empty. As soon as a majority can no longer grant, it answers held (or
+//!   the masters' error) and releases whatever it took, everywhere. The lease's validity is the TTL less the
 //!   time the acquire took (counted from before sending, as for every backend) and less
 //!   the clock-drift allowance (`drift_ppm`, 1% unless set, plus `drift_ms`, 2 ms),
 //!   which core takes off ([`Capabilities::clock_drift`](distlock_core::backend::Capabilities));
@@ -171,13 +174,13 @@
 //!   granted it to another majority, so the release cannot say it was held to the end
 //!   (redsync's `Unlock` fails in the same case);
 //! - **inspect** shows a holder where a majority of the masters agree on its owner,
-//!   and a free key only where the answers rule a holder out: an acquire stops at a
-//!   majority, so a master may have missed a grant, and a master that did not answer
+//!   and a free key only where the answers rule a holder out: an acquire returns at a
+//!   majority, so a master may not have the grant yet, and a master that did not answer
 //!   counts as one that may hold it. One master saying free while the others are
 //!   silent is a retryable error, never "free";
 //! - an operation returns as soon as its outcome is decided: a slow or paused master
-//!   does not hold it up (a release's or a renewal's request to it still completes in
-//!   the background);
+//!   does not hold it up (a granted acquire's, a release's or a renewal's request to it
+//!   still completes in the background);
 //! - **retries** are the client's: [`LockClient`](distlock_core::LockClient) waits
 //!   with jittered backoff, and wakes on a release published by any master;
 //! - **no fair mode**: a queue would have to be kept on every master, with a majority

@@ -24,9 +24,9 @@ const NAME: &str = "redlock";
 /// held while a majority of the masters hold it, each by its own clock.
 ///
 /// Each operation goes to every master at once and returns as soon as its outcome is
-/// decided. A release's or a renewal's requests still under way carry on in the
-/// background; an acquire's are dropped, and a failed acquire is released on every
-/// master, without a release notification: attempts that met and split the masters
+/// decided. A granted acquire's, a release's or a renewal's requests still under way
+/// carry on in the background; a refused acquire's are dropped, and what it took is
+/// released on every master, without a release notification: attempts that met and split the masters
 /// would otherwise wake every waiter of the key at once, to split them again, a storm
 /// that can keep every attempt failing. An attempt that finds no majority of the
 /// masters holding the key answers "held", to be tried again after a random pause of
@@ -67,9 +67,10 @@ impl<T: Send + 'static> Replies<T> {
         self.pending.next().await
     }
 
-    /// Lets the requests still under way finish in the background, unread: a release
-    /// or a renewal must reach every master it can. (An acquire's or a read's are
-    /// dropped instead: what they would still do is nobody's loss.)
+    /// Lets the requests still under way finish in the background, unread: a granted
+    /// acquire, a release or a renewal must reach every master it can. (A refused
+    /// acquire's are dropped instead, so that none lands after its grants are taken
+    /// back, and a read's: what they would still do is nobody's loss.)
     fn detach(self) {
         if !self.pending.is_empty() {
             let mut pending = self.pending;
@@ -409,17 +410,18 @@ impl LockBackend for RedlockBackend {
                 break;
             }
         }
-        // Dropped, not left to finish: a master's acquire still under way must not
-        // land after the release below (as a script the master had to be sent whole
-        // would, on a second request).
-        drop(replies);
         if proposals.len() >= tally.quorum {
             // The largest proposal of the majority: above every fence committed to a
             // majority before, since any two majorities share a master.
             let fence = proposals.iter().map(|(_, f)| *f).max().unwrap_or(0);
             if self.commit(request, fence, &proposals).await {
+                // Left to finish: the masters still granting take the lease too, so
+                // that the holder keeps a majority should one of the first to answer
+                // restart empty.
+                replies.detach();
                 return Ok(Grant::Granted(FencingToken::new(fence)));
             }
+            drop(replies);
             self.release_everywhere(request.key(), request.owner())
                 .await;
             return Err(Error::new(
@@ -428,6 +430,10 @@ impl LockBackend for RedlockBackend {
             )
             .with_backend(NAME));
         }
+        // Dropped, not left to finish: a master's acquire still under way must not
+        // land after the release below (as a script the master had to be sent whole
+        // would, on a second request).
+        drop(replies);
         let granted = proposals.len();
         // Nothing to take back where every master refused.
         if held.len() < self.inner.members.len() {

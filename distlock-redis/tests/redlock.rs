@@ -1,7 +1,8 @@
 //! What the conformance suite does not show of the Redlock: the safety violation its
 //! critics describe, shown happening, with what still holds; how the masters agree on
 //! a fence; connecting with a master down; the validity it leaves for clock drift;
-//! and operations that end by the node time-out with a majority of masters paused.
+//! operations that end by the node time-out with a majority of masters paused; and a
+//! grant that lands on a late master after the acquire returned.
 //! Each test has masters of its own.
 
 use std::time::Duration;
@@ -351,7 +352,7 @@ async fn three_masters_holding(key: &str) -> (RedisMasters, RedlockBackend, Leas
 async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
     let (masters, backend, lease) = three_masters_holding("paused").await;
     let members = masters.members();
-    // An acquire stops at a majority: the master left awake is one that holds the lease.
+    // An acquire returns at a majority: the master left awake is one that holds the lease.
     let mut awake = None;
     for (i, member) in members.iter().enumerate() {
         if get(member, "distlock:{paused}").await.is_some() {
@@ -407,16 +408,16 @@ async fn every_operation_ends_by_the_node_timeout_when_a_majority_is_paused() {
     assert_eq!(get(&members[awake], "distlock:{paused}").await, None);
 }
 
-/// A master can miss a grant (an acquire stops once a majority has granted; a master
+/// A master can miss a grant (one that was away when the acquire ran; one that
 /// restarts empty): with that master the only one answering, an inspect is a
 /// retryable error, never "free" while a majority holds the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
     let (masters, backend, lease) = three_masters_holding("missed").await;
     let members = masters.members();
-    // The master that missed the grant: the acquire stops at a majority, so one may
-    // have missed it already (whichever answered last); otherwise one restarted empty.
-    // The other two hold it.
+    // The master that missed the grant: one may have missed it already (an acquire
+    // returns at a majority and the last grant lands after); otherwise one restarted
+    // empty. The other two hold it.
     let mut missed = members.len() - 1;
     for (i, member) in members.iter().enumerate() {
         if get(member, "distlock:{missed}").await.is_none() {
@@ -444,5 +445,65 @@ async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
     // With every master answering, the majority's holder shows.
     let info = backend.inspect(&key).await.expect("inspect").expect("held");
     assert_eq!(info.fence, lease.fence());
+    backend.release_lease(&lease).await.expect("release");
+}
+
+/// An acquire returns once a majority has granted, and the grant still under way on
+/// the last master lands there too: here that master answers late (paused) and has
+/// forgotten the script, so its grant takes a second request, sent after the acquire
+/// has returned. Holding all three, the holder keeps a majority when one of the first
+/// two restarts empty, and a second client stays out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_still_under_way_lands_after_the_acquire_returns() {
+    let masters = masters(3).await;
+    let [m0, _m1, m2] = masters.members() else {
+        panic!("three masters")
+    };
+    let url = format!("{}?node_timeout_ms=5000", masters.url());
+    let backend = RedlockBackend::connect(&url).await.expect("connect");
+    let warm = backend
+        .acquire_once("warm", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&warm).await.expect("release");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin(m2).await)
+        .await
+        .expect("SCRIPT FLUSH");
+    m2.pause().await.expect("pause");
+    let lease = backend
+        .acquire_once("late", Duration::from_secs(30))
+        .await
+        .expect("acquire on the two awake masters")
+        .expect("free");
+    m2.unpause().await.expect("unpause");
+    let landed_by = Instant::now() + Duration::from_secs(3);
+    while get(m2, "distlock:{late}").await.is_none() {
+        assert!(
+            Instant::now() < landed_by,
+            "the grant under way on the late master never landed there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    m0.restart()
+        .await
+        .expect("restart a master that granted first, empty");
+    let other = RedlockBackend::connect(&url).await.expect("connect");
+    let refused = loop {
+        match other
+            .try_acquire(&LockKey::new("late").expect("key"), Duration::from_secs(30))
+            .await
+        {
+            Ok(outcome) => break outcome,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        matches!(refused, distlock_core::backend::AcquireOutcome::Held { .. }),
+        "a second client got the key from a holder of two masters of three: {refused:?}"
+    );
     backend.release_lease(&lease).await.expect("release");
 }
