@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{DynLockBackend, MemoryBackend};
 use distlock_conformance::{cases, run_case, Outcome, Target};
-use distlock_testservers::{external_url, Server, ServerHandle};
+use distlock_testservers::Server;
 
 use crate::options::RunOptions;
 use crate::report::{BackendRun, Conformance, FloorRole, FloorRow, PeerRow, Report, SweepPoint};
@@ -336,92 +336,89 @@ async fn floors(server: &dyn Server, url: &str) -> Result<Vec<S1Entry>, BoxError
     }
 }
 
-async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendRun {
+/// Runs the scenarios and the suite on the backend `row` names, on servers started
+/// for it, beside the raw floors of its server and the peer library on Redis.
+async fn run_row(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
     let mut run = BackendRun {
-        backend: kind.name().into(),
+        backend: name.into(),
         ..Default::default()
     };
-    progress(kind.name(), "starting the server");
-    // The target the backends' own tests run the suite on: control, round-trip meter
-    // and wrong credentials included.
-    let connect = |url: String| async move { crate::run::connect(&url).await };
-    let (url, target) = match external_url(kind) {
-        Some(url) => {
-            run.server = format!("external ({})", kind.url_variable());
-            match crate::run::connect(&url).await {
-                Ok(backend) => (url, Target::new(backend)),
-                Err(e) => {
-                    run.server = format!("external, but connecting failed: {e}");
-                    return run;
-                }
-            }
+    progress(name, "starting the servers");
+    let opened = match rows::open(row).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            run.server = e.to_string();
+            return run;
         }
-        None => match ServerHandle::start_direct(kind).await {
-            Ok(server) => {
-                // The conformance suite reaches it through its port on 127.0.0.1
-                // (its fault controls work there); everything measured, at its
-                // address on its own Docker network, with no port proxy in between.
-                let Some(url) = server.direct_url() else {
-                    run.server = "started, but its network address is unknown".into();
-                    return run;
-                };
-                run.server = format!(
-                    "container, {:?} image, reached at its address on a Docker network of its own (no port proxy)",
-                    server.image_source()
-                );
-                match distlock_testservers::target_on(server, connect).await {
-                    Ok(target) => (url, target),
-                    Err(e) => {
-                        run.server = format!("started, but connecting failed: {e}");
-                        return run;
-                    }
-                }
-            }
+    };
+    run.server = opened.server;
+    // The scenarios get a backend of their own, connected directly: the target's sits
+    // behind one more pointer (it is generic over the backend's type).
+    let backend = match &opened.url {
+        None => Arc::new(MemoryBackend::new()) as Arc<DynLockBackend>,
+        Some(url) => match crate::run::connect(url).await {
+            Ok(backend) => backend,
             Err(e) => {
-                run.server = e.to_string();
+                run.server = format!("started, but connecting failed: {e}");
                 return run;
             }
         },
     };
-    // The scenarios get a backend of their own, connected directly: the target's sits
-    // behind one more pointer (it is generic over the backend's type).
-    let backend = match crate::run::connect(&url).await {
-        Ok(backend) => backend,
-        Err(e) => {
-            run.server = format!("started, but connecting failed: {e}");
-            return run;
-        }
-    };
-    if let Err(e) = rows::Row::Server(kind).check(&*backend, 1) {
+    if let Err(e) = row.check(&*backend, opened.servers) {
         run.server = format!("not run: {e}");
         return run;
     }
     run.started = true;
-    // Redis reports its process's CPU time (`INFO cpu`): read around each scenario,
-    // the report can then tell a gap in the server's work from a gap in the client's.
-    let meter = match kind.name() {
-        "redis" => match meter::RedisMeter::connect(&url).await {
-            Ok(meter) => Some(meter),
-            Err(e) => {
-                run.errors.push(format!("server CPU (INFO cpu): {e}"));
-                None
-            }
-        },
-        _ => None,
-    };
+    // A Redis server reports its process's CPU time (`INFO cpu`; a Redlock's masters,
+    // summed): read around each scenario, the report can then tell a gap in the
+    // server's work from a gap in the client's.
+    let mut meter = None;
     let mut beside = Beside::default();
-    match floors(kind, &url).await {
-        Ok(entries) => {
-            beside.floors = entries;
-            // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
-            run.floor_cycle_ops = if kind.name() == "etcd" { 3.0 } else { 2.0 };
+    if !opened.redis_urls.is_empty() {
+        match meter::RedisMeter::connect_all(&opened.redis_urls).await {
+            Ok(m) => meter = Some(m),
+            Err(e) => run.errors.push(format!("server CPU (INFO cpu): {e}")),
         }
-        Err(e) => run.errors.push(format!("floors: {e}")),
+        beside.rslock = Some(peers::Rslock::new(opened.redis_urls));
     }
-    if kind.name() == "redis" {
-        beside.rslock = Some(peers::Rslock::new(vec![url.clone()]));
+    if let (rows::Row::Server(kind), Some(url)) = (row, &opened.url) {
+        match floors(kind, url).await {
+            Ok(entries) => {
+                beside.floors = entries;
+                // SET + compare-and-delete; INSERT + DELETE; lease grant + two transactions.
+                run.floor_cycle_ops = if kind.name() == "etcd" { 3.0 } else { 2.0 };
+            }
+            Err(e) => run.errors.push(format!("floors: {e}")),
+        }
+        // S5 first: the target owns the server, and `measure` ends with it.
+        match storage(kind, url, sizes).await {
+            Ok(found) => {
+                if found.left_after > 0 {
+                    run.errors.push(format!(
+                        "S5 storage: {} keys or rows of {} released names were still on the server {:.0} s later",
+                        found.left_after, found.names, found.after_s
+                    ));
+                }
+                run.storage = Some(found);
+            }
+            Err(e) => run.errors.push(format!("S5 storage: {e}")),
+        }
     }
-    // S5 first: the target owns the server, and `measure` ends with it.
+    measure(
+        &mut run,
+        backend,
+        opened.target,
+        sizes,
+        meter.as_ref(),
+        beside,
+    )
+    .await;
+    run
+}
+
+/// S5 on the server `kind` at `url`: distinct names locked and released, and what is
+/// left of them on the server after the backend's purge bound.
+async fn storage(kind: &dyn Server, url: &str, sizes: Sizes) -> Result<storage::Storage, BoxError> {
     let (options, wait) = storage::bound(kind.name(), sizes.short_bounds);
     progress(
         kind.name(),
@@ -432,83 +429,20 @@ async fn run_server_backend(kind: &'static dyn Server, sizes: Sizes) -> BackendR
     );
     let separator = if url.contains('?') { '&' } else { '?' };
     let storage_url = if options.is_empty() {
-        url.clone()
+        url.to_owned()
     } else {
         format!("{url}{separator}{options}")
     };
-    let measured = match crate::run::connect(&storage_url).await {
-        Ok(backend) => {
-            storage::measure(
-                kind.name(),
-                &url,
-                backend,
-                sizes.storage_names,
-                wait,
-                options,
-            )
-            .await
-        }
-        Err(e) => Err(e.into()),
-    };
-    match measured {
-        Ok(found) => {
-            if found.left_after > 0 {
-                run.errors.push(format!(
-                    "S5 storage: {} keys or rows of {} released names were still on the server {:.0} s later",
-                    found.left_after, found.names, found.after_s
-                ));
-            }
-            run.storage = Some(found);
-        }
-        Err(e) => run.errors.push(format!("S5 storage: {e}")),
-    }
-    measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
-    run
-}
-
-/// Runs the scenarios and the suite on Redlock over independent Redis masters (beside
-/// rslock on the same masters), or on a Redis Cluster, as `row` says, every server
-/// reached at its address on their Docker network.
-async fn run_several_servers(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
-    let mut run = BackendRun {
-        backend: name.into(),
-        ..Default::default()
-    };
-    progress(name, "starting the servers");
-    let mut beside = Beside::default();
-    let opened = match rows::open_several(row).await {
-        Ok(opened) => opened,
-        Err(e) => {
-            run.server = format!("not started: {e}");
-            return run;
-        }
-    };
-    run.server = opened.server;
-    // A Redlock's masters report their CPU time as one server does (`INFO cpu`):
-    // summed, it shows what a cycle costs the masters beside what it costs the client.
-    let mut meter = None;
-    if let rows::Row::Redlock { .. } = row {
-        match meter::RedisMeter::connect_all(&opened.member_urls).await {
-            Ok(m) => meter = Some(m),
-            Err(e) => run.errors.push(format!("the masters' CPU (INFO cpu): {e}")),
-        }
-        beside.rslock = Some(peers::Rslock::new(opened.member_urls));
-    }
-    let backend = match crate::run::connect(&opened.url).await {
-        Ok(backend) => backend,
-        Err(e) => {
-            run.server = format!("started, but connecting failed: {e}");
-            return run;
-        }
-    };
-    if let Err(e) = row.check(&*backend, opened.servers) {
-        run.server = format!("not run: {e}");
-        return run;
-    }
-    let target = opened.target;
-    run.started = true;
-    measure(&mut run, backend, target, sizes, meter.as_ref(), beside).await;
-    run
+    let backend = crate::run::connect(&storage_url).await?;
+    storage::measure(
+        kind.name(),
+        url,
+        backend,
+        sizes.storage_names,
+        wait,
+        options,
+    )
+    .await
 }
 
 /// The comparison run on `args.backends`: each measured, then the report written
@@ -536,23 +470,7 @@ pub(crate) async fn main(args: RunOptions, skip_suite: bool) -> ExitCode {
     for name in &args.backends {
         let started = std::time::Instant::now();
         let mut run = match rows::Row::parse(name) {
-            Ok(row @ (rows::Row::Redlock { .. } | rows::Row::Cluster { .. })) => {
-                run_several_servers(name, row, sizes).await
-            }
-            Ok(rows::Row::Memory) => {
-                let memory: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
-                let mut run = BackendRun {
-                    backend: "memory".into(),
-                    server: "in process".into(),
-                    started: true,
-                    ..Default::default()
-                };
-                let target = Target::memory();
-                let beside = Beside::default();
-                measure(&mut run, memory, target, sizes, None, beside).await;
-                run
-            }
-            Ok(rows::Row::Server(server)) => run_server_backend(server, sizes).await,
+            Ok(row) => run_row(name, row, sizes).await,
             Err(e) => BackendRun {
                 backend: name.clone(),
                 server: format!("not run: {e}"),

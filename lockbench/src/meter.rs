@@ -15,11 +15,6 @@ pub(crate) struct RedisMeter {
 }
 
 impl RedisMeter {
-    /// A meter on the server at `url` (its own connection).
-    pub(crate) async fn connect(url: &str) -> Result<Self, BoxError> {
-        Self::connect_all(std::slice::from_ref(&url.to_owned())).await
-    }
-
     /// A meter on every server of `urls` (a connection to each), which sums them.
     pub(crate) async fn connect_all(urls: &[String]) -> Result<Self, BoxError> {
         let mut conns = Vec::with_capacity(urls.len());

@@ -10,7 +10,7 @@ use distlock::DynLockBackend;
 use std::sync::Arc;
 
 use distlock_conformance::Target;
-use distlock_testservers::{RedisCluster, RedisMasters, Server, ServerHandle};
+use distlock_testservers::{external_url, RedisCluster, RedisMasters, Server, ServerHandle};
 
 use crate::run::BoxError;
 
@@ -94,72 +94,107 @@ impl Row {
     }
 }
 
-/// A several-server row's target, on servers started for it.
-pub(crate) struct Several {
-    /// The conformance target (it owns the servers).
+/// A row's target, on servers started for it (or the external server its variable
+/// names): never another backend in its place.
+pub(crate) struct Opened {
+    /// The conformance target, as the backend's own tests get it (it owns the servers).
     pub(crate) target: Target,
-    /// The backend's URL, every server at its address on their Docker network.
-    pub(crate) url: String,
-    /// Each master's own `redis://` URL there.
-    pub(crate) member_urls: Vec<String>,
-    /// How many lock servers were started.
+    /// The backend's URL, each server started here at its address on its Docker
+    /// network (no port proxy); `None` in process.
+    pub(crate) url: Option<String>,
+    /// Each Redis server's own `redis://` URL there: the one server, or the masters.
+    pub(crate) redis_urls: Vec<String>,
+    /// How many lock servers it runs on.
     pub(crate) servers: usize,
-    /// The servers the torture run's server faults land on: a minority of Redlock's
-    /// masters (so a majority always keeps its leases), one of a cluster's masters.
+    /// Where the torture run's server faults land, where not on the whole target: a
+    /// minority of Redlock's masters (so a majority always keeps its leases), one of a
+    /// cluster's masters.
     pub(crate) fault_members: Vec<Arc<ServerHandle>>,
     /// Where it runs, for the report.
     pub(crate) server: String,
 }
 
-/// Starts the servers of a [`Row::Redlock`] or [`Row::Cluster`] row and opens its
-/// target, as its own tests do; another row is an error.
-pub(crate) async fn open_several(row: Row) -> Result<Several, BoxError> {
+/// Starts the servers of `row` and opens its target, as its own tests do.
+pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
     let connect = |url: String| async move { crate::run::connect(&url).await };
-    match row {
+    let on_network = "reached at their addresses on a Docker network (no port proxy)";
+    let (target, url, redis_urls, fault_members, server, servers) = match row {
+        Row::Memory => {
+            let target = Target::memory();
+            (target, None, vec![], vec![], "in process".to_owned(), 0)
+        }
+        Row::Server(kind) => {
+            if let Some(url) = external_url(kind) {
+                let backend = crate::run::connect(&url)
+                    .await
+                    .map_err(|e| format!("external, but connecting failed: {e}"))?;
+                let target = Target::new(backend);
+                let server = format!("external ({}): no faults injected", kind.url_variable());
+                (
+                    target,
+                    Some(url.clone()),
+                    redis_url(kind, &url),
+                    vec![],
+                    server,
+                    1,
+                )
+            } else {
+                let handle = ServerHandle::start_direct(kind).await?;
+                let url = handle
+                    .direct_url()
+                    .ok_or("the server's network address is unknown")?;
+                let server = format!("container, {:?} image, {on_network}", handle.image_source());
+                let target = distlock_testservers::target_on(handle, connect).await?;
+                (
+                    target,
+                    Some(url.clone()),
+                    redis_url(kind, &url),
+                    vec![],
+                    server,
+                    1,
+                )
+            }
+        }
         Row::Redlock { masters } => {
             let started = RedisMasters::start(masters).await?;
-            let member_urls: Vec<String> = started
-                .members()
-                .iter()
-                .filter_map(|m| m.direct_url())
-                .collect();
-            let servers = started.members().len();
+            let members = started.members();
+            let redis_urls = members.iter().filter_map(|m| m.direct_url()).collect();
             let url = started
                 .direct_url()
                 .ok_or("the masters' network addresses are unknown")?;
-            let minority = (servers - 1) / 2;
-            let fault_members = started.members()[..minority].to_vec();
-            Ok(Several {
-                target: distlock_testservers::redlock_target(started, connect).await?,
-                url,
-                member_urls,
-                servers,
-                fault_members,
-                server: format!(
-                    "{servers} independent masters in containers, reached at their addresses on a Docker network (no port proxy)"
-                ),
-            })
+            let servers = members.len();
+            let faults = members[..(servers - 1) / 2].to_vec();
+            let server = format!("{servers} independent masters in containers, {on_network}");
+            let target = distlock_testservers::redlock_target(started, connect).await?;
+            (target, Some(url), redis_urls, faults, server, servers)
         }
         Row::Cluster { masters } => {
             let cluster = RedisCluster::start(masters).await?;
             let url = cluster.url();
-            let member_urls = cluster.urls();
             let servers = cluster.members().len();
-            let fault_members = cluster.members()[..1].to_vec();
-            Ok(Several {
-                target: distlock_testservers::cluster_target(cluster, connect).await?,
-                url,
-                member_urls,
-                servers,
-                fault_members,
-                server: format!(
-                    "a cluster of {servers} masters in containers, reached at their addresses on a Docker network (no port proxy)"
-                ),
-            })
+            let faults = cluster.members()[..1].to_vec();
+            let server = format!("a cluster of {servers} masters in containers, {on_network}");
+            let target = distlock_testservers::cluster_target(cluster, connect).await?;
+            (target, Some(url), vec![], faults, server, servers)
         }
-        Row::Memory | Row::Server(_) => {
-            Err(format!("{row:?} is not a row of several servers").into())
-        }
+    };
+    Ok(Opened {
+        target,
+        url,
+        redis_urls,
+        servers,
+        fault_members,
+        server,
+    })
+}
+
+/// The one server's URL where it is a Redis server (for the server's CPU meter and
+/// the peer library on it).
+fn redis_url(kind: &dyn Server, url: &str) -> Vec<String> {
+    if kind.backend_name() == "redis" {
+        vec![url.to_owned()]
+    } else {
+        Vec::new()
     }
 }
 

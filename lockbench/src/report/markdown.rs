@@ -2,18 +2,8 @@
 
 use std::fmt::Write as _;
 
-use super::{ms, opt, BackendRun, Report, S1, S2, S3};
+use super::{ms, opt, table, BackendRun, Report, S1, S2, S3};
 use crate::stats::Summary;
-
-/// Writes one Markdown table: the header row (its cells separated by ` | `), its
-/// rule, and each row's cells.
-fn table(md: &mut String, header: &str, rows: impl IntoIterator<Item = Vec<String>>) {
-    let _ = writeln!(md, "| {header} |");
-    let _ = writeln!(md, "|{}", " --- |".repeat(header.split(" | ").count()));
-    for row in rows {
-        let _ = writeln!(md, "| {} |", row.join(" | "));
-    }
-}
 
 /// A ratio of two figures, or a dash where the second is not above zero.
 fn ratio(ours: f64, theirs: f64) -> String {

@@ -37,6 +37,19 @@ pub(crate) fn cpu_work(ours: &Summary, theirs: &Summary, them: &str) -> String {
         + &side("client", ours.client_cpu_us, theirs.client_cpu_us)
 }
 
+/// Writes one Markdown table: the header row (its cells separated by ` | `), its
+/// rule, and each row's cells (a row that ends early leaves the rest empty).
+pub(crate) fn table(md: &mut String, header: &str, rows: impl IntoIterator<Item = Vec<String>>) {
+    use std::fmt::Write as _;
+    let columns = header.split(" | ").count();
+    let _ = writeln!(md, "| {header} |");
+    let _ = writeln!(md, "|{}", " --- |".repeat(columns));
+    for mut row in rows {
+        row.resize(columns.max(row.len()), String::new());
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+}
+
 pub(crate) fn opt<T>(v: &Option<T>, f: impl Fn(&T) -> String) -> String {
     v.as_ref().map_or_else(|| "—".to_owned(), f)
 }

@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use distlock::{DynLockBackend, LockKey};
 use distlock_conformance::{LinkControl, ServerControl, Target};
-use distlock_testservers::{external_url, Postgres, ServerHandle};
+use distlock_testservers::{Postgres, ServerHandle};
 use serde::Serialize;
 use tokio::time::{sleep, timeout, Instant};
 
@@ -354,77 +354,36 @@ struct Opened {
     faults: Option<(Arc<dyn ServerControl>, FaultScope)>,
 }
 
-/// The target `row` names, as its own tests get it (controls and links included
-/// where the servers were started here), on servers of its own: never another
-/// backend in its place.
+/// The target `row` names (see [`crate::rows::open`]), with where its server faults
+/// land: on the whole target, on a minority of Redlock's masters, on one of a
+/// cluster's masters; none on an external server.
 async fn target(row: Row) -> Result<Opened, BoxError> {
-    let whole = |target: &Target| {
-        target
+    let opened = crate::rows::open(row).await?;
+    let (of, members) = (opened.servers, opened.fault_members.len());
+    let faults = match row {
+        Row::Redlock { .. } => Some(FaultScope::Minority { of, members }),
+        Row::Cluster { .. } => Some(FaultScope::OneOf { of }),
+        Row::Memory | Row::Server(_) => None,
+    };
+    let faults = match faults {
+        Some(scope) if members > 0 => {
+            let control: Arc<dyn ServerControl> =
+                Arc::new(distlock_testservers::Every::new(opened.fault_members));
+            Some((control, scope))
+        }
+        Some(_) => None,
+        None => opened
+            .target
             .control()
             .cloned()
-            .map(|control| (control, FaultScope::Whole))
+            .map(|control| (control, FaultScope::Whole)),
     };
-    match row {
-        Row::Memory => {
-            let target = Target::memory();
-            let faults = whole(&target);
-            Ok(Opened {
-                target,
-                server: "in process".into(),
-                servers: 0,
-                faults,
-            })
-        }
-        Row::Server(kind) => {
-            let connect = |url: String| async move { crate::run::connect(&url).await };
-            if let Some(url) = external_url(kind) {
-                let backend = crate::run::connect(&url).await?;
-                return Ok(Opened {
-                    target: Target::new(backend),
-                    server: format!(
-                        "external ({}): no faults can be injected",
-                        kind.url_variable()
-                    ),
-                    servers: 1,
-                    faults: None,
-                });
-            }
-            let handle = ServerHandle::start(kind).await?;
-            let server = format!("container, {:?} image", handle.image_source());
-            let target = distlock_testservers::target_on(handle, connect).await?;
-            let faults = whole(&target);
-            Ok(Opened {
-                target,
-                server,
-                servers: 1,
-                faults,
-            })
-        }
-        Row::Redlock { .. } | Row::Cluster { .. } => {
-            let several = crate::rows::open_several(row).await?;
-            let members = several.fault_members.len();
-            let faults = (members > 0).then(|| {
-                let control: Arc<dyn ServerControl> =
-                    Arc::new(distlock_testservers::Every::new(several.fault_members));
-                let scope = match row {
-                    Row::Redlock { .. } => FaultScope::Minority {
-                        of: several.servers,
-                        members,
-                    },
-                    _ => FaultScope::OneOf {
-                        of: several.servers,
-                    },
-                };
-                (control, scope)
-            });
-            Ok(Opened {
-                target: several.target,
-                server: several.server,
-                servers: several.servers,
-                faults,
-            })
-        }
-    }
+    Ok(Opened {
+        target: opened.target,
+        server: opened.server,
+        servers: opened.servers,
+        faults,
+    })
 }
 
 /// One backend's run.
@@ -677,55 +636,42 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         plan.long_clients,
         plan.gap
     );
-    let _ = writeln!(
-        md,
-        "| backend | ttl | seconds | lock ops | paused holds | holds over several TTLs (a fault inside) | faults | faults not injected | stale writes accepted | lost updates, fenced | fence regressions | unsignalled past validity | overlapping holders | leases left | declared | lost updates, unfenced control |"
-    );
-    let _ = writeln!(md, "|{}", " --- |".repeat(16));
-    for run in runs {
-        let f = &run.findings;
-        let list = |map: &std::collections::BTreeMap<String, usize>| {
-            if map.is_empty() {
-                "—".to_owned()
-            } else {
-                map.iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        };
-        if !run.started {
-            let _ = writeln!(
-                md,
-                "| {} | {} |{}",
-                run.backend,
-                run.server,
-                " |".repeat(14)
-            );
-            continue;
+    let list = |map: &std::collections::BTreeMap<String, usize>| {
+        if map.is_empty() {
+            return "—".to_owned();
         }
-        let _ = writeln!(
-            md,
-            "| {} | {} ms | {:.0} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            run.backend,
-            run.ttl_ms,
-            run.seconds,
-            f.lock_ops,
-            f.paused_holds,
-            f.long_holds,
-            f.long_holds_faulted,
+        let items: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        items.join(", ")
+    };
+    let rows = runs.iter().map(|run| {
+        let f = &run.findings;
+        if !run.started {
+            return vec![run.backend.clone(), run.server.clone()];
+        }
+        vec![
+            run.backend.clone(),
+            format!("{} ms", run.ttl_ms),
+            format!("{:.0}", run.seconds),
+            f.lock_ops.to_string(),
+            f.paused_holds.to_string(),
+            format!("{} ({})", f.long_holds, f.long_holds_faulted),
             list(&f.faults),
-            run.not_injected.len(),
-            f.stale_writes.len(),
-            f.lost_updates_fenced,
-            f.fence_regressions.len(),
-            f.unsignalled.len(),
-            f.overlaps.len(),
-            f.leases_left.len(),
+            run.not_injected.len().to_string(),
+            f.stale_writes.len().to_string(),
+            f.lost_updates_fenced.to_string(),
+            f.fence_regressions.len().to_string(),
+            f.unsignalled.len().to_string(),
+            f.overlaps.len().to_string(),
+            f.leases_left.len().to_string(),
             list(&f.declared),
-            f.lost_updates_unfenced,
-        );
-    }
+            f.lost_updates_unfenced.to_string(),
+        ]
+    });
+    crate::report::table(
+        &mut md,
+        "backend | ttl | seconds | lock ops | paused holds | holds over several TTLs (a fault inside) | faults | faults not injected | stale writes accepted | lost updates, fenced | fence regressions | unsignalled past validity | overlapping holders | leases left | declared | lost updates, unfenced control",
+        rows,
+    );
     let _ = writeln!(md);
     for run in runs.iter().filter(|r| r.started) {
         let _ = writeln!(
