@@ -23,6 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use tokio::time::Instant;
 use tracing::{debug, warn, Instrument};
 
@@ -64,12 +65,16 @@ fn deadline_after(wait: Duration) -> Instant {
 /// reply has not come, a watch being set up, a pooled connection being waited for) is
 /// dropped, and a grant it may still bring is released in the background as for any
 /// dropped acquire; the error is of kind [`ErrorKind::Timeout`].
-pub(crate) async fn within_deadline<T>(
+///
+/// A plain function returning a combinator, not an `async fn`: an `async fn` (or an
+/// `async` block) keeps the future it is given beside the copy it awaits, and so
+/// doubles the size of the future every wait is polled in.
+pub(crate) fn within_deadline<T>(
     what: impl std::fmt::Debug,
     deadline: Instant,
     wait: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match tokio::time::timeout_at(deadline, wait).await {
+) -> impl Future<Output = Result<T>> {
+    tokio::time::timeout_at(deadline, wait).map(move |timed| match timed {
         Ok(result) => result,
         Err(_) => Err(Error::new(
             ErrorKind::Timeout,
@@ -77,7 +82,7 @@ pub(crate) async fn within_deadline<T>(
                 "could not acquire {what:?} before the deadline: the server had not answered the step in flight"
             ),
         )),
-    }
+    })
 }
 
 /// The entry point users touch: takes locks on a backend and hands out guards.
@@ -366,7 +371,9 @@ impl LockClient {
 
     /// The backend, as this client's calls reach it: with a circuit breaker
     /// ([`LockOptions::with_circuit_breaker`]), the backend seen through the breaker
-    /// (the same name and capabilities; its acquisition steps pass the breaker).
+    /// (the same name and capabilities; its acquisition steps pass the breaker), and
+    /// with the `metrics` feature, through the meter that counts each request (see the
+    /// crate docs' "Metrics and traces").
     pub fn backend(&self) -> &Arc<DynLockBackend> {
         &self.backend
     }
@@ -393,18 +400,18 @@ impl LockClient {
     }
 
     /// Runs one call to take `key` in `span`, and reports how it ended (see the crate
-    /// docs' "Metrics and traces"): acquired when `got` says so of its result.
-    async fn observed<T>(
-        &self,
-        key: &LockKey,
+    /// docs' "Metrics and traces"): acquired when `got` says so of its result. A
+    /// combinator, as [`within_deadline`] is, so that `call` is held once.
+    fn observed<'a, T: 'a>(
+        &'a self,
+        key: &'a LockKey,
         span: tracing::Span,
-        call: impl Future<Output = Result<T>>,
+        call: impl Future<Output = Result<T>> + 'a,
         got: fn(&T) -> bool,
-    ) -> Result<T> {
+    ) -> impl Future<Output = Result<T>> + 'a {
         // The wait is timed for the metrics only: without them, no clock is read.
         let started = telemetry::Stopwatch::start();
-        async {
-            let result = call.await;
+        call.map(move |result| {
             let outcome = match &result {
                 Ok(value) if got(value) => Outcome::Acquired,
                 Ok(_) => Outcome::Busy,
@@ -412,9 +419,8 @@ impl LockClient {
             };
             telemetry::acquisition(self.backend.name(), key, &self.options, outcome, started);
             result
-        }
+        })
         .instrument(span)
-        .await
     }
 
     /// One try, in the caller's span.
@@ -716,5 +722,31 @@ impl LockClient {
             .valid_until()
             .saturating_duration_since(Instant::now());
         (remaining >= self.options.min_validity()).then_some(lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    /// A lock's future is moved and polled whole: the wrappers around the wait (its
+    /// deadline, its span and metrics) hold the wait once, not once per layer.
+    #[test]
+    fn the_wrappers_around_a_wait_hold_it_once() {
+        let client = LockClient::new(Arc::new(MemoryBackend::new()));
+        let key = LockKey::new("k").expect("key");
+        let wait = std::mem::size_of_val(&client.lock_until(key.clone(), Instant::now()));
+        let lock = std::mem::size_of_val(&client.lock("k", Duration::from_secs(1)));
+        assert!(
+            lock < wait + 512,
+            "lock: {lock} bytes around a wait of {wait}"
+        );
+        let once = std::mem::size_of_val(&client.try_lock_once(&key));
+        let try_lock = std::mem::size_of_val(&client.try_lock("k"));
+        assert!(
+            try_lock < once + 512,
+            "try_lock: {try_lock} bytes around a try of {once}"
+        );
     }
 }
