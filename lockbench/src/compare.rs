@@ -11,9 +11,9 @@ use distlock_conformance::{cases, run_case, Outcome, Target};
 use distlock_testservers::Server;
 
 use crate::options::RunOptions;
-use crate::report::{BackendRun, Conformance, FloorRole, FloorRow, PeerRow, Report, SweepPoint};
+use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint};
 use crate::run::{progress, write_results, BoxError, EXIT_HARNESS, EXIT_VIOLATION};
-use crate::scenarios::{Primitives, S1Entry, Sizes};
+use crate::scenarios::{FloorRole, Primitives, S1Entry, Sizes};
 use crate::{floors, meter, peers, report, rows, scenarios, storage};
 
 /// What runs beside distlock on one server: its raw floors (the first one round

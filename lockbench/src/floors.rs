@@ -14,9 +14,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{MySql, Postgres};
 
-use crate::report::FloorRole;
 use crate::run::BoxError;
-use crate::scenarios::{Contender, S1Entry};
+use crate::scenarios::{Contender, FloorRole, S1Entry};
 
 fn owner() -> String {
     format!("{:032x}", rand::random::<u128>())

@@ -15,7 +15,6 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::meter::{client_cpu_us, RedisMeter};
-use crate::report::FloorRole;
 use crate::run::BoxError;
 use crate::stats::Summary;
 
@@ -295,6 +294,22 @@ impl<C: Contender> Cycle for C {
             self.give_back(held).await
         })
     }
+}
+
+/// What a floor is the floor of: the report's targets look floors up by it, never
+/// by their place in the list (a floor that failed leaves no gap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) enum FloorRole {
+    /// One round trip on the driver (`PING`, `SELECT 1`, a `get`, `exists`).
+    RoundTrip,
+    /// The raw lock cycle on the same driver.
+    Cycle,
+    /// The cheapest cycle on the same driver that also mints a fence that never goes
+    /// down, even after a restart that lost data: what the fence costs, apart from
+    /// what distlock adds.
+    FencedCycle,
+    /// Another floor, shown beside the others.
+    Other,
 }
 
 /// A contender of S1 (and of S2, for the floors), by name.

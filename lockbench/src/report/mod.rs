@@ -7,7 +7,7 @@ mod model;
 mod targets;
 
 pub(crate) use model::{
-    BackendRun, Conformance, FloorRole, FloorRow, KindRow, PeerRow, Report, SweepPoint, S1, S2, S3,
+    BackendRun, Conformance, FloorRow, KindRow, PeerRow, Report, SweepPoint, S1, S2, S3,
 };
 
 use crate::stats::Summary;

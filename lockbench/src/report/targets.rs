@@ -327,8 +327,9 @@ impl BackendRun {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{FloorRole, FloorRow};
+    use super::super::FloorRow;
     use super::*;
+    use crate::scenarios::FloorRole;
     use crate::scenarios::Takeover;
 
     fn summary(p50_us: f64, per_sec: f64) -> Summary {
