@@ -1,7 +1,6 @@
 //! `distlock`: run a command under a distributed lock, and look at or break locks, on
 //! any backend distlock connects to by URL. See docs/operating.md for the exit codes.
 
-mod duration;
 mod run;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -11,9 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::backend::LockBackendExt;
-use distlock::{DynLockBackend, Error, ErrorKind, LockInfo, LockKey};
-
-use crate::duration::parse_duration;
+use distlock::{parse_duration, DynLockBackend, Error, ErrorKind, LockInfo, LockKey};
 
 /// The exit codes `distlock` gives of its own. `run` otherwise exits with its
 /// command's code.

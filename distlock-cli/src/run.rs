@@ -147,7 +147,8 @@ async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs, grace: Du
     loop {
         tokio::select! {
             status = child.wait() => return finish(status, guard, args).await,
-            reason = &mut lost => {
+            // `None` (released without a loss) cannot come while `guard` is here.
+            Some(reason) = &mut lost => {
                 say(format_args!(
                     "the lock {} was lost ({reason}); stopping the command",
                     args.key

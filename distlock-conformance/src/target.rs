@@ -652,7 +652,8 @@ mod tests {
             other => panic!("a free key was not granted: {other:?}"),
         }
         assert!(client.permits().is_some(), "the link forwards permits");
-        let uploads = distlock_core::Semaphore::new(client.clone(), "linked-permits", 2)
+        let uploads = distlock_core::LockClient::new(client.clone())
+            .semaphore("linked-permits", 2)
             .expect("a semaphore");
         let permit = uploads
             .try_acquire()

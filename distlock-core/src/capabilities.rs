@@ -144,9 +144,9 @@ impl Default for Capabilities {
 impl Capabilities {
     /// Checks a TTL against these limits: an
     /// [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error when it is zero,
-    /// out of range or not a multiple of the granularity. Nothing is rounded: a TTL
-    /// decides how long a crashed holder blocks everyone, so it is taken as given or
-    /// refused.
+    /// out of range or not a multiple of the granularity. Nothing is rounded: a
+    /// backend's steps take the TTL they are given or refuse it (the client fits its
+    /// TTL once, with [`fit_ttl`](Self::fit_ttl), before any step).
     pub fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
         if ttl.is_zero() {
             return Err(Error::invalid_ttl("the ttl must be greater than zero"));
@@ -171,6 +171,32 @@ impl Capabilities {
             )));
         }
         Ok(ttl)
+    }
+
+    /// The TTL these limits grant for a requested `ttl`: `ttl` itself when they
+    /// accept it, otherwise the shortest TTL above it that they accept (raised to the
+    /// minimum, rounded up to the granularity). Never shorter than asked: a TTL bounds
+    /// how long a crashed holder blocks everyone, and is also what keeps a paused
+    /// holder's lease alive, so it is only ever lengthened. An
+    /// [`ErrorKind::InvalidTtl`](crate::ErrorKind::InvalidTtl) error for a zero TTL
+    /// (no backend can honour it) and for one above the maximum (honouring it would
+    /// mean shortening it).
+    ///
+    /// [`LockClient::with_options`](crate::LockClient::with_options) fits its TTL with
+    /// this, so that one [`LockOptions`](crate::LockOptions) serves every backend.
+    pub fn fit_ttl(&self, ttl: Duration) -> Result<Duration> {
+        if ttl.is_zero() {
+            return Err(Error::invalid_ttl("the ttl must be greater than zero"));
+        }
+        if ttl > self.max_ttl {
+            return Err(Error::invalid_ttl(format!(
+                "the ttl {ttl:?} is above this backend's maximum of {:?}",
+                self.max_ttl
+            )));
+        }
+        // Rounding up past a maximum off the granularity lands on the maximum, which
+        // the check then refuses.
+        self.check_ttl(self.ttl_at_least(ttl))
     }
 
     /// A TTL of at least `at_least` that these limits accept (rounded up to the
@@ -214,6 +240,42 @@ mod tests {
             );
         }
         assert!(c.check_ttl(Duration::from_secs(3)).is_ok());
+    }
+
+    #[test]
+    fn a_ttl_is_fitted_up_never_down() {
+        let c = etcd_like();
+        for (asked, granted) in [
+            (Duration::from_millis(1), Duration::from_secs(2)),
+            (Duration::from_secs(1), Duration::from_secs(2)),
+            (Duration::from_millis(2500), Duration::from_secs(3)),
+            (Duration::from_secs(3), Duration::from_secs(3)),
+            (c.max_ttl, c.max_ttl),
+        ] {
+            assert_eq!(c.fit_ttl(asked).ok(), Some(granted), "{asked:?}");
+        }
+        for bad in [Duration::ZERO, c.max_ttl + Duration::from_millis(1)] {
+            assert_eq!(
+                c.fit_ttl(bad).map_err(|e| e.kind()),
+                Err(ErrorKind::InvalidTtl),
+                "{bad:?}"
+            );
+        }
+        // A maximum off the granularity: what rounds past it is refused, not cut.
+        let odd = Capabilities {
+            max_ttl: Duration::from_millis(4500),
+            ..c
+        };
+        assert_eq!(
+            odd.fit_ttl(Duration::from_millis(4200))
+                .map_err(|e| e.kind()),
+            Err(ErrorKind::InvalidTtl)
+        );
+        let d = Capabilities::default();
+        assert_eq!(
+            d.fit_ttl(Duration::from_micros(1500)).ok(),
+            Some(Duration::from_millis(2))
+        );
     }
 
     #[test]

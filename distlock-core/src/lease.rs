@@ -292,7 +292,8 @@ pub struct LockInfo {
     pub remaining: Duration,
 }
 
-/// Why a guard stopped holding its lock.
+/// Why a guard lost its lock: the lease ended under its holder, not by the holder's
+/// release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {
@@ -303,8 +304,6 @@ pub enum LossReason {
     RenewalFailed,
     /// Auto-renewal was off, and the validity (less the loss margin) ran out.
     Expired,
-    /// The guard was released or dropped by its owner.
-    Released,
 }
 
 impl fmt::Display for LossReason {
@@ -313,7 +312,6 @@ impl fmt::Display for LossReason {
             LossReason::NotHeld => "the server no longer holds the lease for this owner",
             LossReason::RenewalFailed => "renewal failed until the validity ran out",
             LossReason::Expired => "the lease expired without renewal",
-            LossReason::Released => "the lock was released",
         })
     }
 }

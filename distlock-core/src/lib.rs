@@ -70,6 +70,7 @@
 pub mod backend;
 mod capabilities;
 mod client;
+mod duration;
 mod error;
 mod fenced;
 mod handoff;
@@ -84,9 +85,11 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
-    BreakerOptions, BreakerState, Election, Fences, Health, Leader, Leadership, LockClient,
-    LockGuard, LockOptions, LossReason, MultiGuard, Observation, Observations, RwLock, Semaphore,
+    BreakerOptions, BreakerState, Election, Fences, Health, Leader, Leadership, LeaseEnd,
+    LockClient, LockGuard, LockOptions, Locked, LossReason, MultiGuard, Observation, Observations,
+    RwLock, Semaphore,
 };
+pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fenced::{
     DynFencedStore, FencedHandle, FencedStore, FencedStoreExt, FencedValue, FileStore, MemoryStore,

@@ -11,8 +11,8 @@ use distlock_core::backend::{
     OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
 };
 use distlock_core::{
-    DynLockBackend, ErrorKind, LockBackend, LockClient, LockInfo, LockKey, LockOptions, LossReason,
-    MemoryBackend, Result,
+    DynLockBackend, ErrorKind, LeaseEnd, LockBackend, LockClient, LockInfo, LockKey, LockOptions,
+    LossReason, MemoryBackend, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -63,7 +63,7 @@ async fn lost_fires_at_once_when_the_lease_is_deleted_behind_the_holder() {
     let broken_at = Instant::now();
     assert!(memory.force_release(guard.key()).await.expect("force"));
     let reason = guard.lost().await;
-    assert_eq!(reason, LossReason::NotHeld);
+    assert_eq!(reason, Some(LossReason::NotHeld));
     // The release notification makes the supervisor check at once.
     assert!(
         broken_at.elapsed() < Duration::from_millis(5),
@@ -106,7 +106,7 @@ async fn a_holder_whose_renewal_task_cannot_run_is_told_when_it_asks() {
         );
         // The signal's future agrees at once.
         let told = tokio::time::timeout(Duration::from_millis(50), guard.lost()).await;
-        assert_eq!(told, Ok(reason));
+        assert_eq!(told, Ok(Some(reason)));
         // The lease really had run out: the next holder gets a larger fence.
         let next = client
             .try_lock(key.as_str())
@@ -180,7 +180,7 @@ async fn without_notification_loss_is_found_within_one_renewal_interval() {
     sleep(Duration::from_millis(10)).await;
     let broken_at = Instant::now();
     memory.force_release(guard.key()).await.expect("force");
-    assert_eq!(guard.lost().await, LossReason::NotHeld);
+    assert_eq!(guard.lost().await, Some(LossReason::NotHeld));
     let bound = client.options().renew_interval();
     assert!(
         broken_at.elapsed() <= bound,
@@ -196,7 +196,7 @@ async fn a_paused_server_makes_the_holder_lose_before_its_validity_ends() {
     memory.pause();
     let valid_until = guard.valid_until();
     let reason = guard.lost().await;
-    assert_eq!(reason, LossReason::RenewalFailed);
+    assert_eq!(reason, Some(LossReason::RenewalFailed));
     let now = Instant::now();
     assert!(now < valid_until, "told only after the validity ran out");
     // Told no earlier than needed: the loss margin before the last known validity.
@@ -238,7 +238,7 @@ async fn without_auto_renew_the_loss_is_signalled_a_margin_before_expiry() {
         .await
         .expect("try")
         .expect("free");
-    assert_eq!(guard.lost().await, LossReason::Expired);
+    assert_eq!(guard.lost().await, Some(LossReason::Expired));
     assert_eq!(started.elapsed(), TTL - client.options().loss_margin());
 }
 
@@ -859,6 +859,73 @@ async fn a_dropped_guard_releases_in_the_background_and_stops_renewing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn finished_work_whose_release_finds_the_lease_gone_keeps_its_output() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    // The work commits, then its lease is deleted behind its back before anyone
+    // could tell it: the release finds the lease gone.
+    let done = client
+        .with_lock("deposit", Duration::from_secs(1), |fence| {
+            let memory = memory.clone();
+            async move {
+                let committed = fence;
+                memory
+                    .force_release(&LockKey::new("deposit").expect("key"))
+                    .await
+                    .expect("force");
+                committed
+            }
+        })
+        .await
+        .expect("the work finished: not an error");
+    assert_eq!(done.lease(), LeaseEnd::Lost(LossReason::NotHeld));
+    assert!(!done.held_throughout());
+    assert!(done.into_output().get() > 0, "the committed work's output");
+
+    // Work returning a Result: its own error comes back as it returned it, and a
+    // finished work's output beside the lease's end.
+    let failed = client
+        .try_with_lock("deposit", Duration::from_secs(1), |_fence| async move {
+            Err::<(), _>(distlock_core::Error::new(
+                ErrorKind::Configuration,
+                "refused by the work",
+            ))
+        })
+        .await
+        .expect_err("the work's error");
+    assert_eq!(failed.message(), "refused by the work");
+    let ok = client
+        .try_with_lock("deposit", Duration::from_secs(1), |fence| async move {
+            Ok::<_, distlock_core::Error>(fence)
+        })
+        .await
+        .expect("ok");
+    assert!(ok.held_throughout());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_tells_a_release_apart_from_a_loss() {
+    let (memory, client) = setup(LockOptions::new(TTL));
+    let released = client.try_lock("ends").await.expect("try").expect("free");
+    let told = released.lost();
+    released.release().await.expect("held");
+    assert_eq!(told.await, None, "a release is not a loss");
+    let dropped = client.try_lock("ends").await.expect("try").expect("free");
+    let told = dropped.lost();
+    drop(dropped);
+    assert_eq!(told.await, None, "a drop is not a loss");
+    // The drop's release runs in the background.
+    client.flush().await;
+    let taken = client.try_lock("ends").await.expect("try").expect("free");
+    let told = taken.lost();
+    memory
+        .force_release(&LockKey::new("ends").expect("key"))
+        .await
+        .expect("force");
+    assert_eq!(told.await, Some(LossReason::NotHeld));
+    drop(taken);
+}
+
+#[tokio::test(start_paused = true)]
 async fn with_lock_cancels_work_whose_lock_was_lost() {
     let (memory, client) = setup(LockOptions::new(TTL));
     let finished = Arc::new(AtomicBool::new(false));
@@ -891,6 +958,8 @@ async fn with_lock_cancels_work_whose_lock_was_lost() {
         .with_lock("job", Duration::from_secs(1), |fence| async move { fence })
         .await
         .expect("ran");
+    assert_eq!(fence.lease(), LeaseEnd::Released);
+    let fence = fence.into_output();
     assert_eq!(
         holder_fence(&memory, "job").await,
         None,
@@ -917,15 +986,19 @@ async fn bad_keys_and_ttls_give_typed_errors() {
         );
     }
     let backend: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
-    for ttl in [
-        Duration::ZERO,
-        Duration::from_micros(1500),
-        Duration::from_secs(10 * 365 * 24 * 3600),
-    ] {
+    // No backend grants a zero TTL, and none may shorten one: both refused.
+    for ttl in [Duration::ZERO, Duration::from_secs(10 * 365 * 24 * 3600)] {
         let err =
             LockClient::with_options(backend.clone(), LockOptions::new(ttl)).expect_err("bad ttl");
         assert_eq!(err.kind(), ErrorKind::Configuration, "{ttl:?}: {err}");
     }
+    // A TTL off the granularity is lengthened to the next one granted, and read back.
+    let fitted = LockClient::with_options(
+        backend.clone(),
+        LockOptions::new(Duration::from_micros(1500)),
+    )
+    .expect("fitted");
+    assert_eq!(fitted.options().ttl(), Duration::from_millis(2));
     let guard = client.try_lock("ttl").await.expect("try").expect("free");
     assert_eq!(
         guard.extend(Duration::ZERO).await.map_err(|e| e.kind()),
@@ -1043,7 +1116,7 @@ async fn a_late_grant_is_still_reported_lost_on_time() {
     let client = LockClient::with_options(Arc::new(backend), options).expect("valid options");
     let started = Instant::now();
     let guard = client.try_lock("late").await.expect("try").expect("free");
-    assert_eq!(guard.lost().await, LossReason::Expired);
+    assert_eq!(guard.lost().await, Some(LossReason::Expired));
     assert_eq!(started.elapsed(), TTL - margin);
 }
 
@@ -1071,7 +1144,7 @@ async fn a_holder_whose_lease_ran_out_is_refused_by_the_fenced_store() {
         })
         .await
         .expect("the lock");
-    written.expect("the newer holder's write");
+    written.into_output().expect("the newer holder's write");
 
     // The paused holder resumes and writes: the store refuses it.
     let late = paused.write("ledger", b"old").await.expect_err("stale");
@@ -1153,7 +1226,7 @@ async fn a_lost_lock_cannot_be_reentered_and_each_hold_learns_the_loss() {
         .force_release(&LockKey::new("lost").expect("key"))
         .await
         .expect("force");
-    assert_eq!(second.lost().await, LossReason::NotHeld);
+    assert_eq!(second.lost().await, Some(LossReason::NotHeld));
     assert_eq!(
         first.reenter().map(drop).map_err(|e| e.kind()),
         Err(ErrorKind::NotHeld)

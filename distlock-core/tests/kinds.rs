@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_core::backend::{MAX_CLAIM_VALUE, TERMS_KEPT};
-use distlock_core::{Election, ErrorKind, MemoryBackend, Observation, RwLock, Semaphore};
+use distlock_core::{ErrorKind, LockClient, MemoryBackend, Observation};
 use futures_util::StreamExt;
 
 const WAIT: Duration = Duration::from_secs(1);
@@ -13,7 +13,9 @@ const WAIT: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn an_observer_behind_the_record_is_told_it_missed_terms() {
     let backend = Arc::new(MemoryBackend::new());
-    let election = Election::new(backend, "behind").expect("an election");
+    let election = LockClient::new(backend)
+        .election("behind")
+        .expect("an election");
     let mut observer = election.observe();
     assert_eq!(
         observer.next().await.map(|o| o.map_err(|e| e.kind())),
@@ -47,12 +49,15 @@ async fn an_observer_behind_the_record_is_told_it_missed_terms() {
 async fn bad_counts_limits_and_values_are_configuration_errors() {
     let backend = Arc::new(MemoryBackend::new());
     assert_eq!(
-        Semaphore::new(backend.clone(), "zero", 0)
+        LockClient::new(backend.clone())
+            .semaphore("zero", 0)
             .map(drop)
             .map_err(|e| e.kind()),
         Err(ErrorKind::Configuration)
     );
-    let permits = Semaphore::new(backend.clone(), "three", 3).expect("a semaphore");
+    let permits = LockClient::new(backend.clone())
+        .semaphore("three", 3)
+        .expect("a semaphore");
     for count in [0, 4] {
         assert_eq!(
             permits
@@ -63,7 +68,9 @@ async fn bad_counts_limits_and_values_are_configuration_errors() {
             Err(ErrorKind::Configuration)
         );
     }
-    let election = Election::new(backend.clone(), "values").expect("an election");
+    let election = LockClient::new(backend.clone())
+        .election("values")
+        .expect("an election");
     for bad in ["nul\0".to_owned(), "x".repeat(MAX_CLAIM_VALUE + 1)] {
         assert_eq!(
             election
@@ -75,13 +82,17 @@ async fn bad_counts_limits_and_values_are_configuration_errors() {
         );
     }
     assert_eq!(
-        RwLock::new(backend, "").map(drop).map_err(|e| e.kind()),
+        LockClient::new(backend)
+            .rw_lock("")
+            .map(drop)
+            .map_err(|e| e.kind()),
         Err(ErrorKind::InvalidKey)
     );
     // A backend without permits is refused when the kind is made.
     let no_permits = Arc::new(NoPermits(MemoryBackend::new()));
     assert_eq!(
-        Semaphore::new(no_permits, "x", 1)
+        LockClient::new(no_permits)
+            .semaphore("x", 1)
             .map(drop)
             .map_err(|e| e.kind()),
         Err(ErrorKind::Configuration)
@@ -136,10 +147,15 @@ async fn the_kinds_circuit_breaker_opens_across_their_calls() {
     let backend = Arc::new(MemoryBackend::new());
     let options = LockOptions::new(Duration::from_secs(5))
         .with_circuit_breaker(BreakerOptions::new(2, Duration::from_secs(60)));
-    let semaphore =
-        Semaphore::with_options(backend.clone(), "slots", 2, options.clone()).expect("semaphore");
-    let rwlock = RwLock::with_options(backend.clone(), "table", options.clone()).expect("rwlock");
-    let election = Election::with_options(backend.clone(), "leader", options).expect("election");
+    let semaphore = LockClient::with_options(backend.clone(), options.clone())
+        .and_then(|c| c.semaphore("slots", 2))
+        .expect("semaphore");
+    let rwlock = LockClient::with_options(backend.clone(), options.clone())
+        .and_then(|c| c.rw_lock("table"))
+        .expect("rwlock");
+    let election = LockClient::with_options(backend.clone(), options)
+        .and_then(|c| c.election("leader"))
+        .expect("election");
     backend.stop();
     for _ in 0..2 {
         let down = semaphore

@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock_core::backend::OperatorBackend;
-use distlock_core::{
-    ErrorKind, LockClient, LockKey, LockOptions, LossReason, MemoryBackend, Semaphore,
-};
+use distlock_core::{ErrorKind, LockClient, LockKey, LockOptions, LossReason, MemoryBackend};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use tracing::field::{Field, Visit};
@@ -142,13 +140,13 @@ fn every_outcome_renewal_loss_and_hold_is_counted_by_backend() {
                 tokio::time::sleep(TTL / 2).await;
                 let key = LockKey::new("b").expect("key");
                 assert!(backend.force_release(&key).await.expect("force"));
-                assert_eq!(lost.await, LossReason::NotHeld);
+                assert_eq!(lost.await, Some(LossReason::NotHeld));
                 drop(b);
                 // A server that stops answering: renewals fail until the lease is lost.
                 let c = client.lock("c", wait).await.expect("free");
                 let lost = c.lost();
                 backend.pause();
-                assert_eq!(lost.await, LossReason::RenewalFailed);
+                assert_eq!(lost.await, Some(LossReason::RenewalFailed));
                 backend.resume();
                 drop(c);
                 // A server that is down: an error.
@@ -373,8 +371,9 @@ fn keys_are_labels_only_when_asked_for() {
         guard.extend(TTL).await.expect("held");
         guard.release().await.expect("held");
         // The kinds are counted as locks are, by their name.
-        let permits =
-            Semaphore::with_options(backend.clone(), "reports", 2, options).expect("a semaphore");
+        let permits = LockClient::with_options(backend.clone(), options)
+            .and_then(|c| c.semaphore("reports", 2))
+            .expect("a semaphore");
         let permit = permits
             .try_acquire()
             .await
@@ -494,7 +493,7 @@ fn spans_carry_key_backend_fence_and_outcome_and_grants_and_losses_are_reported(
             tokio::time::sleep(TTL / 2).await;
             let key = LockKey::new("ledger").expect("key");
             assert!(backend.force_release(&key).await.expect("force"));
-            assert_eq!(lost.await, LossReason::NotHeld);
+            assert_eq!(lost.await, Some(LossReason::NotHeld));
             drop(guard);
             fence
         })

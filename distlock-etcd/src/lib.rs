@@ -69,6 +69,8 @@
 //!
 //! - **TTLs are whole seconds, at least 2 s** (etcd's minimum lease TTL is about 1.5 s
 //!   with default timings); see [`Capabilities`](distlock_core::backend::Capabilities).
+//!   A [`LockClient`](distlock_core::LockClient) lengthens another TTL to the next it
+//!   can grant (1 s to 2 s, 2.5 s to 3 s); the backend's own steps refuse it.
 //! - **extend renews to the granted TTL**: etcd's keepalive cannot change a lease's
 //!   TTL, so extending with another TTL is an
 //!   [`ErrorKind::InvalidTtl`](distlock_core::ErrorKind::InvalidTtl) error

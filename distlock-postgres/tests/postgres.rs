@@ -622,7 +622,9 @@ async fn a_transfer_under_a_set_writes_each_row_under_its_own_key_s_fence(
         vec![(1, 90), (2, 111)],
         "a refused transfer wrote a row"
     );
-    let (key, reason) = tokio::time::timeout(Duration::from_secs(5), lost).await?;
+    let (key, reason) = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await?
+        .expect("a loss, not a release");
     assert_eq!((key.as_str(), reason), ("account/2", LossReason::NotHeld));
     newer.release().await?;
     Ok(())

@@ -317,8 +317,9 @@ async fn an_elections_keys_are_kept_past_its_last_term_then_expire() {
     };
     let ttl = Duration::from_millis(400);
     let options = distlock_core::LockOptions::new(ttl).with_auto_renew(false);
-    let election =
-        distlock_core::Election::with_options(backend, "kept", options).expect("election");
+    let election = distlock_core::LockClient::with_options(backend, options)
+        .and_then(|c| c.election("kept"))
+        .expect("election");
     let term = election
         .campaign("10.0.0.1:80", Duration::from_secs(5))
         .await

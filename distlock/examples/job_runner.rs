@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::Semaphore;
+use distlock::LockClient;
 
 /// How many jobs may run at once, across every runner.
 const LIMIT: u32 = 3;
@@ -30,7 +30,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for runner in 0..4 {
         // Each runner connects on its own, as a separate process would.
         let backend = distlock::connect(&url).await?;
-        let jobs = Semaphore::new(backend, "jobs/exports", LIMIT)?;
+        let jobs = LockClient::new(backend).semaphore("jobs/exports", LIMIT)?;
         let (running, peak) = (running.clone(), peak.clone());
         runners.push(tokio::spawn(async move {
             for job in 0..5 {

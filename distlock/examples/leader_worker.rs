@@ -84,7 +84,7 @@ async fn replica(
         let mut batches = 0;
         loop {
             tokio::select! {
-                reason = leadership.lost() => {
+                Some(reason) = leadership.lost() => {
                     println!("{name}: lost the lease ({reason}): stepping down");
                     break;
                 }

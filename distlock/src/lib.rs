@@ -22,7 +22,9 @@
 //!         format!("written under fence {fence}")
 //!     })
 //!     .await?;
-//! assert!(written.starts_with("written under fence"));
+//! // The work's output, and whether the lease was held until the release.
+//! assert!(written.output().starts_with("written under fence"));
+//! assert!(written.held_throughout());
 //! # Ok(())
 //! # }
 //! ```

@@ -98,7 +98,7 @@ async fn the_breaker_fails_fast_while_the_server_is_down_and_recovers_when_it_re
     // The held lease is lost by its validity alone, however the breaker stands.
     let reason = timeout(TTL * 2, lost).await.expect("loss signalled");
     let told_at = Instant::now();
-    assert_eq!(reason, LossReason::RenewalFailed);
+    assert_eq!(reason, Some(LossReason::RenewalFailed));
     assert!(
         told_at + Duration::from_millis(1) >= valid_until - loss_margin,
         "told {:?} before its validity less the margin",

@@ -42,7 +42,8 @@ async fn a_setting_in_parts_connects_as_its_url_does() {
             |fence| async move { fence },
         )
         .await
-        .expect("lock");
+        .expect("lock")
+        .into_output();
     assert!(fence.get() > 0);
 
     // A misspelt option is the backend's configuration error, naming it.

@@ -1,9 +1,6 @@
 //! Swapping backends by URL: the same code on each real server, chosen by one string.
 
-use std::time::Duration;
-
-use distlock::{connect, BackendConfig, Connector, ErrorKind, LockClient, LockOptions};
-use distlock_testservers::ServerHandle;
+use distlock::{connect, BackendConfig, Connector, ErrorKind};
 
 #[tokio::test]
 async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
@@ -67,43 +64,6 @@ async fn unknown_schemes_and_bad_urls_are_configuration_errors() {
         replaced.schemes().iter().filter(|s| *s == "memory").count(),
         1
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_code_path_runs_on_every_backend_chosen_by_url() {
-    // Fails, never skips, without the backends: `cargo test --workspace` enables them
-    // (lockbench depends on them all); alone, run it with
-    // `--features redis,postgres,mysql,etcd,zookeeper`.
-    let mut urls = vec![("memory", "memory://".to_owned(), None)];
-    for server in distlock_testservers::ALL {
-        let handle = ServerHandle::start(server)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        urls.push((server.backend_name(), handle.url(), Some(handle)));
-    }
-    let masters = distlock_testservers::RedisMasters::start(3)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    urls.push(("redlock", masters.url(), None));
-    let connector = Connector::new();
-    for (name, url, _server) in &urls {
-        let backend = connector
-            .connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(backend.name(), *name);
-        let ttl = backend.capabilities().ttl_at_least(Duration::from_secs(2));
-        let client = LockClient::with_options(backend, LockOptions::new(ttl)).expect("options");
-        let first = client
-            .with_lock("swap", Duration::from_secs(5), |fence| async move { fence })
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let second = client
-            .with_lock("swap", Duration::from_secs(5), |fence| async move { fence })
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(second > first, "{name}: {second:?} after {first:?}");
-    }
 }
 
 /// The one table of distlock's backends is each crate's own descriptor: the facade's

@@ -143,7 +143,10 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
                 let url = handle
                     .direct_url()
                     .ok_or("the server's network address is unknown")?;
-                let server = format!("container, {:?} image, {on_network}", handle.image_source());
+                let server = format!(
+                    "container, {:?} image, reached at its address on a Docker network (no port proxy)",
+                    handle.image_source()
+                );
                 let target = distlock_testservers::target_on(handle, connect).await?;
                 (
                     target,

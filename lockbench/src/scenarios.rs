@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::backend::{AcquireOutcome, Lease, LockBackendExt};
-use distlock::{
-    DynLockBackend, Election, LockClient, LockGuard, LockKey, LockOptions, RwLock, Semaphore,
-};
+use distlock::{DynLockBackend, LockClient, LockGuard, LockKey, LockOptions};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -171,7 +169,7 @@ impl Kind {
 }
 
 /// One kind on a backend, each call on the name it is given, as a user holding a
-/// [`Semaphore`], [`RwLock`] or [`Election`] of that name does.
+/// [`Semaphore`](distlock::Semaphore), [`RwLock`](distlock::RwLock) or [`Election`](distlock::Election) of that name does.
 #[derive(Clone)]
 pub(crate) struct KindContender {
     backend: Arc<DynLockBackend>,
@@ -194,14 +192,14 @@ impl KindContender {
         let (b, o) = (self.backend.clone(), self.options.clone());
         let guard = match self.kind {
             Kind::Semaphore(n) => {
-                let permits = Semaphore::with_options(b, key, n, o)?;
+                let permits = LockClient::with_options(b, o).and_then(|c| c.semaphore(key, n))?;
                 match wait {
                     Some(wait) => Some(permits.acquire(wait).await?),
                     None => permits.try_acquire().await?,
                 }
             }
             Kind::Read | Kind::Write => {
-                let lock = RwLock::with_options(b, key, o)?;
+                let lock = LockClient::with_options(b, o).and_then(|c| c.rw_lock(key))?;
                 match (wait, self.kind == Kind::Read) {
                     (Some(wait), true) => Some(lock.read(wait).await?),
                     (Some(wait), false) => Some(lock.write(wait).await?),
@@ -210,7 +208,7 @@ impl KindContender {
                 }
             }
             Kind::Campaign => {
-                let election = Election::with_options(b, key, o)?;
+                let election = LockClient::with_options(b, o).and_then(|c| c.election(key))?;
                 match wait {
                     Some(wait) => Some(election.campaign("lockbench", wait).await?),
                     None => election.try_campaign("lockbench").await?,

@@ -84,7 +84,7 @@ cases! {
         );
         let bound = client.options().renew_interval() + Duration::from_secs(1);
         match timeout(bound, lost).await {
-            Ok(LossReason::NotHeld) => {}
+            Ok(Some(LossReason::NotHeld)) => {}
             Ok(other) => return fail(format!("lost() gave {other:?}, not NotHeld")),
             Err(_) => {
                 return fail(format!(

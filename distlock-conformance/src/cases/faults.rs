@@ -157,7 +157,7 @@ cases! {
         let noticed = Instant::now();
         control.unpause().await.map_err(control_err("unpause"))?;
         match outcome {
-            Ok(LossReason::RenewalFailed | LossReason::NotHeld) => {}
+            Ok(Some(LossReason::RenewalFailed | LossReason::NotHeld)) => {}
             Ok(other) => return fail(format!("lost() gave {other:?}")),
             Err(_) => {
                 return fail(format!(

@@ -1,6 +1,6 @@
 //! What operators use: listing the held locks (`distlock list`).
 
-use distlock_core::Semaphore;
+use distlock_core::LockClient;
 
 use super::*;
 
@@ -38,12 +38,7 @@ cases! {
             );
         }
         let permit = if t.backend().permits().is_some() {
-            let semaphore = Semaphore::with_options(
-                t.backend().clone(),
-                &format!("{prefix}permits"),
-                2,
-                LockOptions::new(ttl),
-            )?;
+            let semaphore = LockClient::with_options(t.backend().clone(), LockOptions::new(ttl)).and_then(|c| c.semaphore(&format!("{prefix}permits"), 2))?;
             let Some(permit) = semaphore.try_acquire().await? else {
                 return fail("a fresh semaphore of 2 refused its first permit");
             };

@@ -190,7 +190,7 @@ cases! {
         let (taken, (reason, told_at)) = tokio::join!(taker, told);
         let (taken, taken_at) = taken?;
         match reason {
-            Ok(LossReason::RenewalFailed | LossReason::NotHeld) => {}
+            Ok(Some(LossReason::RenewalFailed | LossReason::NotHeld)) => {}
             Ok(other) => return fail(format!("lost() gave {other:?}")),
             Err(_) => return fail("lost() did not fire within the ttl plus 2 s of the cut"),
         }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use distlock_core::{Election, Observation, RwLock, Semaphore};
+use distlock_core::{LockClient, Observation};
 use futures_util::StreamExt;
 
 use super::*;
@@ -74,12 +74,7 @@ cases! {
         let inside = Arc::new(Occupancy::default());
         let fences = Arc::new(Fences::default());
         let work = (0..12).map(|n| {
-            let permits = Semaphore::with_options(
-                backends[n % backends.len()].clone(),
-                name.as_str(),
-                LIMIT as u32,
-                options(t),
-            );
+            let permits = LockClient::with_options(backends[n % backends.len()].clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), LIMIT as u32));
             let (inside, fences) = (inside.clone(), fences.clone());
             async move {
                 let permits = permits?;
@@ -138,7 +133,7 @@ cases! {
         let mut last = 0;
         for round in 0..8 {
             let permits =
-                Semaphore::with_options(backends[round % 2].clone(), name.as_str(), 2, options(t))?;
+                LockClient::with_options(backends[round % 2].clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 2))?;
             if held.len() == 2 {
                 let oldest: distlock_core::LockGuard = held.remove(0);
                 oldest.release().await?;
@@ -156,10 +151,10 @@ cases! {
             guard.release().await?;
         }
         // A permit that ran out is taken over with a higher fence.
-        let lapsing = Semaphore::with_options(backends[0].clone(), name.as_str(), 2, lapsing(t))?;
+        let lapsing = LockClient::with_options(backends[0].clone(), lapsing(t)).and_then(|c| c.semaphore(name.as_str(), 2))?;
         let a = lapsing.acquire(WAIT).await?;
         let b = lapsing.acquire(WAIT).await?;
-        let later = Semaphore::with_options(backends[1].clone(), name.as_str(), 2, options(t))?;
+        let later = LockClient::with_options(backends[1].clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 2))?;
         let taken = later.acquire(t.short_ttl() * 4 + t.expiry_slack() * 4).await?;
         ensure!(
             taken.fence() > a.fence().max(b.fence()),
@@ -176,8 +171,8 @@ cases! {
     #[case(Semaphore, needs_permits)]
     pub async fn an_expired_permit_frees_its_place(t: &Target) -> CaseResult {
         let name = t.key("permit-expiry");
-        let lapsing = Semaphore::with_options(t.backend().clone(), name.as_str(), 1, lapsing(t))?;
-        let waiting = Semaphore::with_options(t.backend().clone(), name.as_str(), 1, options(t))?;
+        let lapsing = LockClient::with_options(t.backend().clone(), lapsing(t)).and_then(|c| c.semaphore(name.as_str(), 1))?;
+        let waiting = LockClient::with_options(t.backend().clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 1))?;
         let old = lapsing.acquire(WAIT).await?;
         let started = Instant::now();
         let wait = t.short_ttl() * 4 + t.expiry_slack() * 4;
@@ -215,8 +210,8 @@ cases! {
     #[case(Semaphore, needs_permits)]
     pub async fn a_limit_that_differs_is_refused(t: &Target) -> CaseResult {
         let name = t.key("permit-limit");
-        let two = Semaphore::with_options(t.backend().clone(), name.as_str(), 2, options(t))?;
-        let three = Semaphore::with_options(t.backend().clone(), name.as_str(), 3, options(t))?;
+        let two = LockClient::with_options(t.backend().clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 2))?;
+        let three = LockClient::with_options(t.backend().clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 3))?;
         let held = two.acquire(WAIT).await?;
         match three.try_acquire().await {
             Err(e) if e.kind() == ErrorKind::Configuration => {}
@@ -242,7 +237,7 @@ cases! {
         // Three tasks keep at least one permit of four held at every instant.
         let small = (0..3).map(|n| {
             let permits =
-                Semaphore::with_options(backends[n].clone(), name.as_str(), 4, options(t));
+                LockClient::with_options(backends[n].clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 4));
             let stop = stop.clone();
             async move {
                 let permits = permits?;
@@ -257,7 +252,7 @@ cases! {
         });
         let large = async {
             sleep(Duration::from_millis(500)).await;
-            let permits = Semaphore::with_options(t.backend().clone(), name.as_str(), 4, options(t))?;
+            let permits = LockClient::with_options(t.backend().clone(), options(t)).and_then(|c| c.semaphore(name.as_str(), 4))?;
             let started = Instant::now();
             let outcome = permits.acquire_many(4, Duration::from_secs(8)).await;
             stop.store(true, Ordering::SeqCst);
@@ -286,7 +281,7 @@ cases! {
         let writers = Arc::new(Occupancy::default());
         let clashes = Arc::new(Mutex::new(Vec::<String>::new()));
         let work = (0..9).map(|n| {
-            let lock = RwLock::with_options(backends[n % backends.len()].clone(), name.as_str(), options(t));
+            let lock = LockClient::with_options(backends[n % backends.len()].clone(), options(t)).and_then(|c| c.rw_lock(name.as_str()));
             let (readers, writers, clashes) = (readers.clone(), writers.clone(), clashes.clone());
             async move {
                 let lock = lock?;
@@ -336,7 +331,7 @@ cases! {
     pub async fn a_waiting_writer_holds_back_new_readers(t: &Target) -> CaseResult {
         let name = t.key("rw-writer-first");
         let backends = backends(t, 3).await?;
-        let lock = |n: usize| RwLock::with_options(backends[n].clone(), name.as_str(), options(t));
+        let lock = |n: usize| LockClient::with_options(backends[n].clone(), options(t)).and_then(|c| c.rw_lock(name.as_str()));
         let (first, writer, late) = (lock(0)?, lock(1)?, lock(2)?);
         let reading = first.read(WAIT).await?;
         let waiting = async { writer.write(WAIT).await };
@@ -368,11 +363,7 @@ cases! {
         // A place that outlasts the case: one the writer's leave did not end holds
         // readers back for as long as the case looks.
         let place = Duration::from_secs(20);
-        let lock = RwLock::with_options(
-            t.backend().clone(),
-            name.as_str(),
-            options(t).with_queue_place(place),
-        )?;
+        let lock = LockClient::with_options(t.backend().clone(), options(t).with_queue_place(place)).and_then(|c| c.rw_lock(name.as_str()))?;
         let reading = lock.read(WAIT).await?;
         match lock.write(Duration::from_millis(300)).await {
             Err(e) if e.kind() == ErrorKind::Timeout => {}
@@ -410,7 +401,7 @@ cases! {
         let leaders = Arc::new(Occupancy::default());
         let last = Arc::new(Mutex::new(0u64));
         let work = (0..6).map(|n| {
-            let election = Election::with_options(backends[n % backends.len()].clone(), name.as_str(), options(t));
+            let election = LockClient::with_options(backends[n % backends.len()].clone(), options(t)).and_then(|c| c.election(name.as_str()));
             let (leaders, last) = (leaders.clone(), last.clone());
             async move {
                 let election = election?;
@@ -448,7 +439,7 @@ cases! {
         let slow = options(t).with_backoff(Duration::from_secs(1), Duration::from_secs(1));
         let mut observers = Vec::new();
         for backend in &backends {
-            let election = Election::with_options(backend.clone(), name.as_str(), slow.clone())?;
+            let election = LockClient::with_options(backend.clone(), slow.clone()).and_then(|c| c.election(name.as_str()))?;
             let mut observer = election.observe();
             match timeout(WAIT, observer.next()).await {
                 Ok(Some(Ok(Observation::Vacant))) => {}
@@ -456,7 +447,7 @@ cases! {
             }
             observers.push(observer);
         }
-        let candidates = Election::with_options(t.backend().clone(), name.as_str(), options(t))?;
+        let candidates = LockClient::with_options(t.backend().clone(), options(t)).and_then(|c| c.election(name.as_str()))?;
         let mut elected = Vec::new();
         for n in 0..TERMS {
             let term = candidates.campaign(&format!("leader-{n}"), WAIT).await?;

@@ -226,7 +226,7 @@ cases! {
         );
         let bound = client.options().renew_interval() + Duration::from_secs(1);
         match timeout(bound, lost).await {
-            Ok((key, LossReason::NotHeld)) if key == b => {}
+            Ok(Some((key, LossReason::NotHeld))) if key == b => {}
             Ok(other) => return fail(format!("lost() gave {other:?}, not ({b}, NotHeld)")),
             Err(_) => return fail(format!("lost() did not fire within {bound:?} of the deletion")),
         }

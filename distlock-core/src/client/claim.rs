@@ -127,25 +127,19 @@ pub(crate) struct Claims {
 }
 
 impl Claims {
-    /// Checks the name, the options and that `backend` has permits.
-    pub(crate) fn new(
-        backend: Arc<DynLockBackend>,
-        name: &str,
-        options: LockOptions,
-    ) -> Result<Self> {
+    /// The claims on `name` of `client`'s backend, sharing the client's options, its
+    /// circuit breaker, its deferred starts and its background work: checks the name
+    /// and that the backend has permits.
+    pub(crate) fn new(client: &LockClient, name: &str) -> Result<Self> {
         let name = LockKey::new(name)?;
-        // Every wait keeps a place (point 4 of the permit contract).
-        let options = options.with_fair(true);
-        let breaker = options
-            .circuit_breaker()
-            .map(|b| Arc::new(Breaker::new(b, backend.name())));
         let claims = Claims {
-            backend,
+            backend: client.raw.clone(),
             name,
-            options,
-            starts: Starts::default(),
-            background: Background::default(),
-            breaker,
+            // Every wait keeps a place (point 4 of the permit contract).
+            options: client.options.clone().with_fair(true),
+            starts: client.starts.clone(),
+            background: client.background.clone(),
+            breaker: client.breaker.clone(),
         };
         claims.client(Claim::new(1, 1)?)?;
         Ok(claims)

@@ -12,7 +12,7 @@ use tracing::debug;
 
 use super::claim::permits_of;
 use super::claim::Claims;
-use super::{LockGuard, LockOptions};
+use super::{LockClient, LockGuard};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
 use crate::error::Result;
 use crate::key::LockKey;
@@ -66,11 +66,11 @@ pub type Observations = Pin<Box<dyn Stream<Item = Result<Observation>> + Send>>;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use futures_util::StreamExt;
-/// use distlock_core::{Election, MemoryBackend, Observation};
+/// use distlock_core::{LockClient, MemoryBackend, Observation};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> distlock_core::Result<()> {
-/// let election = Election::new(Arc::new(MemoryBackend::new()), "scheduler")?;
+/// let election = LockClient::new(Arc::new(MemoryBackend::new())).election("scheduler")?;
 /// let mut observer = election.observe();
 /// assert_eq!(observer.next().await.transpose()?, Some(Observation::Vacant));
 /// let leadership = election.campaign("10.0.0.7:8080", Duration::from_secs(1)).await?;
@@ -87,24 +87,18 @@ pub struct Election {
     claims: Claims,
 }
 
-impl Election {
-    /// An election on `name`, with the default [`LockOptions`] (a term's lease lasts
-    /// 30 s past the leader's last renewal).
-    pub fn new(backend: Arc<DynLockBackend>, name: &str) -> Result<Self> {
-        Self::with_options(backend, name, LockOptions::default())
-    }
-
-    /// An election with `options`; see [`Semaphore::with_options`](crate::Semaphore::with_options).
-    pub fn with_options(
-        backend: Arc<DynLockBackend>,
-        name: &str,
-        options: LockOptions,
-    ) -> Result<Self> {
+impl LockClient {
+    /// An election on `name`, on this client's backend, sharing what a
+    /// [`semaphore`](Self::semaphore) shares (a term's lease lasts the client's TTL
+    /// past the leader's last renewal); the same errors but the limit's.
+    pub fn election(&self, name: &str) -> Result<Election> {
         Ok(Election {
-            claims: Claims::new(backend, name, options)?,
+            claims: Claims::new(self, name)?,
         })
     }
+}
 
+impl Election {
     /// The name.
     pub fn name(&self) -> &LockKey {
         self.claims.name()
@@ -145,7 +139,7 @@ impl Election {
 
     /// Every term from now on, in order (see [`Observation`]). It looks when the
     /// backend reports a change ([`Capabilities::change_notification`](crate::backend::Capabilities::change_notification)),
-    /// and otherwise every [`LockOptions::backoff_max`] (500 ms by default); the
+    /// and otherwise every [`LockOptions::backoff_max`](crate::LockOptions::backoff_max) (500 ms by default); the
     /// recorded terms make sure no leader is skipped between looks.
     pub fn observe(&self) -> Observations {
         let observer = Observer {

@@ -14,6 +14,7 @@ use crate::backend::{next_change, DynLockBackend, LockBackendExt};
 use crate::client::background::Background;
 use crate::client::deferred::{Deferred, DeferredTask, Starts};
 use crate::client::local::LocalTurn;
+use crate::client::locked::{End, LeaseEnd};
 use crate::client::options::LockOptions;
 use crate::client::telemetry::{self, RenewalResult};
 use crate::error::{Error, ErrorKind, Result};
@@ -25,7 +26,8 @@ use crate::token::FencingToken;
 #[derive(Debug, Clone, Copy)]
 struct Status {
     valid_until: Instant,
-    lost: Option<LossReason>,
+    /// How the lease's hold ended, once it has.
+    ended: Option<End>,
 }
 
 pub(crate) struct Shared {
@@ -127,34 +129,38 @@ impl Shared {
         self.changed.notified()
     }
 
-    /// Records the loss once; the first reason wins. A real loss (not a release)
-    /// passes the local turn on at once: the lock is no longer this guard's.
+    /// Records the loss once; the first reason wins. A loss passes the local turn on
+    /// at once: the lock is no longer this guard's.
     fn mark_lost(&self, reason: LossReason) {
-        let first = self.update(|s| {
-            if s.lost.is_some() {
-                return false;
-            }
-            s.lost = Some(reason);
-            true
-        });
-        self.after_loss(reason, first);
+        self.mark_ended(End::Lost(reason));
     }
 
-    /// What follows a loss for `reason`: told to the metrics when it was recorded
-    /// just now (`first`); a real loss (not a release) passes the local turn on at
-    /// once.
-    fn after_loss(&self, reason: LossReason, first: bool) {
+    /// Records the end of the hold once; the first wins.
+    fn mark_ended(&self, end: End) {
+        let first = self.update(|s| {
+            if s.ended.is_some() {
+                return false;
+            }
+            s.ended = Some(end);
+            true
+        });
+        self.after_end(end, first);
+    }
+
+    /// What follows the end of the hold: told to the metrics when it was recorded
+    /// just now (`first`); a loss (not a release) passes the local turn on at once.
+    fn after_end(&self, end: End, first: bool) {
         if first {
             telemetry::ended(
                 self.backend.name(),
                 self.key(),
                 &self.options,
                 self.fence(),
-                reason,
+                end,
                 self.granted,
             );
         }
-        if reason != LossReason::Released {
+        if end != End::Released {
             self.pass_turn();
         }
     }
@@ -164,21 +170,26 @@ impl Shared {
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
-    /// Why the lock is lost, or `None` while it is held. Read from the clock, not
+    /// How the hold ended, or `None` while the lock is held. Read from the clock, not
     /// only from what the supervisor has recorded: once the validity less the loss
     /// margin has run out, the loss is recorded here and now, so a holder that asks
     /// before it acts is told in time even when the supervisor task runs late (a
     /// starved runtime, a paused process).
-    fn current_loss(&self) -> Option<LossReason> {
+    fn current_end(&self) -> Option<End> {
         let status = self.status();
-        if status.lost.is_some() {
-            return status.lost;
+        if status.ended.is_some() {
+            return status.ended;
         }
         if Instant::now() < self.loss_at(status) {
             return None;
         }
         self.mark_lost(self.run_out());
-        self.status().lost
+        self.status().ended
+    }
+
+    /// Why the lock was lost, or `None` while it is held (or once released).
+    fn current_loss(&self) -> Option<LossReason> {
+        self.current_end().and_then(End::loss)
     }
 
     /// When the validity less the loss margin runs out.
@@ -206,29 +217,29 @@ impl Shared {
         let mut recorded = None;
         let mut earlier = None;
         self.update(|s| {
-            if s.lost.is_some() {
-                earlier = s.lost;
+            if let Some(ended) = s.ended {
+                earlier = ended.loss();
                 return false;
             }
-            let reason = if now < self.loss_at(*s) {
-                LossReason::Released
+            let end = if now < self.loss_at(*s) {
+                End::Released
             } else {
                 earlier = Some(self.run_out());
-                self.run_out()
+                End::Lost(self.run_out())
             };
-            s.lost = Some(reason);
-            recorded = Some(reason);
+            s.ended = Some(end);
+            recorded = Some(end);
             true
         });
-        if let Some(reason) = recorded {
-            self.after_loss(reason, true);
+        if let Some(end) = recorded {
+            self.after_end(end, true);
         }
         earlier
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
         self.update(|s| {
-            if s.lost.is_some() {
+            if s.ended.is_some() {
                 return false;
             }
             s.valid_until = valid_until;
@@ -362,7 +373,7 @@ impl LockGuard {
             count: AtomicUsize::new(1),
             status: std::sync::Mutex::new(Status {
                 valid_until,
-                lost: None,
+                ended: None,
             }),
             changed: Notify::new(),
             watched: AtomicBool::new(false),
@@ -453,24 +464,26 @@ impl LockGuard {
         self.hold.current_loss()
     }
 
-    /// A future that completes when the lock is lost, with the reason. It completes
-    /// at once if the lock is already lost. It does not borrow the guard, so it can be
-    /// moved into another task; after the lease's last hold is released or dropped it
-    /// completes with [`LossReason::Released`].
+    /// A future that completes when the lease's hold ends: with the reason when the
+    /// lock was lost, with `None` when its last hold was released or dropped while
+    /// the lease was held. It completes at once if the hold has already ended. It does
+    /// not borrow the guard, so it can be moved into another task, which then ends
+    /// with the hold either way. In `tokio::select!`, the branch
+    /// `Some(reason) = guard.lost()` is taken on a loss alone.
     ///
     /// It is delivered by a task: in a process whose runtime is starved or paused it
     /// arrives late, by as long as the task waited. [`loss`](Self::loss) and
     /// [`is_held`](Self::is_held) are never late.
-    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        // The loss is always recorded, with `Released` at the latest when the last
-        // hold ends, so holding the shared state until then is enough.
+    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+        // The end is always recorded, at the latest when the last hold ends, so
+        // holding the shared state until then is enough.
         let shared = self.hold.clone();
         async move {
             loop {
                 // Created before the status is read, so a change in between wakes it.
                 let changed = shared.next_change();
-                if let Some(reason) = shared.status().lost {
-                    return reason;
+                if let Some(end) = shared.status().ended {
+                    return end.loss();
                 }
                 changed.await;
             }
@@ -539,13 +552,35 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Releases the lock after work ran under it: what became of the lease.
+    pub(super) async fn release_after_work(self) -> LeaseEnd {
+        let shared = self.hold.clone();
+        match self.release().await {
+            Ok(()) => LeaseEnd::Released,
+            // The loss recorded before the release, or the server's answer.
+            Err(error) if error.kind() == ErrorKind::NotHeld => LeaseEnd::Lost(
+                shared
+                    .status()
+                    .ended
+                    .and_then(End::loss)
+                    .unwrap_or(LossReason::NotHeld),
+            ),
+            Err(error) => {
+                warn!(%error, key = %shared.key(), "the release after work failed; the lease runs out at its ttl");
+                LeaseEnd::ReleaseFailed
+            }
+        }
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.finished || !self.end_hold() {
             return;
         }
         self.hold.cancel_supervisor();
-        self.hold.mark_lost(LossReason::Released);
+        self.hold.mark_ended(End::Released);
         release_in_background(self.hold.clone());
     }
 }
@@ -595,7 +630,7 @@ impl fmt::Debug for LockGuard {
             .field("key", self.hold.key())
             .field("fence", &self.hold.fence())
             .field("valid_until", &s.valid_until)
-            .field("lost", &s.lost)
+            .field("ended", &s.ended)
             .field("holds", &self.holds())
             .finish()
     }
@@ -621,7 +656,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     // then checked at once. The set-up is bounded by the first renewal: a server that
     // froze right after the grant must not keep the supervisor from noticing the loss.
     let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
-    let mut changes = if watching && shared.status().lost.is_none() {
+    let mut changes = if watching && shared.status().ended.is_none() {
         match timeout_at(next_renewal, shared.backend.watch(shared.key())).await {
             Ok(Ok(changes)) => changes,
             Ok(Err(error)) => {

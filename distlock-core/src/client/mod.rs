@@ -10,6 +10,7 @@ mod deferred;
 mod election;
 mod guard;
 mod local;
+mod locked;
 #[cfg(feature = "metrics")]
 mod metered;
 mod multi;
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::time::Instant;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, Instrument};
 
 use crate::backend::{acquire_as, next_change, ChangeStream, DynLockBackend, LockBackendExt};
 use crate::error::{Error, ErrorKind, Result};
@@ -43,6 +44,7 @@ use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::LockGuard;
 use self::local::{LocalQueues, LocalTurn};
+pub use self::locked::{LeaseEnd, Locked};
 pub use self::multi::{Fences, MultiGuard};
 pub use self::options::{BreakerOptions, LockOptions};
 pub use self::rwlock::RwLock;
@@ -105,6 +107,9 @@ pub(crate) fn within_deadline<T>(
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockClient {
+    /// The backend as given, for the shared kinds' claims, each of which layers its
+    /// own view of it as [`backend`](Self::backend) is layered.
+    raw: Arc<DynLockBackend>,
     backend: Arc<DynLockBackend>,
     options: LockOptions,
     local: Arc<LocalQueues>,
@@ -233,6 +238,7 @@ impl LockClient {
     pub fn new(backend: Arc<DynLockBackend>) -> Self {
         telemetry::describe();
         LockClient {
+            raw: backend.clone(),
             backend: layered(backend, None),
             options: LockOptions::default(),
             local: Arc::default(),
@@ -242,9 +248,14 @@ impl LockClient {
         }
     }
 
-    /// A client with `options`; a configuration error when the timings do not fit
-    /// together, the TTL is outside the backend's limits, or fair mode is asked of a
-    /// backend without it.
+    /// A client with `options`, so that the same options serve every backend: a TTL
+    /// the backend cannot grant exactly is lengthened to the nearest one it can
+    /// ([`Capabilities::fit_ttl`](crate::backend::Capabilities::fit_ttl): etcd's whole
+    /// seconds of at least 2 s, say), logged at debug and read back through
+    /// [`options`](Self::options); the renewal interval, loss margin and minimum
+    /// validity that are not set follow the TTL granted. A configuration error when
+    /// the timings do not fit together, the TTL is zero or above the backend's
+    /// maximum, or fair mode is asked of a backend without it.
     pub fn with_options(backend: Arc<DynLockBackend>, options: LockOptions) -> Result<Self> {
         let breaker = options
             .circuit_breaker()
@@ -261,10 +272,21 @@ impl LockClient {
         breaker: Option<Arc<Breaker>>,
     ) -> Result<Self> {
         options.validate()?;
-        let capabilities = backend.capabilities();
-        capabilities.check_ttl(options.ttl()).map_err(|e| {
+        let asked = options.ttl();
+        let ttl = backend.capabilities().fit_ttl(asked).map_err(|e| {
             Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
         })?;
+        let options = if ttl == asked {
+            options
+        } else {
+            debug!(
+                backend = backend.name(),
+                ?asked,
+                granted = ?ttl,
+                "the ttl is fitted to what the backend grants"
+            );
+            options.with_ttl(ttl)
+        };
         if options.fair() && backend.fair().is_none() {
             return Err(Error::new(
                 ErrorKind::Configuration,
@@ -273,6 +295,7 @@ impl LockClient {
         }
         telemetry::describe();
         Ok(LockClient {
+            raw: backend.clone(),
             backend: layered(backend, breaker.as_ref()),
             options,
             local: Arc::default(),
@@ -378,7 +401,8 @@ impl LockClient {
         &self.backend
     }
 
-    /// The options in force.
+    /// The options in force: those given, with the TTL the backend grants (see
+    /// [`with_options`](Self::with_options)).
     pub fn options(&self) -> &LockOptions {
         &self.options
     }
@@ -554,11 +578,37 @@ impl LockClient {
     }
 
     /// Acquires `key` (waiting up to `wait`), runs `work` with the fencing token, and
-    /// releases. If the lock is lost while `work` runs, `work` is dropped at its next
-    /// await point and an [`ErrorKind::LockLost`] error is returned; if the release
-    /// finds the lock was no longer held, the same error is returned, since `work` may
-    /// have overlapped another holder.
-    pub async fn with_lock<F, Fut, T>(&self, key: &str, wait: Duration, work: F) -> Result<T>
+    /// releases: the work's output, with what became of the lease after it
+    /// ([`Locked`]). Finished work is never turned into an error: a release that finds
+    /// the lease gone is [`LeaseEnd::Lost`] beside the output. If the lock is lost
+    /// while `work` runs, `work` is dropped at its next await point and an
+    /// [`ErrorKind::LockLost`] error is returned. For work that returns a `Result`,
+    /// see [`try_with_lock`](Self::try_with_lock).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LeaseEnd, LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let locks = LockClient::new(Arc::new(MemoryBackend::new()));
+    /// let done = locks
+    ///     .with_lock("reports/daily", Duration::from_secs(5), |fence| async move {
+    ///         format!("written under fence {fence}")
+    ///     })
+    ///     .await?;
+    /// assert_eq!(done.lease(), LeaseEnd::Released);
+    /// println!("{}", done.into_output());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        wait: Duration,
+        work: F,
+    ) -> Result<Locked<T>>
     where
         F: FnOnce(FencingToken) -> Fut,
         Fut: Future<Output = T>,
@@ -568,7 +618,8 @@ impl LockClient {
         let fence = guard.fence();
         let output = tokio::select! {
             biased;
-            reason = lost => {
+            // `None` (a hold ended without a loss) cannot come while the guard is here.
+            Some(reason) = lost => {
                 drop(guard);
                 return Err(Error::new(
                     ErrorKind::LockLost,
@@ -577,20 +628,62 @@ impl LockClient {
             }
             output = work(fence) => output,
         };
-        match guard.release().await {
-            Ok(()) => Ok(output),
-            Err(error) if error.kind() == ErrorKind::NotHeld => Err(Error::new(
-                ErrorKind::LockLost,
-                format!("the lock {key:?} was no longer held when the work finished"),
-            )
-            .with_source(error)),
-            Err(error) => {
-                // The work finished under a lease nobody reported lost; the lease will
-                // run out at its TTL.
-                warn!(%error, "release after work failed");
-                Ok(output)
-            }
-        }
+        Ok(Locked::new(output, guard.release_after_work().await))
+    }
+
+    /// [`with_lock`](Self::with_lock) for work that returns a `Result`: the work's
+    /// error as it returned it, and the lock's own errors (a wait that ran out, a lock
+    /// lost while the work ran) converted into the work's error type, so that one `?`
+    /// serves both.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// #[derive(Debug)]
+    /// enum AppError {
+    ///     Lock(distlock_core::Error),
+    ///     Empty,
+    /// }
+    ///
+    /// impl From<distlock_core::Error> for AppError {
+    ///     fn from(e: distlock_core::Error) -> Self {
+    ///         AppError::Lock(e)
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), AppError> {
+    /// let locks = LockClient::new(Arc::new(MemoryBackend::new()));
+    /// let count = locks
+    ///     .try_with_lock("queue/emails", Duration::from_secs(5), |_fence| async move {
+    ///         Ok::<_, AppError>(3)
+    ///     })
+    ///     .await?
+    ///     .into_output();
+    /// assert_eq!(count, 3);
+    /// let empty = locks
+    ///     .try_with_lock("queue/emails", Duration::from_secs(5), |_fence| async move {
+    ///         Err::<u32, _>(AppError::Empty)
+    ///     })
+    ///     .await;
+    /// assert!(matches!(empty, Err(AppError::Empty)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_with_lock<F, Fut, T, E>(
+        &self,
+        key: &str,
+        wait: Duration,
+        work: F,
+    ) -> std::result::Result<Locked<T>, E>
+    where
+        F: FnOnce(FencingToken) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.with_lock(key, wait, work).await?.transpose()
     }
 
     /// [`with_lock`](Self::with_lock), with the work handed a [`FencedHandle`] that
@@ -604,7 +697,7 @@ impl LockClient {
         wait: Duration,
         store: S,
         work: F,
-    ) -> Result<T>
+    ) -> Result<Locked<T>>
     where
         S: FencedStore,
         F: FnOnce(FencedHandle<S>) -> Fut,

@@ -21,7 +21,9 @@ use tracing::{debug, Instrument};
 
 use super::attempt::{Answer, Attempt, Settled};
 use super::telemetry::{self, Outcome, Stopwatch};
-use super::{deadline_after, reentrant, within_deadline, LockClient, LockGuard, LossReason};
+use super::{
+    deadline_after, reentrant, within_deadline, LeaseEnd, LockClient, LockGuard, Locked, LossReason,
+};
 use crate::backend::{LockBackendExt, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
@@ -126,15 +128,16 @@ impl MultiGuard {
             .unwrap_or_else(Instant::now)
     }
 
-    /// A future that completes when any key of the set is lost, with that key and the
-    /// reason (see [`LockGuard::lost`]). It does not borrow the guard.
-    pub fn lost(&self) -> impl Future<Output = (LockKey, LossReason)> + Send + 'static {
+    /// A future that completes when the set's hold ends: with the first key lost and
+    /// the reason, or with `None` when the set was released or dropped while every
+    /// key was held (see [`LockGuard::lost`]). It does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = Option<(LockKey, LossReason)>> + Send + 'static {
         let each: Vec<_> = self
             .guards
             .iter()
             .map(|g| {
                 let (key, lost) = (g.key().clone(), g.lost());
-                Box::pin(async move { (key, lost.await) })
+                Box::pin(async move { lost.await.map(|reason| (key, reason)) })
             })
             .collect();
         async move { select_all(each).await.0 }
@@ -302,14 +305,14 @@ impl LockClient {
     /// Takes every key of `keys` (waiting up to `wait`), runs `work` with their
     /// fences, and releases them: [`with_lock`](Self::with_lock) for a set. If any key
     /// is lost while `work` runs, `work` is dropped at its next await point and an
-    /// [`ErrorKind::LockLost`] error is returned; so too when the release finds a key
-    /// no longer held.
+    /// [`ErrorKind::LockLost`] error is returned. When the release finds keys gone,
+    /// the lease's end is the first such key's loss.
     pub async fn with_lock_all<I, K, F, Fut, T>(
         &self,
         keys: I,
         wait: Duration,
         work: F,
-    ) -> Result<T>
+    ) -> Result<Locked<T>>
     where
         I: IntoIterator<Item = K>,
         K: AsRef<str>,
@@ -320,7 +323,9 @@ impl LockClient {
         let lost = guard.lost();
         let output = tokio::select! {
             biased;
-            (key, reason) = lost => {
+            // `None` (the set's hold ended without a loss) cannot come while the
+            // guard is here.
+            Some((key, reason)) = lost => {
                 drop(guard);
                 return Err(Error::new(
                     ErrorKind::LockLost,
@@ -329,18 +334,15 @@ impl LockClient {
             }
             output = work(guard.fences()) => output,
         };
-        match guard.release().await {
-            Ok(()) => Ok(output),
-            Err(error) if error.kind() == ErrorKind::NotHeld => Err(Error::new(
-                ErrorKind::LockLost,
-                "a lock of the set was no longer held when the work finished",
-            )
-            .with_source(error)),
-            Err(error) => {
-                tracing::warn!(%error, "release of a set after work failed");
-                Ok(output)
-            }
-        }
+        let ends = join_all(guard.guards.into_iter().map(LockGuard::release_after_work)).await;
+        // A loss first; then a release that did not get through; else released.
+        let end = ends
+            .iter()
+            .copied()
+            .find(|end| matches!(end, LeaseEnd::Lost(_)))
+            .or_else(|| ends.iter().copied().find(|end| *end != LeaseEnd::Released))
+            .unwrap_or(LeaseEnd::Released);
+        Ok(Locked::new(output, end))
     }
 
     fn set_of<I, K>(&self, keys: I) -> Result<Vec<LockKey>>

@@ -9,6 +9,30 @@ use crate::error::{Error, ErrorKind, Result};
 /// The defaults follow the common practice of lock libraries: a 30 s TTL, renewed
 /// every third of it, and the holder told it lost the lock a tenth of the TTL before
 /// its validity runs out when renewal cannot get through.
+///
+/// The same options serve every backend: a client fits the TTL to what its backend
+/// grants (see [`LockClient::with_options`](crate::LockClient::with_options)). With the
+/// `serde` feature they are read from a configuration file, each field optional (a
+/// field left out keeps its default), durations written as `30s` or `1500ms`, a field
+/// it does not know refused with its name, and timings that do not fit together
+/// refused as [`validate`](Self::validate) refuses them:
+///
+/// ```
+/// # #[cfg(feature = "serde")] {
+/// use std::time::Duration;
+/// use distlock_core::LockOptions;
+///
+/// let options: LockOptions = serde_json::from_str(
+///     r#"{ "ttl": "10s", "renew_interval": "2s", "fair": true,
+///          "circuit_breaker": { "failures": 5, "open_for": "30s" } }"#,
+/// ).expect("options");
+/// assert_eq!(options.ttl(), Duration::from_secs(10));
+/// assert_eq!(options.loss_margin(), Duration::from_secs(1)); // a tenth of the TTL
+///
+/// let typo = serde_json::from_str::<LockOptions>(r#"{ "tll": "10s" }"#).unwrap_err();
+/// assert!(typo.to_string().contains("unknown field `tll`"));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockOptions {
     ttl: Duration,
@@ -191,10 +215,11 @@ impl LockOptions {
     /// [`ErrorKind::CircuitOpen`] for [`open_for`](BreakerOptions::open_for), then
     /// one probe call decides whether it closes again. A call it refuses sends
     /// nothing, so leaves nothing to clean up. Renewals and releases of leases
-    /// already held never wait on it. A client and its clones share one breaker; so
-    /// do all the calls of one [`Semaphore`](crate::Semaphore),
-    /// [`RwLock`](crate::RwLock) (readers and writers alike) or
-    /// [`Election`](crate::Election). State changes are logged (warn) and counted in
+    /// already held never wait on it. A client and its clones share one breaker
+    /// with the [semaphores](crate::LockClient::semaphore),
+    /// [read-write locks](crate::LockClient::rw_lock) (readers and writers alike) and
+    /// [elections](crate::LockClient::election) made from them. State changes are
+    /// logged (warn) and counted in
     /// `distlock_breaker_transitions_total`.
     ///
     /// ```
@@ -327,6 +352,145 @@ impl BreakerOptions {
     }
 }
 
+/// [`LockOptions`] and [`BreakerOptions`] in a configuration file, through serde: every
+/// field optional (a missing one keeps its default), durations as people write them
+/// ([`parse_duration`](crate::parse_duration)), and a field it does not know refused
+/// with its name.
+#[cfg(feature = "serde")]
+mod serde_form {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{BreakerOptions, LockOptions};
+    use crate::duration::{format_duration, parse_duration};
+
+    /// A duration written as `30s`, `1500ms`.
+    #[derive(Clone, Copy)]
+    struct Human(Duration);
+
+    impl Serialize for Human {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_str(&format_duration(self.0))
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Human {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let text = String::deserialize(deserializer)?;
+            parse_duration(&text)
+                .map(Human)
+                .map_err(|e| serde::de::Error::custom(e.message()))
+        }
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    #[serde(deny_unknown_fields, default)]
+    struct Form {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ttl: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        auto_renew: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        renew_interval: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        loss_margin: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min_validity: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        backoff_initial: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        backoff_max: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fair: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        queue_place: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key_labels: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        circuit_breaker: Option<BreakerOptions>,
+    }
+
+    /// With the `serde` feature: every field is written, the ones left to follow the
+    /// TTL (renewal interval, loss margin, minimum validity) only where they were set.
+    impl Serialize for LockOptions {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            Form {
+                ttl: Some(Human(self.ttl)),
+                auto_renew: Some(self.auto_renew),
+                renew_interval: self.renew_interval.map(Human),
+                loss_margin: self.loss_margin.map(Human),
+                min_validity: self.min_validity.map(Human),
+                backoff_initial: Some(Human(self.backoff_initial)),
+                backoff_max: Some(Human(self.backoff_max)),
+                fair: Some(self.fair),
+                queue_place: Some(Human(self.queue_place)),
+                key_labels: Some(self.key_labels),
+                circuit_breaker: self.circuit_breaker,
+            }
+            .serialize(serializer)
+        }
+    }
+
+    /// With the `serde` feature: a field left out keeps its default; the options are
+    /// checked as [`LockOptions::validate`] checks them, so a file whose timings do not
+    /// fit together is refused as it is read.
+    impl<'de> Deserialize<'de> for LockOptions {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let form = Form::deserialize(deserializer)?;
+            let defaults = LockOptions::default();
+            let or = |field: Option<Human>, default: Duration| field.map_or(default, |h| h.0);
+            let options = LockOptions {
+                ttl: or(form.ttl, defaults.ttl),
+                auto_renew: form.auto_renew.unwrap_or(defaults.auto_renew),
+                renew_interval: form.renew_interval.map(|h| h.0),
+                loss_margin: form.loss_margin.map(|h| h.0),
+                min_validity: form.min_validity.map(|h| h.0),
+                backoff_initial: or(form.backoff_initial, defaults.backoff_initial),
+                backoff_max: or(form.backoff_max, defaults.backoff_max),
+                fair: form.fair.unwrap_or(defaults.fair),
+                queue_place: or(form.queue_place, defaults.queue_place),
+                key_labels: form.key_labels.unwrap_or(defaults.key_labels),
+                circuit_breaker: form.circuit_breaker,
+            };
+            options
+                .validate()
+                .map_err(|e| serde::de::Error::custom(e.message()))?;
+            Ok(options)
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct BreakerForm {
+        failures: u32,
+        open_for: Human,
+    }
+
+    /// With the `serde` feature: `{ "failures": 5, "open_for": "5s" }`.
+    impl Serialize for BreakerOptions {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            BreakerForm {
+                failures: self.failures,
+                open_for: Human(self.open_for),
+            }
+            .serialize(serializer)
+        }
+    }
+
+    /// With the `serde` feature: both fields, checked as the breaker checks them.
+    impl<'de> Deserialize<'de> for BreakerOptions {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let form = BreakerForm::deserialize(deserializer)?;
+            let options = BreakerOptions::new(form.failures, form.open_for.0);
+            options
+                .validate()
+                .map_err(|e| serde::de::Error::custom(e.message()))?;
+            Ok(options)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +501,54 @@ mod tests {
         assert!(o.validate().is_ok());
         assert_eq!(o.renew_interval(), Duration::from_secs(10));
         assert_eq!(o.loss_margin(), Duration::from_secs(3));
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn options_read_from_a_file_as_written_and_back() {
+        let read = |json: &str| serde_json::from_str::<LockOptions>(json);
+        assert_eq!(read("{}").expect("empty"), LockOptions::default());
+        let options = read(
+            r#"{ "ttl": "1s", "auto_renew": true, "renew_interval": "300ms",
+                 "loss_margin": "100ms", "min_validity": "250ms",
+                 "backoff_initial": "5ms", "backoff_max": "1.5s", "fair": true,
+                 "queue_place": "2s", "key_labels": true,
+                 "circuit_breaker": { "failures": 3, "open_for": "1m" } }"#,
+        )
+        .expect("every field");
+        let built = LockOptions::new(Duration::from_secs(1))
+            .with_renew_interval(Duration::from_millis(300))
+            .with_loss_margin(Duration::from_millis(100))
+            .with_min_validity(Duration::from_millis(250))
+            .with_backoff(Duration::from_millis(5), Duration::from_millis(1500))
+            .with_fair(true)
+            .with_queue_place(Duration::from_secs(2))
+            .with_key_labels(true)
+            .with_circuit_breaker(BreakerOptions::new(3, Duration::from_secs(60)));
+        assert_eq!(options, built);
+        // Written and read again, the same options; durations as people write them.
+        let written = serde_json::to_string(&options).expect("written");
+        assert!(written.contains(r#""backoff_max":"1500ms""#), "{written}");
+        assert_eq!(read(&written).expect("read back"), options);
+        // A field it does not know, a duration it cannot read, timings that do not fit
+        // together and a breaker that cannot open: each refused, and named.
+        for (json, names) in [
+            (r#"{ "ttl": "1s", "renew": "1s" }"#, "unknown field `renew`"),
+            (r#"{ "ttl": "soon" }"#, "\"soon\""),
+            (r#"{ "ttl": 30 }"#, "invalid type"),
+            (r#"{ "ttl": "1s", "loss_margin": "2s" }"#, "loss margin"),
+            (
+                r#"{ "circuit_breaker": { "failures": 0, "open_for": "1s" } }"#,
+                "circuit breaker",
+            ),
+            (
+                r#"{ "circuit_breaker": { "failures": 1, "open": "1s" } }"#,
+                "unknown field `open`",
+            ),
+        ] {
+            let err = read(json).expect_err(json).to_string();
+            assert!(err.contains(names), "{json}: {err}");
+        }
     }
 
     #[test]

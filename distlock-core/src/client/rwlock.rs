@@ -2,12 +2,10 @@
 //! [`PermitBackend`](crate::backend::PermitBackend), each grant a lease held through a
 //! [`LockGuard`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::Claims;
-use super::{LockGuard, LockOptions};
-use crate::backend::DynLockBackend;
+use super::{LockClient, LockGuard};
 use crate::error::Result;
 use crate::key::LockKey;
 use crate::permits::{Claim, PermitHolder};
@@ -21,7 +19,7 @@ use crate::permits::{Claim, PermitHolder};
 /// contract); readers that already hold finish, then the writer is granted. So a
 /// stream of readers never starves a writer, while a stream of writers can hold
 /// readers back. Writers among themselves race. A waiting writer that vanishes holds
-/// readers back until its place runs out ([`LockOptions::with_queue_place`], 3 s by
+/// readers back until its place runs out ([`LockOptions::with_queue_place`](crate::LockOptions::with_queue_place), 3 s by
 /// default).
 ///
 /// It is a name's permits with a limit of [`RwLock::PERMITS`]: a reader takes one, a
@@ -30,11 +28,11 @@ use crate::permits::{Claim, PermitHolder};
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use distlock_core::{MemoryBackend, RwLock};
+/// use distlock_core::{LockClient, MemoryBackend};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> distlock_core::Result<()> {
-/// let config = RwLock::new(Arc::new(MemoryBackend::new()), "config")?;
+/// let config = LockClient::new(Arc::new(MemoryBackend::new())).rw_lock("config")?;
 /// let wait = Duration::from_secs(1);
 /// let r1 = config.read(wait).await?;
 /// let r2 = config.read(wait).await?; // readers share
@@ -51,26 +49,20 @@ pub struct RwLock {
     claims: Claims,
 }
 
+impl LockClient {
+    /// A read-write lock on `name`, on this client's backend, sharing what a
+    /// [`semaphore`](Self::semaphore) shares; the same errors but the limit's.
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        Ok(RwLock {
+            claims: Claims::new(self, name)?,
+        })
+    }
+}
+
 impl RwLock {
     /// The limit of a read-write lock's name: a reader takes one permit, a writer
     /// all.
     pub const PERMITS: u32 = u32::MAX;
-
-    /// A read-write lock on `name`, with the default [`LockOptions`].
-    pub fn new(backend: Arc<DynLockBackend>, name: &str) -> Result<Self> {
-        Self::with_options(backend, name, LockOptions::default())
-    }
-
-    /// A read-write lock with `options`; see [`Semaphore::with_options`](crate::Semaphore::with_options).
-    pub fn with_options(
-        backend: Arc<DynLockBackend>,
-        name: &str,
-        options: LockOptions,
-    ) -> Result<Self> {
-        Ok(RwLock {
-            claims: Claims::new(backend, name, options)?,
-        })
-    }
 
     /// The name.
     pub fn name(&self) -> &LockKey {

@@ -2,12 +2,10 @@
 //! [`PermitBackend`](crate::backend::PermitBackend), each grant a lease held through a
 //! [`LockGuard`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::claim::Claims;
-use super::{LockGuard, LockOptions};
-use crate::backend::DynLockBackend;
+use super::{LockClient, LockGuard};
 use crate::error::Result;
 use crate::key::LockKey;
 use crate::permits::{Claim, PermitHolder};
@@ -26,12 +24,12 @@ use crate::permits::{Claim, PermitHolder};
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use distlock_core::{MemoryBackend, Semaphore};
+/// use distlock_core::{LockClient, MemoryBackend};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> distlock_core::Result<()> {
-/// let backend = Arc::new(MemoryBackend::new());
-/// let uploads = Semaphore::new(backend, "uploads", 2)?;
+/// let locks = LockClient::new(Arc::new(MemoryBackend::new()));
+/// let uploads = locks.semaphore("uploads", 2)?;
 /// let a = uploads.acquire(Duration::from_secs(1)).await?;
 /// let b = uploads.acquire(Duration::from_secs(1)).await?;
 /// assert!(uploads.try_acquire().await?.is_none()); // both permits are held
@@ -47,29 +45,28 @@ pub struct Semaphore {
     limit: u32,
 }
 
-impl Semaphore {
-    /// A semaphore of `limit` permits on `name`, with the default [`LockOptions`].
-    pub fn new(backend: Arc<DynLockBackend>, name: &str, limit: u32) -> Result<Self> {
-        Self::with_options(backend, name, limit, LockOptions::default())
-    }
-
-    /// A semaphore with `options` (TTL, renewal, backoff, how long a waiter's place
-    /// lasts; fair mode does not apply). A configuration error when the limit is zero,
-    /// the options do not fit together or the backend has no permits
-    /// ([`LockBackend::permits`](crate::LockBackend::permits)).
-    pub fn with_options(
-        backend: Arc<DynLockBackend>,
-        name: &str,
-        limit: u32,
-        options: LockOptions,
-    ) -> Result<Self> {
+impl LockClient {
+    /// A counting semaphore of `limit` permits on `name`, on this client's backend.
+    ///
+    /// The semaphore, and the read-write locks and elections this client makes, share
+    /// what the client's locks have: its options (the TTL, renewal, backoff and how
+    /// long a waiter's place lasts; fair mode does not apply, since every waiter keeps
+    /// a place), its circuit breaker, its background work
+    /// ([`flush`](Self::flush) waits for theirs too), and its metrics and spans, under
+    /// the backend's name.
+    ///
+    /// A configuration error when `name` is not a valid key, the limit is zero or the
+    /// backend has no permits ([`LockBackend::permits`](crate::LockBackend::permits)).
+    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore> {
         Claim::new(1, limit)?;
         Ok(Semaphore {
-            claims: Claims::new(backend, name, options)?,
+            claims: Claims::new(self, name)?,
             limit,
         })
     }
+}
 
+impl Semaphore {
     /// The name.
     pub fn name(&self) -> &LockKey {
         self.claims.name()

@@ -4,6 +4,7 @@
 
 use tracing::{debug, info, warn};
 
+use super::locked::End;
 use crate::client::options::LockOptions;
 use crate::error::{Error, ErrorKind};
 use crate::key::LockKey;
@@ -103,7 +104,6 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeld => "not_held",
         LossReason::RenewalFailed => "renewal_failed",
         LossReason::Expired => "expired",
-        LossReason::Released => "released",
     }
 }
 
@@ -219,21 +219,22 @@ pub(crate) fn granted(backend: &str, key: &LockKey, options: &LockOptions, fence
     let _ = options;
 }
 
-/// A held lease, granted at `granted`, ended: released by its owner, or lost for
-/// `reason`. The hold time is read from the clock only when something records it.
+/// A held lease, granted at `granted`, ended: released by its owner, or lost. The
+/// hold time is read from the clock only when something records it.
 pub(crate) fn ended(
     backend: &str,
     key: &LockKey,
     options: &LockOptions,
     fence: FencingToken,
-    reason: LossReason,
+    end: End,
     granted: tokio::time::Instant,
 ) {
     let held_ms = || granted.elapsed().as_millis() as u64;
-    if reason == LossReason::Released {
-        debug!(%key, backend, %fence, held_ms = held_ms(), "lock released");
-    } else {
-        warn!(%key, backend, %fence, held_ms = held_ms(), reason = reason_label(reason), "lock lost: {reason}");
+    match end.loss() {
+        None => debug!(%key, backend, %fence, held_ms = held_ms(), "lock released"),
+        Some(reason) => {
+            warn!(%key, backend, %fence, held_ms = held_ms(), reason = reason_label(reason), "lock lost: {reason}");
+        }
     }
     #[cfg(feature = "metrics")]
     {
@@ -241,7 +242,7 @@ pub(crate) fn ended(
         metrics::gauge!("distlock_held", labels.clone()).decrement(1.0);
         metrics::histogram!("distlock_hold_seconds", labels.clone())
             .record(granted.elapsed().as_secs_f64());
-        if reason != LossReason::Released {
+        if let Some(reason) = end.loss() {
             let labels = with(labels, "reason", reason_label(reason));
             metrics::counter!("distlock_losses_total", labels).increment(1);
         }

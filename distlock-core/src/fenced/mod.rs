@@ -245,7 +245,8 @@ impl<T> FenceCheck<T> {
 ///         fenced.write("invoice/7", b"paid").await?;
 ///         Ok::<_, distlock_core::Error>(seen)
 ///     })
-///     .await??;
+///     .await?
+///     .into_output()?;
 /// # Ok(())
 /// # }
 /// ```

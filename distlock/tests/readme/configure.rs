@@ -61,3 +61,21 @@ async fn from_what_the_service_has(
         LockClient::new(Arc::new(on_etcd)),
     ])
 }
+
+#[allow(dead_code)]
+async fn lock_options(settings: &str) -> distlock::Result<LockClient> {
+    // begin: options
+    #[derive(serde::Deserialize)]
+    struct Settings {
+        lock_backend: distlock::BackendConfig,
+        locks: distlock::LockOptions,
+    }
+
+    // `settings` is the service's configuration file, read as it reads the rest.
+    let settings: Settings = serde_json::from_str(settings).expect("the settings");
+    let backend = settings.lock_backend.connect().await?;
+    let client = LockClient::with_options(backend, settings.locks)?;
+    println!("leases last {:?} on {}", client.options().ttl(), client.backend().name());
+    // end
+    Ok(client)
+}

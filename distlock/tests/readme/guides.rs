@@ -72,24 +72,27 @@ async fn sets(client: LockClient) -> Outcome {
         .with_lock_all(["account/17", "account/42"], Duration::from_secs(10), |fences| async move {
             transfer(fences.get("account/17"), fences.get("account/42")).await
         })
-        .await?;
+        .await?
+        .into_output();
     // end
     Ok(())
 }
 
 async fn kinds(backend: Arc<DynLockBackend>) -> Outcome {
     // begin: kinds
-    use distlock::{Election, RwLock, Semaphore};
+    use distlock::LockClient;
 
-    let uploads = Semaphore::new(backend.clone(), "uploads", 4)?;   // 4 permits
+    // The kinds hang off a client, and share its options, circuit breaker and metrics.
+    let locks = LockClient::new(backend);
+    let uploads = locks.semaphore("uploads", 4)?;                   // 4 permits
     let permit = uploads.acquire(Duration::from_secs(10)).await?;   // a LockGuard
     let batch = uploads.acquire_many(3, Duration::from_secs(10)).await?;
 
-    let config = RwLock::new(backend.clone(), "config")?;
+    let config = locks.rw_lock("config")?;
     let reading = config.read(Duration::from_secs(10)).await?;     // many readers
     let writing = config.write(Duration::from_secs(10)).await?;    // or one writer
 
-    let election = Election::new(backend, "scheduler")?;
+    let election = locks.election("scheduler")?;
     let mut observer = election.observe();                          // every term, in order
     let leadership = election.campaign("10.0.0.7:8080", Duration::from_secs(60)).await?;
     leadership.lost().await;                                        // or leadership.resign()

@@ -23,7 +23,7 @@ async fn main() -> distlock::Result<()> {
         .await?;
     let report = guard.fenced(store.clone()); // writes carry the guard's fence
     tokio::select! {
-        reason = guard.lost() => eprintln!("lost the lock: {reason}"),
+        Some(reason) = guard.lost() => eprintln!("lost the lock: {reason}"),
         written = report.write("reports/nightly", b"done") => written?, // the work
     }
     guard.release().await?; // an error of kind NotHeld if it had been lost
@@ -41,7 +41,8 @@ async fn main() -> distlock::Result<()> {
                 Ok::<_, distlock::Error>(next)
             },
         )
-        .await??;
+        .await?
+        .into_output()?;
     assert_eq!(visits, 1);
 
     // A holder paused past its lease, writing with its old fence, is refused by the store.

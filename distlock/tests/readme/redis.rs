@@ -14,7 +14,7 @@ async fn main() -> distlock::Result<()> {
     let guard = client.lock("nightly-report", Duration::from_secs(5)).await?;
     println!("holding nightly-report with fence {}", guard.fence().get());
     tokio::select! {
-        reason = guard.lost() => println!("lost the lock: {reason}"),
+        Some(reason) = guard.lost() => println!("lost the lock: {reason}"),
         _ = tokio::time::sleep(Duration::from_millis(100)) => println!("report written"),
     }
     guard.release().await?; // or drop it: the lease is released in the background
@@ -24,7 +24,8 @@ async fn main() -> distlock::Result<()> {
         .with_lock("nightly-report", Duration::from_secs(5), |fence| async move {
             fence.get() // the work
         })
-        .await?;
+        .await?
+        .into_output(); // beside it, `lease()`: whether the lease was held to the end
     println!("the second hold had fence {fence}");
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::backend::{AcquireOutcome, LockBackendExt};
-use distlock::{DynLockBackend, LockClient, LockKey, LockOptions, LossReason};
+use distlock::{DynLockBackend, LockClient, LockKey, LockOptions};
 use tokio::time::{sleep, Instant};
 
 use super::history::{Hold, HoldKind};
@@ -253,7 +253,7 @@ async fn guarded(
     let release_sent = Instant::now();
     let _ = guard.release().await;
     let ended = match watcher.await {
-        Ok((at, reason)) if reason != LossReason::Released => at.min(release_sent),
+        Ok((at, Some(_))) => at.min(release_sent),
         _ => release_sent,
     }
     .min(valid_until);
