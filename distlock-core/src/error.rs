@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 /// A `Result` whose error is distlock's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -107,6 +108,7 @@ pub struct Error {
     backend: Option<Cow<'static, str>>,
     code: Option<Cow<'static, str>>,
     not_sent: bool,
+    retry_after: Option<Duration>,
     #[source]
     source: Option<BoxError>,
 }
@@ -122,7 +124,56 @@ impl Error {
             backend: None,
             code: None,
             not_sent: false,
+            retry_after: None,
             source: None,
+        }
+    }
+
+    /// Says how long from now a retry may first succeed (see
+    /// [`retry_after`](Self::retry_after)).
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// How long from now a retry may first succeed, where the client knew when the
+    /// error was made: for a wait that ran out on a held key, the holder's remaining
+    /// TTL as the last attempt found it; for an open circuit breaker, the time it
+    /// stays open. An HTTP service answers it as `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// [`retry_after`](Self::retry_after) in whole seconds, rounded up, as an HTTP
+    /// `Retry-After` header carries it.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        self.retry_after
+            .map(|after| after.as_secs() + u64::from(after.subsec_nanos() > 0))
+    }
+
+    /// The HTTP status a service answers this error with, so that every service (and
+    /// the `tower` and `axum` integrations of the `distlock` crate) answers alike:
+    ///
+    /// | kind | status |
+    /// | --- | --- |
+    /// | [`Timeout`](ErrorKind::Timeout) (the key was held until the wait ran out) | 423 Locked |
+    /// | [`LockLost`](ErrorKind::LockLost), [`NotHeld`](ErrorKind::NotHeld), [`StaleFence`](ErrorKind::StaleFence) | 409 Conflict |
+    /// | [`CircuitOpen`](ErrorKind::CircuitOpen), [`Unavailable`](ErrorKind::Unavailable) | 503 Service Unavailable |
+    /// | the configuration, the input, the credentials, an unsupported call | 500 Internal Server Error |
+    /// | anything else: retryable, 503; otherwise 500 |
+    pub fn http_status(&self) -> u16 {
+        match self.kind {
+            ErrorKind::Timeout => 423,
+            ErrorKind::LockLost | ErrorKind::NotHeld | ErrorKind::StaleFence => 409,
+            ErrorKind::CircuitOpen | ErrorKind::Unavailable => 503,
+            ErrorKind::InvalidKey
+            | ErrorKind::InvalidTtl
+            | ErrorKind::InvalidInput
+            | ErrorKind::Authentication
+            | ErrorKind::Configuration
+            | ErrorKind::Unsupported => 500,
+            ErrorKind::Backend if self.retryable => 503,
+            ErrorKind::Backend => 500,
         }
     }
 
@@ -232,6 +283,9 @@ impl fmt::Debug for Error {
         }
         if let Some(code) = &self.code {
             d.field("code", code);
+        }
+        if let Some(after) = &self.retry_after {
+            d.field("retry_after", after);
         }
         if let Some(source) = &self.source {
             // The source's Display, not its Debug: drivers' Debug output can hold

@@ -67,6 +67,8 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
 
+#[cfg(feature = "axum")]
+mod axum;
 pub mod backend;
 mod capabilities;
 mod client;

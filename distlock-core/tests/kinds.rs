@@ -173,6 +173,12 @@ async fn the_kinds_circuit_breaker_opens_across_their_calls() {
     }
     let open = semaphore.try_acquire().await.expect_err("open");
     assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");
+    // How long it stays open, for a service's Retry-After.
+    let after = open.retry_after().expect("the time it stays open");
+    assert!(
+        after > Duration::from_secs(50) && after <= Duration::from_secs(60),
+        "{after:?}"
+    );
     // Readers and writers share the lock's breaker.
     let open = rwlock.try_write().await.expect_err("open");
     assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");

@@ -38,6 +38,8 @@
 #![forbid(unsafe_code)]
 
 mod connect;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use connect::{
     connect, descriptors, schemes, BackendConfig, Connector, KnownBackend, OptionValue, BACKENDS,

@@ -230,6 +230,11 @@ async fn measure(
         s4_takeover,
         scenarios::s4_takeover(&backend, sizes)
     );
+    step!(
+        "S6 requests through the tower layer, beside the bare handler and the bare lock",
+        layer,
+        crate::layer::measure(&backend, sizes)
+    );
     if let Some(rslock) = &beside.rslock {
         let mut peer_row = |scenario: &str, summary| {
             run.peers.push(PeerRow {

@@ -25,6 +25,7 @@
 
 mod compare;
 mod floors;
+mod layer;
 mod meter;
 mod options;
 mod peers;

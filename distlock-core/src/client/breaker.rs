@@ -130,6 +130,7 @@ impl Breaker {
         )
         .with_backend(self.backend.clone())
         .with_not_sent()
+        .with_retry_after(remaining)
     }
 
     /// The state now.

@@ -233,6 +233,29 @@ fn layered(backend: Arc<DynLockBackend>, breaker: Option<&Arc<Breaker>>) -> Arc<
     }
 }
 
+/// The error of a wait whose deadline passed after `attempts` attempts: the last
+/// retryable error as its source, and, when an attempt found the key held, the
+/// holder's remaining TTL as then, less the time since, as its retry-after.
+fn timed_out(
+    key: &LockKey,
+    attempts: u32,
+    last_error: Option<Error>,
+    held_for: Option<(Duration, Instant)>,
+    now: Instant,
+) -> Error {
+    let mut error = Error::new(
+        ErrorKind::Timeout,
+        format!("could not acquire {key:?} before the deadline ({attempts} attempts)"),
+    );
+    if let Some(last) = last_error {
+        error = error.with_source(last);
+    }
+    if let Some((left, seen)) = held_for {
+        error = error.with_retry_after(left.saturating_sub(now - seen));
+    }
+    error
+}
+
 impl LockClient {
     /// A client with the default [`LockOptions`] (30 s TTL, auto-renewal on).
     pub fn new(backend: Arc<DynLockBackend>) -> Self {
@@ -523,6 +546,8 @@ impl LockClient {
         let mut backoff = Backoff::new(self.options.backoff_initial(), self.options.backoff_max());
         let mut last_error: Option<Error> = None;
         let mut attempts = 0u32;
+        // The holder's remaining TTL as the last attempt found it, and when.
+        let mut held_for: Option<(Duration, Instant)> = None;
         loop {
             attempts += 1;
             let mut remaining = None;
@@ -531,7 +556,10 @@ impl LockClient {
                     debug!(attempts, "acquired");
                     return Ok(guard);
                 }
-                Ok(Tried::Busy { remaining: r }) => remaining = r,
+                Ok(Tried::Busy { remaining: r }) => {
+                    remaining = r;
+                    held_for = r.map(|r| (r, Instant::now()));
+                }
                 // The breaker is open: fail at once, not at the deadline.
                 Err(error) if error.kind() == ErrorKind::CircuitOpen => return Err(error),
                 Err(error) if error.is_retryable() => {
@@ -542,14 +570,7 @@ impl LockClient {
             }
             let now = Instant::now();
             if now >= deadline {
-                let mut error = Error::new(
-                    ErrorKind::Timeout,
-                    format!("could not acquire {key:?} before the deadline ({attempts} attempts)"),
-                );
-                if let Some(last) = last_error {
-                    error = error.with_source(last);
-                }
-                return Err(error);
+                return Err(timed_out(&key, attempts, last_error, held_for, now));
             }
             let mut pause = if changes.is_some() {
                 self.options.backoff_max()
@@ -573,6 +594,11 @@ impl LockClient {
                         changes = None;
                     }
                 }
+            }
+            // Woken at the deadline: an attempt now would be cut off as it starts.
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timed_out(&key, attempts, last_error, held_for, now));
             }
         }
     }

@@ -335,6 +335,18 @@ impl Report {
                     }
                 );
             }
+            if let Some(l) = &b.layer {
+                let _ = writeln!(
+                    md,
+                    "\nS6 through the tower layer (32 tasks, a fresh key per request, tried once): {:.0} requests/s through `LockLayer`, {:.0} try + release cycles/s on the bare client ({:.2}×), {:.0} requests/s to the bare handler (the floor); p50 {} through the layer, {} on the bare client.",
+                    l.through_layer.per_sec,
+                    l.bare_lock.per_sec,
+                    l.through_layer.per_sec / l.bare_lock.per_sec.max(f64::MIN_POSITIVE),
+                    l.bare_handler.per_sec,
+                    ms(l.through_layer.p50_us),
+                    ms(l.bare_lock.p50_us),
+                );
+            }
             if let Some(why) = &b.suite_not_run {
                 let _ = writeln!(md, "\nConformance: not run: {why}.");
             }

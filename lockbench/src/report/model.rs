@@ -102,6 +102,8 @@ pub(crate) struct BackendRun {
     pub(crate) takeover_allowance_ms: f64,
     /// S5: what the server keeps of many distinct lock names.
     pub(crate) storage: Option<crate::storage::Storage>,
+    /// S6: requests through the tower layer, beside the bare handler and the bare lock.
+    pub(crate) layer: Option<crate::layer::LayerRow>,
     pub(crate) errors: Vec<String>,
 }
 

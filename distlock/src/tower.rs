@@ -1,0 +1,383 @@
+//! distlock in a tower stack (the `tower` feature): a layer that runs each request
+//! under a lock of its own key, and a layer that bounds how many requests run at once
+//! across every process that shares a [`Semaphore`] (the cross-process twin of
+//! `tower::limit::ConcurrencyLimit`).
+//!
+//! Both answer a request they cannot admit themselves, with the status
+//! [`Error::http_status`] gives: 423 with `Retry-After` when the key stayed held (or
+//! every permit stayed taken) for the whole wait, 503 when the backend could not be
+//! reached or the client's circuit breaker is open. A request they admit runs with a
+//! [`Held`] in its extensions: the key and the fencing token of its grant, to hand
+//! to the store it writes to. With the `axum` feature, [`Held`] is also an extractor.
+//!
+//! The lock (or permit) is held until the inner service's future completes, and
+//! released before the response goes on: a body streamed after that runs without it.
+//! If the lock is lost while the inner service runs, its future is dropped and the
+//! request is answered 409 (as [`LockClient::with_lock`] cancels its work).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use axum::{routing::post, Router};
+//! use distlock::tower::{Acquire, Held, LockLayer};
+//! use distlock::{LockClient, MemoryBackend};
+//!
+//! async fn settle(held: Held) -> String {
+//!     // Write under `held.fence()` to a store that refuses older fences.
+//!     format!("settled {} under fence {}", held.key(), held.fence())
+//! }
+//!
+//! let locks = LockClient::new(Arc::new(MemoryBackend::new()));
+//! let app: Router = Router::new().route("/accounts/{id}/settle", post(settle)).layer(
+//!     LockLayer::new(locks, Acquire::Wait(Duration::from_secs(2)), |req: &axum::extract::Request| {
+//!         // One key per account: the path's account.
+//!         req.uri().path().strip_prefix("/accounts/").and_then(|rest| rest.split('/').next()).map(|id| format!("accounts/{id}"))
+//!     }),
+//! );
+//! # let _ = app;
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use distlock_core::{
+    Error, ErrorKind, FencingToken, LockBackend as _, LockClient, LockGuard, LockKey, Semaphore,
+};
+use futures_util::future::{select, Either};
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// How a layer takes what it guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// Waits up to this long, as [`LockClient::lock`] does; then answers 423.
+    Wait(Duration),
+    /// Tries once, as [`LockClient::try_lock`] does; answers 423 at once when taken.
+    Try,
+}
+
+/// What a request admitted by [`LockLayer`] or [`LimitLayer`] runs under, in its
+/// extensions: the key (for a limit, the semaphore's name) and the fencing token of
+/// its grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    key: LockKey,
+    fence: FencingToken,
+}
+
+impl Held {
+    /// The key the request holds (for a limit, the semaphore's name).
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The grant's fencing token: hand it to the store the request writes to.
+    pub fn fence(&self) -> FencingToken {
+        self.fence
+    }
+}
+
+/// A layer that runs each request under a lock of the key `key` makes of it, on
+/// `client`; a request it makes no key of (`None`) runs without one. See the
+/// [module docs](self).
+pub struct LockLayer<K> {
+    client: LockClient,
+    acquire: Acquire,
+    key: Arc<K>,
+}
+
+impl<K> LockLayer<K> {
+    /// Locks the key `key` makes of each request, taken as `acquire` says.
+    pub fn new(client: LockClient, acquire: Acquire, key: K) -> Self {
+        LockLayer {
+            client,
+            acquire,
+            key: Arc::new(key),
+        }
+    }
+}
+
+impl<K> Clone for LockLayer<K> {
+    fn clone(&self) -> Self {
+        LockLayer {
+            client: self.client.clone(),
+            acquire: self.acquire,
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for LockLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLayer")
+            .field("backend", &self.client.backend().name())
+            .field("acquire", &self.acquire)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K> Layer<S> for LockLayer<K> {
+    type Service = LockService<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`LockLayer`] makes.
+pub struct LockService<S, K> {
+    inner: S,
+    layer: LockLayer<K>,
+}
+
+impl<S: Clone, K> Clone for LockService<S, K> {
+    fn clone(&self) -> Self {
+        LockService {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, K> fmt::Debug for LockService<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockService")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future of a request through [`LockService`] or [`LimitService`].
+pub type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, K, B, ResBody> Service<Request<B>> for LockService<S, K>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    K: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let key = (self.layer.key)(&request);
+        let inner = take_ready(&mut self.inner);
+        let (client, acquire) = (self.layer.client.clone(), self.layer.acquire);
+        Box::pin(async move {
+            let Some(key) = key else {
+                let mut inner = inner;
+                return inner.call(request).await;
+            };
+            let taken = match acquire {
+                Acquire::Wait(wait) => client.lock(&key, wait).await,
+                Acquire::Try => match client.try_lock(&key).await {
+                    Ok(Some(guard)) => Ok(guard),
+                    Ok(None) => Err(busy(&client, &key).await),
+                    Err(error) => Err(error),
+                },
+            };
+            match taken {
+                Ok(guard) => run_under(guard, request, inner).await,
+                Err(error) => Ok(refusal(&error)),
+            }
+        })
+    }
+}
+
+/// A layer that bounds how many requests run at once, across every process that
+/// shares the semaphore's name: each request holds one of its permits while it runs.
+/// See the [module docs](self).
+#[derive(Clone)]
+pub struct LimitLayer {
+    permits: Semaphore,
+    acquire: Acquire,
+}
+
+impl LimitLayer {
+    /// Runs each request under one permit of `permits`, taken as `acquire` says.
+    pub fn new(permits: Semaphore, acquire: Acquire) -> Self {
+        LimitLayer { permits, acquire }
+    }
+}
+
+impl fmt::Debug for LimitLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitLayer")
+            .field("name", self.permits.name())
+            .field("limit", &self.permits.limit())
+            .field("acquire", &self.acquire)
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for LimitLayer {
+    type Service = LimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LimitService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`LimitLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct LimitService<S> {
+    inner: S,
+    layer: LimitLayer,
+}
+
+impl<S, B, ResBody> Service<Request<B>> for LimitService<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let inner = take_ready(&mut self.inner);
+        let (permits, acquire) = (self.layer.permits.clone(), self.layer.acquire);
+        Box::pin(async move {
+            let taken = match acquire {
+                Acquire::Wait(wait) => permits.acquire(wait).await,
+                Acquire::Try => match permits.try_acquire().await {
+                    Ok(Some(guard)) => Ok(guard),
+                    Ok(None) => Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("every permit of {:?} is taken", permits.name()),
+                    )),
+                    Err(error) => Err(error),
+                },
+            };
+            match taken {
+                Ok(guard) => run_under(guard, request, inner).await,
+                Err(error) => Ok(refusal(&error)),
+            }
+        })
+    }
+}
+
+/// The inner service that was driven ready, leaving a clone in its place (tower's
+/// way for a service whose future outlives the call).
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
+/// Runs `request` through `inner` under `guard`: the grant in its extensions, the
+/// inner future dropped (and the request answered 409) if the lock is lost meanwhile,
+/// and the lock released once the inner future completes.
+async fn run_under<S, B, ResBody>(
+    guard: LockGuard,
+    mut request: Request<B>,
+    mut inner: S,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: Default,
+{
+    request.extensions_mut().insert(Held {
+        key: guard.key().clone(),
+        fence: guard.fence(),
+    });
+    let lost = Box::pin(guard.lost());
+    let served = Box::pin(inner.call(request));
+    match select(served, lost).await {
+        Either::Left((response, _)) => {
+            let response = response?;
+            if let Err(error) = guard.release().await {
+                // The response stands: the work was done; a fenced store refused any
+                // write made after the lease ran out.
+                tracing::warn!(%error, "the release after a request found the lock gone");
+            }
+            Ok(response)
+        }
+        Either::Right((reason, _)) => {
+            drop(guard);
+            let reason = reason.map_or_else(|| "released".to_owned(), |r| r.to_string());
+            Ok(refusal(&Error::new(
+                ErrorKind::LockLost,
+                format!("the lock was lost while the request ran: {reason}"),
+            )))
+        }
+    }
+}
+
+/// The refusal a try that found `key` held answers: a timeout, with the holder's
+/// remaining TTL as its retry-after where the backend tells it.
+async fn busy(client: &LockClient, key: &str) -> Error {
+    let error = Error::new(ErrorKind::Timeout, format!("{key:?} is held"));
+    let Ok(key) = LockKey::new(key) else {
+        return error;
+    };
+    match client.backend().inspect(&key).await {
+        Ok(Some(holder)) => error.with_retry_after(holder.remaining),
+        _ => error,
+    }
+}
+
+/// The response a layer answers a request it could not admit with.
+fn refusal<ResBody: Default>(error: &Error) -> Response<ResBody> {
+    tracing::debug!(%error, "request refused by a distlock layer");
+    let mut response = Response::new(ResBody::default());
+    *response.status_mut() =
+        StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Some(seconds) = error.retry_after_seconds() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+#[cfg(feature = "axum")]
+mod extract {
+    use axum_core::extract::FromRequestParts;
+    use http::request::Parts;
+    use http::StatusCode;
+
+    use super::Held;
+
+    /// With the `axum` feature: the grant a [`LockLayer`](super::LockLayer) or
+    /// [`LimitLayer`](super::LimitLayer) admitted the request under. Rejected with 500
+    /// on a route that no such layer wraps: a server error, not the client's.
+    impl<S: Send + Sync> FromRequestParts<S> for Held {
+        type Rejection = (StatusCode, &'static str);
+
+        async fn from_request_parts(
+            parts: &mut Parts,
+            _state: &S,
+        ) -> Result<Self, Self::Rejection> {
+            parts.extensions.get::<Held>().cloned().ok_or((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "no distlock layer wraps this route",
+            ))
+        }
+    }
+}
