@@ -4,9 +4,10 @@
 //! `tower::limit::ConcurrencyLimit`).
 //!
 //! Both answer a request they cannot admit themselves, with the status
-//! [`Error::http_status`] gives: 423 with `Retry-After` when the key stayed held (or
-//! every permit stayed taken) for the whole wait, 503 when the backend could not be
-//! reached or the client's circuit breaker is open. A request they admit runs with a
+//! [`Error::http_status`] gives: 423 when the key stayed held (or every permit stayed
+//! taken) through the wait, 503 when the backend could not be reached or the client's
+//! circuit breaker is open. [`LockLayer`] adds `Retry-After`, the holder's remaining
+//! time, where the backend tells it; [`LimitLayer`] promises none. A request they admit runs with a
 //! [`Held`] in its extensions: the key and the fencing token of its grant, to hand
 //! to the store it writes to. With the `axum` feature, [`Held`] is also an extractor.
 //!
