@@ -76,9 +76,9 @@ const FLUSH_AT_MOST: Duration = Duration::from_secs(10);
 
 async fn hold_and_run(client: &LockClient, args: RunArgs, grace: Duration) -> u8 {
     let guard = match take(client, &args).await {
-        Ok(Some(guard)) => guard,
-        Ok(None) => {
-            say(format_args!("{} is held by another holder", args.key));
+        Ok(Ok(guard)) => guard,
+        Ok(Err(busy)) => {
+            say(format_args!("{busy}"));
             return args.conflict_exit_code;
         }
         Err(e) => return failed(&e),
@@ -109,18 +109,23 @@ async fn hold_and_run(client: &LockClient, args: RunArgs, grace: Duration) -> u8
     supervise(child, guard, &args, grace).await
 }
 
-/// The guard: at once, within `--wait`, or whenever the lock comes free. `None` when
-/// the lock stayed busy.
-async fn take(client: &LockClient, args: &RunArgs) -> distlock::Result<Option<LockGuard>> {
+/// The guard: at once, within `--wait`, or whenever the lock comes free. `Err` with
+/// what to tell the user when the lock stayed busy.
+async fn take(client: &LockClient, args: &RunArgs) -> distlock::Result<Result<LockGuard, String>> {
     if args.no_wait {
-        return client.try_lock(&args.key).await;
+        return Ok(client
+            .try_lock(&args.key)
+            .await?
+            .map_err(|busy| busy.to_string()));
     }
     match client
         .lock(&args.key, args.wait.unwrap_or(Duration::MAX))
         .await
     {
-        Ok(guard) => Ok(Some(guard)),
-        Err(e) if e.kind() == ErrorKind::Timeout && args.wait.is_some() => Ok(None),
+        Ok(guard) => Ok(Ok(guard)),
+        Err(e) if e.kind() == ErrorKind::Timeout && args.wait.is_some() => {
+            Ok(Err(format!("{} is held by another holder", args.key)))
+        }
         Err(e) => Err(e),
     }
 }

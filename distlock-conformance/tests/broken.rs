@@ -130,6 +130,9 @@ enum Bug {
     /// Refuses an acquire retried by the owner that holds the key (its first reply
     /// lost): the key stays held by nobody working until its TTL.
     RetryRefused,
+    /// Answers a refusal with the asker's TTL as the holder's remaining time (the
+    /// request's TTL read where the record's expiry was meant).
+    HeldRemainingIsTheTtl,
     /// Waits for a server that does not answer by blocking the thread (a synchronous
     /// driver called from async code, with a time-out of 2 s of its own), so that no
     /// deadline can cut the step short.
@@ -543,7 +546,14 @@ impl Naive {
                     queue.push((*r.owner(), r.ttl()));
                 }
             }
-            return Ok(Grant::Held { remaining: None });
+            let remaining = if self.bug == Bug::HeldRemainingIsTheTtl {
+                Some(r.ttl())
+            } else {
+                let state = self.state();
+                let held = state.locks.get(&self.stored(r.key()));
+                held.map(|(_, _, expiry)| expiry.saturating_duration_since(Instant::now()))
+            };
+            return Ok(Grant::Held { remaining });
         }
         if self.bug == Bug::NonAtomicAcquire {
             self.round_trip().await?;
@@ -896,6 +906,7 @@ caught! {
     extend_does_not_prolong: ExtendDoesNotProlong by client_renewal_keeps_the_lease, saying "the server lost the renewed lease";
     deleted_lease_reacquired: ExtendReacquires by client_lost_fires_when_the_lease_is_deleted, saying "did not fire within";
     queues_without_leaving: QueuesWithoutLeaving by client_dropped_acquire_leaves_nothing, saying "the dropped waiter left a lease behind";
+    held_remaining_is_the_ttl: HeldRemainingIsTheTtl by a_busy_try_says_the_key_is_held_and_for_how_long, saying "a busy try said the holder has";
     short_ttls_refused: ShortTtlsRefused by bad_input_gives_typed_errors, saying "asked for the minimum ttl";
     gives_up_leaving_the_grant: GivesUpLeavingTheGrant by a_grant_arriving_after_its_ttl_is_not_returned, saying "the grant that landed after the backend gave up was left behind";
     renews_from_cache_when_paused: RenewsFromCacheWhenSlow by fault_pause_beyond_ttl_signals_loss, saying "did not fire within the ttl";

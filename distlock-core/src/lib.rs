@@ -87,9 +87,9 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
-    BreakerOptions, BreakerState, Election, Fences, Health, Leader, Leadership, LeaseEnd,
-    LockClient, LockGuard, LockOptions, Locked, LossReason, MultiGuard, Observation, Observations,
-    RwLock, Semaphore,
+    BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, Leadership,
+    LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason, MultiGuard, Observation,
+    Observations, RwLock, Semaphore,
 };
 pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};

@@ -11,8 +11,8 @@ use distlock_core::backend::{
     OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
 };
 use distlock_core::{
-    DynLockBackend, ErrorKind, LeaseEnd, LockBackend, LockClient, LockInfo, LockKey, LockOptions,
-    LossReason, MemoryBackend, Result,
+    BusyReason, DynLockBackend, Error, ErrorKind, LeaseEnd, LockBackend, LockClient, LockInfo,
+    LockKey, LockOptions, LossReason, MemoryBackend, Result,
 };
 use tokio::time::{sleep, Instant};
 
@@ -49,7 +49,7 @@ async fn renewal_keeps_a_lease_alive_across_many_ttls() {
             holder_fence(&memory, "renewed").await,
             Some(guard.fence().get())
         );
-        assert!(client.try_lock("renewed").await.expect("try").is_none());
+        assert!(client.try_lock("renewed").await.expect("try").is_err());
     }
     guard.release().await.expect("still held");
     assert_eq!(holder_fence(&memory, "renewed").await, None);
@@ -408,7 +408,7 @@ async fn an_acquire_dropped_after_the_grant_releases_it_in_the_background() {
         "the orphan grant outlived its acquire"
     );
     backend.hang.store(false, Ordering::SeqCst);
-    assert!(client.try_lock("orphan").await.expect("try").is_some());
+    assert!(client.try_lock("orphan").await.expect("try").is_ok());
 }
 
 /// A process that ends right after a wait timed out with its grant in flight, or
@@ -1076,7 +1076,7 @@ async fn waiters_of_one_client_are_handed_the_lock_in_turn_without_a_stampede() 
         sleep(Duration::from_millis(1)).await;
     }
     // Another task of the same client does not jump the queue.
-    assert!(client.try_lock("queue").await.expect("try").is_none());
+    assert!(client.try_lock("queue").await.expect("try").is_err());
     let released = Instant::now();
     holder.release().await.expect("held");
     for w in waiters {
@@ -1183,7 +1183,7 @@ async fn a_fair_waiter_that_gives_up_leaves_the_queue_at_once() {
         Err(ErrorKind::Timeout)
     );
     // A try_lock that finds the key held leaves too.
-    assert!(client.try_lock("queue").await.expect("try").is_none());
+    assert!(client.try_lock("queue").await.expect("try").is_err());
     sleep(Duration::from_millis(1)).await;
     holder.release().await.expect("release");
     // Nobody is left ahead of a new waiter: it is granted at once, well before the
@@ -1372,7 +1372,7 @@ async fn a_release_cancelled_before_its_reply_is_still_made() {
             .try_lock("cancelled-release")
             .await
             .expect("no error")
-            .is_some()
+            .is_ok()
         {
             break;
         }
@@ -1382,4 +1382,94 @@ async fn a_release_cancelled_before_its_reply_is_still_made() {
         );
         sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_try_says_why_it_did_not_take_the_key() {
+    let (memory, ours) = setup(LockOptions::new(TTL));
+    let theirs = LockClient::with_options(Arc::new(memory.clone()), LockOptions::new(TTL))
+        .expect("valid options");
+
+    // Another owner holds it: the server refused, with the holder's remaining TTL.
+    let held = theirs
+        .try_lock("k")
+        .await
+        .expect("the backend answers")
+        .expect("a free key");
+    sleep(Duration::from_secs(1)).await;
+    let busy = ours
+        .try_lock("k")
+        .await
+        .expect("the backend answers")
+        .expect_err("held elsewhere");
+    assert_eq!(busy.reason(), BusyReason::Held);
+    assert_eq!(busy.key().as_str(), "k");
+    let remaining = busy
+        .holder_remaining()
+        .expect("the memory backend tells it");
+    assert!(
+        remaining <= TTL - Duration::from_secs(1) && remaining > Duration::from_secs(1),
+        "{remaining:?}"
+    );
+    assert!(busy.to_string().contains("held by another owner"), "{busy}");
+    // As an error: a timeout to retry after the holder's remaining time.
+    let error = Error::from(busy);
+    assert_eq!(error.kind(), ErrorKind::Timeout);
+    assert_eq!(error.retry_after(), Some(remaining));
+    held.release().await.expect("released");
+
+    // Another task of this client waits for the key, held elsewhere: this try does not
+    // ask the server, and says so.
+    let blocker = theirs
+        .try_lock("k")
+        .await
+        .expect("the backend answers")
+        .expect("released");
+    let waiter = tokio::spawn({
+        let ours = ours.clone();
+        async move { ours.lock("k", Duration::from_secs(60)).await }
+    });
+    sleep(Duration::from_millis(10)).await;
+    let busy = ours
+        .try_lock("k")
+        .await
+        .expect("the backend answers")
+        .expect_err("its turn is taken");
+    assert_eq!(busy.reason(), BusyReason::ThisClient);
+    assert_eq!(busy.holder_remaining(), None);
+    blocker.release().await.expect("released");
+    let guard = waiter
+        .await
+        .expect("the backend answers")
+        .expect("the waiter gets the key");
+    // While this client holds it, a try from another of its tasks is told the same.
+    let busy = ours
+        .try_lock("k")
+        .await
+        .expect("the backend answers")
+        .expect_err("held here");
+    assert_eq!(busy.reason(), BusyReason::ThisClient);
+    guard.release().await.expect("released");
+
+    // A set names the key it found taken.
+    let b = theirs
+        .try_lock("b")
+        .await
+        .expect("the backend answers")
+        .expect("free");
+    let busy = ours
+        .try_lock_all(["a", "b", "c"])
+        .await
+        .expect("the backend answers")
+        .expect_err("b is held");
+    assert_eq!(
+        (busy.key().as_str(), busy.reason()),
+        ("b", BusyReason::Held)
+    );
+    assert_eq!(
+        holder_fence(&memory, "a").await,
+        None,
+        "the set holds nothing"
+    );
+    b.release().await.expect("released");
 }

@@ -123,7 +123,7 @@ fn every_outcome_renewal_loss_and_hold_is_counted_by_backend() {
                 let wait = Duration::from_secs(2);
                 // Acquired, then busy and timed out for another client.
                 let a = client.lock("a", wait).await.expect("free");
-                assert!(other.try_lock("a").await.expect("try").is_none());
+                assert!(other.try_lock("a").await.expect("try").is_err());
                 let late = other.lock("a", Duration::from_millis(50)).await;
                 assert_eq!(
                     late.map(drop).map_err(|e| e.kind()),
@@ -297,7 +297,7 @@ fn every_request_to_the_backend_is_counted_by_step_and_result_behind_the_breaker
             // Two grants answered (one granted, one found held), a renewal, a release
             // and a ping.
             let guard = client.try_lock("k").await.expect("try").expect("free");
-            assert!(other.try_lock("k").await.expect("try").is_none());
+            assert!(other.try_lock("k").await.expect("try").is_err());
             guard.extend(TTL).await.expect("renewed");
             guard.release().await.expect("released");
             client.health().await.expect("healthy");
@@ -487,7 +487,7 @@ fn spans_carry_key_backend_fence_and_outcome_and_grants_and_losses_are_reported(
                 .lock("ledger", Duration::from_secs(1))
                 .await
                 .expect("free");
-            assert!(other.try_lock("ledger").await.expect("try").is_none());
+            assert!(other.try_lock("ledger").await.expect("try").is_err());
             let fence = guard.fence().get();
             let lost = guard.lost();
             tokio::time::sleep(TTL / 2).await;

@@ -24,7 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .lock("reports/nightly", Duration::from_secs(10))
         .await?;
     // Another task finds it busy.
-    assert!(client.try_lock("reports/nightly").await?.is_none());
+    assert!(client.try_lock("reports/nightly").await?.is_err());
     guard.release().await?;
     print!("{}", prometheus.render());
     Ok(())

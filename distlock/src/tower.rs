@@ -46,7 +46,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use distlock_core::{
-    Error, ErrorKind, FencingToken, LockBackend as _, LockClient, LockGuard, LockKey, Semaphore,
+    Busy, BusyReason, Error, ErrorKind, FencingToken, LockBackend as _, LockClient, LockGuard,
+    LockKey, Semaphore,
 };
 use futures_util::future::{select, Either};
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -188,8 +189,8 @@ where
             let taken = match acquire {
                 Acquire::Wait(wait) => client.lock(&key, wait).await,
                 Acquire::Try => match client.try_lock(&key).await {
-                    Ok(Some(guard)) => Ok(guard),
-                    Ok(None) => Err(busy(&client, &key).await),
+                    Ok(Ok(guard)) => Ok(guard),
+                    Ok(Err(busy)) => Err(refused(&client, busy).await),
                     Err(error) => Err(error),
                 },
             };
@@ -267,14 +268,10 @@ where
         Box::pin(async move {
             let taken = match acquire {
                 Acquire::Wait(wait) => permits.acquire(wait).await,
-                Acquire::Try => match permits.try_acquire().await {
-                    Ok(Some(guard)) => Ok(guard),
-                    Ok(None) => Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("every permit of {:?} is taken", permits.name()),
-                    )),
-                    Err(error) => Err(error),
-                },
+                Acquire::Try => permits
+                    .try_acquire()
+                    .await
+                    .and_then(|tried| tried.map_err(Error::from)),
             };
             match taken {
                 Ok(guard) => run_under(guard, request, inner).await,
@@ -330,14 +327,16 @@ where
     }
 }
 
-/// The refusal a try that found `key` held answers: a timeout, with the holder's
-/// remaining TTL as its retry-after where the backend tells it.
-async fn busy(client: &LockClient, key: &str) -> Error {
-    let error = Error::new(ErrorKind::Timeout, format!("{key:?} is held"));
-    let Ok(key) = LockKey::new(key) else {
-        return error;
-    };
-    match client.backend().inspect(&key).await {
+/// The refusal a try that found its key busy answers: a timeout, with the holder's
+/// remaining TTL as its retry-after where the backend told it with the refusal, or
+/// tells it when asked.
+async fn refused(client: &LockClient, busy: Busy) -> Error {
+    if busy.reason() != BusyReason::Held || busy.holder_remaining().is_some() {
+        return busy.into();
+    }
+    let holder = client.backend().inspect(busy.key()).await;
+    let error = Error::from(busy);
+    match holder {
         Ok(Some(holder)) => error.with_retry_after(holder.remaining),
         _ => error,
     }

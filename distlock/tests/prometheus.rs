@@ -26,7 +26,7 @@ async fn prometheus_shows_the_clients_metrics_by_backend() {
         .try_lock("reports/nightly")
         .await
         .expect("try")
-        .is_none());
+        .is_err());
     guard.release().await.expect("held");
     let text = prometheus.render();
     for line in [

@@ -121,7 +121,7 @@ impl Contender for LockClient {
     type Held = LockGuard;
 
     async fn try_take(&self, key: &str) -> Result<Option<LockGuard>, BoxError> {
-        Ok(self.try_lock(key).await?)
+        Ok(self.try_lock(key).await?.ok())
     }
 
     async fn take(&self, key: &str, wait: Duration) -> Result<LockGuard, BoxError> {
@@ -195,7 +195,7 @@ impl KindContender {
                 let permits = LockClient::with_options(b, o).and_then(|c| c.semaphore(key, n))?;
                 match wait {
                     Some(wait) => Some(permits.acquire(wait).await?),
-                    None => permits.try_acquire().await?,
+                    None => permits.try_acquire().await?.ok(),
                 }
             }
             Kind::Read | Kind::Write => {
@@ -203,15 +203,15 @@ impl KindContender {
                 match (wait, self.kind == Kind::Read) {
                     (Some(wait), true) => Some(lock.read(wait).await?),
                     (Some(wait), false) => Some(lock.write(wait).await?),
-                    (None, true) => lock.try_read().await?,
-                    (None, false) => lock.try_write().await?,
+                    (None, true) => lock.try_read().await?.ok(),
+                    (None, false) => lock.try_write().await?.ok(),
                 }
             }
             Kind::Campaign => {
                 let election = LockClient::with_options(b, o).and_then(|c| c.election(key))?;
                 match wait {
                     Some(wait) => Some(election.campaign("lockbench", wait).await?),
-                    None => election.try_campaign("lockbench").await?,
+                    None => election.try_campaign("lockbench").await?.ok(),
                 }
                 .map(|leadership| leadership.into_guard())
             }

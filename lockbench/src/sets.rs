@@ -48,7 +48,7 @@ impl Contender for TwoKeys {
     type Held = MultiGuard;
 
     async fn try_take(&self, key: &str) -> Result<Option<MultiGuard>, BoxError> {
-        Ok(self.0.try_lock_all(Self::pair(key)).await?)
+        Ok(self.0.try_lock_all(Self::pair(key)).await?.ok())
     }
 
     async fn take(&self, key: &str, wait: Duration) -> Result<MultiGuard, BoxError> {

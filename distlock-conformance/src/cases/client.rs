@@ -11,7 +11,7 @@ cases! {
         let client = client(t, LockOptions::new(t.long_ttl()).with_auto_renew(false))?;
         let key = t.key("two-extends");
         for trial in 0..6 {
-            let Some(guard) = client.try_lock(key.as_str()).await? else {
+            let Ok(guard) = client.try_lock(key.as_str()).await? else {
                 return fail(format!("trial {trial}: a free key was held"));
             };
             // Every other trial sends the short one first, so that either may be
@@ -42,7 +42,7 @@ cases! {
         let ttl = t.capabilities().ttl_at_least(Duration::from_secs(1));
         let client = client(t, LockOptions::new(ttl))?;
         let key = t.key("renewal");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         for i in 0..3 {
@@ -72,7 +72,7 @@ cases! {
         let ttl = t.capabilities().ttl_at_least(Duration::from_secs(3));
         let client = client(t, LockOptions::new(ttl))?;
         let key = t.key("deleted");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         let lost = guard.lost();
@@ -138,7 +138,7 @@ cases! {
     pub async fn client_dropped_guard_releases(t: &Target) -> CaseResult {
         let client = client(t, LockOptions::new(t.long_ttl()))?;
         let key = t.key("drop-guard");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         drop(guard);
@@ -147,6 +147,41 @@ cases! {
             holder_fence(t, &key).await?.is_none(),
             "the dropped guard's lease was still held once its release was done"
         );
+        Ok(())
+    }
+
+    /// A try on a key another owner holds answers busy, not an error: naming the key as held by another owner, with the holder's remaining TTL, where the backend tells it, no longer than what is left of that holder's lease (the `Retry-After` a service answers with).
+    #[case(Client, always)]
+    pub async fn a_busy_try_says_the_key_is_held_and_for_how_long(t: &Target) -> CaseResult {
+        let key = t.key("busy-try");
+        let ttl = t.long_ttl();
+        let holder = acquire(t, &key, ttl).await?;
+        let granted = Instant::now();
+        sleep(Duration::from_millis(500)).await;
+        let client = client(t, LockOptions::new(ttl))?;
+        // The server's expiry was set before `granted`; it answers the try after `asked`.
+        let asked = granted.elapsed();
+        let busy = match client.try_lock(key.as_str()).await? {
+            Ok(guard) => {
+                let fence = guard.fence();
+                drop(guard);
+                return fail(format!("a held key was granted to a try, with fence {fence}"));
+            }
+            Err(busy) => busy,
+        };
+        ensure!(
+            busy.key() == &key && busy.reason() == BusyReason::Held,
+            "a try on a key held elsewhere answered {busy:?}"
+        );
+        if let Some(remaining) = busy.holder_remaining() {
+            let caps = t.capabilities();
+            let left = ttl.saturating_sub(asked) + caps.ttl_granularity + caps.clock_drift.allowance(ttl);
+            ensure!(
+                remaining <= left,
+                "a busy try said the holder has {remaining:?} left, {asked:?} into a lease of {ttl:?} (at most {left:?})"
+            );
+        }
+        t.backend().release(&key, holder.owner()).await?;
         Ok(())
     }
 

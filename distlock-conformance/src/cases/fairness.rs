@@ -220,7 +220,7 @@ cases! {
             gave_up.map(|g| g.fence())
         );
         ensure!(
-            quitter.try_lock(key.as_str()).await?.is_none(),
+            quitter.try_lock(key.as_str()).await?.is_err(),
             "a fair try was granted a held key"
         );
         let next = client(t, options)?;
@@ -332,7 +332,7 @@ cases! {
         let fair = client(t, LockOptions::new(t.long_ttl()).with_fair(true))?;
         let early = fair.try_lock(key.as_str()).await?;
         ensure!(
-            early.is_none(),
+            early.is_err(),
             "a fair try was granted while another held the key (a racing client's grant)"
         );
         racing.release().await?;
@@ -402,7 +402,7 @@ cases! {
                     tokio::spawn(async move { client.try_lock(key.as_str()).await })
                 };
                 let spawned_got_it = match spawned.await {
-                    Ok(got) => got?.is_some(),
+                    Ok(got) => got?.is_ok(),
                     Err(e) => return fail(format!("the spawned task failed: {e}")),
                 };
                 Ok::<_, CaseError>((outer, inner, spawned_got_it))
@@ -421,7 +421,7 @@ cases! {
         inner.release().await?;
         drop(third);
         ensure!(
-            other.try_lock(key.as_str()).await?.is_none(),
+            other.try_lock(key.as_str()).await?.is_err(),
             "the key was free while one hold of it remained"
         );
         ensure!(
@@ -430,7 +430,7 @@ cases! {
         );
         let fence = outer.fence();
         outer.release().await?;
-        let Some(next) = other.try_lock(key.as_str()).await? else {
+        let Ok(next) = other.try_lock(key.as_str()).await? else {
             return fail("the key was still held after its last hold was released");
         };
         ensure!(

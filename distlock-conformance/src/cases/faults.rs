@@ -148,7 +148,7 @@ cases! {
         let ttl = fault_ttl(t);
         let client = client(t, LockOptions::new(ttl))?;
         let key = t.key("pause-loss");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         control.pause().await.map_err(control_err("pause"))?;
@@ -183,7 +183,7 @@ cases! {
         let ttl = fault_ttl(t);
         let client = client(t, LockOptions::new(ttl))?;
         let key = t.key("short-pause");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         // The pause begins before the first renewal is due (a third of the TTL) and
@@ -312,7 +312,7 @@ cases! {
         let ttl = fault_ttl(t);
         let client = client(t, LockOptions::new(ttl))?;
         let key = t.key("killed-connections");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         for _ in 0..2 {

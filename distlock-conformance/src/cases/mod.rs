@@ -12,7 +12,7 @@ use distlock_core::backend::{
     OperatorBackend, OwnerToken, ReleaseOutcome, SetOutcome,
 };
 use distlock_core::{
-    DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,
+    BusyReason, DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,
 };
 use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};

@@ -39,7 +39,7 @@ cases! {
         }
         let permit = if t.backend().permits().is_some() {
             let semaphore = LockClient::with_options(t.backend().clone(), LockOptions::new(ttl)).and_then(|c| c.semaphore(&format!("{prefix}permits"), 2))?;
-            let Some(permit) = semaphore.try_acquire().await? else {
+            let Ok(permit) = semaphore.try_acquire().await? else {
                 return fail("a fresh semaphore of 2 refused its first permit");
             };
             Some(permit)

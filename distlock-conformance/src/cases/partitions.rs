@@ -165,7 +165,7 @@ cases! {
         let ttl = fault_ttl(t);
         let client = LockClient::with_options(linked.clone(), LockOptions::new(ttl))?;
         let key = t.key("partition");
-        let Some(guard) = client.try_lock(key.as_str()).await? else {
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
             return fail("a fresh key was held");
         };
         let lost = guard.lost();
@@ -220,7 +220,7 @@ cases! {
             "after the heal, the lost guard's release answered {released:?}, not \"not held\""
         );
         t.backend().release_lease(&taken).await?;
-        let Some(again) = client.try_lock(key.as_str()).await? else {
+        let Ok(again) = client.try_lock(key.as_str()).await? else {
             return fail("the healed client could not lock the free key again");
         };
         ensure!(

@@ -224,7 +224,7 @@ cases! {
         }
         held.release().await?;
         let now = three.try_acquire().await?;
-        ensure!(now.is_some(), "a free name refused a claim with a new limit");
+        ensure!(now.is_ok(), "a free name refused a claim with a new limit");
         Ok(())
     }
 
@@ -339,8 +339,8 @@ cases! {
             // Well after the writer's first call.
             sleep(Duration::from_millis(500)).await;
             let late_read = late.try_read().await?;
-            let held_back = late_read.is_none();
-            if let Some(guard) = late_read {
+            let held_back = late_read.is_err();
+            if let Ok(guard) = late_read {
                 guard.release().await?;
             }
             reading.release().await?;
@@ -349,10 +349,10 @@ cases! {
         let (written, held_back) = tokio::join!(waiting, meanwhile);
         let written = written?;
         ensure!(held_back?, "a new reader was granted while a writer waited");
-        ensure!(late.try_read().await?.is_none(), "a reader was granted under a writer");
+        ensure!(late.try_read().await?.is_err(), "a reader was granted under a writer");
         written.release().await?;
         let after = late.try_read().await?;
-        ensure!(after.is_some(), "a reader was refused once the writer left");
+        ensure!(after.is_ok(), "a reader was refused once the writer left");
         Ok(())
     }
 
@@ -380,7 +380,7 @@ cases! {
         flushed(lock.flush()).await?;
         let give_up = Instant::now() + Duration::from_secs(8);
         let read = loop {
-            if let Some(guard) = lock.try_read().await? {
+            if let Ok(guard) = lock.try_read().await? {
                 break guard;
             }
             if Instant::now() > give_up {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::background::Background;
 use super::breaker::Breaker;
 use super::deferred::Starts;
-use super::{LockClient, LockGuard, LockOptions};
+use super::{Busy, LockClient, LockGuard, LockOptions};
 use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
@@ -175,7 +175,10 @@ impl Claims {
         self.client(claim)?.lock(self.name.as_str(), wait).await
     }
 
-    pub(crate) async fn try_acquire(&self, claim: Claim) -> Result<Option<LockGuard>> {
+    pub(crate) async fn try_acquire(
+        &self,
+        claim: Claim,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         self.client(claim)?.try_lock(self.name.as_str()).await
     }
 

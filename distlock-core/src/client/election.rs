@@ -12,7 +12,7 @@ use tracing::debug;
 
 use super::claim::permits_of;
 use super::claim::Claims;
-use super::{LockClient, LockGuard};
+use super::{Busy, LockClient, LockGuard};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
 use crate::error::Result;
 use crate::key::LockKey;
@@ -116,8 +116,8 @@ impl Election {
         })
     }
 
-    /// Tries once to become the leader: `None` while another leads.
-    pub async fn try_campaign(&self, value: &str) -> Result<Option<Leadership>> {
+    /// Tries once to become the leader: [`Busy`] while another leads.
+    pub async fn try_campaign(&self, value: &str) -> Result<std::result::Result<Leadership, Busy>> {
         let claim = Claim::new(1, 1)?.with_value(value)?;
         let guard = self.claims.try_acquire(claim).await?;
         Ok(guard.map(|guard| Leadership {

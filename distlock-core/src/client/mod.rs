@@ -5,6 +5,7 @@ mod attempt;
 mod background;
 mod backoff;
 mod breaker;
+mod busy;
 mod claim;
 mod deferred;
 mod election;
@@ -40,6 +41,7 @@ use self::background::Background;
 use self::backoff::Backoff;
 pub use self::breaker::BreakerState;
 use self::breaker::{Breaker, Breaking};
+pub use self::busy::{Busy, BusyReason};
 use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::LockGuard;
@@ -430,10 +432,16 @@ impl LockClient {
         &self.options
     }
 
-    /// Tries once: a guard, or `None` when another holder has the lock (or another
-    /// task of this client is already waiting for it). In fair mode it is granted only
-    /// when no waiter is queued ahead of it, and leaves the queue when it is not.
-    pub async fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+    /// Tries once: `Ok(guard)`, or `Err(`[`Busy`]`)` saying why the key was not taken
+    /// (another owner holds it, with its remaining TTL where the backend tells it; or
+    /// another task of this client holds or waits for it). The outer error is the
+    /// backend's: bad input, or a server that could not answer. In fair mode it is
+    /// granted only when no waiter is queued ahead of it, and leaves the queue when it
+    /// is not.
+    ///
+    /// `client.try_lock(key).await?.ok()` is the guard as an `Option`;
+    /// `client.try_lock(key).await??` treats busy as an error ([`Busy`]'s `From`).
+    pub async fn try_lock(&self, key: &str) -> Result<std::result::Result<LockGuard, Busy>> {
         let key = LockKey::new(key)?;
         let span = tracing::info_span!(
             "lock_try_acquire",
@@ -442,8 +450,13 @@ impl LockClient {
             fence = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        self.observed(&key, span, self.try_lock_once(&key), Option::is_some)
-            .await
+        self.observed(
+            &key,
+            span,
+            self.try_lock_once(&key),
+            std::result::Result::is_ok,
+        )
+        .await
     }
 
     /// Runs one call to take `key` in `span`, and reports how it ended (see the crate
@@ -471,28 +484,28 @@ impl LockClient {
     }
 
     /// One try, in the caller's span.
-    async fn try_lock_once(&self, key: &LockKey) -> Result<Option<LockGuard>> {
+    async fn try_lock_once(&self, key: &LockKey) -> Result<std::result::Result<LockGuard, Busy>> {
         if let Some(guard) = reentrant::reenter(&self.local, key) {
-            return Ok(Some(guard));
+            return Ok(Ok(guard));
         }
         let mut waiter = if self.options.fair() {
             Waiter::queued(self, key)
         } else {
             let Ok(turn) = self.local.of(key).try_lock_owned() else {
-                return Ok(None);
+                return Ok(Err(Busy::this_client(key.clone())));
             };
             Waiter::racing(turn)
         };
         match self.attempt(key, &mut waiter).await? {
-            Tried::Acquired(guard) => Ok(Some(guard)),
-            Tried::Busy { .. } => {
+            Tried::Acquired(guard) => Ok(Ok(guard)),
+            Tried::Busy { remaining } => {
                 if let Waiter::Queued { owner, pending } = &mut waiter {
                     // Nothing was granted: leave the queue now, not a place later.
                     if leave_queue(&*self.backend, key, owner).await.is_ok() {
                         pending.disarm();
                     }
                 }
-                Ok(None)
+                Ok(Err(Busy::held(key.clone(), remaining)))
             }
         }
     }

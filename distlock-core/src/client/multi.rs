@@ -22,7 +22,8 @@ use tracing::{debug, Instrument};
 use super::attempt::{Answer, Attempt, Settled};
 use super::telemetry::{self, Outcome, Stopwatch};
 use super::{
-    deadline_after, reentrant, within_deadline, LeaseEnd, LockClient, LockGuard, Locked, LossReason,
+    deadline_after, reentrant, within_deadline, Busy, LeaseEnd, LockClient, LockGuard, Locked,
+    LossReason,
 };
 use crate::backend::{LockBackendExt, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
@@ -219,9 +220,10 @@ async fn give_back(held: Vec<LockGuard>) {
 enum Pass {
     /// Every key is held.
     All(Vec<LockGuard>),
-    /// The key at this index was held by someone else (or could not be asked); what
-    /// the pass had taken is given back.
-    Stopped(usize),
+    /// The key at this index was held by someone else (with why, as a try tells it),
+    /// or could not be asked while waiting (`None`); what the pass had taken is given
+    /// back.
+    Stopped(usize, Option<Busy>),
 }
 
 impl LockClient {
@@ -260,8 +262,8 @@ impl LockClient {
     ///
     /// // Another client's set that shares a key is refused whole: it holds nothing.
     /// let other = LockClient::new(backend);
-    /// assert!(other.try_lock_all(["stock/paris", "stock/rome"]).await?.is_none());
-    /// assert!(other.try_lock("stock/rome").await?.is_some());
+    /// assert!(other.try_lock_all(["stock/paris", "stock/rome"]).await?.is_err());
+    /// assert!(other.try_lock("stock/rome").await?.is_ok());
     ///
     /// set.release().await?;
     /// let again = other.lock_all(["stock/berlin"], Duration::from_secs(5)).await?;
@@ -281,11 +283,11 @@ impl LockClient {
         wait.instrument(span).await
     }
 
-    /// Tries once: every key of `keys`, or `None` (holding nothing) when any is held by
-    /// someone else. A key that cannot be asked (an unreachable server, say) is the
-    /// backend's error, again holding nothing; bad input as for
+    /// Tries once: every key of `keys`, or [`Busy`] for the first key found taken
+    /// (holding nothing). A key that cannot be asked (an unreachable server, say) is
+    /// the backend's error, again holding nothing; bad input as for
     /// [`lock_all`](Self::lock_all).
-    pub async fn try_lock_all<I, K>(&self, keys: I) -> Result<Option<MultiGuard>>
+    pub async fn try_lock_all<I, K>(&self, keys: I) -> Result<std::result::Result<MultiGuard, Busy>>
     where
         I: IntoIterator<Item = K>,
         K: AsRef<str>,
@@ -294,8 +296,10 @@ impl LockClient {
         let span = tracing::info_span!("lock_all_try_acquire", keys = keys.len());
         async {
             match self.pass(&keys, None, false).await? {
-                Pass::All(guards) => Ok(Some(MultiGuard { guards })),
-                Pass::Stopped(_) => Ok(None),
+                Pass::All(guards) => Ok(Ok(MultiGuard { guards })),
+                Pass::Stopped(i, busy) => Ok(Err(
+                    busy.unwrap_or_else(|| Busy::held(keys[i].clone(), None))
+                )),
             }
         }
         .instrument(span)
@@ -384,11 +388,11 @@ impl LockClient {
                 continue;
             }
             match self.try_lock(key.as_str()).await {
-                Ok(Some(guard)) => held.push(guard),
-                Ok(None) => {
+                Ok(Ok(guard)) => held.push(guard),
+                Ok(Err(busy)) => {
                     held.extend(waited.take());
                     give_back(held).await;
-                    return Ok(Pass::Stopped(i));
+                    return Ok(Pass::Stopped(i, Some(busy)));
                 }
                 Err(error)
                     if waiting
@@ -398,7 +402,7 @@ impl LockClient {
                     debug!(%error, %key, "a key of the set could not be asked; waiting for it");
                     held.extend(waited.take());
                     give_back(held).await;
-                    return Ok(Pass::Stopped(i));
+                    return Ok(Pass::Stopped(i, None));
                 }
                 Err(error) => {
                     held.extend(waited.take());
@@ -443,7 +447,8 @@ impl LockClient {
                 Ok(turn) => turns.push(turn),
                 Err(_) => {
                     give_back(waited.into_iter().collect()).await;
-                    return Ok(Ok(Pass::Stopped(*i)));
+                    let busy = Busy::this_client((*key).clone());
+                    return Ok(Ok(Pass::Stopped(*i, Some(busy))));
                 }
             }
         }
@@ -474,11 +479,12 @@ impl LockClient {
                 guards.sort_by(|a, b| a.key().as_str().cmp(b.key().as_str()));
                 Ok(Ok(Pass::All(guards.into_vec())))
             }
-            Settled::Busy { index, .. } => {
+            Settled::Busy { index, remaining } => {
                 give_back(waited.into_iter().collect()).await;
                 record(Outcome::Busy);
-                let stopped = rest.get(index).map_or(rest[0].0, |(i, _)| *i);
-                Ok(Ok(Pass::Stopped(stopped)))
+                let (stopped, key) = rest.get(index).copied().unwrap_or(rest[0]);
+                let busy = Busy::held(key.clone(), remaining);
+                Ok(Ok(Pass::Stopped(stopped, Some(busy))))
             }
             Settled::Failed { error, .. } if error.kind() == ErrorKind::Unsupported => Err(waited),
             Settled::Failed { error, uncertain } => {
@@ -488,7 +494,7 @@ impl LockClient {
                 record(Outcome::of_error(&error));
                 if waiting && error.is_retryable() && error.kind() != ErrorKind::CircuitOpen {
                     debug!(%error, "the set could not be asked; waiting for its first key");
-                    return Ok(Ok(Pass::Stopped(rest[0].0)));
+                    return Ok(Ok(Pass::Stopped(rest[0].0, None)));
                 }
                 Ok(Err(error))
             }
@@ -505,7 +511,7 @@ impl LockClient {
                     debug!(passes, "acquired every key of the set");
                     return Ok(MultiGuard { guards });
                 }
-                Pass::Stopped(i) => {
+                Pass::Stopped(i, _) => {
                     // Holding nothing, wait for the key that stopped the pass.
                     let left = deadline.saturating_duration_since(Instant::now());
                     let guard = self.lock(keys[i].as_str(), left).await.map_err(|error| {
@@ -569,7 +575,7 @@ mod tests {
             .try_lock_all(["a", "b"])
             .await
             .expect("no error")
-            .is_some());
+            .is_ok());
     }
 
     /// A server that cannot be reached is an error for a try, not a held key; a wait
@@ -588,7 +594,7 @@ mod tests {
         assert_eq!(waited.kind(), ErrorKind::Timeout, "{waited}");
         backend.start();
         let set = client.try_lock_all(["a", "b"]).await.expect("no error");
-        assert!(set.is_some(), "nothing was left held");
+        assert!(set.is_ok(), "nothing was left held");
     }
 
     /// `extend` moves every key's lease on the server to the new TTL and the set's

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::claim::Claims;
-use super::{LockClient, LockGuard};
+use super::{Busy, LockClient, LockGuard};
 use crate::error::Result;
 use crate::key::LockKey;
 use crate::permits::{Claim, PermitHolder};
@@ -36,11 +36,11 @@ use crate::permits::{Claim, PermitHolder};
 /// let wait = Duration::from_secs(1);
 /// let r1 = config.read(wait).await?;
 /// let r2 = config.read(wait).await?; // readers share
-/// assert!(config.try_write().await?.is_none());
+/// assert!(config.try_write().await?.is_err());
 /// r1.release().await?;
 /// r2.release().await?;
 /// let w = config.write(wait).await?;
-/// assert!(config.try_read().await?.is_none());
+/// assert!(config.try_read().await?.is_err());
 /// w.release().await
 /// # }
 /// ```
@@ -74,8 +74,8 @@ impl RwLock {
         self.claims.acquire(Self::reader(), wait).await
     }
 
-    /// Tries once to read: `None` while a writer holds the lock or waits for it.
-    pub async fn try_read(&self) -> Result<Option<LockGuard>> {
+    /// Tries once to read: [`Busy`] while a writer holds the lock or waits for it.
+    pub async fn try_read(&self) -> Result<std::result::Result<LockGuard, Busy>> {
         self.claims.try_acquire(Self::reader()).await
     }
 
@@ -84,8 +84,8 @@ impl RwLock {
         self.claims.acquire(Self::writer(), wait).await
     }
 
-    /// Tries once to write: `None` while anyone holds the lock.
-    pub async fn try_write(&self) -> Result<Option<LockGuard>> {
+    /// Tries once to write: [`Busy`] while anyone holds the lock.
+    pub async fn try_write(&self) -> Result<std::result::Result<LockGuard, Busy>> {
         self.claims.try_acquire(Self::writer()).await
     }
 

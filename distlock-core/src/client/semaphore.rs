@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::claim::Claims;
-use super::{LockClient, LockGuard};
+use super::{Busy, LockClient, LockGuard};
 use crate::error::Result;
 use crate::key::LockKey;
 use crate::permits::{Claim, PermitHolder};
@@ -32,10 +32,10 @@ use crate::permits::{Claim, PermitHolder};
 /// let uploads = locks.semaphore("uploads", 2)?;
 /// let a = uploads.acquire(Duration::from_secs(1)).await?;
 /// let b = uploads.acquire(Duration::from_secs(1)).await?;
-/// assert!(uploads.try_acquire().await?.is_none()); // both permits are held
+/// assert!(uploads.try_acquire().await?.is_err()); // both permits are held
 /// assert!(b.fence() > a.fence());
 /// a.release().await?;
-/// assert!(uploads.try_acquire().await?.is_some());
+/// assert!(uploads.try_acquire().await?.is_ok());
 /// # Ok(())
 /// # }
 /// ```
@@ -90,13 +90,16 @@ impl Semaphore {
             .await
     }
 
-    /// Tries once for one permit: a guard, or `None` when they are all held.
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+    /// Tries once for one permit: a guard, or [`Busy`] when they are all held.
+    pub async fn try_acquire(&self) -> Result<std::result::Result<LockGuard, Busy>> {
         self.try_acquire_many(1).await
     }
 
     /// Tries once for `count` permits.
-    pub async fn try_acquire_many(&self, count: u32) -> Result<Option<LockGuard>> {
+    pub async fn try_acquire_many(
+        &self,
+        count: u32,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         self.claims
             .try_acquire(Claim::new(count, self.limit)?)
             .await
