@@ -231,6 +231,11 @@
 //! See [`RedisConfig`] for the URL's form: `redis://` and `rediss://` (TLS, with the
 //! `tls` feature), ACL user and password, database number, key prefix, `WAIT`, and
 //! timeouts. Credentials are redacted in `Debug` output and errors.
+//!
+//! TLS uses rustls's process-wide crypto provider, which the redis driver reads: the
+//! first `rediss://` connection installs ring there when the application has installed
+//! no provider, after which installing another fails. An application with a provider
+//! of its own installs it before connecting.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]
