@@ -151,6 +151,19 @@ pub(crate) struct RunArgs {
     /// a grace that leaves no room in the TTL for renewal is refused.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
+    /// Keep the lock at least this long from its grant, even when the command ends
+    /// sooner (ShedLock's lockAtLeastFor): with --no-wait on every host, a host whose
+    /// clock or cron runs a little behind finds the lock still held for this slot, and
+    /// skips. Make it longer than the hosts' skew and shorter than the schedule's
+    /// interval less that skew. Needs no more than --ttl on etcd, which renews only to
+    /// the TTL.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) at_least: Option<Duration>,
+    /// Hold the lock at most this long: then the command is stopped as on a loss
+    /// (SIGTERM, then SIGKILL after --grace) and distlock exits with 75. The lease is
+    /// given back once the command must have stopped.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) max_runtime: Option<Duration>,
     /// Keep the command in distlock's own process group, so that it can read from the
     /// terminal; a stop then reaches the command alone, not what it started.
     #[arg(long)]

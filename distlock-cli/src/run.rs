@@ -5,7 +5,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DynLockBackend, ErrorKind, LockClient, LockGuard, LockOptions};
+use distlock::{DynLockBackend, ErrorKind, LockClient, LockGuard, LockOptions, LossReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -51,6 +51,14 @@ pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
     let (options, grace) = match options_for(args.ttl, args.grace) {
         Ok(fitted) => fitted,
         Err(e) => return failed(&e),
+    };
+    let options = match args.at_least {
+        Some(at_least) => options.with_hold_at_least(at_least),
+        None => options,
+    };
+    let options = match args.max_runtime {
+        Some(at_most) => options.with_hold_at_most(at_most),
+        None => options,
     };
     let client = match LockClient::with_options(backend, options) {
         Ok(client) => client,
@@ -154,10 +162,17 @@ async fn supervise(mut child: Child, guard: LockGuard, args: &RunArgs, grace: Du
             status = child.wait() => return finish(status, guard, args).await,
             // `None` (released without a loss) cannot come while `guard` is here.
             Some(reason) = &mut lost => {
-                say(format_args!(
-                    "the lock {} was lost ({reason}); stopping the command",
-                    args.key
-                ));
+                if reason == LossReason::HoldLimit {
+                    say(format_args!(
+                        "the command ran past --max-runtime while holding {}; stopping it",
+                        args.key
+                    ));
+                } else {
+                    say(format_args!(
+                        "the lock {} was lost ({reason}); stopping the command",
+                        args.key
+                    ));
+                }
                 stop(&mut child, target, grace).await;
                 drop(guard);
                 return exit::LOST;

@@ -125,6 +125,7 @@ async fn end_to_end(server: &'static dyn Server) {
     the_cron_example_runs_once_at_a_time(&url).await;
     a_busy_lock_exits_like_flock_and_signals_reach_the_command(&url, &dir).await;
     force_release_stops_the_holders_command(&url, &dir).await;
+    max_runtime_stops_the_command(&url, &dir).await;
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
     health_answers_and_fails_while_the_server_is_down(server.backend_name(), &url, &handle).await;
     refused_credentials_and_migrations(server, &url, &handle).await;
@@ -133,7 +134,8 @@ async fn end_to_end(server: &'static dyn Server) {
 
 /// `examples/cron/reports.cron`'s command line, as cron would run it on two hosts at
 /// once (its job, `examples/cron/build-reports`, in place of the installed path): one
-/// builds the report under a fence, the other skips with 1.
+/// builds the report under a fence, the other skips with 1; and a third host whose
+/// cron starts after the build has finished skips too (`--at-least`).
 async fn the_cron_example_runs_once_at_a_time(url: &str) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cron");
     let crontab = std::fs::read_to_string(examples.join("reports.cron")).expect("crontab");
@@ -155,6 +157,7 @@ async fn the_cron_example_runs_once_at_a_time(url: &str) {
     let hosts: Vec<Child> = (0..2)
         .map(|_| distlock(url, &args).spawn().expect("spawn"))
         .collect();
+    let started = Instant::now();
     let mut outcomes = Vec::new();
     for host in hosts {
         let output = ends(host, Duration::from_secs(60)).await;
@@ -175,6 +178,62 @@ async fn the_cron_example_runs_once_at_a_time(url: &str) {
             .contains("building reports/hourly under fence ")
             && outcomes[0].1.contains("report written"),
         "{outcomes:?}"
+    );
+    // A late host, the build done: the slot is still taken.
+    let late = ends(
+        distlock(url, &args).spawn().expect("spawn"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "the test ran too slow to tell"
+    );
+    assert_eq!(
+        code(&late),
+        1,
+        "a late host built the report again: {}",
+        stderr(&late)
+    );
+}
+
+/// `--max-runtime` stops a command that runs past it, as a loss does (75), and the
+/// lock is free again soon after.
+async fn max_runtime_stops_the_command(url: &str, dir: &Path) {
+    let script = r#"trap 'echo stopped > "$0/overran"; exit 0' TERM; touch "$0/running"; while :; do sleep 0.1; done"#;
+    let options = ["--ttl", "3s", "--grace", "500ms", "--max-runtime", "2s"];
+    let started = Instant::now();
+    let holder = holding(url, dir, &options, "cli/overrun", script, "running").await;
+    let output = ends(holder, Duration::from_secs(20)).await;
+    let ran = started.elapsed();
+    assert_eq!(code(&output), 75, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--max-runtime"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(
+        dir.join("overran").exists(),
+        "the command was not sent SIGTERM"
+    );
+    assert!(
+        ran >= Duration::from_secs(2),
+        "stopped before its limit: {ran:?}"
+    );
+    assert!(ran < Duration::from_secs(8), "stopped late: {ran:?}");
+    // Free again once the holder must have stopped (a loss margin after the limit).
+    let mut free = false;
+    for _ in 0..50 {
+        let shown = json(&finish(url, &["inspect", "--json", "cli/overrun"]).await);
+        if shown["held"] == false {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        free,
+        "the lock was still held 5 s after the command was stopped"
     );
 }
 

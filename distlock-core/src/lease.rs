@@ -304,6 +304,9 @@ pub enum LossReason {
     RenewalFailed,
     /// Auto-renewal was off, and the validity (less the loss margin) ran out.
     Expired,
+    /// The hold reached its limit ([`LockOptions::with_hold_at_most`](crate::LockOptions::with_hold_at_most)):
+    /// renewal stopped, and the lease was given back, while the work may still run.
+    HoldLimit,
 }
 
 impl fmt::Display for LossReason {
@@ -312,6 +315,7 @@ impl fmt::Display for LossReason {
             LossReason::NotHeld => "the server no longer holds the lease for this owner",
             LossReason::RenewalFailed => "renewal failed until the validity ran out",
             LossReason::Expired => "the lease expired without renewal",
+            LossReason::HoldLimit => "the hold reached its limit",
         })
     }
 }

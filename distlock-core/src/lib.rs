@@ -51,7 +51,7 @@
 //! | `distlock_held` | gauge | | leases held now by this process |
 //! | `distlock_hold_seconds` | histogram | | how long each lease was held, from its grant to its release or loss |
 //! | `distlock_renewals_total` | counter | `result`: `renewed`, `not_held`, `failed` | renewals, automatic and by [`LockGuard::extend`] |
-//! | `distlock_losses_total` | counter | `reason`: `not_held`, `renewal_failed`, `expired` | leases lost while held ([`LossReason`]) |
+//! | `distlock_losses_total` | counter | `reason`: `not_held`, `renewal_failed`, `expired`, `hold_limit` | leases lost while held ([`LossReason`]) |
 //! | `distlock_backend_requests_total` | counter | `step`: `grant`, `grant_all`, `renew`, `release`, `inspect`, `watch`, `leave_queue`, `ping`, `force_release`, `scan`; `result`: `ok`, `unavailable`, `timeout`, `error`, `cancelled` | requests the client sent to its backend: each step of [`LockBackend`] (a key found held is an `ok` answer), the opening of a watch, and a request given up before it answered (`cancelled`: a wait's deadline, a dropped call). A call the circuit breaker refuses is not sent, and not counted |
 //! | `distlock_backend_request_seconds` | histogram | `step`, `result` | how long each of those requests took |
 //! | `distlock_breaker_transitions_total` | counter | `state`: `open`, `half-open`, `closed` | changes of a client's circuit breaker ([`LockOptions::with_circuit_breaker`]), by the state entered; each is also a warning in the log |

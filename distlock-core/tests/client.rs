@@ -1473,3 +1473,179 @@ async fn a_try_says_why_it_did_not_take_the_key() {
     );
     b.release().await.expect("released");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_release_before_the_least_hold_keeps_the_key_until_then() {
+    let least = Duration::from_secs(10);
+    let (memory, ours) = setup(LockOptions::new(TTL).with_hold_at_least(least));
+    let theirs = LockClient::new(Arc::new(memory.clone()));
+    let started = Instant::now();
+    let guard = ours.try_lock("job").await.expect("answers").expect("free");
+    guard.release().await.expect("released");
+    // Released at once, yet held until the least hold has passed from the grant.
+    let busy = theirs
+        .try_lock("job")
+        .await
+        .expect("answers")
+        .expect_err("kept");
+    let remaining = busy
+        .holder_remaining()
+        .expect("the memory backend tells it");
+    assert!(
+        remaining <= least && remaining > least - Duration::from_millis(10),
+        "{remaining:?}"
+    );
+    sleep(least - Duration::from_millis(20)).await;
+    assert!(theirs.try_lock("job").await.expect("answers").is_err());
+    sleep(Duration::from_millis(40)).await;
+    let next = theirs
+        .try_lock("job")
+        .await
+        .expect("answers")
+        .expect("free once it passed");
+    assert!(started.elapsed() >= least);
+    next.release().await.expect("released");
+
+    // A hold longer than the least is released as usual.
+    let guard = ours.try_lock("job").await.expect("answers").expect("free");
+    sleep(least + Duration::from_secs(1)).await;
+    guard.release().await.expect("released");
+    assert_eq!(holder_fence(&memory, "job").await, None);
+
+    // A dropped guard keeps it too.
+    let guard = ours.try_lock("job").await.expect("answers").expect("free");
+    drop(guard);
+    ours.flush().await;
+    assert!(theirs.try_lock("job").await.expect("answers").is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_at_its_limit_is_lost_and_given_back_while_the_work_runs_on() {
+    let most = Duration::from_secs(5);
+    let (memory, ours) = setup(LockOptions::new(TTL).with_hold_at_most(most));
+    let theirs = LockClient::new(Arc::new(memory.clone()));
+    let started = Instant::now();
+    let guard = ours.lock("job", TTL).await.expect("free");
+    let lost = tokio::spawn(guard.lost());
+    // Renewed as usual (the TTL is 3 s) up to the limit, never past it.
+    sleep(most - Duration::from_millis(60)).await;
+    assert!(guard.is_held());
+    let remaining = memory
+        .inspect(&LockKey::new("job").expect("key"))
+        .await
+        .expect("inspect")
+        .expect("held")
+        .remaining;
+    // Renewed up to a loss margin (a tenth of the TTL) past the limit, no further.
+    let margin = TTL / 10;
+    let bound = (started + most + margin) - Instant::now();
+    assert!(remaining <= bound, "renewed past the limit: {remaining:?}");
+    // At the limit: lost, with its own reason, and the key free for another.
+    let reason = lost.await.expect("joined");
+    assert_eq!(reason, Some(LossReason::HoldLimit));
+    let at = started.elapsed();
+    assert!(
+        at <= most && at >= most - Duration::from_millis(50),
+        "lost at {at:?}"
+    );
+    assert_eq!(guard.loss(), Some(LossReason::HoldLimit));
+    // Still held a loss margin, for the holder to stop; then given back.
+    assert!(theirs.try_lock("job").await.expect("answers").is_err());
+    sleep(margin).await;
+    ours.flush().await;
+    let next = theirs
+        .try_lock("job")
+        .await
+        .expect("answers")
+        .expect("given back");
+    next.release().await.expect("released");
+    // The guard's own release then says it had been lost.
+    let error = guard.release().await.expect_err("lost before release");
+    assert_eq!(error.kind(), ErrorKind::NotHeld);
+
+    // Work under with_lock is cancelled at the limit.
+    let cut = ours
+        .with_lock("job", TTL, |_| sleep(Duration::from_secs(60)))
+        .await
+        .expect_err("cut at the limit");
+    assert_eq!(cut.kind(), ErrorKind::LockLost);
+    assert!(cut.to_string().contains("limit"), "{cut}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_once_runs_a_slot_on_one_host_however_late_the_others_fire() {
+    let backend: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
+    let hosts = [
+        LockClient::new(backend.clone()),
+        LockClient::new(backend.clone()),
+    ];
+    let (interval, skew, least) = (
+        Duration::from_secs(60),
+        Duration::from_secs(7),
+        Duration::from_secs(30),
+    );
+    let start = Instant::now();
+    let mut runs = Vec::new();
+    for slot in 0..5u32 {
+        for (host, client) in hosts.iter().enumerate() {
+            // Host 1's schedule runs `skew` behind host 0's.
+            let fires = start + interval * slot + skew * u32::try_from(host).expect("small");
+            tokio::time::sleep_until(fires).await;
+            let ran = client
+                .run_once("reports/hourly", least, |_| async move { (slot, host) })
+                .await
+                .expect("answers");
+            if let Ok(done) = ran {
+                assert_eq!(done.lease(), LeaseEnd::Released);
+                runs.push(done.into_output());
+            }
+        }
+    }
+    assert_eq!(runs, (0..5).map(|slot| (slot, 0)).collect::<Vec<_>>());
+
+    // Without the least hold, the late host runs each slot again.
+    let mut twice = 0;
+    for slot in 5..7u32 {
+        for (host, client) in hosts.iter().enumerate() {
+            let fires = start + interval * slot + skew * u32::try_from(host).expect("small");
+            tokio::time::sleep_until(fires).await;
+            let done = client.try_with_lock::<_, _, _, distlock_core::Error>(
+                "reports/hourly",
+                Duration::ZERO,
+                |_| async { Ok(()) },
+            );
+            twice += usize::from(done.await.is_ok());
+        }
+    }
+    assert_eq!(twice, 4, "each slot ran on both hosts");
+}
+
+#[tokio::test]
+async fn bounds_on_a_hold_that_cannot_fit_are_configuration_errors() {
+    let memory: Arc<DynLockBackend> = Arc::new(MemoryBackend::new());
+    let refused = |options: LockOptions| {
+        LockClient::with_options(memory.clone(), options)
+            .map(drop)
+            .map_err(|e| e.kind())
+    };
+    assert_eq!(
+        refused(LockOptions::new(TTL).with_hold_at_most(Duration::ZERO)),
+        Err(ErrorKind::Configuration)
+    );
+    assert_eq!(
+        refused(
+            LockOptions::new(TTL)
+                .with_hold_at_least(Duration::from_secs(10))
+                .with_hold_at_most(Duration::from_secs(5))
+        ),
+        Err(ErrorKind::Configuration)
+    );
+    assert_eq!(
+        refused(
+            LockOptions::new(TTL)
+                .with_hold_at_least(Duration::from_secs(5))
+                .with_hold_at_most(Duration::from_secs(10))
+        ),
+        Ok(())
+    );
+}

@@ -28,6 +28,12 @@ struct Status {
     valid_until: Instant,
     /// How the lease's hold ended, once it has.
     ended: Option<End>,
+    /// Until when a release keeps the lease instead of deleting it (a hold at least:
+    /// [`LockOptions::with_hold_at_least`]).
+    keep_until: Option<Instant>,
+    /// Whether the last renewal was cut short by the hold's limit: the validity then
+    /// runs out because of the limit, and its loss is the limit's.
+    limited: bool,
 }
 
 pub(crate) struct Shared {
@@ -58,6 +64,8 @@ pub(crate) struct Shared {
     turn: std::sync::Mutex<Option<LocalTurn>>,
     /// When the lease was granted: the start of its hold time.
     granted: Instant,
+    /// When the hold reaches its limit ([`LockOptions::with_hold_at_most`]).
+    limit: Option<Instant>,
     /// One extend in flight at a time (the supervisor's renewal, a user's
     /// [`LockGuard::extend`]): with two in flight, the server keeps the expiry of the
     /// one it applied last, which a client reading replies in the order they come
@@ -89,6 +97,9 @@ impl Shared {
     /// The release step for this hold: a fair lock's lease through the backend's
     /// fair release ([`FairBackend::release_in_turn`](crate::backend::FairBackend::release_in_turn)).
     async fn release_lease(&self) -> Result<ReleaseOutcome> {
+        if let Some(left) = self.kept_for() {
+            return self.keep_for(left).await;
+        }
         let (key, owner) = (self.key(), self.lease.owner());
         match self.backend.fair().filter(|_| self.options.fair()) {
             Some(fair) => fair.release_in_turn(key, owner).await,
@@ -98,6 +109,77 @@ impl Shared {
 
     fn fence(&self) -> FencingToken {
         self.lease.fence()
+    }
+
+    /// How much longer a release must keep the lease (a hold at least), if at all.
+    fn kept_for(&self) -> Option<Duration> {
+        let until = self.status().keep_until?;
+        let left = until.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// The release of a lease to be kept `left` longer: the lease shortened to end
+    /// then, in one extend, rather than deleted. A backend that renews only to the
+    /// granted TTL renews once instead, and only when the lease would end sooner.
+    async fn keep_for(&self, left: Duration) -> Result<ReleaseOutcome> {
+        let capabilities = self.backend.capabilities();
+        let ttl = if capabilities.extend_any_ttl {
+            capabilities.fit_ttl(left)?
+        } else {
+            let valid = self.status().valid_until;
+            if valid.saturating_duration_since(Instant::now()) >= left {
+                return Ok(ReleaseOutcome::Released);
+            }
+            self.lease.ttl()
+        };
+        let _one_at_a_time = self.extending.lock().await;
+        debug!(key = %self.key(), ?ttl, "released before its least hold: kept until then");
+        Ok(match self.backend.extend(&self.lease, ttl).await? {
+            ExtendOutcome::Extended(_) => ReleaseOutcome::Released,
+            ExtendOutcome::NotHeld => ReleaseOutcome::NotHeld,
+        })
+    }
+
+    /// The TTL a renewal asks for, and whether the hold's limit cut it short: the
+    /// options' TTL, or, where the limit comes sooner, one that ends the lease a loss
+    /// margin after the limit (fitted to the backend, so never below its minimum), so
+    /// that the loss is signalled at the limit and the server's lease ends soon after
+    /// even if the holder is gone. A backend that renews only to the granted TTL gets
+    /// that TTL.
+    fn renewal_ttl(&self) -> (Duration, bool) {
+        let ttl = self.options.ttl();
+        let Some(limit) = self.limit else {
+            return (ttl, false);
+        };
+        let end = limit + self.options.loss_margin();
+        let left = end.saturating_duration_since(Instant::now());
+        if left >= ttl || !self.backend.capabilities().extend_any_ttl {
+            return (ttl, false);
+        }
+        match self.backend.capabilities().fit_ttl(left) {
+            Ok(fitted) if fitted < ttl => (fitted, true),
+            _ => (ttl, false),
+        }
+    }
+
+    /// Records that the validity now runs out because of the hold's limit.
+    fn mark_limited(&self) {
+        self.update(|s| {
+            s.limited = true;
+            false
+        });
+    }
+
+    /// Keeps the lease at least until `until` when released (see
+    /// [`LockOptions::with_hold_at_least`]); a later instant already set stays.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        self.update(|s| {
+            if s.keep_until.is_some_and(|kept| kept >= until) {
+                return false;
+            }
+            s.keep_until = Some(until);
+            false
+        });
     }
 
     /// Stops the supervisor: never started if still waiting, aborted if running.
@@ -180,10 +262,14 @@ impl Shared {
         if status.ended.is_some() {
             return status.ended;
         }
-        if Instant::now() < self.loss_at(status) {
+        let now = Instant::now();
+        if self.limit.is_some_and(|limit| now >= limit) {
+            self.mark_lost(LossReason::HoldLimit);
+        } else if now < self.loss_at(status) {
             return None;
+        } else {
+            self.mark_lost(self.run_out_of(status));
         }
-        self.mark_lost(self.run_out());
         self.status().ended
     }
 
@@ -200,7 +286,16 @@ impl Shared {
             .unwrap_or(status.valid_until)
     }
 
-    /// The reason of a loss found on the clock.
+    /// The reason of a loss found on the clock, given the status it was found in.
+    fn run_out_of(&self, status: Status) -> LossReason {
+        if status.limited {
+            LossReason::HoldLimit
+        } else {
+            self.run_out()
+        }
+    }
+
+    /// The reason of a validity that ran out, the hold's limit aside.
     fn run_out(&self) -> LossReason {
         if self.options.auto_renew() {
             LossReason::RenewalFailed
@@ -221,11 +316,14 @@ impl Shared {
                 earlier = ended.loss();
                 return false;
             }
-            let end = if now < self.loss_at(*s) {
+            let end = if self.limit.is_some_and(|limit| now >= limit) {
+                earlier = Some(LossReason::HoldLimit);
+                End::Lost(LossReason::HoldLimit)
+            } else if now < self.loss_at(*s) {
                 End::Released
             } else {
-                earlier = Some(self.run_out());
-                End::Lost(self.run_out())
+                earlier = Some(self.run_out_of(*s));
+                End::Lost(self.run_out_of(*s))
             };
             s.ended = Some(end);
             recorded = Some(end);
@@ -363,7 +461,10 @@ impl LockGuard {
         let loss_at = valid_until
             .checked_sub(options.loss_margin())
             .unwrap_or(valid_until);
+        let limit = options.hold_at_most().map(|most| granted + most);
         let due = (granted + supervise_after(&options)).min(loss_at);
+        let due = limit.map_or(due, |limit| due.min(limit));
+        let keep_until = options.hold_at_least().map(|least| granted + least);
         let shared = Arc::new(Shared {
             backend,
             options,
@@ -374,12 +475,15 @@ impl LockGuard {
             status: std::sync::Mutex::new(Status {
                 valid_until,
                 ended: None,
+                keep_until,
+                limited: false,
             }),
             changed: Notify::new(),
             watched: AtomicBool::new(false),
             turn: std::sync::Mutex::new(turn),
             lease,
             granted,
+            limit,
             extending: tokio::sync::Mutex::const_new(()),
         });
         telemetry::granted(
@@ -413,6 +517,12 @@ impl LockGuard {
                 ),
             )
         })
+    }
+
+    /// Keeps the lease at least `at_least` from its grant when it is released, as
+    /// [`LockOptions::with_hold_at_least`] does for every lease.
+    pub(crate) fn keep_at_least(&self, at_least: Duration) {
+        self.hold.keep_until(self.hold.granted + at_least);
     }
 
     /// How many holds of this lease are live, this one included.
@@ -674,7 +784,13 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         // The holder must stop a margin before the validity runs out: the server's
         // clock may run a little faster than ours, and stopping work takes time.
         // Past that point the check records the loss.
-        if shared.current_loss().is_some() {
+        if let Some(reason) = shared.current_loss() {
+            if let (LossReason::HoldLimit, Some(limit)) = (reason, shared.limit) {
+                // The holder was told at the limit; a loss margin later, when it must
+                // have stopped, the lease goes back, though its guard lives on.
+                sleep_until(limit + margin).await;
+                release_in_background(shared.clone());
+            }
             return;
         }
         let status = shared.status();
@@ -693,6 +809,7 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         } else {
             loss_at
         };
+        let wake = shared.limit.map_or(wake, |limit| wake.min(limit));
         tokio::select! {
             () = sleep_until(wake) => {}
             () = status_changed => continue,
@@ -705,11 +822,17 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
                 debug!("key changed; checking the lease now");
             }
         }
-        if !options.auto_renew() {
+        if !options.auto_renew() || shared.current_loss().is_some() {
             continue;
         }
-        match timeout_at(loss_at, shared.extend(options.ttl())).await {
-            Ok(Ok(())) => next_renewal = Instant::now() + interval,
+        let (ttl, limited) = shared.renewal_ttl();
+        match timeout_at(loss_at, shared.extend(ttl)).await {
+            Ok(Ok(())) => {
+                if limited {
+                    shared.mark_limited();
+                }
+                next_renewal = Instant::now() + interval;
+            }
             // The loss is recorded, and reported, by the extend.
             Ok(Err(error)) if error.kind() == ErrorKind::NotHeld => return,
             Ok(Err(error)) => {

@@ -54,6 +54,52 @@ pub use self::semaphore::Semaphore;
 use self::telemetry::Outcome;
 pub use crate::lease::LossReason;
 
+/// Runs `work` under `guard` and releases it: as [`LockClient::with_lock`] says.
+async fn run_under<F, Fut, T>(guard: LockGuard, work: F) -> Result<Locked<T>>
+where
+    F: FnOnce(FencingToken) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let lost = guard.lost();
+    let fence = guard.fence();
+    let output = tokio::select! {
+        biased;
+        // `None` (a hold ended without a loss) cannot come while the guard is here.
+        Some(reason) = lost => {
+            let key = guard.key().clone();
+            drop(guard);
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!("the lock {key:?} was lost while work ran under it: {reason}"),
+            ));
+        }
+        output = work(fence) => output,
+    };
+    Ok(Locked::new(output, guard.release_after_work().await))
+}
+
+/// A hold of at least `at_least` is possible on `backend` with leases of `ttl`: a
+/// backend that renews only to the granted TTL cannot hold a lease longer than that
+/// after one renewal.
+fn check_hold_at_least(
+    backend: &DynLockBackend,
+    at_least: Option<Duration>,
+    ttl: Duration,
+) -> Result<()> {
+    match at_least {
+        Some(at_least) if !backend.capabilities().extend_any_ttl && at_least > ttl => {
+            Err(Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "the {} backend renews a lease only to its ttl ({ttl:?}): it cannot hold one at least {at_least:?}",
+                    backend.name()
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
 /// wait of a century, never an overflow.
 fn deadline_after(wait: Duration) -> Instant {
@@ -318,6 +364,7 @@ impl LockClient {
                 format!("the {} backend has no fair mode", backend.name()),
             ));
         }
+        check_hold_at_least(&backend, options.hold_at_least(), options.ttl())?;
         telemetry::describe();
         Ok(LockClient {
             raw: backend.clone(),
@@ -653,21 +700,62 @@ impl LockClient {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(key, wait).await?;
-        let lost = guard.lost();
-        let fence = guard.fence();
-        let output = tokio::select! {
-            biased;
-            // `None` (a hold ended without a loss) cannot come while the guard is here.
-            Some(reason) = lost => {
-                drop(guard);
-                return Err(Error::new(
-                    ErrorKind::LockLost,
-                    format!("the lock {key:?} was lost while work ran under it: {reason}"),
-                ));
-            }
-            output = work(fence) => output,
+        run_under(guard, work).await
+    }
+
+    /// Runs `work` once per schedule slot across every host that shares the backend,
+    /// as ShedLock's `lockAtLeastFor` does: `work` runs under the lock `name` unless
+    /// another holder has it, and the lease is then kept at least `at_least` from its
+    /// grant however soon `work` ends ([`LockOptions::with_hold_at_least`]). A host
+    /// whose scheduler fires the same slot a little later (its clock behind, its
+    /// cron slow to start) finds the lock still held and skips: `Ok(Err(`[`Busy`]`))`.
+    /// Otherwise it is [`with_lock`](Self::with_lock) without a wait: the output with
+    /// what became of the lease, or [`ErrorKind::LockLost`] if the lock was lost while
+    /// `work` ran.
+    ///
+    /// Choose `at_least` longer than the largest skew between the hosts' schedules and
+    /// shorter than the slot's interval less that skew: the next slot's first runner
+    /// must find the lease gone. A run longer than the interval holds the lock into the
+    /// next slot, whose runners then skip it. A slot whose runner crashed is not run
+    /// again: the other hosts skipped it, and the lease runs out at the later of its
+    /// TTL and `at_least`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let backend = Arc::new(MemoryBackend::new());
+    /// let (host_a, host_b) = (LockClient::new(backend.clone()), LockClient::new(backend));
+    /// // A job every hour; the hosts' schedules differ by seconds.
+    /// let at_least = Duration::from_secs(30 * 60);
+    /// let ran = host_a.run_once("reports/hourly", at_least, |_fence| async { "built" }).await?;
+    /// assert!(ran.is_ok());
+    /// // The job took no time, but the slot stays taken: host B skips it.
+    /// let skipped = host_b.run_once("reports/hourly", at_least, |_fence| async { "built" }).await?;
+    /// assert!(skipped.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_once<F, Fut, T>(
+        &self,
+        name: &str,
+        at_least: Duration,
+        work: F,
+    ) -> Result<std::result::Result<Locked<T>, Busy>>
+    where
+        F: FnOnce(FencingToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        check_hold_at_least(&self.backend, Some(at_least), self.options.ttl())?;
+        let guard = match self.try_lock(name).await? {
+            Ok(guard) => guard,
+            Err(busy) => return Ok(Err(busy)),
         };
-        Ok(Locked::new(output, guard.release_after_work().await))
+        guard.keep_at_least(at_least);
+        run_under(guard, work).await.map(Ok)
     }
 
     /// [`with_lock`](Self::with_lock) for work that returns a `Result`: the work's

@@ -46,6 +46,8 @@ pub struct LockOptions {
     queue_place: Duration,
     key_labels: bool,
     circuit_breaker: Option<BreakerOptions>,
+    hold_at_least: Option<Duration>,
+    hold_at_most: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -62,6 +64,8 @@ impl Default for LockOptions {
             queue_place: Duration::from_secs(3),
             key_labels: false,
             circuit_breaker: None,
+            hold_at_least: None,
+            hold_at_most: None,
         }
     }
 }
@@ -157,6 +161,51 @@ impl LockOptions {
     pub fn with_key_labels(mut self, on: bool) -> Self {
         self.key_labels = on;
         self
+    }
+
+    /// Holds every lease at least `at_least` from its grant (off by default), as
+    /// ShedLock's `lockAtLeastFor`: a release (or a dropped guard) before then does not
+    /// free the key but shortens the lease, in one step, to end `at_least` after the
+    /// grant, and stops renewal. A job run once per schedule slot on several hosts uses
+    /// it so that a host whose clock or scheduler is a little behind finds the key still
+    /// held for that slot, however quickly the first run finished (see
+    /// [`LockClient::run_once`](crate::LockClient::run_once)). The time is counted from
+    /// when the grant's reply arrived, so the lease lasts at least that long on the
+    /// server, rounded up to the backend's TTL granularity. A backend that renews only
+    /// to the granted TTL ([`Capabilities::extend_any_ttl`](crate::backend::Capabilities::extend_any_ttl)
+    /// false: etcd) renews once instead, when what is left of the lease is shorter, so
+    /// there the key may stay held up to a TTL longer; it needs `at_least` no longer
+    /// than the TTL.
+    pub fn with_hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
+        self
+    }
+
+    /// Holds every lease at most `at_most` from its grant (off by default): a bound on
+    /// a hung holder. When it is reached the hold ends as a loss
+    /// ([`LossReason::HoldLimit`](crate::LossReason::HoldLimit)):
+    /// [`LockGuard::lost`](crate::LockGuard::lost) fires and work under
+    /// [`with_lock`](crate::LockClient::with_lock) is cancelled, while code that
+    /// ignores the signal may still run (which is what the fence is for). The lease is
+    /// given back a [loss margin](Self::with_loss_margin) later, when the holder must
+    /// have stopped. Renewals never extend the lease past that point, so on the server
+    /// it ends then (rounded up to the backend's TTL granularity) even if the holder
+    /// has vanished; a backend that renews only to the granted TTL (etcd) may keep it
+    /// until the TTL its last renewal gave. Counted from the grant's reply on the
+    /// client's clock.
+    pub fn with_hold_at_most(mut self, at_most: Duration) -> Self {
+        self.hold_at_most = Some(at_most);
+        self
+    }
+
+    /// The least a lease is held, when set ([`with_hold_at_least`](Self::with_hold_at_least)).
+    pub fn hold_at_least(&self) -> Option<Duration> {
+        self.hold_at_least
+    }
+
+    /// The most a lease is held, when set ([`with_hold_at_most`](Self::with_hold_at_most)).
+    pub fn hold_at_most(&self) -> Option<Duration> {
+        self.hold_at_most
     }
 
     /// Whether metrics carry the key as a label.
@@ -288,6 +337,16 @@ impl LockOptions {
                 "the minimum validity {min:?} must be above the loss margin {margin:?} and at most the ttl {ttl:?}"
             ));
         }
+        if self.hold_at_most.is_some_and(|most| most.is_zero()) {
+            return bad("the most a lease is held must be above zero".into());
+        }
+        if let (Some(least), Some(most)) = (self.hold_at_least, self.hold_at_most) {
+            if least > most {
+                return bad(format!(
+                    "the least a lease is held ({least:?}) must not be above the most ({most:?})"
+                ));
+            }
+        }
         if self.queue_place < Duration::from_millis(30) {
             return bad(format!(
                 "the queue place {:?} must be at least 30 ms, so that a waiter can call again within it",
@@ -409,6 +468,10 @@ mod serde_form {
         key_labels: Option<bool>,
         #[serde(skip_serializing_if = "Option::is_none")]
         circuit_breaker: Option<BreakerOptions>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hold_at_least: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hold_at_most: Option<Human>,
     }
 
     /// With the `serde` feature: every field is written, the ones left to follow the
@@ -427,6 +490,8 @@ mod serde_form {
                 queue_place: Some(Human(self.queue_place)),
                 key_labels: Some(self.key_labels),
                 circuit_breaker: self.circuit_breaker,
+                hold_at_least: self.hold_at_least.map(Human),
+                hold_at_most: self.hold_at_most.map(Human),
             }
             .serialize(serializer)
         }
@@ -452,6 +517,8 @@ mod serde_form {
                 queue_place: or(form.queue_place, defaults.queue_place),
                 key_labels: form.key_labels.unwrap_or(defaults.key_labels),
                 circuit_breaker: form.circuit_breaker,
+                hold_at_least: form.hold_at_least.map(|h| h.0),
+                hold_at_most: form.hold_at_most.map(|h| h.0),
             };
             options
                 .validate()
@@ -549,6 +616,24 @@ mod tests {
             let err = read(json).expect_err(json).to_string();
             assert!(err.contains(names), "{json}: {err}");
         }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn hold_bounds_read_from_a_file() {
+        let options: LockOptions =
+            serde_json::from_str(r#"{ "hold_at_least": "50s", "hold_at_most": "50m" }"#)
+                .expect("options");
+        assert_eq!(options.hold_at_least(), Some(Duration::from_secs(50)));
+        assert_eq!(options.hold_at_most(), Some(Duration::from_secs(3000)));
+        let written = serde_json::to_string(&options).expect("written");
+        assert_eq!(
+            serde_json::from_str::<LockOptions>(&written).expect("read"),
+            options
+        );
+        let crossed = r#"{ "hold_at_least": "2m", "hold_at_most": "1m" }"#;
+        let error = serde_json::from_str::<LockOptions>(crossed).expect_err("refused");
+        assert!(error.to_string().contains("must not be above"), "{error}");
     }
 
     #[test]

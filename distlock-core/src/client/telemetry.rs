@@ -104,6 +104,7 @@ fn reason_label(reason: LossReason) -> &'static str {
         LossReason::NotHeld => "not_held",
         LossReason::RenewalFailed => "renewal_failed",
         LossReason::Expired => "expired",
+        LossReason::HoldLimit => "hold_limit",
     }
 }
 

@@ -101,6 +101,34 @@ async fn kinds(backend: Arc<DynLockBackend>) -> Outcome {
     Ok(())
 }
 
+async fn jobs(backend: Arc<DynLockBackend>) -> Outcome {
+    // begin: jobs
+    use distlock::{LockClient, LockOptions, LossReason};
+
+    // Once per slot: an hourly job on every host, whose schedules differ by seconds.
+    let jobs = LockClient::new(backend.clone());
+    let at_least = Duration::from_secs(10 * 60); // > the skew, < the interval less it
+    match jobs.run_once("reports/hourly", at_least, build_reports).await? {
+        Ok(done) => println!("built: {:?}, lease {:?}", done.output(), done.lease()),
+        Err(busy) => println!("another host has this slot: {busy}"),
+    }
+
+    // Bounded holds: at most 15 minutes, then the hold ends as a loss.
+    let options = LockOptions::new(Duration::from_secs(30))
+        .with_hold_at_most(Duration::from_secs(15 * 60));
+    let bounded = LockClient::with_options(backend, options)?;
+    let guard = bounded.lock("imports/nightly", Duration::from_secs(5)).await?;
+    if guard.lost().await == Some(LossReason::HoldLimit) {
+        eprintln!("the import ran past 15 minutes: stop it");
+    }
+    // end
+    Ok(())
+}
+
+async fn build_reports(fence: distlock::FencingToken) -> usize {
+    0
+}
+
 async fn breaker() -> distlock::Result<()> {
     // begin: breaker
     use std::sync::Arc;
