@@ -45,6 +45,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "latency_is_never_counted_as_validity",
         "core counts validity from before the request; a backend's answer carries no validity",
     ),
+    (
+        "a_cut_off_leader_loop_is_replaced_and_its_work_stopped",
+        "the leader loop drops its work on the term's loss signal, which core gives; the broken permit stores have no links to cut",
+    ),
 ];
 
 /// Whether a broken backend in `source` is caught by `case`: named in a `caught!`

@@ -54,6 +54,7 @@
 //! | `distlock_losses_total` | counter | `reason`: `not_held`, `renewal_failed`, `expired`, `hold_limit` | leases lost while held ([`LossReason`]) |
 //! | `distlock_backend_requests_total` | counter | `step`: `grant`, `grant_all`, `renew`, `release`, `inspect`, `watch`, `leave_queue`, `ping`, `force_release`, `scan`; `result`: `ok`, `unavailable`, `timeout`, `error`, `cancelled` | requests the client sent to its backend: each step of [`LockBackend`] (a key found held is an `ok` answer), the opening of a watch, and a request given up before it answered (`cancelled`: a wait's deadline, a dropped call). A call the circuit breaker refuses is not sent, and not counted |
 //! | `distlock_backend_request_seconds` | histogram | `step`, `result` | how long each of those requests took |
+//! | `distlock_leader` | gauge | `election` (the election's name) | 1 while a [`LeaderLoop`] of this process leads, 0 otherwise |
 //! | `distlock_breaker_transitions_total` | counter | `state`: `open`, `half-open`, `closed` | changes of a client's circuit breaker ([`LockOptions::with_circuit_breaker`]), by the state entered; each is also a warning in the log |
 //!
 //! Traces come through `tracing`, whatever the feature. Each call to take a lock is an
@@ -87,9 +88,9 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
-    BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, Leadership,
-    LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason, MultiGuard, Observation,
-    Observations, RwLock, Semaphore,
+    BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, LeaderHealth,
+    LeaderLoop, Leadership, LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason,
+    MultiGuard, Observation, Observations, RwLock, Semaphore,
 };
 pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};

@@ -185,3 +185,95 @@ async fn the_kinds_circuit_breaker_opens_across_their_calls() {
     let open = election.try_campaign("a").await.expect_err("open");
     assert_eq!(open.kind(), ErrorKind::CircuitOpen, "{open}");
 }
+
+/// The leader loop on the memory backend: the first candidate leads and the second
+/// hears of it; a term whose work returns is resigned, and the other candidate takes
+/// the next; shutting down resigns at once; health tells who leads.
+#[tokio::test(start_paused = true)]
+async fn a_leader_loop_leads_hands_over_and_resigns_on_shutdown() {
+    use std::sync::Mutex;
+
+    let backend = Arc::new(MemoryBackend::new());
+    let candidate = |value: &str| {
+        LockClient::new(backend.clone())
+            .election("loop")
+            .and_then(|e| e.leader_loop(value))
+            .expect("a leader loop")
+    };
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let (a, b) = (
+        candidate("a").with_retry(Duration::from_secs(5)),
+        candidate("b").on_new_leader({
+            let heard = heard.clone();
+            move |leader| heard.lock().expect("heard").push(leader.value.clone())
+        }),
+    );
+    let (a_health, b_health) = (a.health(), b.health());
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let (stop_a, a_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_b, b_stopped) = tokio::sync::oneshot::channel::<()>();
+    // A's work ends after a second: its term ends with it.
+    let a_run = tokio::spawn(a.run(
+        {
+            let terms = terms.clone();
+            move |term| {
+                let terms = terms.clone();
+                async move {
+                    terms.lock().expect("terms").push(("a", term.fence()));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        },
+        async move {
+            let _ = a_stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(a_health.is_leading());
+    a_health.check().expect("a sound term");
+    // B's work leads until its term is lost or the loop shuts down.
+    let b_run = tokio::spawn(b.run(
+        {
+            let terms = terms.clone();
+            move |term| {
+                let terms = terms.clone();
+                async move {
+                    terms.lock().expect("terms").push(("b", term.fence()));
+                    term.lost().await;
+                }
+            }
+        },
+        async move {
+            let _ = b_stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!b_health.is_leading(), "two leaders");
+    // A's work returns at 1 s: it resigns, and B is elected at once.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!a_health.is_leading());
+    assert!(b_health.is_leading());
+    stop_b.send(()).expect("b runs");
+    b_run.await.expect("joined").expect("b shut down");
+    assert!(!b_health.is_leading());
+    // B resigned on its way out: A leads again once its retry delay (5 s from its
+    // resignation) has passed.
+    let mut waited = Duration::ZERO;
+    while !a_health.is_leading() {
+        assert!(waited < Duration::from_secs(5), "A did not lead again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    stop_a.send(()).expect("a runs");
+    a_run.await.expect("joined").expect("a shut down");
+
+    let terms = terms.lock().expect("terms").clone();
+    let who: Vec<&str> = terms.iter().map(|(who, _)| *who).collect();
+    assert_eq!(who, ["a", "b", "a"]);
+    assert!(
+        terms.windows(2).all(|w| w[0].1 < w[1].1),
+        "fences rise: {terms:?}"
+    );
+    // B heard every leader while it ran: A's term, then its own.
+    assert_eq!(heard.lock().expect("heard").as_slice(), ["a", "b"]);
+}

@@ -1,15 +1,14 @@
-//! A background worker that works only while it is the elected leader, and steps
-//! down cleanly when it loses the lease.
+//! A background worker that works only while it is the elected leader, on
+//! `Election::leader_loop`: the loop campaigns, runs the leader's work for each term
+//! it wins (dropping it when the term is lost), and resigns when the replica shuts
+//! down, so that another is elected at once.
 //!
-//! Three replicas of the worker (as three processes would run it) campaign for one
-//! lock; the holder is the leader, and works in batches, each begun only while the
-//! lease is still its own. After two seconds an operator breaks the lock (as
-//! `distlock force-release workers/reports` does): the leader learns it at its next
-//! renewal, stops between two batches, and another replica takes over under a higher
-//! fence. Between the break and that renewal both replicas are at work: no lock
-//! service can stop that, which is why each batch would write to its store under the
-//! term's fence, so that the store refuses the old leader's late batches (see
-//! `docs/fencing.md`).
+//! Three replicas of the worker (as three processes would run it) run the loop on one
+//! election. After two seconds the leading replica is shut down, as a rolling deploy
+//! does: it resigns, and another replica takes over at once under a higher fence. Each
+//! batch is written to a fenced store under its term's fence, so the store refuses a
+//! batch from a leader whose term has ended (see `docs/fencing.md`); every replica's
+//! readiness probe is `LeaderHealth::check`.
 //!
 //! Run it against a Redis (`tests/examples.rs` runs it in CI):
 //!
@@ -17,14 +16,14 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run -p distlock --features redis --example leader_worker
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{DynLockBackend, LockClient, LockKey, LockOptions};
-use tokio::sync::watch;
+use distlock::{DynLockBackend, FencedStoreExt as _, LockClient, LockOptions, MemoryStore};
+use tokio::sync::oneshot;
 
-/// The lock whose holder is the leader.
-const LEADER: &str = "workers/reports";
+/// The election whose leader does the work.
+const ELECTION: &str = "workers/reports";
 
 /// One term as leader: its fence, who held it, and the batches done in it.
 type Term = (u64, &'static str, u32);
@@ -33,69 +32,97 @@ type Term = (u64, &'static str, u32);
 pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("DISTLOCK_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let backend = distlock::connect(&url).await?;
-    let (stop, stopped) = watch::channel(false);
-    let replicas: Vec<_> = ["worker-a", "worker-b", "worker-c"]
-        .into_iter()
-        .map(|name| tokio::spawn(replica(backend.clone(), name, stopped.clone())))
-        .collect();
+    // The store the batches go to: in process here, a fenced table or key in a service.
+    let store = MemoryStore::new();
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let mut replicas = Vec::new();
+    for name in ["worker-a", "worker-b", "worker-c"] {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let replica = replica(backend.clone(), name, store.clone(), terms.clone(), stopped)?;
+        replicas.push((name, stop, tokio::spawn(replica)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    match backend.operator() {
-        Some(operator) => {
-            let broken = operator.force_release(&LockKey::new(LEADER)?).await?;
-            println!("operator: broke the leader's lock: {broken}");
-        }
-        None => println!("operator: {} cannot break a lock", backend.name()),
+    // A rolling deploy: the first replica (the leader) is shut down, and resigns.
+    let (name, stop, first) = replicas.remove(0);
+    println!("deploy: shutting {name} down");
+    let _ = stop.send(());
+    first.await??;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (_, stop, replica) in replicas {
+        let _ = stop.send(());
+        replica.await??;
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.send_replace(true);
 
-    let mut terms: Vec<Term> = Vec::new();
-    for replica in replicas {
-        terms.extend(replica.await??);
-    }
+    let mut terms: Vec<Term> = terms.lock().map_err(|_| "poisoned")?.clone();
     terms.sort_unstable();
     for (fence, name, batches) in &terms {
         println!("term under fence {fence}: {name}, {batches} batches");
     }
     if terms.len() < 2 {
-        return Err("no replica took over after the leader's lock was broken".into());
+        return Err("no replica took over after the leader shut down".into());
     }
     Ok(())
 }
 
-/// One replica: campaigns, works while leader, steps down on a loss, and campaigns
-/// again, until told to stop. Gives back its terms.
-async fn replica(
+/// One replica's leader loop, to run until `stopped`: while it leads, it writes a
+/// batch every 100 ms under its term's fence, and records the term when it ends.
+fn replica(
     backend: Arc<DynLockBackend>,
     name: &'static str,
-    mut stopped: watch::Receiver<bool>,
-) -> distlock::Result<Vec<Term>> {
+    store: MemoryStore,
+    terms: Arc<Mutex<Vec<Term>>>,
+    stopped: oneshot::Receiver<()>,
+) -> distlock::Result<impl std::future::Future<Output = distlock::Result<()>>> {
     // A short lease: a vanished leader is replaced within a second.
     let client = LockClient::with_options(backend, LockOptions::new(Duration::from_secs(1)))?;
-    let mut terms = Vec::new();
-    while !*stopped.borrow() {
-        let leadership = tokio::select! {
-            held = client.lock(LEADER, Duration::MAX) => held?,
-            _ = stopped.changed() => break,
-        };
-        let fence = leadership.fence().get();
-        println!("{name}: leader under fence {fence}");
-        let mut batches = 0;
-        loop {
-            tokio::select! {
-                Some(reason) = leadership.lost() => {
-                    println!("{name}: lost the lease ({reason}): stepping down");
-                    break;
+    let leader = client
+        .election(ELECTION)?
+        .leader_loop(name)?
+        .on_new_leader(move |leader| {
+            println!("{name}: {} leads (term {})", leader.value, leader.fence)
+        });
+    let health = leader.health();
+    let work = move |term: distlock::LockGuard| {
+        let (store, terms, health) = (store.clone(), terms.clone(), health.clone());
+        async move {
+            let fence = term.fence();
+            // Recorded when the term ends, however it ends (the work is dropped).
+            let mut record = TermRecord {
+                term: (fence.get(), name, 0),
+                terms,
+            };
+            loop {
+                // A readiness probe would answer this.
+                if health.check().is_err() {
+                    return;
                 }
-                _ = stopped.changed() => break,
-                // One batch of work; a store it writes to would be handed the fence.
-                _ = tokio::time::sleep(Duration::from_millis(100)) => batches += 1,
+                let batch = record.term.2.to_le_bytes();
+                if let Err(error) = store.write("reports/batches", fence, &batch).await {
+                    println!("{name}: the store refused a batch: {error}");
+                    return;
+                }
+                record.term.2 += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        terms.push((fence, name, batches));
-        // After a loss there is nothing to give back: the answer is NotHeld.
-        let _ = leadership.release().await;
+    };
+    Ok(leader.run(work, async move {
+        let _ = stopped.await;
+    }))
+}
+
+/// A term, pushed to `terms` when dropped.
+struct TermRecord {
+    term: Term,
+    terms: Arc<Mutex<Vec<Term>>>,
+}
+
+impl Drop for TermRecord {
+    fn drop(&mut self) {
+        if let Ok(mut terms) = self.terms.lock() {
+            terms.push(self.term);
+        }
     }
-    Ok(terms)
 }

@@ -96,6 +96,21 @@ async fn contend(
     Ok(())
 }
 
+/// A client whose link can be cut, warmed up (its connections open).
+async fn linked(t: &Target) -> Result<LinkedClient, CaseError> {
+    let (backend, link) = t
+        .linked_client()
+        .await
+        .ok_or_else(|| CaseError::Skipped("the target makes no linked clients".into()))?
+        .map_err(|e| CaseError::Failed(format!("a linked client could not be made: {e}")))?;
+    backend.inspect(&t.key("warm-up")).await?;
+    Ok((backend, link))
+}
+
+fn link_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '_ {
+    move |e| CaseError::Failed(format!("the link could not {what}: {e}"))
+}
+
 /// `n` backends to make clients of: the target's, then independent clients of its
 /// server where the target makes them; otherwise the target's own again (each
 /// [`LockClient`] in fair mode is a waiter of its own either way).

@@ -3,21 +3,6 @@
 
 use super::*;
 
-/// A client whose link can be cut, warmed up (its connections open).
-async fn linked(t: &Target) -> Result<LinkedClient, CaseError> {
-    let (backend, link) = t
-        .linked_client()
-        .await
-        .ok_or_else(|| CaseError::Skipped("the target makes no linked clients".into()))?
-        .map_err(|e| CaseError::Failed(format!("a linked client could not be made: {e}")))?;
-    backend.inspect(&t.key("warm-up")).await?;
-    Ok((backend, link))
-}
-
-fn link_err(what: &str) -> impl FnOnce(distlock_core::BoxError) -> CaseError + '_ {
-    move |e| CaseError::Failed(format!("the link could not {what}: {e}"))
-}
-
 cases! {
     /// `lock()` and `lock_all()` over a black-holed link return Timeout within their wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.
     #[case(Client, needs_links)]

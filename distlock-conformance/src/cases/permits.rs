@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use distlock_core::{LockClient, Observation};
+use distlock_core::{FencedStoreExt as _, LockClient, MemoryStore, Observation};
 use futures_util::StreamExt;
 
 use super::*;
@@ -429,6 +429,143 @@ cases! {
         Ok(())
     }
 
+    /// A leader loop cut off from the server is replaced within its TTL and one renewal; the old leader's work is dropped when its term is lost, before its validity ends and before the new leader starts; and a fenced store refuses the old leader's late write.
+    #[case(Election, needs_permits_and_links)]
+    pub async fn a_cut_off_leader_loop_is_replaced_and_its_work_stopped(t: &Target) -> CaseResult {
+        let name = t.key("leader-loop");
+        let ttl = fault_ttl(t);
+        let options = LockOptions::new(ttl);
+        let (linked, link) = linked(t).await?;
+        let other = backends(t, 2).await?.pop().unwrap_or_else(|| t.backend().clone());
+        let store = MemoryStore::new();
+        let resource = "leader-output";
+
+        // The old leader's work: writes under its term's fence, then works on, noting
+        // how long its term is valid, until it is dropped.
+        let old_fence = Arc::new(Mutex::new(None));
+        let valid = Arc::new(Mutex::new(None::<Instant>));
+        let dropped = Arc::new(Mutex::new(None::<Instant>));
+        let old = LockClient::with_options(linked.clone(), options.clone())?
+            .election(name.as_str())?
+            .leader_loop("old")?;
+        let old_health = old.health();
+        let (stop_old, old_stopped) = tokio::sync::oneshot::channel::<()>();
+        let old_run = tokio::spawn({
+            let (store, old_fence, valid, dropped) =
+                (store.clone(), old_fence.clone(), valid.clone(), dropped.clone());
+            old.run(
+                move |term| {
+                    let (store, old_fence, valid, dropped) =
+                        (store.clone(), old_fence.clone(), valid.clone(), dropped.clone());
+                    async move {
+                        let _noted = NoteDrop(dropped);
+                        *old_fence.lock().unwrap_or_else(|p| p.into_inner()) = Some(term.fence());
+                        let wrote = store.write(resource, term.fence(), b"old").await;
+                        if wrote.is_ok() {
+                            loop {
+                                *valid.lock().unwrap_or_else(|p| p.into_inner()) = Some(term.valid_until());
+                                sleep(Duration::from_millis(10)).await;
+                            }
+                        }
+                    }
+                },
+                async move {
+                    let _ = old_stopped.await;
+                },
+            )
+        });
+        let give_up = Instant::now() + Duration::from_secs(20);
+        while !old_health.is_leading() {
+            if Instant::now() > give_up {
+                return fail("the first leader loop never led");
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+        let new_fence = Arc::new(Mutex::new(None::<(distlock_core::FencingToken, Instant)>));
+        let new = LockClient::with_options(other, options)?
+            .election(name.as_str())?
+            .leader_loop("new")?;
+        let new_health = new.health();
+        let (stop_new, new_stopped) = tokio::sync::oneshot::channel::<()>();
+        let new_run = tokio::spawn({
+            let new_fence = new_fence.clone();
+            new.run(
+                move |term| {
+                    let new_fence = new_fence.clone();
+                    async move {
+                        *new_fence.lock().unwrap_or_else(|p| p.into_inner()) = Some((term.fence(), Instant::now()));
+                        term.lost().await;
+                    }
+                },
+                async move {
+                    let _ = new_stopped.await;
+                },
+            )
+        });
+        sleep(Duration::from_millis(300)).await;
+        ensure!(!new_health.is_leading(), "two leader loops led at once");
+
+        link.cut().await.map_err(link_err("cut"))?;
+        let cut_at = Instant::now();
+        let bound = ttl + ttl / 3 + t.expiry_slack() * 2 + Duration::from_secs(2);
+        let taken = loop {
+            if let Some(taken) = *new_fence.lock().unwrap_or_else(|p| p.into_inner()) {
+                break taken;
+            }
+            if cut_at.elapsed() > bound * 2 {
+                let _ = link.heal().await;
+                return fail(format!("no new leader within {:?} of the cut", bound * 2));
+            }
+            sleep(Duration::from_millis(10)).await;
+        };
+        let (fence, led_at) = taken;
+        let after = led_at - cut_at;
+        let dropped_at = *dropped.lock().unwrap_or_else(|p| p.into_inner());
+        let old_fence = *old_fence.lock().unwrap_or_else(|p| p.into_inner());
+        let valid = *valid.lock().unwrap_or_else(|p| p.into_inner());
+        link.heal().await.map_err(link_err("heal"))?;
+        ensure!(
+            after <= bound,
+            "the new leader led {after:?} after the cut: more than the ttl {ttl:?} and a renewal"
+        );
+        let Some(dropped_at) = dropped_at else {
+            return fail("the old leader's work was not dropped when the new leader started");
+        };
+        ensure!(
+            dropped_at <= led_at,
+            "the old leader's work ran {:?} into the new leader's term",
+            dropped_at - led_at
+        );
+        if let Some(valid) = valid {
+            ensure!(
+                dropped_at <= valid,
+                "the old leader's work was dropped {:?} after its term's validity ended",
+                dropped_at - valid
+            );
+        }
+        let Some(old_fence) = old_fence else {
+            return fail("the old leader's work never ran");
+        };
+        ensure!(fence > old_fence, "the new term's fence {fence} is not above the old {old_fence}");
+        // The new leader writes; the old leader's late write is refused.
+        store.write(resource, fence, b"new").await?;
+        let late = store.write(resource, old_fence, b"late").await;
+        ensure!(
+            late.as_ref().map_err(|e| e.kind()) == Err(ErrorKind::StaleFence),
+            "the old leader's late write answered {late:?}"
+        );
+
+        let _ = (stop_old.send(()), stop_new.send(()));
+        for run in [old_run, new_run] {
+            match timeout(Duration::from_secs(30), run).await {
+                Ok(Ok(result)) => result?,
+                Ok(Err(e)) => return fail(format!("a leader loop panicked: {e}")),
+                Err(_) => return fail("a leader loop did not shut down within 30 s"),
+            }
+        }
+        Ok(())
+    }
+
     /// Observers on two clients see every term of quick successive leaders, in order, each once, then the vacancy.
     #[case(Election, needs_permits)]
     pub async fn observers_see_every_term_in_order(t: &Target) -> CaseResult {
@@ -482,5 +619,14 @@ cases! {
             );
         }
         Ok(())
+    }
+}
+
+/// Notes when it is dropped: when the future that owns it was.
+struct NoteDrop(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for NoteDrop {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 }

@@ -273,6 +273,12 @@ impl Shared {
         self.status().ended
     }
 
+    /// Why the lock was lost, or `None` while it is held: read from the clock, as
+    /// [`LockGuard::loss`] reads it, without a hold of the lease.
+    pub(crate) fn loss_now(&self) -> Option<LossReason> {
+        self.current_loss()
+    }
+
     /// Why the lock was lost, or `None` while it is held (or once released).
     fn current_loss(&self) -> Option<LossReason> {
         self.current_end().and_then(End::loss)

@@ -10,6 +10,7 @@ mod claim;
 mod deferred;
 mod election;
 mod guard;
+mod leader;
 mod local;
 mod locked;
 #[cfg(feature = "metrics")]
@@ -45,6 +46,7 @@ pub use self::busy::{Busy, BusyReason};
 use self::deferred::Starts;
 pub use self::election::{Election, Leader, Leadership, Observation, Observations};
 pub use self::guard::LockGuard;
+pub use self::leader::{LeaderHealth, LeaderLoop};
 use self::local::{LocalQueues, LocalTurn};
 pub use self::locked::{LeaseEnd, Locked};
 pub use self::multi::{Fences, MultiGuard};

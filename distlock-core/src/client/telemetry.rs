@@ -156,6 +156,10 @@ pub(crate) fn describe() {
             "Leases lost while held, by reason: not_held, renewal_failed, expired"
         );
         metrics::describe_gauge!("distlock_held", "Leases held now");
+        metrics::describe_gauge!(
+            "distlock_leader",
+            "Whether a leader loop of this process leads"
+        );
         metrics::describe_counter!(
             "distlock_backend_requests_total",
             "Requests sent to the backend, by step and result: ok, unavailable, timeout, error, cancelled"

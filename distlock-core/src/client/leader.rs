@@ -1,0 +1,286 @@
+//! [`LeaderLoop`]: a service's leader loop over an [`Election`], with client-go's
+//! leader-election semantics.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use tracing::{debug, info, warn};
+
+use super::election::{Election, Leader, Observation};
+use super::guard::{Holds, LockGuard};
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::LossReason;
+
+/// What the loop calls for each new leader it observes.
+type OnNewLeader = Arc<dyn Fn(&Leader) + Send + Sync>;
+
+/// A leader loop: campaigns, runs the leader's work for each term it wins, and
+/// campaigns again when the term ends, until its shutdown future completes. Made by
+/// [`Election::leader_loop`]; run by [`run`](Self::run).
+///
+/// It follows client-go's leader election: the work gets the term as a context
+/// (a [`LockGuard`] hold of the term's lease: its fence for fenced writes, its
+/// [`lost`](LockGuard::lost) signal) and is dropped at its next await point when the
+/// term is lost; a callback hears every new leader, this process's included
+/// ([`on_new_leader`](Self::on_new_leader)); shutting down resigns, so that another
+/// candidate is elected at once (client-go's `ReleaseOnCancel`); and
+/// [`health`](Self::health) answers a readiness probe. With the `metrics` feature the
+/// gauge `distlock_leader` (label `election`) is 1 while this process leads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use distlock_core::{LockClient, MemoryBackend};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock_core::Result<()> {
+/// let client = LockClient::new(Arc::new(MemoryBackend::new()));
+/// let election = client.election("scheduler")?;
+/// let leader = election
+///     .leader_loop("10.0.0.7:8080")?
+///     .on_new_leader(|leader| println!("{} leads, term {}", leader.value, leader.fence));
+/// let health = leader.health();
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let running = tokio::spawn(leader.run(
+///     |term| async move {
+///         // The leader's work: hand `term.fence()` to the stores it writes to.
+///         println!("leading under fence {}", term.fence());
+///         term.lost().await; // or work until the term is lost, then be dropped
+///     },
+///     async move {
+///         let _ = stopped.await;
+///     },
+/// ));
+/// tokio::time::sleep(Duration::from_millis(50)).await;
+/// assert!(health.is_leading());
+/// health.check()?; // for a readiness probe
+/// stop.send(()).ok();
+/// running.await.expect("the loop")?; // resigned on the way out
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "a leader loop does nothing until it is run"]
+pub struct LeaderLoop {
+    election: Election,
+    value: String,
+    on_new_leader: Option<OnNewLeader>,
+    retry: Duration,
+    state: Arc<LeaderState>,
+}
+
+/// What a loop and its [`LeaderHealth`] handles share: the current term, if any.
+#[derive(Default)]
+struct LeaderState {
+    term: Mutex<Option<Arc<Holds>>>,
+}
+
+/// A handle on a [`LeaderLoop`]'s state, for readiness probes and status pages.
+/// Cloned freely; it never holds the lease itself.
+#[derive(Clone)]
+pub struct LeaderHealth {
+    state: Arc<LeaderState>,
+    name: String,
+}
+
+impl Election {
+    /// A leader loop on this election, campaigning with `value` (an address, say; at
+    /// most [`MAX_CLAIM_VALUE`](crate::backend::MAX_CLAIM_VALUE) bytes, no NUL:
+    /// otherwise a configuration error). See [`LeaderLoop`].
+    pub fn leader_loop(&self, value: &str) -> Result<LeaderLoop> {
+        crate::permits::Claim::new(1, 1)?.with_value(value)?;
+        Ok(LeaderLoop {
+            election: self.clone(),
+            value: value.to_owned(),
+            on_new_leader: None,
+            retry: Duration::from_secs(1),
+            state: Arc::default(),
+        })
+    }
+}
+
+impl LeaderLoop {
+    /// Calls `callback` for every new leader the election elects while the loop runs,
+    /// this process's terms included, in order (as [`Election::observe`] yields
+    /// them). It runs on a task of its own; a slow callback delays only the next call.
+    pub fn on_new_leader(mut self, callback: impl Fn(&Leader) + Send + Sync + 'static) -> Self {
+        self.on_new_leader = Some(Arc::new(callback));
+        self
+    }
+
+    /// How long the loop waits before it campaigns again after the backend failed it,
+    /// or after a term ended by its work returning (1 s by default).
+    pub fn with_retry(mut self, retry: Duration) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// A handle that tells whether this loop leads, and whether its term is sound.
+    pub fn health(&self) -> LeaderHealth {
+        LeaderHealth {
+            state: self.state.clone(),
+            name: self.election.name().as_str().to_owned(),
+        }
+    }
+
+    /// Runs the loop until `shutdown` completes: campaigns (waiting as long as it
+    /// takes), and for each term it wins runs `lead` with a hold of the term's lease.
+    ///
+    /// - The term lost (its lease ran out under it, was broken, or reached a
+    ///   [hold limit](crate::LockOptions::with_hold_at_most)): `lead`'s future is
+    ///   dropped at its next await point, and the loop campaigns again.
+    /// - `lead` returns: the loop resigns, and campaigns again after the retry delay,
+    ///   so that another candidate may take the next term.
+    /// - `shutdown` completes: `lead`'s future is dropped, the loop resigns (another
+    ///   candidate is elected at once) and returns `Ok`.
+    /// - A backend error while campaigning: retried after the retry delay when it is
+    ///   retryable; otherwise the loop returns it.
+    pub async fn run<F, Fut>(self, mut lead: F, shutdown: impl Future<Output = ()>) -> Result<()>
+    where
+        F: FnMut(LockGuard) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let _observer = self.on_new_leader.clone().map(|callback| {
+            let mut observations = self.election.observe();
+            AbortOnDrop(tokio::spawn(async move {
+                while let Some(observation) = observations.next().await {
+                    if let Ok(Observation::Elected(leader)) = observation {
+                        callback(&leader);
+                    }
+                }
+            }))
+        });
+        let name = self.election.name().as_str().to_owned();
+        tokio::pin!(shutdown);
+        loop {
+            let campaign = self.election.campaign(&self.value, Duration::MAX);
+            let leadership = tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                won = campaign => match won {
+                    Ok(leadership) => leadership,
+                    Err(error) if error.is_retryable() => {
+                        warn!(%error, election = %name, "campaign failed; campaigning again");
+                        tokio::select! {
+                            () = &mut shutdown => return Ok(()),
+                            () = tokio::time::sleep(self.retry) => continue,
+                        }
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            info!(election = %name, fence = %leadership.fence(), "leading");
+            let hold = leadership.reenter()?;
+            self.state.set(Some(hold.shared_holds().clone()), &name);
+            let lost = leadership.lost();
+            let ended = tokio::select! {
+                biased;
+                () = &mut shutdown => Ended::Shutdown,
+                // `None` (the hold ended without a loss) cannot come while the
+                // leadership is here.
+                Some(reason) = lost => Ended::Lost(reason),
+                () = lead(hold) => Ended::Returned,
+            };
+            self.state.set(None, &name);
+            match ended {
+                Ended::Lost(reason) => {
+                    warn!(election = %name, %reason, "the term was lost; campaigning again");
+                    drop(leadership);
+                }
+                Ended::Returned | Ended::Shutdown => {
+                    if let Err(error) = leadership.resign().await {
+                        debug!(%error, election = %name, "the resignation found the term over");
+                    }
+                    if matches!(ended, Ended::Shutdown) {
+                        return Ok(());
+                    }
+                    tokio::select! {
+                        () = &mut shutdown => return Ok(()),
+                        () = tokio::time::sleep(self.retry) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How a term of the loop ended.
+enum Ended {
+    Shutdown,
+    Lost(LossReason),
+    Returned,
+}
+
+impl LeaderState {
+    fn set(&self, term: Option<Arc<Holds>>, name: &str) {
+        let leading = term.is_some();
+        *self.term.lock().unwrap_or_else(|p| p.into_inner()) = term;
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("distlock_leader", "election" => name.to_owned()).set(if leading {
+            1.0
+        } else {
+            0.0
+        });
+        #[cfg(not(feature = "metrics"))]
+        let _ = (leading, name);
+    }
+
+    fn term(&self) -> Option<Arc<Holds>> {
+        self.term.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl LeaderHealth {
+    /// Whether the loop leads now.
+    pub fn is_leading(&self) -> bool {
+        self.state.term().is_some()
+    }
+
+    /// For a readiness probe: `Ok` when the loop does not lead, or leads with its
+    /// term's lease still held by the clock (as [`LockGuard::is_held`] reads it); an
+    /// [`ErrorKind::LockLost`] error when it leads on a term whose lease has run out
+    /// (its renewals did not get through, and the loop has not yet heard), as
+    /// client-go's leader-election health check fails a leader past its renewal
+    /// deadline.
+    pub fn check(&self) -> Result<()> {
+        match self.state.term().and_then(|term| term.loss_now()) {
+            None => Ok(()),
+            Some(reason) => Err(Error::new(
+                ErrorKind::LockLost,
+                format!(
+                    "the leader of {:?} has lost its term ({reason}) and has not stepped down yet",
+                    self.name
+                ),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for LeaderLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderLoop")
+            .field("election", self.election.name())
+            .field("value", &self.value)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for LeaderHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderHealth")
+            .field("election", &self.name)
+            .field("leading", &self.is_leading())
+            .finish()
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
