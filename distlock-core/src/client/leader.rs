@@ -171,7 +171,11 @@ impl LeaderLoop {
                 },
             };
             info!(election = %name, fence = %leadership.fence(), "leading");
-            let hold = leadership.reenter()?;
+            let Ok(hold) = leadership.reenter() else {
+                // Lost as soon as it was won: campaign again.
+                warn!(election = %name, "the term was lost as it began; campaigning again");
+                continue;
+            };
             self.state.set(Some(hold.shared_holds().clone()), &name);
             let lost = leadership.lost();
             let ended = tokio::select! {
