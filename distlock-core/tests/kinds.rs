@@ -277,3 +277,41 @@ async fn a_leader_loop_leads_hands_over_and_resigns_on_shutdown() {
     // B heard every leader while it ran: A's term, then its own.
     assert_eq!(heard.lock().expect("heard").as_slice(), ["a", "b"]);
 }
+
+/// A leader loop started while the backend is down campaigns through the outage, and
+/// leads once it is back.
+#[tokio::test(start_paused = true)]
+async fn a_leader_loop_campaigns_through_an_outage() {
+    let memory = MemoryBackend::new();
+    let leader = LockClient::new(Arc::new(memory.clone()))
+        .election("outage")
+        .and_then(|e| e.leader_loop("a"))
+        .expect("a leader loop")
+        .with_retry(Duration::from_millis(200));
+    let health = leader.health();
+    memory.stop();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(leader.run(
+        |term| async move {
+            term.lost().await;
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!health.is_leading(), "led while the backend was down");
+    assert!(!running.is_finished(), "the loop gave up during the outage");
+    memory.start();
+    let mut waited = Duration::ZERO;
+    while !health.is_leading() {
+        assert!(
+            waited < Duration::from_secs(5),
+            "no lead once the backend was back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    stop.send(()).expect("running");
+    running.await.expect("joined").expect("shut down");
+}

@@ -134,8 +134,10 @@ impl LeaderLoop {
     ///   so that another candidate may take the next term.
     /// - `shutdown` completes: `lead`'s future is dropped, the loop resigns (another
     ///   candidate is elected at once) and returns `Ok`.
-    /// - A backend error while campaigning: retried after the retry delay when it is
-    ///   retryable; otherwise the loop returns it.
+    /// - The backend down: the campaign waits through the outage, as a
+    ///   [`lock`](crate::LockClient::lock) without a deadline does. An error it
+    ///   returns is retried after the retry delay when it is retryable (an open
+    ///   circuit breaker); otherwise the loop returns it.
     pub async fn run<F, Fut>(self, mut lead: F, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         F: FnMut(LockGuard) -> Fut,
