@@ -6,7 +6,7 @@ mod run;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::backend::LockBackendExt;
@@ -75,7 +75,8 @@ enum Command {
     /// command's own code (128+N when signal N ended it). SIGINT, SIGTERM and SIGHUP
     /// sent to distlock are passed on to the command.
     Run(RunArgs),
-    /// Shows who holds KEY: its fence and remaining TTL.
+    /// Shows who holds KEY: the holder and its payload, since when (by the clock the
+    /// backend records grants with), its fence and remaining TTL.
     Inspect {
         /// The lock's key.
         key: String,
@@ -164,6 +165,14 @@ pub(crate) struct RunArgs {
     /// given back once the command must have stopped.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) max_runtime: Option<Duration>,
+    /// Who holds the lock, as `inspect` and `list` show it; by default this host's name
+    /// and distlock's process id (`host:pid`).
+    #[arg(long)]
+    pub(crate) holder: Option<String>,
+    /// A short text stored with the lock for `inspect` and `list` to show (a job's
+    /// name, a build); anyone who can read the locks can read it.
+    #[arg(long)]
+    pub(crate) payload: Option<String>,
     /// Keep the command in distlock's own process group, so that it can read from the
     /// terminal; a stop then reaches the command alone, not what it started.
     #[arg(long)]
@@ -387,14 +396,72 @@ fn seconds(d: Duration) -> String {
 
 fn held_json(key: &LockKey, info: Option<&LockInfo>) -> serde_json::Value {
     match info {
-        Some(info) => serde_json::json!({
-            "key": key.as_str(),
-            "held": true,
-            "fence": info.fence.get(),
-            "ttl_ms": millis(info.remaining),
-        }),
+        Some(info) => {
+            let mut held = serde_json::json!({
+                "key": key.as_str(),
+                "held": true,
+                "fence": info.fence.get(),
+                "ttl_ms": millis(info.remaining),
+            });
+            if let Some(holder) = &info.holder {
+                held["holder"] = holder.id().into();
+                held["payload"] = holder.payload().into();
+            }
+            if let Some(at) = info.granted_at {
+                held["granted_at"] = utc(at).into();
+                let ms = at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default();
+                held["granted_at_ms"] = millis(ms).into();
+            }
+            held
+        }
         None => serde_json::json!({ "key": key.as_str(), "held": false }),
     }
+}
+
+/// Who holds a lock and since when, for a person: `held by api-7:4242 [its payload]
+/// since 2026-11-30T02:50:01.123Z (12.3 s ago)`; what the backend does not keep is
+/// left out.
+fn holder_text(info: &LockInfo) -> String {
+    let mut text = String::new();
+    if let Some(holder) = &info.holder {
+        text.push_str(&format!(" by {}", holder.id()));
+        if let Some(payload) = holder.payload() {
+            text.push_str(&format!(" [{}]", payload.escape_debug()));
+        }
+    }
+    if let Some(at) = info.granted_at {
+        let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+        text.push_str(&format!(" since {} ({} ago)", utc(at), seconds(ago)));
+    }
+    text
+}
+
+/// `at` in UTC, as RFC 3339 with milliseconds.
+fn utc(at: SystemTime) -> String {
+    let since = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
 }
 
 async fn inspect(backend: &Arc<DynLockBackend>, key: &LockKey, json: bool) -> Result<u8, Error> {
@@ -404,7 +471,8 @@ async fn inspect(backend: &Arc<DynLockBackend>, key: &LockKey, json: bool) -> Re
     } else {
         match info {
             Some(info) => println!(
-                "{key}: held, fence {}, {} left",
+                "{key}: held{}, fence {}, {} left",
+                holder_text(&info),
                 info.fence,
                 seconds(info.remaining)
             ),
@@ -426,9 +494,10 @@ async fn list(
     } else {
         for (key, info) in &held {
             println!(
-                "{key}\tfence {}\t{} left",
+                "{key}\tfence {}\t{} left\t{}",
                 info.fence,
-                seconds(info.remaining)
+                seconds(info.remaining),
+                holder_text(info).trim_start()
             );
         }
     }
@@ -456,7 +525,8 @@ async fn force_release(
             return Ok(exit::USAGE);
         }
         eprint!(
-            "distlock: break {key}, held with fence {} for {} more? [y/N] ",
+            "distlock: break {key}, held{} with fence {} for {} more? [y/N] ",
+            holder_text(&info),
             info.fence,
             seconds(info.remaining)
         );
@@ -484,5 +554,19 @@ async fn force_release(
     } else {
         say(format_args!("{key} is not held"));
         Ok(exit::BUSY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_times_are_written_in_utc() {
+        let at = |ms: u64| utc(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_796_006_401_123), "2026-11-30T02:40:01.123Z");
+        assert_eq!(at(4_107_542_399_999), "2100-02-28T23:59:59.999Z");
     }
 }

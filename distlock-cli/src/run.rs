@@ -5,7 +5,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DynLockBackend, ErrorKind, LockClient, LockGuard, LockOptions, LossReason};
+use distlock::{DynLockBackend, ErrorKind, Holder, LockClient, LockGuard, LockOptions, LossReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -46,6 +46,19 @@ pub(crate) fn options_for(
     Ok((options, grace))
 }
 
+/// The holder `--holder` and `--payload` name, if either is given.
+fn holder_of(args: &RunArgs) -> distlock::Result<Option<Holder>> {
+    let holder = match &args.holder {
+        Some(id) => Holder::new(id.as_str())?,
+        None if args.payload.is_some() => Holder::this_process(),
+        None => return Ok(None),
+    };
+    match &args.payload {
+        Some(payload) => holder.with_payload(payload.as_str()).map(Some),
+        None => Ok(Some(holder)),
+    }
+}
+
 /// Takes the lock, runs the command, and gives the exit code.
 pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
     let (options, grace) = match options_for(args.ttl, args.grace) {
@@ -59,6 +72,11 @@ pub(crate) async fn run(backend: Arc<DynLockBackend>, args: RunArgs) -> u8 {
     let options = match args.max_runtime {
         Some(at_most) => options.with_hold_at_most(at_most),
         None => options,
+    };
+    let options = match holder_of(&args) {
+        Ok(Some(holder)) => options.with_holder(holder),
+        Ok(None) => options,
+        Err(e) => return failed(&e),
     };
     let client = match LockClient::with_options(backend, options) {
         Ok(client) => client,

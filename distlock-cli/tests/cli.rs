@@ -348,7 +348,10 @@ rmdir "$0/inside""#;
 
 async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, dir: &Path) {
     let script = r#"touch "$0/busy"; exec sleep 60"#;
-    let holder = holding(url, dir, &["--ttl", "2s"], "cli/busy", script, "busy").await;
+    let options = ["--ttl", "2s", "--payload", "nightly: report\nbuild 7"];
+    let before = std::time::SystemTime::now();
+    let holder = holding(url, dir, &options, "cli/busy", script, "busy").await;
+    let pid = holder.id().expect("a pid");
 
     let started = Instant::now();
     let output = finish(url, &["run", "--no-wait", "cli/busy", "--", "true"]).await;
@@ -367,6 +370,26 @@ async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, d
     assert!(shown["fence"].as_u64().is_some_and(|f| f > 0), "{shown}");
     let ttl_ms = shown["ttl_ms"].as_u64().expect("ttl_ms");
     assert!(ttl_ms <= 2000, "{shown}");
+    // Who holds it: distlock's own process on this host, with the payload, since it
+    // was granted (by the server's clock, or etcd's client's: both this host's here).
+    let id = shown["holder"].as_str().expect("a holder");
+    assert!(id.ends_with(&format!(":{pid}")), "{shown}");
+    assert_eq!(shown["payload"], "nightly: report\nbuild 7", "{shown}");
+    let granted_ms = shown["granted_at_ms"].as_u64().expect("granted_at_ms");
+    let since = |t: std::time::SystemTime| {
+        let since = t.duration_since(std::time::UNIX_EPOCH).expect("after 1970");
+        u64::try_from(since.as_millis()).expect("ms")
+    };
+    assert!(
+        granted_ms + 2_000 >= since(before) && granted_ms <= since(std::time::SystemTime::now()),
+        "{shown}"
+    );
+    assert!(
+        shown["granted_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{shown}"
+    );
     let listed = json(&finish(url, &["list", "--json", "cli/b"]).await);
     let keys: Vec<&str> = listed
         .as_array()
@@ -377,13 +400,17 @@ async fn a_busy_lock_exits_like_flock_and_signals_reach_the_command(url: &str, d
     assert_eq!(keys, ["cli/busy"], "{listed}");
     let shown = finish(url, &["inspect", "cli/busy"]).await;
     let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    println!("distlock inspect cli/busy: {shown}");
+    let by = format!("cli/busy: held by {id} [nightly: report\\nbuild 7] since ");
     assert!(
-        shown.starts_with("cli/busy: held, fence ") && shown.ends_with(" s left\n"),
+        shown.starts_with(&by) && shown.contains(" ago), fence ") && shown.ends_with(" s left\n"),
         "{shown}"
     );
     let text = finish(url, &["list", "cli/"]).await;
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    println!("distlock list cli/: {text}");
     assert!(
-        String::from_utf8_lossy(&text.stdout).starts_with("cli/busy\tfence "),
+        text.starts_with("cli/busy\tfence ") && text.contains(&format!("\tby {id} [")),
         "{text:?}"
     );
 

@@ -22,6 +22,11 @@ pub(crate) fn needs_list(t: &Target) -> Option<String> {
         .then(|| "the backend cannot list its locks (LockBackend::operator)".into())
 }
 
+pub(crate) fn needs_holders(t: &Target) -> Option<String> {
+    (t.capabilities().holder_records == distlock_core::backend::HolderRecords::NotKept)
+        .then(|| "the backend keeps no holders (capabilities.holder_records)".into())
+}
+
 pub(crate) fn needs_notification(t: &Target) -> Option<String> {
     (!t.capabilities().change_notification)
         .then(|| "the backend has no change notification (capabilities.change_notification)".into())

@@ -12,17 +12,18 @@ mod support;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_conformance::{LinkControl, RoundTripMeter, ServerControl, Target};
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FenceDurability, Grant,
-    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, SetBackend, SetGrant, WakeRegistry,
+    HolderRecords, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, SetBackend, SetGrant,
+    WakeRegistry,
 };
 use distlock_core::{
-    BoxError, DynLockBackend, Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey,
-    Result,
+    BoxError, DynLockBackend, Error, ErrorKind, FencingToken, Holder, LockBackend, LockInfo,
+    LockKey, Result,
 };
 use futures_util::future::BoxFuture;
 use tokio::sync::watch;
@@ -141,6 +142,9 @@ enum Bug {
     /// releases only on the masters that answered "granted"): a grant whose reply was
     /// lost stays held until its TTL.
     ReleasesOnlyWhatItHeard,
+    /// Stores a key's holder with its first grant only: a takeover leaves the last
+    /// holder's name in the record (an upsert that updates the owner, not the rest).
+    HolderKeptOnTakeover,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -190,11 +194,23 @@ struct Naive {
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<LockKey, (OwnerToken, u64, Instant)>,
+    /// Each key's holder and grant time, as the last grant stored them.
+    holders: HashMap<LockKey, (Holder, SystemTime)>,
     counter: u64,
     /// Per-key counters, the last used last, for `FenceCountersEvicted`.
     counters: Vec<(LockKey, u64)>,
     /// The owners that asked for each held key, for `QueuesWithoutLeaving`.
     queues: HashMap<LockKey, Vec<(OwnerToken, Duration)>>,
+}
+
+impl State {
+    /// `info` with the holder stored for `key`.
+    fn held_by(&self, key: &LockKey, info: LockInfo) -> LockInfo {
+        match self.holders.get(key) {
+            Some((holder, at)) => info.held_by(Some(holder.clone()), Some(*at)),
+            None => info,
+        }
+    }
 }
 
 /// The round trips every Naive backend has made, for the round-trip case's meter.
@@ -215,6 +231,7 @@ impl Naive {
         // Above a round trip (1 ms) and a timer's tick, so that the shortest lease can
         // be granted before it runs out.
         caps.min_ttl = Duration::from_millis(10);
+        caps.holder_records = HolderRecords::ServerClock;
         Arc::new_cyclic(|me| Naive {
             me: me.clone(),
             bug,
@@ -568,6 +585,11 @@ impl Naive {
             self.stored(r.key()),
             (*r.owner(), fence, self.expiry(r.ttl())),
         );
+        let stored = self.stored(r.key());
+        if self.bug != Bug::HolderKeptOnTakeover || !state.holders.contains_key(&stored) {
+            let holder = (r.holder().clone(), SystemTime::now());
+            state.holders.insert(stored, holder);
+        }
         Ok(Grant::Granted(FencingToken::new(fence)))
     }
 
@@ -707,9 +729,9 @@ impl Naive {
             .locks
             .get(&self.stored(key))
             .filter(|(_, _, exp)| *exp > now)
-            .map(|(_, f, exp)| LockInfo {
-                fence: FencingToken::new(*f),
-                remaining: *exp - now,
+            .map(|(_, f, exp)| {
+                let info = LockInfo::new(FencingToken::new(*f), *exp - now);
+                state.held_by(&self.stored(key), info)
             }))
     }
 
@@ -724,11 +746,8 @@ impl Naive {
                 key.as_str().starts_with(prefix) && (*exp > now || self.bug == Bug::ListsExpired)
             })
             .map(|(key, (_, f, exp))| {
-                let info = LockInfo {
-                    fence: FencingToken::new(*f),
-                    remaining: exp.saturating_duration_since(now),
-                };
-                (key.clone(), info)
+                let info = LockInfo::new(FencingToken::new(*f), exp.saturating_duration_since(now));
+                (key.clone(), state.held_by(key, info))
             })
             .collect())
     }
@@ -920,6 +939,7 @@ caught! {
     sets_held_twice: StatePerClient by sets_in_opposite_orders_do_not_deadlock, saying "both clients held the pair at once";
     set_loss_unsignalled: ExtendReacquires by set_signals_the_loss_of_any_key, saying "did not fire within";
     set_fences_coarse: FenceFromCoarseClock by set_fences_rise_per_key, saying "fences did not rise with each grant";
+    holder_kept_on_takeover: HolderKeptOnTakeover by every_grant_shows_its_holder_and_when_it_was_granted, saying "inspect after a release showed the holder";
     retry_keeps_the_expiry: RetryKeepsTheExpiry by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the retry did not restart the expiry";
     retry_refused: RetryRefused by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the owner's own retry was refused";
     lost_reply_retry_keeps_the_expiry: RetryKeepsTheExpiry by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "the retry did not restart the expiry";

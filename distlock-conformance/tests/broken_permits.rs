@@ -38,6 +38,9 @@ enum Bug {
     /// Keeps the limit of the name's first claim and applies it to every later one,
     /// whatever limit they carry.
     FirstLimitKept,
+    /// Proclaims onto the name's current leader, whoever asks (an update by the
+    /// name alone, not by the owner's grant).
+    ProclaimIgnoresOwner,
 }
 
 #[derive(Debug)]
@@ -81,7 +84,11 @@ impl PermitBackend for Permits {
                     return Ok(Grant::Held { remaining: None });
                 }
             }
-            Bug::None | Bug::LeaveIgnored | Bug::TermsDropped | Bug::FenceFromSlot => {}
+            Bug::None
+            | Bug::LeaveIgnored
+            | Bug::TermsDropped
+            | Bug::FenceFromSlot
+            | Bug::ProclaimIgnoresOwner => {}
         }
         let grant = self
             .store
@@ -118,6 +125,17 @@ impl PermitBackend for Permits {
             return Ok(());
         }
         PermitBackend::leave_queue(&self.store, key, owner).await
+    }
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        if self.bug == Bug::ProclaimIgnoresOwner {
+            let owners = self.seen().get(key).map(|(_, o)| o.clone());
+            for other in owners.unwrap_or_default().iter().rev() {
+                if self.store.proclaim(key, other, value).await? == Renewal::Renewed {
+                    return Ok(Renewal::Renewed);
+                }
+            }
+        }
+        self.store.proclaim(key, owner, value).await
     }
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
         self.store.holders(key).await
@@ -294,6 +312,18 @@ async fn terms_that_observers_never_see_are_caught() {
         Bug::TermsDropped,
         "observers_see_every_term_in_order",
         "saw Missed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_proclaim_after_the_term_is_caught() {
+    support::assert_caught(
+        target,
+        Bug::None,
+        Bug::ProclaimIgnoresOwner,
+        "a_leader_proclaims_within_its_term_only",
+        "a proclaim after the term ended answered Ok",
     )
     .await;
 }

@@ -254,10 +254,7 @@ impl LockBackend for Quorum {
         }
         held.sort_by(|a, b| b.cmp(a));
         let fence = self.granted().get(key).copied();
-        Ok(fence.map(|fence| LockInfo {
-            fence,
-            remaining: held[self.needed() - 1],
-        }))
+        Ok(fence.map(|fence| LockInfo::new(fence, held[self.needed() - 1])))
     }
 }
 

@@ -21,6 +21,22 @@ pub enum FenceDurability {
     BestEffort,
 }
 
+/// Whether a backend keeps the [`Holder`](crate::Holder) with every lease and permit
+/// grant, and by whose clock it records the grant's time
+/// ([`LockInfo::granted_at`](crate::LockInfo::granted_at)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HolderRecords {
+    /// Holders are not kept: [`LockInfo::holder`](crate::LockInfo::holder) is always `None`.
+    NotKept,
+    /// Kept, with the grant's time by the server's clock.
+    ServerClock,
+    /// Kept, with the grant's time by the granting client's clock, as it sent the
+    /// request: the server has no clock a client can read (etcd). Clients whose clocks
+    /// disagree record times that disagree as much.
+    ClientClock,
+}
+
 /// How many round trips to the server each operation takes at most, once the backend
 /// is warmed up (connections open, scripts or statements prepared): contract point 9.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -119,12 +135,15 @@ pub struct Capabilities {
     /// a grant applied within the bound is then given back before long. One applied
     /// later than every pass runs out at its TTL.
     pub applied_within: Option<Duration>,
+    /// Whether the holder of each grant is kept with it, and by whose clock its grant
+    /// time is recorded.
+    pub holder_records: HolderRecords,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
     /// one round trip per operation, no clock drift, no change notification, and no
-    /// bound on when a request may still be applied.
+    /// bound on when a request may still be applied, and no holders kept.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -137,6 +156,7 @@ impl Default for Capabilities {
             round_trips: RoundTrips::default(),
             clock_drift: ClockDrift::NONE,
             applied_within: None,
+            holder_records: HolderRecords::NotKept,
         }
     }
 }

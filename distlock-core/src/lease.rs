@@ -1,10 +1,11 @@
 //! What an acquisition asks for and what the backend answers.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::token::{FencingToken, OwnerToken};
 
@@ -23,16 +24,18 @@ pub struct AcquireRequest {
     ttl: Duration,
     owner: OwnerToken,
     place: Option<Duration>,
+    holder: Holder,
 }
 
 impl AcquireRequest {
     /// Built by [`LockBackendExt`](crate::backend::LockBackendExt) only, once `ttl` is checked.
-    pub(crate) fn new(key: LockKey, ttl: Duration, owner: OwnerToken) -> Self {
+    pub(crate) fn new(key: LockKey, ttl: Duration, owner: OwnerToken, holder: Holder) -> Self {
         AcquireRequest {
             key,
             ttl,
             owner,
             place: None,
+            holder,
         }
     }
 
@@ -55,6 +58,13 @@ impl AcquireRequest {
     /// The secret of this acquisition; fresh for every acquisition.
     pub fn owner(&self) -> &OwnerToken {
         &self.owner
+    }
+
+    /// Who asks: a backend that keeps holders
+    /// ([`Capabilities::holder_records`](crate::backend::Capabilities::holder_records))
+    /// stores it with the grant, as [`Holder::encoded`] or in its parts.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
     }
 
     /// For a fair step (contract point 10), how long the owner's place in the key's
@@ -284,12 +294,43 @@ pub enum ExtendOutcome {
 
 /// What [`LockBackend::inspect`](crate::LockBackend::inspect) shows of a held key:
 /// never the owner token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Built with [`LockInfo::new`] and, where the backend keeps holders
+/// ([`Capabilities::holder_records`](crate::backend::Capabilities::holder_records)),
+/// [`LockInfo::held_by`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockInfo {
     /// The current holder's fencing token.
     pub fence: FencingToken,
     /// The holder's remaining TTL by the server's clock.
     pub remaining: Duration,
+    /// Who holds it, as stored with the lease; `None` where the backend keeps no
+    /// holders, or the lease was granted before it did.
+    pub holder: Option<Holder>,
+    /// When the lease was granted (a renewal keeps it), by the clock
+    /// [`Capabilities::holder_records`](crate::backend::Capabilities::holder_records)
+    /// names; `None` where `holder` is.
+    pub granted_at: Option<SystemTime>,
+}
+
+impl LockInfo {
+    /// A held key's fence and remaining TTL, with no holder.
+    pub fn new(fence: FencingToken, remaining: Duration) -> Self {
+        LockInfo {
+            fence,
+            remaining,
+            holder: None,
+            granted_at: None,
+        }
+    }
+
+    /// The same, held by `holder` since `granted_at`.
+    pub fn held_by(mut self, holder: Option<Holder>, granted_at: Option<SystemTime>) -> Self {
+        self.holder = holder;
+        self.granted_at = granted_at;
+        self
+    }
 }
 
 /// Why a guard lost its lock: the lease ended under its holder, not by the holder's

@@ -77,6 +77,7 @@ mod duration;
 mod error;
 mod fenced;
 mod handoff;
+mod holder;
 mod key;
 mod lease;
 mod memory;
@@ -98,6 +99,7 @@ pub use fenced::{
     DynFencedStore, FencedHandle, FencedStore, FencedStoreExt, FencedValue, FileStore, MemoryStore,
     MAX_FENCE,
 };
+pub use holder::{Holder, MAX_HOLDER_ID, MAX_HOLDER_PAYLOAD};
 pub use key::LockKey;
 pub use memory::MemoryBackend;
 pub use token::FencingToken;

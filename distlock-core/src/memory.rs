@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -11,9 +11,10 @@ use tokio::time::Instant;
 use crate::backend::{
     ChangeStream, FairBackend, Handoffs, LockBackend, OperatorBackend, SetBackend,
 };
-use crate::capabilities::{Capabilities, FenceDurability};
+use crate::capabilities::{Capabilities, FenceDurability, HolderRecords};
 use crate::error::{Error, ErrorKind, Result};
 use crate::handoff::HandoffBook;
+use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::lease::{
     AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal, SetGrant,
@@ -55,7 +56,7 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    locks: HashMap<LockKey, Holder>,
+    locks: HashMap<LockKey, Held>,
     last_fence: u64,
     /// Each key's fair waiters, first come first.
     queues: HashMap<LockKey, VecDeque<Place>>,
@@ -81,6 +82,8 @@ struct PermitGrant {
     fence: FencingToken,
     expires_at: Instant,
     value: Option<String>,
+    holder: Holder,
+    granted_at: SystemTime,
 }
 
 #[derive(Debug)]
@@ -113,13 +116,23 @@ struct Place {
     owner: OwnerToken,
     until: Instant,
     ttl: Duration,
+    holder: Holder,
 }
 
 #[derive(Debug)]
-struct Holder {
+struct Held {
     owner: OwnerToken,
     fence: FencingToken,
     expires_at: Instant,
+    holder: Holder,
+    granted_at: SystemTime,
+}
+
+impl Held {
+    fn info(&self, now: Instant) -> LockInfo {
+        LockInfo::new(self.fence, self.expires_at.saturating_duration_since(now))
+            .held_by(Some(self.holder.clone()), Some(self.granted_at))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +155,7 @@ impl MemoryBackend {
             fence_durability: FenceDurability::Durable,
             leases_survive_restart: false,
             change_notification: true,
+            holder_records: HolderRecords::ServerClock,
             ..Capabilities::default()
         };
         MemoryBackend {
@@ -267,10 +281,12 @@ impl State {
         let fence = FencingToken::new(self.last_fence);
         self.locks.insert(
             key.clone(),
-            Holder {
+            Held {
                 owner: *request.owner(),
                 fence,
                 expires_at: now + request.ttl(),
+                holder: request.holder().clone(),
+                granted_at: SystemTime::now(),
             },
         );
         Grant::Granted(fence)
@@ -304,11 +320,13 @@ impl State {
         let fence = FencingToken::new(self.last_fence);
         self.locks.insert(
             key.clone(),
-            Holder {
+            Held {
                 owner: head.owner,
                 fence,
                 // A vanished waiter holds the key no longer than its place.
                 expires_at: (now + head.ttl).min(head.until),
+                holder: head.holder,
+                granted_at: SystemTime::now(),
             },
         );
         (true, Some((head.owner, fence)))
@@ -386,6 +404,7 @@ impl State {
             return Ok(Grant::Held { remaining });
         }
         let fence = FencingToken::new(next_fence);
+        let granted_at = SystemTime::now();
         permits.places.retain(|p| p.owner != owner);
         permits.grants.push(PermitGrant {
             owner,
@@ -393,14 +412,15 @@ impl State {
             fence,
             expires_at: now + ttl,
             value: claim.value().map(str::to_owned),
+            holder: request.holder().clone(),
+            granted_at,
         });
         if let Some(value) = claim.value() {
             let previous = permits.terms.back().map_or(0, |t| t.fence.get());
-            permits.terms.push_back(Term {
-                fence,
-                previous,
-                value: value.to_owned(),
-            });
+            permits.terms.push_back(
+                Term::new(fence, previous, value.to_owned())
+                    .held_by(Some(request.holder().clone()), Some(granted_at)),
+            );
             while permits.terms.len() > TERMS_KEPT {
                 permits.terms.pop_front();
             }
@@ -411,7 +431,7 @@ impl State {
     }
 
     /// The live holder of `key`, dropping an expired one.
-    fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Holder> {
+    fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Held> {
         if self.locks.get(key).is_some_and(|h| h.expires_at <= now) {
             self.locks.remove(key);
         }
@@ -490,6 +510,27 @@ impl PermitBackend for MemoryBackend {
         Ok(())
     }
 
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        self.reachable().await?;
+        let now = Instant::now();
+        {
+            let mut state = self.lock_state();
+            let Some(permits) = state.permits(key, now) else {
+                return Ok(Renewal::NotHeld);
+            };
+            let Some(grant) = permits.grants.iter_mut().find(|g| g.owner == *owner) else {
+                return Ok(Renewal::NotHeld);
+            };
+            grant.value = Some(value.to_owned());
+            let fence = grant.fence;
+            if let Some(term) = permits.terms.iter_mut().find(|t| t.fence == fence) {
+                term.value = value.to_owned();
+            }
+        }
+        self.shared.waiters.wake(&permit_channel(key));
+        Ok(Renewal::Renewed)
+    }
+
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
         self.reachable().await?;
         let now = Instant::now();
@@ -500,11 +541,10 @@ impl PermitBackend for MemoryBackend {
         let mut holders: Vec<PermitHolder> = permits
             .grants
             .iter()
-            .map(|g| PermitHolder {
-                fence: g.fence,
-                count: g.count,
-                remaining: g.expires_at.saturating_duration_since(now),
-                value: g.value.clone(),
+            .map(|g| {
+                let remaining = g.expires_at.saturating_duration_since(now);
+                PermitHolder::new(g.fence, g.count, remaining, g.value.clone())
+                    .held_by(Some(g.holder.clone()), Some(g.granted_at))
             })
             .collect();
         holders.sort_by_key(|h| h.fence);
@@ -595,10 +635,7 @@ impl LockBackend for MemoryBackend {
         self.reachable().await?;
         let now = Instant::now();
         let mut state = self.lock_state();
-        Ok(state.live(key, now).map(|h| LockInfo {
-            fence: h.fence,
-            remaining: h.expires_at.saturating_duration_since(now),
-        }))
+        Ok(state.live(key, now).map(|h| h.info(now)))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
@@ -635,6 +672,7 @@ impl MemoryBackend {
                 owner: *request.owner(),
                 until: now + place,
                 ttl: request.ttl(),
+                holder: request.holder().clone(),
             }),
         }
         let first = queue.front().is_some_and(|p| p.owner == *request.owner());
@@ -748,13 +786,7 @@ impl OperatorBackend for MemoryBackend {
             .locks
             .iter()
             .filter(|(key, h)| key.as_str().starts_with(prefix) && h.expires_at > now)
-            .map(|(key, h)| {
-                let info = LockInfo {
-                    fence: h.fence,
-                    remaining: h.expires_at.saturating_duration_since(now),
-                };
-                (key.clone(), info)
-            })
+            .map(|(key, h)| (key.clone(), h.info(now)))
             .collect())
     }
 }

@@ -2,11 +2,12 @@
 //! leader election, and the contract they keep.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::lease::{AcquireRequest, ExtendRequest, Grant, ReleaseOutcome, Renewal};
 use crate::token::{FencingToken, OwnerToken};
@@ -113,7 +114,11 @@ impl Claim {
 }
 
 /// A live grant on a name, as [`PermitBackend::holders`] shows it: never the owner.
+///
+/// Built with [`PermitHolder::new`] and, where the backend keeps holders,
+/// [`PermitHolder::held_by`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PermitHolder {
     /// Its fencing token.
     pub fence: FencingToken,
@@ -123,11 +128,45 @@ pub struct PermitHolder {
     pub remaining: Duration,
     /// The value its claim carried.
     pub value: Option<String>,
+    /// Who holds it, as stored with the grant (see [`LockInfo::holder`](crate::LockInfo::holder)).
+    pub holder: Option<Holder>,
+    /// When it was granted (see [`LockInfo::granted_at`](crate::LockInfo::granted_at)).
+    pub granted_at: Option<SystemTime>,
+}
+
+impl PermitHolder {
+    /// A live grant of `count` permits with `fence`, `remaining` and its claim's
+    /// `value`, with no holder.
+    pub fn new(
+        fence: FencingToken,
+        count: u32,
+        remaining: Duration,
+        value: Option<String>,
+    ) -> Self {
+        PermitHolder {
+            fence,
+            count,
+            remaining,
+            value,
+            holder: None,
+            granted_at: None,
+        }
+    }
+
+    /// The same, held by `holder` since `granted_at`.
+    pub fn held_by(mut self, holder: Option<Holder>, granted_at: Option<SystemTime>) -> Self {
+        self.holder = holder;
+        self.granted_at = granted_at;
+        self
+    }
 }
 
 /// A grant that carried a value (an election's leader), as the name's record of terms
 /// keeps it.
+///
+/// Built with [`Term::new`] and, where the backend keeps holders, [`Term::held_by`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Term {
     /// The grant's fencing token.
     pub fence: FencingToken,
@@ -135,6 +174,31 @@ pub struct Term {
     pub previous: u64,
     /// The value its claim carried.
     pub value: String,
+    /// Who held it, as stored with the grant (see [`LockInfo::holder`](crate::LockInfo::holder)).
+    pub holder: Option<Holder>,
+    /// When it was granted (see [`LockInfo::granted_at`](crate::LockInfo::granted_at)).
+    pub granted_at: Option<SystemTime>,
+}
+
+impl Term {
+    /// The term granted with `fence`, after the term `previous`, carrying `value`,
+    /// with no holder.
+    pub fn new(fence: FencingToken, previous: u64, value: String) -> Self {
+        Term {
+            fence,
+            previous,
+            value,
+            holder: None,
+            granted_at: None,
+        }
+    }
+
+    /// The same, held by `holder` since `granted_at`.
+    pub fn held_by(mut self, holder: Option<Holder>, granted_at: Option<SystemTime>) -> Self {
+        self.holder = holder;
+        self.granted_at = granted_at;
+        self
+    }
 }
 
 /// The server steps of the shared kinds: semaphores
@@ -171,6 +235,12 @@ pub struct Term {
 ///    the fence of the term recorded before it on the name, and the last
 ///    [`TERMS_KEPT`] terms of a name are kept at least as long as a grant of the name
 ///    lives, or a place is kept.
+/// 6. **Proclaim**, where the backend has it ([`proclaim`](PermitBackend::proclaim)
+///    does not answer [`ErrorKind::Unsupported`]). In one step, only while `owner`'s
+///    grant on the name is live: its value becomes the new one, and so does its
+///    term's, and the name's watchers are told; its fence, expiry, holder and grant
+///    time stay. Otherwise [`Renewal::NotHeld`], with nothing changed: a leader whose
+///    term ended cannot change what its successor's observers read.
 #[async_trait]
 pub trait PermitBackend: Send + Sync + fmt::Debug {
     /// The grant step: in one atomic step on the server, drops the grants and places
@@ -190,6 +260,19 @@ pub trait PermitBackend: Send + Sync + fmt::Debug {
 
     /// Takes `owner`'s place on `key` away; harmless when it has none.
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()>;
+
+    /// Sets the value of `owner`'s live grant on `key`, and of its term, to `value`
+    /// (point 6): [`Renewal::Renewed`], or [`Renewal::NotHeld`] with nothing changed.
+    /// `value` is one a [`Claim`] accepts. By default an [`ErrorKind::Unsupported`]
+    /// error: a backend without it still serves elections, whose leaders then keep the
+    /// value they campaigned with.
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let _ = (key, owner, value);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "this backend cannot change a leader's value (PermitBackend::proclaim)",
+        ))
+    }
 
     /// The live grants on `key`, oldest fence first.
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>>;

@@ -3,17 +3,20 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
-    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend, SetGrant,
+    HolderRecords, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend,
+    SetGrant,
 };
-use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use distlock_core::{
+    Error, ErrorKind, FencingToken, Holder, LockBackend, LockInfo, LockKey, Result,
+};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseGrantOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, LeaseGrantOptions,
     LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     WatchFilterType, WatchOptions,
 };
@@ -60,6 +63,8 @@ fn capabilities() -> Capabilities {
     capabilities.leases_survive_restart = true;
     capabilities.change_notification = true;
     capabilities.extend_any_ttl = false;
+    // Stored with the lease; timed by the client (put_holder).
+    capabilities.holder_records = HolderRecords::ClientClock;
     // A lease grant, then the transaction that creates the key; a keep-alive stream
     // opened, then its message (the owner check runs alongside); one transaction.
     capabilities.round_trips = RoundTrips {
@@ -87,6 +92,25 @@ fn send_txn(
 /// transaction made): revisions are positive, and any other value is a backend error.
 pub(crate) fn fence(revision: i64) -> Result<FencingToken> {
     FencingToken::from_server(revision).map_err(|e| e.with_backend(NAME))
+}
+
+/// The holder a holder key stores (see `EtcdBackend::holder_key`), when it is on the
+/// lock's `lease`.
+fn read_holder(kv: Option<&KeyValue>, lease: i64) -> (Option<Holder>, Option<SystemTime>) {
+    let stored = kv
+        .filter(|kv| kv.lease() == lease && lease != 0)
+        .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+        .and_then(|text| text.split_once('/'));
+    let Some((ms, holder)) = stored else {
+        return (None, None);
+    };
+    match (ms.parse::<u64>(), Holder::decode(holder)) {
+        (Ok(ms), Some(holder)) => (
+            Some(holder),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+        ),
+        _ => (None, None),
+    }
 }
 
 fn lease_ran_out() -> Error {
@@ -204,6 +228,26 @@ impl EtcdBackend {
         format!("{}{}", self.inner.config.prefix, key)
     }
 
+    /// Where `key`'s holder is stored, on the grant's lease, as
+    /// `"<ms>/<holder>"`: the grant's time in ms by the granting client's clock (etcd
+    /// has none a client can read), and the holder as it encodes itself. It belongs to
+    /// the lock's holder only while both keys are on the same lease.
+    fn holder_key(&self, key: &str) -> String {
+        format!("{}\0holder\0{key}", self.inner.config.prefix)
+    }
+
+    /// The holder key's put for `request`, on the lease `id`.
+    fn put_holder(&self, request: &AcquireRequest, id: i64) -> TxnOp {
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        TxnOp::put(
+            self.holder_key(request.key().as_str()),
+            format!("{ms}/{}", request.holder().encoded()),
+            Some(PutOptions::new().with_lease(id)),
+        )
+    }
+
     /// Where `key`'s fair waiters queue, in the order of their keys' creation
     /// revisions. A NUL cannot occur in a lock key, so no lock or other queue shares it.
     fn queue(&self, key: &LockKey) -> String {
@@ -274,9 +318,9 @@ impl EtcdBackend {
     }
 
     /// Whether the live lease `id` is `request`'s owner's: it holds no key (an owner's
-    /// lease holds its one key at most; one from a step whose transaction was not
-    /// applied holds none), or it holds the request's key with this whole owner token
-    /// in it. A lease that holds any other key is another token's, one that shares
+    /// lease holds its one key at most, with that key's holder record; one from a step
+    /// whose transaction was not applied holds none), or it holds the request's key
+    /// with this whole owner token in it. A lease that holds any other key is another token's, one that shares
     /// the 63 bits the ID is made of, and is never touched.
     async fn lease_is_owners(&self, id: i64, request: &AcquireRequest) -> Result<bool> {
         let attached = self
@@ -286,7 +330,15 @@ impl EtcdBackend {
             })
             .await?;
         let key = self.key(request.key());
-        match attached.keys() {
+        // The key's holder record rides on the same lease.
+        let holder = self.holder_key(request.key().as_str());
+        let keys: Vec<&[u8]> = attached
+            .keys()
+            .iter()
+            .map(|k| k.as_slice())
+            .filter(|k| *k != holder.as_bytes())
+            .collect();
+        match keys.as_slice() {
             [] => Ok(true),
             [only] if *only == key.as_bytes() => {
                 let read = self.request(|mut c| {
@@ -318,11 +370,14 @@ impl EtcdBackend {
     ) -> Result<Option<FencingToken>> {
         let id = lease_id(request.owner());
         let key = self.key(request.key());
-        let mut ops = vec![TxnOp::put(
-            key.clone(),
-            request.owner().to_hex(),
-            Some(PutOptions::new().with_lease(id)),
-        )];
+        let mut ops = vec![
+            TxnOp::put(
+                key.clone(),
+                request.owner().to_hex(),
+                Some(PutOptions::new().with_lease(id)),
+            ),
+            self.put_holder(request, id),
+        ];
         ops.extend(also);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -538,13 +593,14 @@ impl LockBackend for EtcdBackend {
         // this acquisition's lease: the lease ID is made of 63 of the token's bits, so
         // it cannot stand for the token alone. The lease is revoked afterwards.
         let id = lease_id(owner);
+        let holder = self.holder_key(key.as_str());
         let key = self.key(key);
         let txn = Txn::new()
             .when([
                 Compare::value(key.clone(), CompareOp::Equal, owner.to_hex()),
                 Compare::lease(key.clone(), CompareOp::Equal, id),
             ])
-            .and_then([TxnOp::delete(key, None)]);
+            .and_then([TxnOp::delete(key, None), TxnOp::delete(holder, None)]);
         let reply = self.request(|c| send_txn(c, &txn)).await?;
         if !reply.succeeded() {
             return Ok(ReleaseOutcome::NotHeld);
@@ -591,21 +647,24 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let key = self.key(key);
-        let reply = self
-            .request(|mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-            .await?;
-        let Some(kv) = reply.kvs().first() else {
+        let read = Txn::new().and_then([
+            TxnOp::get(self.key(key), None),
+            TxnOp::get(self.holder_key(key.as_str()), None),
+        ]);
+        let reply = self.txn(&read).await?;
+        let mut found = reply.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+            _ => None,
+        });
+        let (Some(kv), holder) = (found.next().flatten(), found.next().flatten()) else {
             return Ok(None);
         };
         let (revision, lease) = (kv.create_revision(), kv.lease());
-        Ok(Some(LockInfo {
-            fence: fence(revision)?,
-            remaining: self.lease_left(lease).await,
-        }))
+        let (holder, granted_at) = read_holder(holder.as_ref(), lease);
+        Ok(Some(
+            LockInfo::new(fence(revision)?, self.lease_left(lease).await)
+                .held_by(holder, granted_at),
+        ))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
@@ -760,12 +819,15 @@ impl SetBackend for EtcdBackend {
                     .iter()
                     .zip(&keys)
                     .zip(&leases)
-                    .map(|((request, key), id)| {
-                        TxnOp::put(
-                            key.clone(),
-                            request.owner().to_hex(),
-                            Some(PutOptions::new().with_lease(*id)),
-                        )
+                    .flat_map(|((request, key), id)| {
+                        [
+                            TxnOp::put(
+                                key.clone(),
+                                request.owner().to_hex(),
+                                Some(PutOptions::new().with_lease(*id)),
+                            ),
+                            self.put_holder(request, *id),
+                        ]
                     })
                     .collect::<Vec<_>>(),
             )
@@ -807,15 +869,32 @@ impl SetBackend for EtcdBackend {
 impl OperatorBackend for EtcdBackend {
     async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
         let start = &self.inner.config.prefix;
-        let range = format!("{start}{prefix}");
-        let reply = self
-            .request(|mut c| {
-                let range = range.clone();
-                async move { c.get(range, Some(GetOptions::new().with_prefix())).await }
-            })
-            .await?;
+        let holders_start = self.holder_key("");
+        let read = Txn::new().and_then([
+            TxnOp::get(
+                format!("{start}{prefix}"),
+                Some(GetOptions::new().with_prefix()),
+            ),
+            TxnOp::get(
+                format!("{holders_start}{prefix}"),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        ]);
+        let reply = self.txn(&read).await?;
+        let mut ranges = reply.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(got) => got.kvs().to_vec(),
+            _ => Vec::new(),
+        });
+        let (locks, holder_kvs) = (
+            ranges.next().unwrap_or_default(),
+            ranges.next().unwrap_or_default(),
+        );
+        let holders: std::collections::HashMap<&[u8], &KeyValue> = holder_kvs
+            .iter()
+            .map(|kv| (&kv.key()[holders_start.len().min(kv.key().len())..], kv))
+            .collect();
         let mut held = Vec::new();
-        for kv in reply.kvs() {
+        for kv in &locks {
             // A lock's key holds no NUL (queues and permits do) and lives on a lease.
             let name = kv
                 .key_str()
@@ -827,10 +906,13 @@ impl OperatorBackend for EtcdBackend {
             if kv.lease() == 0 {
                 continue;
             }
-            let info = LockInfo {
-                fence: fence(kv.create_revision())?,
-                remaining: self.lease_left(kv.lease()).await,
-            };
+            let holder = holders.get(key.as_str().as_bytes()).copied();
+            let (holder, granted_at) = read_holder(holder, kv.lease());
+            let info = LockInfo::new(
+                fence(kv.create_revision())?,
+                self.lease_left(kv.lease()).await,
+            )
+            .held_by(holder, granted_at);
             held.push((key, info));
         }
         Ok(held)

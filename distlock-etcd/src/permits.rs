@@ -10,15 +10,18 @@
 //! A grant's fence is its key's creation revision (durable and cluster-wide); a
 //! term's record is created in the same transaction, so it has the same revision.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use distlock_core::backend::{tag_holder, untag_holder};
 use distlock_core::backend::{
     AcquireRequest, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, OwnerToken,
     PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
-use distlock_core::{LockKey, Result};
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use distlock_core::{Holder, LockKey, Result};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 
 use crate::backend::{fence, lease_id, place_lease_id, EtcdBackend};
 
@@ -33,22 +36,49 @@ struct Read {
     terms: Vec<KeyValue>,
 }
 
-/// A grant's value: `<count>:<0|1>:<value>`.
-fn grant_value(claim: &Claim) -> String {
+/// A grant's value: `<count>:<0|1>:<value>`, the holder tagged on the flag
+/// ([`tag_holder`]), with the grant's time by this client's clock.
+fn grant_value(claim: &Claim, holder: &Holder, at: SystemTime) -> String {
     let (flag, value) = match claim.value() {
         Some(value) => ("1", value),
         None => ("0", ""),
     };
-    format!("{}:{flag}:{value}", claim.count())
+    let (flag, front) = tag_holder(flag, holder, at);
+    format!("{}:{flag}:{front}{value}", claim.count())
 }
 
-fn parse_grant(kv: &KeyValue) -> Option<(u32, Option<String>)> {
+/// A grant's count, value, holder and grant time.
+type Granted = (u32, Option<String>, Option<Holder>, Option<SystemTime>);
+
+fn parse_grant(kv: &KeyValue) -> Option<Granted> {
     let text = std::str::from_utf8(kv.value()).ok()?;
     let mut parts = text.splitn(3, ':');
     let count = parts.next()?.parse().ok()?;
-    let flag = parts.next()?;
-    let value = parts.next()?;
-    Some((count, (flag == "1").then(|| value.to_owned())))
+    let (flag, holder, granted_at, value) = untag_holder(parts.next()?, parts.next()?)?;
+    Some((
+        count,
+        (flag == "1").then(|| value.to_owned()),
+        holder,
+        granted_at,
+    ))
+}
+
+/// A grant's (`fields` 2: `<count>:<flag>`) or a term's (`fields` 1: `<previous>`)
+/// record with `value` in place of its value, its holder kept; a grant's flag becomes
+/// `1`, since it now carries a value. `None` for a record that does not read.
+fn with_value(record: &[u8], fields: usize, value: &str) -> Option<String> {
+    let text = std::str::from_utf8(record).ok()?;
+    let mut parts = text.splitn(fields + 1, ':');
+    let mut head: Vec<&str> = (0..fields).map(|_| parts.next()).collect::<Option<_>>()?;
+    let last = head.pop()?;
+    let (last, holder, granted_at, _) = untag_holder(last, parts.next()?)?;
+    let last = if fields == 2 { "1" } else { last };
+    let (tag, front) = match (&holder, granted_at) {
+        (Some(holder), Some(at)) => tag_holder(last, holder, at),
+        _ => (last.to_owned(), ""),
+    };
+    head.push(&tag);
+    Some(format!("{}:{front}{value}", head.join(":")))
 }
 
 fn revision(kv: &KeyValue) -> u64 {
@@ -141,7 +171,7 @@ impl PermitBackend for EtcdBackend {
                 .grants
                 .iter()
                 .filter_map(parse_grant)
-                .map(|(count, _)| u64::from(count))
+                .map(|(count, ..)| u64::from(count))
                 .sum();
             let held_back = read.places.iter().any(|kv| {
                 kv.key() != place_key.as_bytes()
@@ -182,20 +212,22 @@ impl PermitBackend for EtcdBackend {
                 }
                 None => Compare::create_revision(gate.clone(), CompareOp::Equal, 0),
             };
+            let at = SystemTime::now();
             let mut ops = vec![
                 TxnOp::put(gate, claim.limit().to_string(), None),
                 TxnOp::put(
                     grant_key.clone(),
-                    grant_value(claim),
+                    grant_value(claim, request.holder(), at),
                     Some(PutOptions::new().with_lease(id)),
                 ),
                 TxnOp::delete(place_key.clone(), None),
             ];
             if let Some(value) = claim.value() {
                 let previous = read.terms.last().map_or(0, revision);
+                let (previous, front) = tag_holder(&previous.to_string(), request.holder(), at);
                 ops.push(TxnOp::put(
                     term_key.clone(),
-                    format!("{previous}:{value}"),
+                    format!("{previous}:{front}{value}"),
                     None,
                 ));
                 // Keep the newest terms: this one and the kept less one before it.
@@ -258,20 +290,71 @@ impl PermitBackend for EtcdBackend {
         FairBackend::leave_queue(self, key, owner).await
     }
 
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let base = self.permit_base(key);
+        let hex = owner.to_hex();
+        let (grant_key, term_key) = (format!("{base}g\0{hex}"), format!("{base}t\0{hex}"));
+        let id = lease_id(owner);
+        // The grant and its term read, then both written only if the grant is as read
+        // and still on this owner's lease: a few times, where another write came
+        // between.
+        for _ in 0..ATTEMPTS {
+            let read = Txn::new().and_then([
+                TxnOp::get(grant_key.clone(), None),
+                TxnOp::get(term_key.clone(), None),
+            ]);
+            let reply = self.txn(&read).await?;
+            let mut found = reply.op_responses().into_iter().map(|op| match op {
+                TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+                _ => None,
+            });
+            let (grant, term) = (found.next().flatten(), found.next().flatten());
+            let Some(grant) = grant.filter(|g| g.lease() == id) else {
+                return Ok(Renewal::NotHeld);
+            };
+            let Some(new_grant) = with_value(grant.value(), 2, value) else {
+                return Ok(Renewal::NotHeld);
+            };
+            let mut ops = vec![TxnOp::put(
+                grant_key.clone(),
+                new_grant,
+                Some(PutOptions::new().with_lease(id)),
+            )];
+            // The term this grant recorded: created in the grant's transaction.
+            if let Some(term) = term.filter(|t| t.create_revision() == grant.create_revision()) {
+                if let Some(new_term) = with_value(term.value(), 1, value) {
+                    ops.push(TxnOp::put(term_key.clone(), new_term, None));
+                }
+            }
+            let write = Txn::new()
+                .when([
+                    Compare::mod_revision(
+                        grant_key.clone(),
+                        CompareOp::Equal,
+                        grant.mod_revision(),
+                    ),
+                    Compare::lease(grant_key.clone(), CompareOp::Equal, id),
+                ])
+                .and_then(ops);
+            if self.txn(&write).await?.succeeded() {
+                return Ok(Renewal::Renewed);
+            }
+        }
+        Ok(Renewal::NotHeld)
+    }
+
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
         let read = self.read_permits(&self.permit_base(key)).await?;
         let mut holders = Vec::with_capacity(read.grants.len());
         for kv in &read.grants {
-            let Some((count, value)) = parse_grant(kv) else {
+            let Some((count, value, holder, granted_at)) = parse_grant(kv) else {
                 continue;
             };
             let remaining = self.lease_left(kv.lease()).await;
-            holders.push(PermitHolder {
-                fence: fence(kv.create_revision())?,
-                count,
-                remaining,
-                value,
-            });
+            holders.push(
+                PermitHolder::new(fence(kv.create_revision())?, count, remaining, value)
+                    .held_by(holder, granted_at),
+            );
         }
         Ok(holders)
     }
@@ -283,12 +366,11 @@ impl PermitBackend for EtcdBackend {
             .filter(|kv| revision(kv) > after)
             .filter_map(|kv| {
                 let text = std::str::from_utf8(kv.value()).ok()?;
-                let (previous, value) = text.split_once(':')?;
+                let (previous, rest) = text.split_once(':')?;
+                let (previous, holder, granted_at, value) = untag_holder(previous, rest)?;
                 let previous = previous.parse().ok()?;
-                Some(fence(kv.create_revision()).map(|fence| Term {
-                    fence,
-                    previous,
-                    value: value.to_owned(),
+                Some(fence(kv.create_revision()).map(|fence| {
+                    Term::new(fence, previous, value.to_owned()).held_by(holder, granted_at)
                 }))
             })
             .collect()
@@ -298,5 +380,36 @@ impl PermitBackend for EtcdBackend {
         self.watch_prefix(self.permit_base(key), false)
             .await
             .map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proclaimed_value_keeps_the_count_the_holder_and_the_grant_time() {
+        let holder = Holder::new("api:1")
+            .and_then(|h| h.with_payload("a:b"))
+            .expect("holder");
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_500);
+        let claim = Claim::new(1, 1)
+            .and_then(|c| c.with_value("old:80"))
+            .expect("claim");
+        let grant = grant_value(&claim, &holder, at);
+        let proclaimed = with_value(grant.as_bytes(), 2, "new:81").expect("a record");
+        let (_, rest) = proclaimed.split_once(':').expect("count");
+        let (flag, rest) = rest.split_once(':').expect("flag");
+        assert_eq!(
+            untag_holder(flag, rest),
+            Some(("1", Some(holder.clone()), Some(at), "new:81"))
+        );
+        // A term, and a grant of an earlier version (no holder, no value).
+        let (previous, front) = tag_holder("7", &holder, at);
+        let term = format!("{previous}:{front}old:80");
+        let proclaimed = with_value(term.as_bytes(), 1, "new:81").expect("a record");
+        assert_eq!(proclaimed, format!("{previous}:{front}new:81"));
+        assert_eq!(with_value(b"1:0:", 2, "v").as_deref(), Some("1:1:v"));
+        assert_eq!(with_value(b"no record", 2, "v"), None);
     }
 }

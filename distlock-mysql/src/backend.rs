@@ -9,9 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ExtendRequest, FairBackend, FenceDurability, Grant,
-    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend, SetGrant,
+    HolderRecords, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips, SetBackend,
+    SetGrant,
 };
-use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use distlock_core::{Error, FencingToken, Holder, LockBackend, LockInfo, LockKey, Result};
 use distlock_sql::{timed_out, Pool, Setting};
 use sqlx::mysql::{MySqlConnection, MySqlPool, MySqlQueryResult, MySqlRow};
 use sqlx::MySql;
@@ -151,6 +152,7 @@ impl MySqlBackend {
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = FenceDurability::Durable;
         capabilities.leases_survive_restart = true;
+        capabilities.holder_records = HolderRecords::ServerClock;
         // MySQL has no notifications: waiters poll, with backoff.
         capabilities.change_notification = false;
         let sql = Statements::new(&config.common.table);
@@ -192,7 +194,17 @@ impl MySqlBackend {
     /// unless the configuration turned it off (`migrate=false`).
     pub async fn migrate(&self) -> Result<()> {
         for statement in &self.inner.sql.migrate {
-            self.execute(statement, &[]).await?;
+            // Each as text, on one connection: a statement may be a batch (the one
+            // that adds a column only where it is missing).
+            let run =
+                on_conn!(self, conn => sqlx::Executor::execute(conn, sqlx::raw_sql(statement)));
+            match self.bounded(run).await? {
+                Ok(_) => {}
+                // Another process added the column between this one's check and its
+                // change.
+                Err(e) if crate::error::number(&e) == Some(1060) => {}
+                Err(e) => return Err(self.driver_error(e)),
+            }
         }
         Ok(())
     }
@@ -210,15 +222,16 @@ impl MySqlBackend {
             Some((
                 row.try_get::<i64, _>(0).ok()?,
                 row.try_get::<i64, _>(1).ok()?,
+                row.try_get::<i64, _>(2).ok()?,
             ))
         });
-        if counts == Some((self.inner.sql.tables.len() as i64, 1)) {
+        if counts == Some((self.inner.sql.tables.len() as i64, 1, 1)) {
             return Ok(());
         }
         Err(distlock_core::backend::config_error(
             NAME,
             format!(
-                "migrate=false, but the lock tables ({}, with the floor's row) are not all there on {}; \
+                "migrate=false, but the lock tables ({}, with the floor's row and the holder's columns) are not all there on {}; \
                  run the statements of MySqlBackend::migration_sql (`distlock migrate --print`), \
                  or connect once with migrate=true",
                 self.inner.sql.tables.join(", "),
@@ -360,7 +373,8 @@ impl MySqlBackend {
                     sqlx::query(&sql.acquire)
                         .bind(name)
                         .bind(owner)
-                        .bind(micros(request.ttl())),
+                        .bind(micros(request.ttl()))
+                        .bind(request.holder().encoded().as_bytes()),
                 )
                 .await?;
             let grant = answer(done.last_insert_id());
@@ -400,6 +414,16 @@ impl MySqlBackend {
     ) -> std::result::Result<Vec<MySqlRow>, sqlx::Error> {
         sqlx::Executor::fetch_all(conn, sqlx::raw_sql(batch)).await
     }
+}
+
+/// The holder a row stores (its bytes) and its grant time in microseconds since the
+/// Unix epoch.
+fn holder_of(
+    holder: Option<Vec<u8>>,
+    granted_us: Option<i64>,
+) -> (Option<Holder>, Option<std::time::SystemTime>) {
+    let holder = holder.and_then(|bytes| String::from_utf8(bytes).ok());
+    distlock_sql::stored_holder(holder, granted_us.map(|us| us.div_euclid(1000)))
 }
 
 /// The set step's answer from the rows it read after its commit: every key held by
@@ -555,6 +579,7 @@ impl LockBackend for MySqlBackend {
             Arg::Bytes(request.key().as_str().as_bytes()),
             Arg::Bytes(&request.owner().as_bytes()[..]),
             Arg::Int(micros(request.ttl())),
+            Arg::Bytes(request.holder().encoded().as_bytes()),
         ];
         match self.done(&self.inner.sql.acquire, &args).await? {
             Ok(done) => Ok(answer(done.last_insert_id())),
@@ -599,12 +624,19 @@ impl LockBackend for MySqlBackend {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
-        let (raw, us) = decoded.map_err(|e| self.driver_error(e))?;
-        Ok(Some(LockInfo {
-            fence: fence(raw)?,
-            remaining: remaining(us),
-        }))
+        let decoded = (|| {
+            Ok::<_, sqlx::Error>((
+                row.try_get::<i64, _>(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+            ))
+        })();
+        let (raw, us, holder, granted) = decoded.map_err(|e| self.driver_error(e))?;
+        let (holder, granted_at) = holder_of(holder, granted);
+        Ok(Some(
+            LockInfo::new(fence(raw)?, remaining(us)).held_by(holder, granted_at),
+        ))
     }
 }
 
@@ -647,7 +679,11 @@ impl SetBackend for MySqlBackend {
                 .zip(&owners)
                 .map(|(r, owner)| (r.key().as_str().as_bytes(), &owner[..], micros(r.ttl())))
                 .collect();
-            self.inner.sql.acquire_all(&set)
+            // Core asks for a set with one holder.
+            let holder = requests.first().map(|r| r.holder().encoded());
+            self.inner
+                .sql
+                .acquire_all(&set, holder.unwrap_or_default().as_bytes())
         };
         let step = on_conn!(self, transaction conn => Self::set_step(conn, &batch));
         match self.bounded(step).await? {
@@ -676,9 +712,11 @@ impl OperatorBackend for MySqlBackend {
                     row.try_get::<Vec<u8>, _>(0)?,
                     row.try_get::<i64, _>(1)?,
                     row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
                 ))
             })();
-            let (name, raw, us) = decoded.map_err(|e| self.driver_error(e))?;
+            let (name, raw, us, holder, granted) = decoded.map_err(|e| self.driver_error(e))?;
             // A row whose name is no lock key (written by hand, say) is not a lock.
             let Ok(key) = String::from_utf8(name)
                 .map_err(drop)
@@ -686,10 +724,8 @@ impl OperatorBackend for MySqlBackend {
             else {
                 continue;
             };
-            let info = LockInfo {
-                fence: fence(raw)?,
-                remaining: remaining(us),
-            };
+            let (holder, granted_at) = holder_of(holder, granted);
+            let info = LockInfo::new(fence(raw)?, remaining(us)).held_by(holder, granted_at);
             held.push((key, info));
         }
         Ok(held)

@@ -39,7 +39,8 @@ pub(crate) struct Statements {
     pub(crate) migrate: Vec<String>,
     /// The tables the migration creates, unquoted.
     pub(crate) tables: Vec<String>,
-    /// Counts the migration's tables that are there, and the floor's row.
+    /// Counts the migration's tables that are there, the floor's row, and the lock
+    /// table's holder column.
     pub(crate) check: String,
     pub(crate) acquire: String,
     /// The lock table and the floor, quoted: for [`Statements::acquire_all`].
@@ -103,7 +104,7 @@ impl Statements {
     /// count goes through the session's user variable `@distlock_set`. After the
     /// commit, one row per key that has a row: its name, owner, fence and remaining
     /// TTL in microseconds, from which the caller reads the answer.
-    pub(crate) fn acquire_all(&self, requests: &[SetRequest<'_>]) -> String {
+    pub(crate) fn acquire_all(&self, requests: &[SetRequest<'_>], holder: &[u8]) -> String {
         let (t, floor) = &self.table;
         let rows = requests
             .iter()
@@ -129,15 +130,19 @@ impl Statements {
             .collect::<Vec<_>>()
             .join(", ");
         let n = requests.len();
+        let holder = hex_literal(holder);
+        let take = take_holder(t);
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              START TRANSACTION; \
-             INSERT INTO {t} (name, owner, fence, expires_at) \
-               SELECT r.name, r.owner, f.top + 1, UTC_TIMESTAMP(6) + INTERVAL r.us MICROSECOND \
+             INSERT INTO {t} (name, owner, fence, expires_at, holder, granted_at) \
+               SELECT r.name, r.owner, f.top + 1, UTC_TIMESTAMP(6) + INTERVAL r.us MICROSECOND, \
+                 {holder}, UTC_TIMESTAMP(6) \
                FROM ({rows}) r JOIN {floor} f ON f.id = 1 \
                ORDER BY r.i LOCK IN SHARE MODE \
              ON DUPLICATE KEY UPDATE \
                fence = IF({t}.expires_at <= UTC_TIMESTAMP(6), {t}.fence + 1, {t}.fence), \
+               {take} \
                owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
                expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at); \
              SET @distlock_set = (SELECT COUNT(*) FROM {t} \
@@ -156,6 +161,34 @@ const ENDED: &str = "1970-01-01 00:00:00";
 /// Added to the holder's remaining TTL in a refusal's insert id: no fence reaches it.
 pub(crate) const REFUSED: u64 = 1 << 63;
 
+/// The holder and grant time, taken with a lease that ended (an `ON DUPLICATE KEY
+/// UPDATE`'s assignments, before the owner's and the expiry's).
+fn take_holder(t: &str) -> String {
+    format!(
+        "holder = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(holder), {t}.holder), \
+         granted_at = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(granted_at), {t}.granted_at),"
+    )
+}
+
+/// The grant time in microseconds since the Unix epoch (stored in UTC).
+const GRANTED_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', granted_at)";
+
+/// Adds the holder's columns to a lock table made before they existed: one batch,
+/// run on one connection, that alters the table only when the column is missing
+/// (MySQL has no `ADD COLUMN IF NOT EXISTS`). A lease granted before has no holder
+/// (`NULL`), and is read as such.
+fn add_holder_columns(table: &str) -> String {
+    format!(
+        "SET @distlock_ddl = (SELECT IF(COUNT(*) = 0, \
+           'ALTER TABLE `{table}` ADD COLUMN holder VARBINARY(1300) NULL, ADD COLUMN granted_at DATETIME(6) NULL', \
+           'DO 0') FROM information_schema.columns \
+           WHERE table_schema = DATABASE() AND table_name = '{table}' AND column_name = 'holder'); \
+         PREPARE distlock_ddl FROM @distlock_ddl; \
+         EXECUTE distlock_ddl; \
+         DEALLOCATE PREPARE distlock_ddl"
+    )
+}
+
 /// Microseconds until `expires_at`, by the server's clock.
 const REMAINING_US: &str = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
 
@@ -164,6 +197,7 @@ impl Statements {
         let t = format!("`{table}`");
         let floor = format!("`{table}_floor`");
         let q = format!("`{table}_queue`");
+        let take = take_holder(&t);
         Statements {
             migrate: vec![
                 // `name` holds a lock key's UTF-8 bytes (at most 256), compared byte
@@ -174,8 +208,11 @@ impl Statements {
                        owner VARBINARY(64) NOT NULL, \
                        fence BIGINT NOT NULL, \
                        expires_at DATETIME(6) NOT NULL, \
+                       holder VARBINARY(1300) NULL, \
+                       granted_at DATETIME(6) NULL, \
                        PRIMARY KEY (name)) ENGINE=InnoDB"
                 ),
+                add_holder_columns(table),
                 format!(
                     "CREATE TABLE IF NOT EXISTS {floor} (\
                        id TINYINT NOT NULL, \
@@ -206,7 +243,10 @@ impl Statements {
                    (SELECT COUNT(*) FROM information_schema.tables \
                       WHERE table_schema = DATABASE() \
                         AND table_name IN ('{table}', '{table}_floor', '{table}_queue')), \
-                   (SELECT COUNT(*) FROM {floor} WHERE id = 1)"
+                   (SELECT COUNT(*) FROM {floor} WHERE id = 1), \
+                   (SELECT COUNT(*) FROM information_schema.columns \
+                      WHERE table_schema = DATABASE() AND table_name = '{table}' \
+                        AND column_name = 'holder')"
             ),
             // Inserts the name's first row (its fence above the floor), or takes over
             // a row whose lease ended, or confirms a live retry of this very owner
@@ -214,13 +254,15 @@ impl Statements {
             // seeing the ones before: the fence first, from the row as it was; then
             // the owner, from the old expiry; then the expiry, from the new owner.
             acquire: format!(
-                "INSERT INTO {t} (name, owner, fence, expires_at) \
-                 SELECT ?, ?, LAST_INSERT_ID(f.top + 1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                "INSERT INTO {t} (name, owner, fence, expires_at, holder, granted_at) \
+                 SELECT ?, ?, LAST_INSERT_ID(f.top + 1), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                   ?, UTC_TIMESTAMP(6) \
                    FROM {floor} f WHERE f.id = 1 LOCK IN SHARE MODE \
                  ON DUPLICATE KEY UPDATE \
                    fence = IF({t}.expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID({t}.fence + 1), \
                             IF({t}.owner = VALUES(owner), LAST_INSERT_ID({t}.fence), \
                                {t}.fence + 0 * LAST_INSERT_ID({REFUSED} + {REMAINING_US}))), \
+                   {take} \
                    owner = IF({t}.expires_at <= UTC_TIMESTAMP(6), VALUES(owner), {t}.owner), \
                    expires_at = IF({t}.owner = VALUES(owner), VALUES(expires_at), {t}.expires_at)"
             ),
@@ -261,7 +303,7 @@ impl Statements {
                  WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             inspect: format!(
-                "SELECT fence, {REMAINING_US} FROM {t} \
+                "SELECT fence, {REMAINING_US}, holder, {GRANTED_US} FROM {t} \
                  WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             inspect_remaining: format!(
@@ -269,7 +311,7 @@ impl Statements {
                  WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             list: format!(
-                "SELECT name, fence, {REMAINING_US} FROM {t} \
+                "SELECT name, fence, {REMAINING_US}, holder, {GRANTED_US} FROM {t} \
                  WHERE LEFT(name, LENGTH(?)) = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             force_release: format!(
@@ -306,11 +348,15 @@ mod tests {
     #[test]
     fn a_set_s_values_are_written_in_as_hexadecimal_and_integers_only() {
         let sql = Statements::new("locks");
-        let batch = sql.acquire_all(&[(b"a'; DROP", &[0xab, 0x01], 5_000), (b"b", &[0xff], 7)]);
+        let batch = sql.acquire_all(
+            &[(b"a'; DROP", &[0xab, 0x01], 5_000), (b"b", &[0xff], 7)],
+            b"host:1'; DROP",
+        );
         assert!(!batch.contains('{'), "a name left unwritten: {batch}");
         assert!(!batch.contains("DROP"), "a key written as text: {batch}");
         assert!(batch.contains("X'61273b2044524f50'"), "{batch}");
         assert!(batch.contains("(X'62', X'ff')"), "{batch}");
+        assert!(batch.contains("X'686f73743a31273b2044524f50'"), "{batch}");
         assert!(batch.contains("@distlock_set < 2"), "{batch}");
         assert!(batch.contains("INSERT INTO `locks` "), "{batch}");
     }

@@ -516,3 +516,82 @@ async fn a_connection_idle_past_the_pools_limit_is_not_handed_out() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
+
+/// A lock table made by the previous version (no holder columns), with a live lease in
+/// it: two processes connecting at once migrate it in place; the old lease reads as
+/// held by no one known, its owner releases it as before, and every new grant stores
+/// its holder. With `migrate=false`, a table not yet migrated is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_of_the_previous_schema_migrates_and_its_lease_stays_held() {
+    use distlock_core::{Holder, LockClient, LockOptions};
+    use distlock_mysql::sqlx::{Connection, MySqlConnection};
+
+    let server = server().await;
+    let mut conn = MySqlConnection::connect(&server.url())
+        .await
+        .expect("connect");
+    // The previous version's tables, as its migration made them.
+    for statement in [
+        "CREATE TABLE distlock_locks (name VARBINARY(256) NOT NULL, owner VARBINARY(64) NOT NULL, \
+           fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, PRIMARY KEY (name)) ENGINE=InnoDB",
+        "CREATE TABLE distlock_locks_floor (id TINYINT NOT NULL, top BIGINT NOT NULL, \
+           PRIMARY KEY (id)) ENGINE=InnoDB",
+        "INSERT IGNORE INTO distlock_locks_floor (id, top) VALUES (1, 0)",
+        "CREATE TABLE distlock_locks_queue (name VARBINARY(256) NOT NULL, \
+           owner VARBINARY(64) NOT NULL, seq BIGINT NOT NULL AUTO_INCREMENT, \
+           until DATETIME(6) NOT NULL, PRIMARY KEY (name, owner), KEY arrival (seq), \
+           KEY turn (name, seq)) ENGINE=InnoDB",
+    ] {
+        conn.execute(statement).await.expect("the previous schema");
+    }
+    let owner = OwnerToken::random();
+    distlock_mysql::sqlx::query(
+        "INSERT INTO distlock_locks (name, owner, fence, expires_at) \
+         VALUES ('old', ?, 7, UTC_TIMESTAMP(6) + INTERVAL 60 SECOND)",
+    )
+    .bind(&owner.as_bytes()[..])
+    .execute(&mut conn)
+    .await
+    .expect("an old lease");
+
+    // Not migrated, and told not to: named, not half-used.
+    let refused = MySqlBackend::connect(&format!("{}?migrate=false", server.url()))
+        .await
+        .map(drop)
+        .expect_err("a table without the holder's columns");
+    assert_eq!(refused.kind(), ErrorKind::Configuration, "{refused}");
+    assert!(refused.to_string().contains("holder"), "{refused}");
+
+    let url = server.url();
+    let (one, two) = tokio::join!(MySqlBackend::connect(&url), MySqlBackend::connect(&url));
+    let backend = std::sync::Arc::new(one.expect("migrated"));
+    two.expect("migrated alongside");
+    let old = LockKey::new("old").expect("key");
+    let info = backend
+        .inspect(&old)
+        .await
+        .expect("inspect")
+        .expect("the old lease is still held");
+    assert_eq!(info.fence, FencingToken::new(7));
+    assert_eq!((info.holder, info.granted_at), (None, None));
+    assert_eq!(
+        backend.release(&old, &owner).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let holder = Holder::new("migrated-host:1")
+        .and_then(|h| h.with_payload("after the upgrade"))
+        .expect("holder");
+    let client = LockClient::with_options(
+        backend.clone(),
+        LockOptions::new(Duration::from_secs(30)).with_holder(holder.clone()),
+    )
+    .expect("client");
+    let Ok(guard) = client.try_lock("old").await.expect("try") else {
+        panic!("the released key was still held");
+    };
+    let info = backend.inspect(&old).await.expect("inspect").expect("held");
+    assert!(info.fence > FencingToken::new(7), "{info:?}");
+    assert_eq!(info.holder, Some(holder));
+    assert!(info.granted_at.is_some(), "{info:?}");
+    guard.release().await.expect("release");
+}

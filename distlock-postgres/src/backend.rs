@@ -9,11 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
-    HandoffBook, Handoffs, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, SetBackend,
-    SetGrant, WakeRegistry,
+    HandoffBook, Handoffs, HolderRecords, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
+    SetBackend, SetGrant, WakeRegistry,
 };
 use distlock_core::{Error, FencingToken, LockBackend, LockInfo, LockKey, Result};
-use distlock_sql::{timed_out, Checkout, Pool, Setting};
+use distlock_sql::{stored_holder, timed_out, Checkout, Pool, Setting};
 use sqlx::postgres::{PgListener, PgPool, PgRow};
 use sqlx::Postgres;
 use sqlx::{Connection as _, Row as _};
@@ -135,6 +135,7 @@ impl PostgresBackend {
         };
         capabilities.leases_survive_restart = config.durable_commits() && !config.unlogged;
         capabilities.change_notification = config.notify();
+        capabilities.holder_records = HolderRecords::ServerClock;
         // The server ends each statement at its statement_timeout, the response
         // timeout. Behind PgBouncer a batch may first wait in the pooler's queue for as
         // long as its query_wait_timeout, which the backend cannot see.
@@ -559,6 +560,7 @@ impl LockBackend for PostgresBackend {
             Arg::Text(request.key().as_str()),
             Arg::Bytes(&request.owner().as_bytes()[..]),
             Arg::Float(ttl_ms(request.ttl())),
+            Arg::Text(request.holder().encoded()),
         ];
         self.grant(&self.inner.sql.acquire, &args)
             .await
@@ -595,12 +597,20 @@ impl LockBackend for PostgresBackend {
         let Some(row) = rows.first() else {
             return Ok(None);
         };
-        let decoded = (|| Ok::<_, sqlx::Error>((row.try_get::<i64, _>(0)?, row.try_get(1)?)))();
-        let (raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
-        Ok(Some(LockInfo {
-            fence: fence(raw)?,
-            remaining: remaining(ms).unwrap_or_default(),
-        }))
+        let decoded = (|| {
+            Ok::<_, sqlx::Error>((
+                row.try_get::<i64, _>(0)?,
+                row.try_get(1)?,
+                row.try_get(2)?,
+                row.try_get(3)?,
+            ))
+        })();
+        let (raw, ms, holder, granted) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
+        let (holder, granted_at) = stored_holder(holder, granted);
+        Ok(Some(
+            LockInfo::new(fence(raw)?, remaining(ms).unwrap_or_default())
+                .held_by(holder, granted_at),
+        ))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
@@ -620,6 +630,7 @@ impl PostgresBackend {
             Arg::Bytes(&request.owner().as_bytes()[..]),
             Arg::Float(ttl_ms(request.ttl())),
             Arg::Float(ttl_ms(place)),
+            Arg::Text(request.holder().encoded()),
         ];
         let (key, owner) = (request.key().as_str(), *request.owner());
         let sent_at = tokio::time::Instant::now();
@@ -674,6 +685,10 @@ impl SetBackend for PostgresBackend {
             args.push(Arg::Text(request.key().as_str()));
             args.push(Arg::Bytes(&request.owner().as_bytes()[..]));
             args.push(Arg::Float(*ms));
+        }
+        // Core asks for a set with one holder.
+        if let Some(first) = requests.first() {
+            args.push(Arg::Text(first.holder().encoded()));
         }
         let statement = self.inner.sql.acquire_all(requests.len());
         let reply = self
@@ -744,15 +759,17 @@ impl OperatorBackend for PostgresBackend {
                     row.try_get::<String, _>(0)?,
                     row.try_get::<i64, _>(1)?,
                     row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
                 ))
             })();
-            let (key, raw, ms) = decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
+            let (key, raw, ms, holder, granted) =
+                decoded.map_err(|e| from_sqlx(&self.inner.config, e))?;
             // A row whose name is no lock key (written by hand, say) is not a lock.
             let Ok(key) = LockKey::new(key) else { continue };
-            let info = LockInfo {
-                fence: fence(raw)?,
-                remaining: remaining(ms).unwrap_or_default(),
-            };
+            let (holder, granted_at) = stored_holder(holder, granted);
+            let info = LockInfo::new(fence(raw)?, remaining(ms).unwrap_or_default())
+                .held_by(holder, granted_at);
             held.push((key, info));
         }
         Ok(held)

@@ -71,7 +71,7 @@
 //! ([`PermitBackend`](distlock_core::backend::PermitBackend), `LockBackend::permits`) live in
 //! four more tables, migrated with the others: `<table>_names` (a name's limit and its
 //! last term), `<table>_permits` (the grants), `<table>_places` and `<table>_terms`.
-//! The grant step is one call of the function `<table>_grant_permits`, one round trip:
+//! The grant step is one call of the function `<table>_take_permits`, one round trip:
 //! it locks the name's row first, and every statement after that reads a fresh
 //! snapshot, so two grants on one name never count the same free permits. Fences come
 //! from the lock table's logged sequence. Every release of permits notifies (a

@@ -3,7 +3,7 @@
 //!
 //! Four tables beside the lock table: `<table>_names` (one row per name: its limit
 //! and its last term), `<table>_permits` (the grants), `<table>_places` and
-//! `<table>_terms`. The grant step is a function, `<table>_grant_permits`: it first
+//! `<table>_terms`. The grant step is a function, `<table>_take_permits`: it first
 //! locks the name's row, and each statement after that reads a fresh snapshot
 //! (`READ COMMITTED` in a volatile function), so two grants on one name never count
 //! the same free permits. Fences come from the lock table's logged sequence, drawn
@@ -17,6 +17,7 @@ use distlock_core::backend::{
     PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
 use distlock_core::{LockKey, Result};
+use distlock_sql::stored_holder;
 use sqlx::Row;
 
 use crate::backend::{fence, ttl_ms, PostgresBackend};
@@ -41,6 +42,7 @@ impl PermitBackend for PostgresBackend {
             Arg::Bool(claim.value().is_some()),
             Arg::Text(claim.value().unwrap_or_default()),
             Arg::Int(i64::try_from(TERMS_KEPT).unwrap_or(i64::MAX)),
+            Arg::Text(request.holder().encoded()),
         ];
         let rows = self.statement(&sql.grant, &args).await?;
         let Some(row) = rows.first() else {
@@ -95,27 +97,41 @@ impl PermitBackend for PostgresBackend {
             .map(drop)
     }
 
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let args = [
+            Arg::Text(key.as_str()),
+            Arg::Bytes(&owner.as_bytes()[..]),
+            Arg::Text(value),
+        ];
+        let rows = self.statement(&self.sql().permits.proclaim, &args).await?;
+        Ok(if rows.is_empty() {
+            Renewal::NotHeld
+        } else {
+            Renewal::Renewed
+        })
+    }
+
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
         let args = [Arg::Text(key.as_str())];
         let rows = self.statement(&self.sql().permits.holders, &args).await?;
         rows.iter()
             .map(|row| {
-                let (raw, count, ms, value) = decode(self, || {
+                let (raw, count, ms, value, holder, granted) = decode(self, || {
                     Ok((
                         row.try_get::<i64, _>(0)?,
                         row.try_get::<i64, _>(1)?,
                         row.try_get::<Option<i64>, _>(2)?,
                         row.try_get(3)?,
+                        row.try_get(4)?,
+                        row.try_get(5)?,
                     ))
                 })?;
-                Ok(PermitHolder {
-                    fence: fence(raw)?,
-                    count: u32::try_from(count).unwrap_or(u32::MAX),
-                    remaining: Duration::from_millis(
-                        ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0),
-                    ),
-                    value,
-                })
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                let remaining =
+                    Duration::from_millis(ms.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0));
+                let (holder, granted_at) = stored_holder(holder, granted);
+                Ok(PermitHolder::new(fence(raw)?, count, remaining, value)
+                    .held_by(holder, granted_at))
             })
             .collect()
     }
@@ -128,18 +144,18 @@ impl PermitBackend for PostgresBackend {
         let rows = self.statement(&self.sql().permits.terms, &args).await?;
         rows.iter()
             .map(|row| {
-                let (raw, previous, value) = decode(self, || {
+                let (raw, previous, value, holder, granted) = decode(self, || {
                     Ok((
                         row.try_get::<i64, _>(0)?,
                         row.try_get::<i64, _>(1)?,
                         row.try_get(2)?,
+                        row.try_get(3)?,
+                        row.try_get(4)?,
                     ))
                 })?;
-                Ok(Term {
-                    fence: fence(raw)?,
-                    previous: u64::try_from(previous).unwrap_or(0),
-                    value,
-                })
+                let (holder, granted_at) = stored_holder(holder, granted);
+                let previous = u64::try_from(previous).unwrap_or(0);
+                Ok(Term::new(fence(raw)?, previous, value).held_by(holder, granted_at))
             })
             .collect()
     }

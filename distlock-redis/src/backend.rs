@@ -2,16 +2,18 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ExtendRequest, FairBackend, FenceDurability, Grant,
-    Handoff, HandoffBook, Handoffs, OperatorBackend, OwnerToken, PermitBackend, ReleaseOutcome,
-    Renewal, SetBackend, SetGrant, WakeRegistry,
+    Handoff, HandoffBook, Handoffs, HolderRecords, OperatorBackend, OwnerToken, PermitBackend,
+    ReleaseOutcome, Renewal, SetBackend, SetGrant, WakeRegistry,
 };
-use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
+use distlock_core::{
+    Error, ErrorKind, FencingToken, Holder, LockBackend, LockInfo, LockKey, Result,
+};
 use redis::{FromRedisValue, ToRedisArgs};
 use tokio::time::Instant;
 use tracing::debug;
@@ -143,6 +145,8 @@ impl RedisBackend {
         capabilities.fence_durability = FenceDurability::FailsClosed;
         capabilities.leases_survive_restart = false;
         capabilities.change_notification = true;
+        // acquire.lua stores the holder with its grant time by the server's clock.
+        capabilities.holder_records = HolderRecords::ServerClock;
         // A release hands the lock to the head of its queue: not on a Redlock master
         // (the Redlock's majority decides a grant, not one master's release), nor where
         // grants wait for replicas (the release does not, and the waiter would hear of
@@ -396,7 +400,7 @@ impl RedisBackend {
 
     /// The holder of `key` here and its owner token (kept inside the crate), or `None`.
     pub(crate) async fn holder(&self, key: &LockKey) -> Result<Option<(LockInfo, String)>> {
-        let found: Option<(String, String, String)> = self
+        let found: Option<(String, String, String, String)> = self
             .run(
                 &self.inner.scripts.inspect,
                 &[&self.lock_key(key)],
@@ -404,7 +408,7 @@ impl RedisBackend {
                 false,
             )
             .await?;
-        let Some((fence, pttl, owner)) = found else {
+        let Some((fence, pttl, owner, rest)) = found else {
             return Ok(None);
         };
         let remaining = pttl
@@ -412,10 +416,9 @@ impl RedisBackend {
             .ok()
             .and_then(|ms| u64::try_from(ms).ok())
             .unwrap_or(0);
-        let info = LockInfo {
-            fence: parse_fence(&fence)?,
-            remaining: Duration::from_millis(remaining),
-        };
+        let (holder, granted_at) = stored_holder(&rest);
+        let info = LockInfo::new(parse_fence(&fence)?, Duration::from_millis(remaining))
+            .held_by(holder, granted_at);
         Ok(Some((info, owner)))
     }
 
@@ -482,25 +485,36 @@ impl RedisBackend {
             millis(request.ttl()),
             millis(request.ttl() + self.inner.config.fence_grace),
         );
-        let mut args = vec![owner.as_str(), &ttl, &counter_ttl];
-        // A Redlock master's flag; on one server acquire.lua reads its absence as '0',
-        // except in the fair step, whose place comes after it.
+        // A Redlock master's flag, the fair step's place ('0' outside it), the holder
+        // stored with the grant, and on a Redlock master the grant's time by this
+        // client's clock, so that every master stores the same one.
+        let flag = if self.inner.config.redlock_member {
+            "1"
+        } else {
+            "0"
+        };
+        let place_ms = place.map_or_else(|| "0".to_owned(), millis);
+        let granted_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+            .to_string();
+        let mut args = vec![
+            owner.as_str(),
+            &ttl,
+            &counter_ttl,
+            flag,
+            &place_ms,
+            request.holder().encoded(),
+        ];
         if self.inner.config.redlock_member {
-            args.push("1");
+            args.push(&granted_ms);
         }
-        let place_ms = place.map(millis).unwrap_or_default();
         let (script, keys) = match place {
             None => (&self.inner.scripts.acquire, vec![&*lock, &*fence_key]),
-            Some(_) => {
-                if !self.inner.config.redlock_member {
-                    args.push("0");
-                }
-                args.push(&place_ms);
-                (
-                    &self.inner.scripts.queued,
-                    vec![&*lock, &*fence_key, &*queue, &*places, &*ttls],
-                )
-            }
+            Some(_) => (
+                &self.inner.scripts.queued,
+                vec![&*lock, &*fence_key, &*queue, &*places, &*ttls],
+            ),
         };
         let sent_at = Instant::now();
         let reply: Result<Vec<String>> = self.run(script, &keys, &args, true).await;
@@ -552,6 +566,29 @@ impl RedisBackend {
             .await
             .map(drop)
             .map_err(|e| self.error(e))
+    }
+}
+
+/// The holder and grant time a lock's value stores after its fence (acquire.lua):
+/// `rest` is the value from the fence on, `"<fence>/<ms>/<holder>/"` and any marks.
+/// `None`s for a value stored without them.
+pub(crate) fn stored_holder(rest: &str) -> (Option<Holder>, Option<SystemTime>) {
+    let stored = rest
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches('!')
+        .strip_prefix('/')
+        .and_then(|s| s.strip_suffix('/'))
+        .and_then(|s| s.split_once('/'));
+    let Some((ms, holder)) = stored else {
+        return (None, None);
+    };
+    let granted_at = ms
+        .parse::<u64>()
+        .ok()
+        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+    match Holder::decode(holder) {
+        Some(holder) => (Some(holder), granted_at),
+        None => (None, None),
     }
 }
 
@@ -730,6 +767,10 @@ impl SetBackend for RedisBackend {
             args.push(request.owner().to_hex());
             args.push(millis(request.ttl()));
             args.push(millis(request.ttl() + self.inner.config.fence_grace));
+        }
+        // Core asks for a set with one holder.
+        if let Some(first) = requests.first() {
+            args.push(first.holder().encoded().to_owned());
         }
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let reply: Result<Vec<String>> = self

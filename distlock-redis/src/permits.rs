@@ -7,14 +7,15 @@
 //! (a sorted set, as the grants) and the recorded terms (a sorted set by fence). Every
 //! step keeps them alive at least twice the longest TTL it was given, or the place.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use distlock_core::backend::untag_holder;
 use distlock_core::backend::{
     AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, OwnerToken, PermitBackend,
     PermitHolder, ReleaseOutcome, Renewal, Term, TERMS_KEPT,
 };
-use distlock_core::{ErrorKind, FencingToken, LockKey, Result};
+use distlock_core::{ErrorKind, FencingToken, Holder, LockKey, Result};
 
 use crate::backend::{millis, parse_fence, parse_u64, RedisBackend};
 use crate::error::unexpected;
@@ -49,18 +50,36 @@ fn kept_for(ttl: Duration) -> String {
     millis(ttl + ttl)
 }
 
-/// A grant's record: `<fence>:<count>:<0|1>:<value>`.
-fn parse_grant(record: &str) -> Result<(FencingToken, u32, Option<String>)> {
+/// A grant's record: `<fence>:<count>:<0|1>:<value>`, where a holder is stored
+/// `<fence>:<count>:<0|1>/<ms>/<length>:<holder><value>` (permits_acquire.lua).
+type Granted = (
+    FencingToken,
+    u32,
+    Option<String>,
+    Option<Holder>,
+    Option<SystemTime>,
+);
+
+fn parse_grant(record: &str) -> Result<Granted> {
     let mut parts = record.splitn(4, ':');
-    let (Some(fence), Some(count), Some(flag), Some(value)) =
+    let (Some(fence), Some(count), Some(flag), Some(rest)) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(unexpected("a grant of permits that is not a record"));
     };
     let count = u32::try_from(parse_u64(count, "a count that is not a number")?)
         .map_err(|_| unexpected("a count out of range"))?;
+    let (flag, holder, granted_at, value) = split_holder(flag, rest)?;
     let value = (flag == "1").then(|| value.to_owned());
-    Ok((parse_fence(fence)?, count, value))
+    Ok((parse_fence(fence)?, count, value, holder, granted_at))
+}
+
+/// [`untag_holder`], with a tag that is not well formed as an error.
+fn split_holder<'a>(
+    field: &'a str,
+    rest: &'a str,
+) -> Result<(&'a str, Option<Holder>, Option<SystemTime>, &'a str)> {
+    untag_holder(field, rest).ok_or_else(|| unexpected("a holder's tag that is not well formed"))
 }
 
 #[async_trait]
@@ -79,6 +98,7 @@ impl PermitBackend for RedisBackend {
             kept_for(request.ttl()),
             TERMS_KEPT.to_string(),
             self.permit_channel(request.key()),
+            request.holder().encoded().to_owned(),
         ];
         let reply: Result<(i64, String)> = self
             .run(
@@ -159,6 +179,27 @@ impl PermitBackend for RedisBackend {
         Ok(())
     }
 
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let keys = self.permit_keys(key);
+        let proclaimed: i64 = self
+            .run(
+                &self.inner.scripts.permits_proclaim,
+                &[&keys.grants, &keys.info, &keys.terms],
+                &[
+                    owner.to_hex().as_str(),
+                    value,
+                    self.permit_channel(key).as_str(),
+                ],
+                true,
+            )
+            .await?;
+        Ok(if proclaimed == 1 {
+            Renewal::Renewed
+        } else {
+            Renewal::NotHeld
+        })
+    }
+
     async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
         let keys = self.permit_keys(key);
         let flat: Vec<String> = self
@@ -172,14 +213,9 @@ impl PermitBackend for RedisBackend {
         let mut holders = flat
             .chunks_exact(2)
             .map(|pair| {
-                let (fence, count, value) = parse_grant(&pair[0])?;
-                let remaining = pair[1].parse::<u64>().unwrap_or(0);
-                Ok(PermitHolder {
-                    fence,
-                    count,
-                    remaining: Duration::from_millis(remaining),
-                    value,
-                })
+                let (fence, count, value, holder, granted_at) = parse_grant(&pair[0])?;
+                let remaining = Duration::from_millis(pair[1].parse::<u64>().unwrap_or(0));
+                Ok(PermitHolder::new(fence, count, remaining, value).held_by(holder, granted_at))
             })
             .collect::<Result<Vec<_>>>()?;
         holders.sort_by_key(|h| h.fence);
@@ -200,16 +236,15 @@ impl PermitBackend for RedisBackend {
             .iter()
             .map(|record| {
                 let mut parts = record.splitn(3, ':');
-                let (Some(fence), Some(previous), Some(value)) =
+                let (Some(fence), Some(previous), Some(rest)) =
                     (parts.next(), parts.next(), parts.next())
                 else {
                     return Err(unexpected("a term that is not a record"));
                 };
-                Ok(Term {
-                    fence: parse_fence(fence)?,
-                    previous: parse_u64(previous, "a fence that is not a number")?,
-                    value: value.to_owned(),
-                })
+                let (previous, holder, granted_at, value) = split_holder(previous, rest)?;
+                let previous = parse_u64(previous, "a fence that is not a number")?;
+                Ok(Term::new(parse_fence(fence)?, previous, value.to_owned())
+                    .held_by(holder, granted_at))
             })
             .collect()
     }
@@ -227,12 +262,31 @@ mod tests {
     fn grant_records_keep_values_with_colons() {
         assert_eq!(
             parse_grant("12:1:1:10.0.0.1:80").ok(),
-            Some((FencingToken::new(12), 1, Some("10.0.0.1:80".to_owned())))
+            Some((
+                FencingToken::new(12),
+                1,
+                Some("10.0.0.1:80".to_owned()),
+                None,
+                None
+            ))
         );
         assert_eq!(
             parse_grant("12:3:0:").ok(),
-            Some((FencingToken::new(12), 3, None))
+            Some((FencingToken::new(12), 3, None, None, None))
         );
+        // With a holder of 8 bytes, granted at 1.5 s past the epoch.
+        let holder = Holder::new("a:1").and_then(|h| h.with_payload("x:y!")).ok();
+        assert_eq!(
+            parse_grant("12:1:1/1500/8:a:1\nx:y!10.0.0.1:80").ok(),
+            Some((
+                FencingToken::new(12),
+                1,
+                Some("10.0.0.1:80".to_owned()),
+                holder,
+                Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1500))
+            ))
+        );
+        assert!(parse_grant("12:1:1/1500/80:a:1").is_err());
         assert!(parse_grant("0:3:0:").is_err());
         assert!(parse_grant("12:x:0:").is_err());
         assert!(parse_grant("12").is_err());

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, OperatorBackend, OwnerToken,
-    ReleaseOutcome, Renewal, RoundTrips,
+    AcquireRequest, Capabilities, ChangeStream, ExtendRequest, Grant, HolderRecords,
+    OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
 };
 use distlock_core::{Error, ErrorKind, FencingToken, LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::BoxFuture;
@@ -110,10 +110,12 @@ fn holder_of_majority(holders: &[(LockInfo, String)], quorum: usize) -> Option<L
         .map(|i| i.fence)
         .find(|f| same.iter().filter(|i| i.fence == *f).count() >= quorum);
     let fence = agreed.or_else(|| same.iter().map(|i| i.fence).max())?;
-    Some(LockInfo {
-        fence,
-        remaining: remaining[quorum - 1],
-    })
+    // The holder and grant time the majority's masters stored (one, as the grant
+    // sent them).
+    let first = same.first()?;
+    Some(
+        LockInfo::new(fence, remaining[quorum - 1]).held_by(first.holder.clone(), first.granted_at),
+    )
 }
 
 /// How the masters answered, where a majority decides.
@@ -238,6 +240,9 @@ impl RedlockBackend {
             ..RoundTrips::default()
         };
         capabilities.clock_drift = config.drift;
+        // Each master would time a grant by its own clock: the client's time is sent
+        // to them all, so that they store one (acquire.lua).
+        capabilities.holder_records = HolderRecords::ClientClock;
         // No fair mode (a queue would have to be kept on every master, with a majority
         // agreeing on its order: not built) and no permits (they are not spread over
         // the masters): `fair()` and `permits()` answer `None`, so a fair client or a

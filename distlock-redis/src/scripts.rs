@@ -35,12 +35,13 @@ pub(crate) struct Scripts {
     pub(crate) permits_leave: Lua,
     pub(crate) permits_holders: Lua,
     pub(crate) acquire_all: Lua,
+    pub(crate) permits_proclaim: Lua,
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
 /// queue's part, then the plain acquire's, in one script; release and leave each start
 /// with the handoff's function, which they share.
-pub(crate) const SOURCES: [&str; 15] = [
+pub(crate) const SOURCES: [&str; 16] = [
     include_str!("scripts/acquire.lua"),
     concat!(
         include_str!("scripts/handoff.lua"),
@@ -65,11 +66,12 @@ pub(crate) const SOURCES: [&str; 15] = [
     include_str!("scripts/permits_leave.lua"),
     include_str!("scripts/permits_holders.lua"),
     include_str!("scripts/acquire_all.lua"),
+    include_str!("scripts/permits_proclaim.lua"),
 ];
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, release, release_plain, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all] =
+        let [acquire, release, release_plain, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all, permits_proclaim] =
             SOURCES.map(Lua::new);
         Scripts {
             acquire,
@@ -87,6 +89,7 @@ impl Scripts {
             permits_leave,
             permits_holders,
             acquire_all,
+            permits_proclaim,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
 use distlock_core::backend::{FenceDurability, Lease, LockBackendExt};
-use distlock_core::{ErrorKind, FencedHandle, LockBackend, LockKey, MemoryStore};
+use distlock_core::{ErrorKind, FencedHandle, Holder, LockBackend, LockKey, MemoryStore};
 use distlock_redis::RedlockBackend;
 use distlock_testservers::{RedisMasters, ServerHandle};
 use futures_util::StreamExt as _;
@@ -137,10 +137,13 @@ async fn the_largest_proposal_becomes_the_fence_on_a_majority() {
         .expect("acquire")
         .expect("free");
     assert_eq!(lease.fence().get(), ahead + 1);
-    let expected = format!("{}:{}", lease.owner().to_hex(), ahead + 1);
-    assert_eq!(
-        get(m1, "distlock:{agree}").await.as_deref(),
-        Some(expected.as_str())
+    // The agreed fence, and the holder stored after it, kept by the commit.
+    let expected = format!("{}:{}/", lease.owner().to_hex(), ahead + 1);
+    let stored = get(m1, "distlock:{agree}").await.unwrap_or_default();
+    assert!(
+        stored.starts_with(&expected)
+            && stored.ends_with(&format!("/{}/", Holder::this_process().id())),
+        "{stored}"
     );
     assert_eq!(
         get(m1, "distlock:{agree}:fence").await,

@@ -16,10 +16,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use distlock_core::backend::{check_fence, Endpoint};
-use distlock_core::{Error, ErrorKind, FencingToken, Result};
+use distlock_core::{Error, ErrorKind, FencingToken, Holder, Result};
 
 pub mod common;
 pub mod pool;
@@ -164,6 +164,22 @@ pub fn transport_kind(e: &sqlx::Error) -> Option<ErrorKind> {
         | sqlx::Error::WorkerCrashed => Some(ErrorKind::Unavailable),
         _ => None,
     }
+}
+
+/// The holder and grant time a lock table stores (a `holder` text column, and the
+/// grant time read as milliseconds since the Unix epoch): both `None` for a row
+/// written before the columns existed, or whose holder does not read back.
+pub fn stored_holder(
+    holder: Option<String>,
+    granted_ms: Option<i64>,
+) -> (Option<Holder>, Option<SystemTime>) {
+    let Some(holder) = holder.as_deref().and_then(Holder::decode) else {
+        return (None, None);
+    };
+    let granted_at = granted_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+    (Some(holder), granted_at)
 }
 
 /// The fence as the signed 64-bit integer (`bigint`, `BIGINT`) a fenced statement

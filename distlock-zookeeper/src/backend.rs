@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, ClockDrift, ExtendRequest, FairBackend,
-    FenceDurability, Grant, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal, RoundTrips,
+    FenceDurability, Grant, HolderRecords, OperatorBackend, OwnerToken, ReleaseOutcome, Renewal,
+    RoundTrips,
 };
 use distlock_core::{LockBackend, LockInfo, LockKey, Result};
 use futures_util::future::join_all;
@@ -20,8 +21,8 @@ use zookeeper_client::{
 
 use crate::config::ZooKeeperConfig;
 use crate::node::{
-    children, decode_key, fence_of, gone, holder, millis, own_lease, parse_node, read_nodes, Kind,
-    Node,
+    children, decode_key, fence_of, gone, holder, lease_data, millis, own_lease, parse_node,
+    read_nodes, Kind, Node,
 };
 use crate::session::Inner;
 
@@ -99,6 +100,7 @@ impl ZooKeeperBackend {
         capabilities.fence_durability = FenceDurability::Durable;
         capabilities.leases_survive_restart = true;
         capabilities.change_notification = true;
+        capabilities.holder_records = HolderRecords::ServerClock;
         // A TTL node's TTL is fixed when it is created.
         capabilities.extend_any_ttl = false;
         capabilities.round_trips = RoundTrips {
@@ -151,13 +153,12 @@ impl ZooKeeperBackend {
     async fn grant(
         inner: &Inner,
         client: &Client,
-        key: &LockKey,
-        owner: &OwnerToken,
-        ttl: Duration,
+        request: &AcquireRequest,
     ) -> std::result::Result<Grant, ZkError> {
+        let (key, ttl) = (request.key(), request.ttl());
         let dir = inner.dir(key);
-        let me = inner.lease_path(key, owner);
-        let data = millis(ttl).to_be_bytes();
+        let me = inner.lease_path(key, request.owner());
+        let data = lease_data(ttl, request.holder());
         let mut attempts = 0;
         let (mine, names) = loop {
             attempts += 1;
@@ -197,7 +198,7 @@ impl ZooKeeperBackend {
             }
         };
         let now = mine.mtime;
-        let mine_name = format!("l-{}", owner.to_hex());
+        let mine_name = format!("l-{}", request.owner().to_hex());
         let others: Vec<String> = names
             .into_iter()
             .filter(|n| n.starts_with("l-") && *n != mine_name)
@@ -371,16 +372,7 @@ impl LockBackend for ZooKeeperBackend {
         }
         let inner = &self.inner;
         inner
-            .run(|client| async move {
-                Self::grant(
-                    inner,
-                    &client,
-                    request.key(),
-                    request.owner(),
-                    request.ttl(),
-                )
-                .await
-            })
+            .run(|client| async move { Self::grant(inner, &client, request).await })
             .await
     }
 
@@ -472,14 +464,7 @@ impl LockBackend for ZooKeeperBackend {
                 let names = children(&client, &dir);
                 let (now, names) = (now.await?, names.await?);
                 let nodes = read_nodes(&client, &dir, names).await?;
-                holder(&nodes, now)
-                    .map(|h| {
-                        Ok(LockInfo {
-                            fence: h.fence()?,
-                            remaining: h.remaining_at(now),
-                        })
-                    })
-                    .transpose()
+                holder(&nodes, now).map(|h| h.info(now)).transpose()
             })
             .await
     }
@@ -553,7 +538,7 @@ impl ZooKeeperBackend {
                         return Ok(Grant::Held { remaining: None });
                     }
                 }
-                let grant = Self::grant(inner, &client, key, owner, request.ttl()).await?;
+                let grant = Self::grant(inner, &client, request).await?;
                 if let Grant::Granted(_) = grant {
                     gone(client.delete(&mine, None).await)?;
                 }
@@ -612,13 +597,7 @@ impl OperatorBackend for ZooKeeperBackend {
                 let mut held = Vec::new();
                 for ((key, _), nodes) in keys.iter().zip(reads.await) {
                     if let Some(h) = holder(&nodes?, now) {
-                        held.push((
-                            key.clone(),
-                            LockInfo {
-                                fence: h.fence()?,
-                                remaining: h.remaining_at(now),
-                            },
-                        ));
+                        held.push((key.clone(), h.info(now)?));
                     }
                 }
                 Ok(held)

@@ -1,9 +1,9 @@
 //! The node model: what a node under a key's node is (a lease or a fair waiter's
 //! place), read from its name, data and stat; and the reads every lock step makes.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use distlock_core::{FencingToken, LockKey};
+use distlock_core::{FencingToken, Holder, LockInfo, LockKey};
 use futures_util::future::join_all;
 use zookeeper_client::Error as ZkError;
 use zookeeper_client::{Client, Stat};
@@ -16,14 +16,23 @@ pub(crate) enum Kind {
     Place,
 }
 
-/// A lease or place as read: its name, what it is, its TTL and its stat.
+/// A lease or place as read: its name, what it is, its TTL, its holder and its stat.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) path: String,
     pub(crate) kind: Kind,
     pub(crate) owner: String,
     pub(crate) ttl_ms: i64,
+    pub(crate) holder: Option<Holder>,
     pub(crate) stat: Stat,
+}
+
+/// A lease's data: its TTL in ms (8 bytes, big-endian), then the holder as it encodes
+/// itself. A lease of an earlier version has the TTL alone.
+pub(crate) fn lease_data(ttl: Duration, holder: &Holder) -> Vec<u8> {
+    let mut data = millis(ttl).to_be_bytes().to_vec();
+    data.extend_from_slice(holder.encoded().as_bytes());
+    data
 }
 
 impl Node {
@@ -43,6 +52,16 @@ impl Node {
 
     pub(crate) fn fence(&self) -> Result<FencingToken, ZkError> {
         fence_of(&self.stat)
+    }
+
+    /// What inspecting shows of it at server time `now`: its holder was granted when
+    /// its node was created, by the server's clock.
+    pub(crate) fn info(&self, now: i64) -> Result<LockInfo, ZkError> {
+        let created = u64::try_from(self.stat.ctime).ok();
+        let granted_at = created.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let granted_at = self.holder.as_ref().and(granted_at);
+        Ok(LockInfo::new(self.fence()?, self.remaining_at(now))
+            .held_by(self.holder.clone(), granted_at))
     }
 }
 
@@ -84,12 +103,15 @@ pub(crate) fn parse_node(dir: &str, name: &str, data: &[u8], stat: Stat) -> Opti
     } else {
         return None;
     };
-    let ttl_ms = i64::from_be_bytes(data.try_into().ok()?);
+    let (ttl, holder) = (data.get(..8)?, data.get(8..)?);
+    let ttl_ms = i64::from_be_bytes(ttl.try_into().ok()?);
+    let holder = std::str::from_utf8(holder).ok().and_then(Holder::decode);
     Some(Node {
         path: format!("{dir}/{name}"),
         kind,
         owner: owner.to_owned(),
         ttl_ms,
+        holder,
         stat,
     })
 }

@@ -1,8 +1,54 @@
 //! What operators use: listing the held locks (`distlock list`).
 
-use distlock_core::LockClient;
+use std::time::SystemTime;
+
+use distlock_core::{Holder, LockClient, LockInfo};
 
 use super::*;
+
+/// How far a grant time may be from this process's clock: the server's clock and
+/// this one, each as a host keeps it.
+const CLOCKS_APART: Duration = Duration::from_secs(5);
+
+/// `key`'s holder as `inspect` shows it; a failure when it is free.
+async fn inspected(t: &Target, key: &LockKey) -> Result<LockInfo, CaseError> {
+    match t.backend().inspect(key).await? {
+        Some(info) => Ok(info),
+        None => fail(format!("{key} was free while held")),
+    }
+}
+
+/// That `shown` names `holder`, granted between `before` and `after` (by the clocks
+/// of this process and the server, which may be apart); its grant time.
+fn shows(
+    what: &str,
+    shown: (Option<&Holder>, Option<SystemTime>),
+    holder: &Holder,
+    (before, after): (SystemTime, SystemTime),
+) -> Result<SystemTime, CaseError> {
+    ensure!(
+        shown.0 == Some(holder),
+        "{what} showed the holder {:?}, not {holder:?}",
+        shown.0
+    );
+    let Some(granted) = shown.1 else {
+        return fail(format!("{what} showed the holder without its grant time"));
+    };
+    ensure!(
+        granted + CLOCKS_APART >= before && granted <= after + CLOCKS_APART,
+        "{what} showed a grant time {:?} from a grant made between {:?} and {:?} (Unix time)",
+        granted
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default(),
+        before
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default(),
+        after
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+    );
+    Ok(granted)
+}
 
 /// A key made of `prefix` and `rest`.
 fn under(prefix: &str, rest: &str) -> Result<LockKey, CaseError> {
@@ -83,6 +129,109 @@ cases! {
         }
         for lease in [a, b, outside] {
             t.backend().release_lease(&lease).await?;
+        }
+        Ok(())
+    }
+
+    /// Every grant stores its holder (the client's, with its payload) and its grant time: `inspect`, `list`, a semaphore's holders and an election's leader show them; a renewal and an owner's own retry keep the grant time; the next holder, after a release or after an expiry, is shown in place of the last.
+    #[case(Operator, needs_holders)]
+    pub async fn every_grant_shows_its_holder_and_when_it_was_granted(t: &Target) -> CaseResult {
+        let key = t.key("holder");
+        let ttl = t.long_ttl();
+        // A payload with what a store's encoding could trip on.
+        let first = Holder::new("conformance-first:1")?
+            .with_payload("build 7 / x;y:z! \"quoted\" ' \\ ünïcode\nsecond line!")?;
+        let second = Holder::new("conformance-second:2")?;
+        let a = client(t, LockOptions::new(ttl).with_holder(first.clone()))?;
+        let b = client(t, LockOptions::new(ttl).with_holder(second.clone()))?;
+        let before = SystemTime::now();
+        let Ok(guard) = a.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        let span = (before, SystemTime::now());
+        let info = inspected(t, &key).await?;
+        let shown = (info.holder.as_ref(), info.granted_at);
+        let granted = shows("inspect", shown, &first, span)?;
+        if t.backend().operator().is_some() {
+            let listed = t.backend().list(key.as_str()).await?;
+            let Some((_, info)) = listed.iter().find(|(k, _)| *k == key) else {
+                return fail(format!("list left out the held {key}"));
+            };
+            let shown = (info.holder.as_ref(), info.granted_at);
+            ensure!(
+                shows("list", shown, &first, span)? == granted,
+                "list and inspect showed two grant times"
+            );
+        }
+        guard.release().await?;
+
+        // After a release, the next grant (this process, through the backend) is shown.
+        let before = SystemTime::now();
+        let lease = acquire(t, &key, ttl).await?;
+        let span = (before, SystemTime::now());
+        let info = inspected(t, &key).await?;
+        let shown = (info.holder.as_ref(), info.granted_at);
+        let granted = shows("inspect after a release", shown, &Holder::this_process(), span)?;
+        // A renewal, and a retry of the owner's own grant (a lost reply's), keep it.
+        sleep(Duration::from_millis(1_100)).await;
+        let Ok(ExtendOutcome::Extended(lease)) = t.backend().extend(&lease, ttl).await else {
+            return fail("a held lease was not extended");
+        };
+        let retried = t.backend().try_acquire_as(&key, ttl, *lease.owner()).await?;
+        ensure!(
+            matches!(retried, AcquireOutcome::Acquired(_)),
+            "the owner's own retry was refused"
+        );
+        let kept = inspected(t, &key).await?;
+        ensure!(
+            kept.granted_at == Some(granted) && kept.holder == Some(Holder::this_process()),
+            "a renewal and a retry changed the grant to {:?} at {:?}, from {granted:?}",
+            kept.holder,
+            kept.granted_at
+        );
+        t.backend().release_lease(&lease).await?;
+
+        // After an expiry, the next holder is shown.
+        let lapsed = acquire(t, &key, t.short_ttl()).await?;
+        sleep(lapsed.valid_until().saturating_duration_since(Instant::now()) + t.expiry_slack())
+            .await;
+        let before = SystemTime::now();
+        let Ok(guard) = b.try_lock(key.as_str()).await? else {
+            return fail("a key whose lease ran out was still held");
+        };
+        let span = (before, SystemTime::now());
+        let info = inspected(t, &key).await?;
+        let shown = (info.holder.as_ref(), info.granted_at);
+        shows("inspect after an expiry", shown, &second, span)?;
+        guard.release().await?;
+
+        if t.backend().permits().is_some() {
+            let name = format!("{key}-permits");
+            let before = SystemTime::now();
+            let Ok(permit) = a.semaphore(&name, 2)?.try_acquire().await? else {
+                return fail("a fresh semaphore of 2 refused its first permit");
+            };
+            let span = (before, SystemTime::now());
+            let holders = a.semaphore(&name, 2)?.holders().await?;
+            let [held] = holders.as_slice() else {
+                return fail(format!("a semaphore with one permit taken showed {holders:?}"));
+            };
+            let shown = (held.holder.as_ref(), held.granted_at);
+            shows("a semaphore's holders", shown, &first, span)?;
+            permit.release().await?;
+
+            let election = b.election(&format!("{key}-election"))?;
+            let before = SystemTime::now();
+            let Ok(leadership) = election.try_campaign("10.0.0.2:80").await? else {
+                return fail("a campaign in a fresh election was refused");
+            };
+            let span = (before, SystemTime::now());
+            let Some(leader) = election.leader().await? else {
+                return fail("an election with a leader showed none");
+            };
+            let shown = (leader.holder.as_ref(), leader.granted_at);
+            shows("an election's leader", shown, &second, span)?;
+            leadership.resign().await?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use distlock_core::{FencedStoreExt as _, LockClient, MemoryStore, Observation};
+use distlock_core::{FencedStoreExt as _, FencingToken, LockClient, MemoryStore, Observation};
 use futures_util::StreamExt;
 
 use super::*;
@@ -618,6 +618,78 @@ cases! {
                 "observer {i} saw {seen:?}; the terms were {elected:?}"
             );
         }
+        Ok(())
+    }
+
+    /// A leader proclaims a new value: observers see it as the same term's new value, and the election's leader shows it; once the term is over, a proclaim is refused (not held) and changes nothing its successor's observers read.
+    #[case(Election, needs_permits)]
+    pub async fn a_leader_proclaims_within_its_term_only(t: &Target) -> CaseResult {
+        let name = t.key("proclaimed");
+        let client = LockClient::with_options(t.backend().clone(), options(t))?;
+        let election = client.election(name.as_str())?;
+        let mut observer = election.observe();
+        match timeout(WAIT, observer.next()).await {
+            Ok(Some(Ok(Observation::Vacant))) => {}
+            other => return fail(format!("a new election was first observed as {other:?}")),
+        }
+        // A leader whose term runs out at a short TTL, without renewal.
+        let lapsing = LockClient::with_options(t.backend().clone(), lapsing(t))?;
+        let mut first = lapsing.election(name.as_str())?.campaign("10.0.0.1:80", WAIT).await?;
+        match first.proclaim("10.0.0.1:81").await {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                first.resign().await?;
+                return Err(CaseError::Skipped(format!("the backend cannot proclaim: {e}")));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        ensure!(first.value() == "10.0.0.1:81", "the leadership kept {:?}", first.value());
+        let mut seen = Vec::new();
+        let give_up = Instant::now() + WAIT;
+        while !seen.iter().any(|(_, v): &(FencingToken, String)| v == "10.0.0.1:81") {
+            let left = give_up.saturating_duration_since(Instant::now());
+            match timeout(left, observer.next()).await {
+                Ok(Some(Ok(Observation::Elected(l) | Observation::Proclaimed(l)))) => {
+                    seen.push((l.fence, l.value));
+                }
+                Ok(Some(Ok(other))) => return fail(format!("the observer saw {other:?} after {seen:?}")),
+                Ok(Some(Err(e))) if e.is_retryable() => {}
+                Ok(Some(Err(e))) => return fail(format!("the observer: {e}")),
+                Ok(None) => return fail("the observer's stream ended"),
+                Err(_) => return fail(format!("no observer saw the proclaimed value; it saw {seen:?}")),
+            }
+        }
+        ensure!(
+            seen.iter().all(|(fence, _)| *fence == first.fence()),
+            "a proclaim was seen as another term: {seen:?}, the term's fence {}",
+            first.fence()
+        );
+        let shown = election.leader().await?.map(|l| l.value);
+        ensure!(
+            shown.as_deref() == Some("10.0.0.1:81"),
+            "the election's leader showed {shown:?} after the proclaim"
+        );
+
+        // Its term runs out; another's begins; the old leader's proclaim changes nothing.
+        let second = election.campaign("10.0.0.2:80", WAIT).await?;
+        let late = first.proclaim("10.0.0.1:82").await;
+        ensure!(
+            matches!(&late, Err(e) if e.kind() == ErrorKind::NotHeld),
+            "a proclaim after the term ended answered {late:?}"
+        );
+        let shown = election.leader().await?.map(|l| (l.fence, l.value));
+        ensure!(
+            shown == Some((second.fence(), "10.0.0.2:80".to_owned())),
+            "after a late proclaim, the election's leader showed {shown:?}"
+        );
+        let bad = second.value().to_owned();
+        let mut second = second;
+        let refused = second.proclaim("nul\0").await;
+        ensure!(
+            matches!(&refused, Err(e) if e.kind() == ErrorKind::Configuration) && second.value() == bad,
+            "a value with a NUL answered {refused:?}"
+        );
+        second.resign().await?;
         Ok(())
     }
 }

@@ -104,6 +104,15 @@ pub type DynLockBackend = dyn LockBackend;
 ///    ([`leave_queue`](FairBackend::leave_queue)) gives back a grant handed to it. A
 ///    lease that merely runs out hands nothing over: the head's next fair step takes
 ///    the key.
+/// 11. **Holders**, where [`Capabilities::holder_records`] says they are kept. Every
+///    grant (plain, fair, handed over, of a set, of permits) stores its request's
+///    [`holder`](AcquireRequest::holder) and the grant's time, by the clock the
+///    capabilities name, for [`inspect`](Self::inspect),
+///    [`scan`](OperatorBackend::scan) and [`PermitBackend::holders`](crate::backend::PermitBackend::holders)
+///    to show ([`LockInfo::holder`], [`LockInfo::granted_at`]). A renewal, and a grant
+///    again to the same owner (a retry whose reply was lost), keep both; the next
+///    owner's grant replaces them. A lease stored before the backend kept holders
+///    shows none.
 ///
 /// # What is optional
 ///

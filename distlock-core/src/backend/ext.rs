@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::contract::LockBackend;
 use crate::error::{Error, ErrorKind, Result};
+use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
@@ -19,6 +20,10 @@ use crate::wake::ChangeStream;
 /// The operations callers use, built once on every backend's steps: each keeps the
 /// per-call points of the contract, so that no backend has to. Implemented for every
 /// [`LockBackend`]; do not implement it yourself.
+///
+/// Every grant these ask for stores [`Holder::this_process`] as its holder, where the
+/// backend keeps holders; a [`LockClient`](crate::LockClient) stores the holder of its
+/// options ([`LockOptions::with_holder`](crate::LockOptions::with_holder)).
 #[async_trait]
 pub trait LockBackendExt: LockBackend {
     /// Tries once to acquire `key` for `ttl` with a fresh owner token: the lease, or
@@ -42,7 +47,7 @@ pub trait LockBackendExt: LockBackend {
         ttl: Duration,
         owner: OwnerToken,
     ) -> Result<AcquireOutcome> {
-        let (outcome, _) = acquire_as(self, key, ttl, owner).await?;
+        let (outcome, _) = acquire_as(self, key, ttl, owner, &Holder::this_process()).await?;
         Ok(outcome)
     }
 
@@ -62,17 +67,7 @@ pub trait LockBackendExt: LockBackend {
         owner: OwnerToken,
         place: Duration,
     ) -> Result<AcquireOutcome> {
-        if self.fair().is_none() {
-            return Err(unsupported(self, "has no fair mode"));
-        }
-        let capabilities = self.capabilities();
-        let ttl = capabilities.check_ttl(ttl)?;
-        let place = capabilities.ttl_at_least(place);
-        let request = AcquireRequest::new(key.clone(), ttl, owner).in_turn(place);
-        let sent_at = Instant::now();
-        let grant = self.try_grant(&request).await?;
-        let (outcome, _) = settle(self, request, grant, sent_at).await?;
-        Ok(outcome)
+        acquire_in_turn_as(self, key, ttl, owner, place, &Holder::this_process()).await
     }
 
     /// The lease a release handed to `owner`, a fair waiter on `key` asking for `ttl`
@@ -124,57 +119,7 @@ pub trait LockBackendExt: LockBackend {
         keys: &[(LockKey, OwnerToken)],
         ttl: Duration,
     ) -> Result<SetOutcome> {
-        let Some(sets) = self.sets() else {
-            return Err(unsupported(self, "cannot take a set of keys in one step"));
-        };
-        let capabilities = self.capabilities();
-        if keys.is_empty()
-            || keys
-                .windows(2)
-                .any(|pair| pair[0].0.as_str() >= pair[1].0.as_str())
-        {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                "a set of keys must name at least one key, each once, in sorted order",
-            ));
-        }
-        let ttl = capabilities.check_ttl(ttl)?;
-        let requests: Vec<AcquireRequest> = keys
-            .iter()
-            .map(|(key, owner)| AcquireRequest::new(key.clone(), ttl, *owner))
-            .collect();
-        let sent_at = Instant::now();
-        let fences = match sets.try_grant_all(&requests).await? {
-            SetGrant::Held { index, remaining } => {
-                return Ok(SetOutcome::Held { index, remaining });
-            }
-            SetGrant::Granted(fences) => fences,
-        };
-        let drift = capabilities.clock_drift.allowance(ttl);
-        let leases: Vec<Lease> = requests
-            .iter()
-            .zip(&fences)
-            .map(|(r, fence)| Lease::new(r.key().clone(), *r.owner(), *fence, ttl, sent_at, drift))
-            .collect();
-        let wrong = fences.len() != requests.len();
-        if wrong || leases.iter().any(Lease::is_expired) {
-            for request in &requests {
-                let _ = self.release(request.key(), request.owner()).await;
-            }
-            if wrong {
-                return Err(Error::new(
-                    ErrorKind::Backend,
-                    format!(
-                        "the backend answered a set of {} keys with {} fences",
-                        requests.len(),
-                        fences.len()
-                    ),
-                )
-                .with_backend(self.name().to_owned()));
-            }
-            return Err(late(self.name(), "grant of a set"));
-        }
-        Ok(SetOutcome::Acquired(leases))
+        acquire_all_as(self, keys, ttl, &Holder::this_process()).await
     }
 
     /// Extends `lease` to `ttl` from now, if it is still held: the renewed lease, with
@@ -249,6 +194,91 @@ pub trait LockBackendExt: LockBackend {
 
 impl<T: LockBackend + ?Sized> LockBackendExt for T {}
 
+/// [`LockBackendExt::try_acquire_all`] as `holder`.
+pub(crate) async fn acquire_all_as<B: LockBackend + ?Sized>(
+    backend: &B,
+    keys: &[(LockKey, OwnerToken)],
+    ttl: Duration,
+    holder: &Holder,
+) -> Result<SetOutcome> {
+    let Some(sets) = backend.sets() else {
+        return Err(unsupported(
+            backend,
+            "cannot take a set of keys in one step",
+        ));
+    };
+    let capabilities = backend.capabilities();
+    if keys.is_empty()
+        || keys
+            .windows(2)
+            .any(|pair| pair[0].0.as_str() >= pair[1].0.as_str())
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "a set of keys must name at least one key, each once, in sorted order",
+        ));
+    }
+    let ttl = capabilities.check_ttl(ttl)?;
+    let requests: Vec<AcquireRequest> = keys
+        .iter()
+        .map(|(key, owner)| AcquireRequest::new(key.clone(), ttl, *owner, holder.clone()))
+        .collect();
+    let sent_at = Instant::now();
+    let fences = match sets.try_grant_all(&requests).await? {
+        SetGrant::Held { index, remaining } => {
+            return Ok(SetOutcome::Held { index, remaining });
+        }
+        SetGrant::Granted(fences) => fences,
+    };
+    let drift = capabilities.clock_drift.allowance(ttl);
+    let leases: Vec<Lease> = requests
+        .iter()
+        .zip(&fences)
+        .map(|(r, fence)| Lease::new(r.key().clone(), *r.owner(), *fence, ttl, sent_at, drift))
+        .collect();
+    let wrong = fences.len() != requests.len();
+    if wrong || leases.iter().any(Lease::is_expired) {
+        for request in &requests {
+            let _ = backend.release(request.key(), request.owner()).await;
+        }
+        if wrong {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "the backend answered a set of {} keys with {} fences",
+                    requests.len(),
+                    fences.len()
+                ),
+            )
+            .with_backend(backend.name().to_owned()));
+        }
+        return Err(late(backend.name(), "grant of a set"));
+    }
+    Ok(SetOutcome::Acquired(leases))
+}
+
+/// [`LockBackendExt::try_acquire_in_turn`] as `holder`.
+pub(crate) async fn acquire_in_turn_as<B: LockBackend + ?Sized>(
+    backend: &B,
+    key: &LockKey,
+    ttl: Duration,
+    owner: OwnerToken,
+    place: Duration,
+    holder: &Holder,
+) -> Result<AcquireOutcome> {
+    if backend.fair().is_none() {
+        return Err(unsupported(backend, "has no fair mode"));
+    }
+    let capabilities = backend.capabilities();
+    let ttl = capabilities.check_ttl(ttl)?;
+    let place = capabilities.ttl_at_least(place);
+    let request = AcquireRequest::new(key.clone(), ttl, owner, holder.clone()).in_turn(place);
+    let sent_at = Instant::now();
+    let grant = backend.try_grant(&request).await?;
+    let (outcome, _) = settle(backend, request, grant, sent_at).await?;
+    Ok(outcome)
+}
+
 /// [`LockBackendExt::try_acquire_as`] as a plain future, for the client: no boxed
 /// future of its own, and with the clock reading at which a lease was found still
 /// valid, which the caller may take as the time of the grant.
@@ -257,9 +287,10 @@ pub(crate) async fn acquire_as<B: LockBackend + ?Sized>(
     key: &LockKey,
     ttl: Duration,
     owner: OwnerToken,
+    holder: &Holder,
 ) -> Result<(AcquireOutcome, Option<Instant>)> {
     let ttl = backend.capabilities().check_ttl(ttl)?;
-    let request = AcquireRequest::new(key.clone(), ttl, owner);
+    let request = AcquireRequest::new(key.clone(), ttl, owner, holder.clone());
     let sent_at = Instant::now();
     let grant = backend.try_grant(&request).await?;
     settle(backend, request, grant, sent_at).await

@@ -18,11 +18,14 @@ pub use contract::{
 };
 pub use descriptor::{BoxFuture, ConnectFn, Descriptor, Migration, Scheme};
 pub use ext::LockBackendExt;
-pub(crate) use ext::{acquire_as, next_change};
+pub(crate) use ext::{acquire_all_as, acquire_as, acquire_in_turn_as, next_change};
 
-pub use crate::capabilities::{Capabilities, ClockDrift, FenceDurability, RoundTrips};
+pub use crate::capabilities::{
+    Capabilities, ClockDrift, FenceDurability, HolderRecords, RoundTrips,
+};
 pub use crate::fenced::{check_fence, FenceCheck};
 pub use crate::handoff::{Handoff, HandoffBook};
+pub use crate::holder::{tag_holder, untag_holder};
 pub use crate::lease::{
     AcquireOutcome, AcquireRequest, ExtendOutcome, ExtendRequest, Grant, Lease, LockInfo,
     ReleaseOutcome, Renewal, SetGrant, SetOutcome,

@@ -96,10 +96,9 @@ impl LockBackend for ClaimView {
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let holders = self.permits()?.holders(key).await?;
-        Ok(holders.last().map(|h| LockInfo {
-            fence: h.fence,
-            remaining: h.remaining,
-        }))
+        Ok(holders
+            .last()
+            .map(|h| LockInfo::new(h.fence, h.remaining).held_by(h.holder.clone(), h.granted_at)))
     }
 
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {

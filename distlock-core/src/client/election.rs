@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::Stream;
 use tracing::debug;
@@ -14,18 +14,26 @@ use super::claim::permits_of;
 use super::claim::Claims;
 use super::{Busy, LockClient, LockGuard};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+use crate::holder::Holder;
 use crate::key::LockKey;
+use crate::lease::Renewal;
 use crate::permits::{Claim, PermitHolder};
 use crate::token::FencingToken;
 
-/// A leader: its term's fencing token, and the value it campaigned with.
+/// A leader: its term's fencing token, the value it campaigned with, and who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leader {
     /// The term's fencing token: strictly increases from term to term.
     pub fence: FencingToken,
     /// The value it campaigned with (an address, say).
     pub value: String,
+    /// Who campaigned, as stored with the term (see
+    /// [`LockInfo::holder`](crate::LockInfo::holder)).
+    pub holder: Option<Holder>,
+    /// When the term began (see [`LockInfo::granted_at`](crate::LockInfo::granted_at)).
+    pub granted_at: Option<SystemTime>,
 }
 
 /// What an observer of an election sees, in order.
@@ -35,6 +43,9 @@ pub enum Observation {
     /// A leader's term began (the first item may be a term that began before the
     /// observer started).
     Elected(Leader),
+    /// The leader of the last term reported changed its value
+    /// ([`Leadership::proclaim`]): the same term, its new value.
+    Proclaimed(Leader),
     /// Nobody leads now: the last leader resigned or its lease ran out, and nobody
     /// was elected since the observer last looked.
     Vacant,
@@ -113,6 +124,7 @@ impl Election {
         Ok(Leadership {
             guard,
             value: value.to_owned(),
+            backend: self.claims.backend().clone(),
         })
     }
 
@@ -123,6 +135,7 @@ impl Election {
         Ok(guard.map(|guard| Leadership {
             guard,
             value: value.to_owned(),
+            backend: self.claims.backend().clone(),
         }))
     }
 
@@ -148,6 +161,7 @@ impl Election {
             every: self.claims.options().backoff_max(),
             last: None,
             vacant: false,
+            value: None,
             ready: VecDeque::new(),
             changes: None,
             looked: false,
@@ -164,6 +178,8 @@ fn leader_of(holders: Vec<PermitHolder>) -> Option<Leader> {
     Some(Leader {
         fence: holder.fence,
         value: holder.value.unwrap_or_default(),
+        holder: holder.holder,
+        granted_at: holder.granted_at,
     })
 }
 
@@ -174,12 +190,51 @@ fn leader_of(holders: Vec<PermitHolder>) -> Option<Leader> {
 pub struct Leadership {
     guard: LockGuard,
     value: String,
+    backend: Arc<DynLockBackend>,
 }
 
 impl Leadership {
-    /// The value it campaigned with.
+    /// The value it campaigned with, or last [proclaimed](Self::proclaim).
     pub fn value(&self) -> &str {
         &self.value
+    }
+
+    /// Changes the value observers read to `value` (etcd's `Proclaim`), fenced by
+    /// this term: the server changes it only while this term lasts, so a leader whose
+    /// term ended cannot change what its successor's observers read. Observers see it
+    /// as [`Observation::Proclaimed`] (the latest value, where several came between
+    /// two looks); [`Election::leader`] answers it at once.
+    ///
+    /// A configuration error for a value a campaign would refuse; an
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) error, with nothing changed,
+    /// once the term is over; an [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)
+    /// error where the backend cannot (see
+    /// [`PermitBackend::proclaim`](crate::backend::PermitBackend::proclaim)).
+    pub async fn proclaim(&mut self, value: &str) -> Result<()> {
+        Claim::new(1, 1)?.with_value(value)?;
+        let term_over = || {
+            Error::new(
+                ErrorKind::NotHeld,
+                format!(
+                    "the term of {:?} with fence {} is over",
+                    self.guard.key(),
+                    self.guard.fence()
+                ),
+            )
+        };
+        // Asked of the server even where this client counts the term lost: the
+        // server's answer is the one that fences it.
+        let permits = permits_of(&*self.backend)?;
+        match permits
+            .proclaim(self.guard.key(), &self.guard.owner(), value)
+            .await?
+        {
+            Renewal::Renewed => {
+                self.value = value.to_owned();
+                Ok(())
+            }
+            Renewal::NotHeld => Err(term_over()),
+        }
     }
 
     /// Ends the term, so that another candidate can be elected at once; as
@@ -209,6 +264,8 @@ struct Observer {
     every: Duration,
     /// The fence of the last term reported, or the baseline it started from.
     last: Option<u64>,
+    /// The value last reported for that term.
+    value: Option<String>,
     vacant: bool,
     ready: VecDeque<Observation>,
     changes: Option<ChangeStream>,
@@ -259,6 +316,7 @@ impl Observer {
                 match leader_of(holders) {
                     Some(leader) => {
                         self.last = Some(leader.fence.get().max(baseline));
+                        self.value = Some(leader.value.clone());
                         self.ready.push_back(Observation::Elected(leader));
                     }
                     None => {
@@ -277,11 +335,26 @@ impl Observer {
                     }
                     last = term.fence.get();
                     self.last = Some(last);
+                    self.value = Some(term.value.clone());
                     self.vacant = false;
                     self.ready.push_back(Observation::Elected(Leader {
                         fence: term.fence,
                         value: term.value,
+                        holder: term.holder,
+                        granted_at: term.granted_at,
                     }));
+                }
+                // The leader of the last term reported changed its value.
+                if let Some(leader) = holders.last().filter(|h| h.fence.get() == last) {
+                    if leader.value.is_some() && leader.value != self.value {
+                        self.value.clone_from(&leader.value);
+                        self.ready.push_back(Observation::Proclaimed(Leader {
+                            fence: leader.fence,
+                            value: leader.value.clone().unwrap_or_default(),
+                            holder: leader.holder.clone(),
+                            granted_at: leader.granted_at,
+                        }));
+                    }
                 }
                 if holders.is_empty() && !self.vacant {
                     self.vacant = true;

@@ -21,7 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
 use crate::lease::{ExtendOutcome, Lease, LossReason, ReleaseOutcome};
-use crate::token::FencingToken;
+use crate::token::{FencingToken, OwnerToken};
 
 #[derive(Debug, Clone, Copy)]
 struct Status {
@@ -550,6 +550,12 @@ impl LockGuard {
     /// The lock's key.
     pub fn key(&self) -> &LockKey {
         self.hold.key()
+    }
+
+    /// The owner token of this acquisition, for a server step of its own (an
+    /// election's proclaim).
+    pub(crate) fn owner(&self) -> OwnerToken {
+        *self.hold.lease.owner()
     }
 
     /// The fencing token of this acquisition: larger than that of every earlier holder.

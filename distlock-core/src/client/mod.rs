@@ -30,7 +30,9 @@ use futures_util::FutureExt as _;
 use tokio::time::Instant;
 use tracing::{debug, Instrument};
 
-use crate::backend::{acquire_as, next_change, ChangeStream, DynLockBackend, LockBackendExt};
+use crate::backend::{
+    acquire_as, acquire_in_turn_as, next_change, ChangeStream, DynLockBackend, LockBackendExt,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::{FencedHandle, FencedStore};
 use crate::key::LockKey;
@@ -883,7 +885,9 @@ impl LockClient {
                     Some(lease) => Ok(Answer::Granted(smallvec::smallvec![lease], None)),
                     None => {
                         let place = self.options.queue_place();
-                        let step = self.backend.try_acquire_in_turn(key, ttl, *owner, place);
+                        let holder = self.options.holder();
+                        let step =
+                            acquire_in_turn_as(&*self.backend, key, ttl, *owner, place, &holder);
                         step.await.map(|outcome| match outcome {
                             AcquireOutcome::Acquired(lease) => {
                                 Answer::Granted(smallvec::smallvec![lease], None)
@@ -922,7 +926,8 @@ impl LockClient {
 
     /// One racing grant step for `key` as `owner`.
     async fn race(&self, key: &LockKey, ttl: Duration, owner: OwnerToken) -> Result<Answer> {
-        let (outcome, checked_at) = acquire_as(&*self.backend, key, ttl, owner).await?;
+        let holder = self.options.holder();
+        let (outcome, checked_at) = acquire_as(&*self.backend, key, ttl, owner, &holder).await?;
         Ok(match outcome {
             AcquireOutcome::Acquired(lease) => {
                 Answer::Granted(smallvec::smallvec![lease], checked_at)

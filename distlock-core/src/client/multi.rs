@@ -25,7 +25,7 @@ use super::{
     deadline_after, reentrant, within_deadline, Busy, LeaseEnd, LockClient, LockGuard, Locked,
     LossReason,
 };
-use crate::backend::{LockBackendExt, SetOutcome};
+use crate::backend::{acquire_all_as, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::token::FencingToken;
@@ -458,9 +458,8 @@ impl LockClient {
             attempt.fresh(key);
         }
         let owners = attempt.owners();
-        let answer = self
-            .backend
-            .try_acquire_all(&owners, self.options.ttl())
+        let holder = self.options.holder();
+        let answer = acquire_all_as(&*self.backend, &owners, self.options.ttl(), &holder)
             .await
             .map(|outcome| match outcome {
                 SetOutcome::Acquired(leases) => Answer::Granted(leases.into(), None),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::holder::Holder;
 
 /// How a [`LockClient`](crate::LockClient) takes and keeps locks.
 ///
@@ -48,6 +49,7 @@ pub struct LockOptions {
     circuit_breaker: Option<BreakerOptions>,
     hold_at_least: Option<Duration>,
     hold_at_most: Option<Duration>,
+    holder: Option<Holder>,
 }
 
 impl Default for LockOptions {
@@ -66,6 +68,7 @@ impl Default for LockOptions {
             circuit_breaker: None,
             hold_at_least: None,
             hold_at_most: None,
+            holder: None,
         }
     }
 }
@@ -196,6 +199,21 @@ impl LockOptions {
     pub fn with_hold_at_most(mut self, at_most: Duration) -> Self {
         self.hold_at_most = Some(at_most);
         self
+    }
+
+    /// Names the holder that every grant of this client stores
+    /// ([`Holder`]; by default [`Holder::this_process`]), where the backend keeps
+    /// holders ([`Capabilities::holder_records`](crate::backend::Capabilities::holder_records)).
+    /// For another payload per call, make a client with other options on the same
+    /// backend.
+    pub fn with_holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// The holder every grant stores: the one set, or [`Holder::this_process`].
+    pub fn holder(&self) -> Holder {
+        self.holder.clone().unwrap_or_else(Holder::this_process)
     }
 
     /// The least a lease is held, when set ([`with_hold_at_least`](Self::with_hold_at_least)).
@@ -421,6 +439,8 @@ mod serde_form {
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+    use crate::holder::Holder;
+
     use super::{BreakerOptions, LockOptions};
     use crate::duration::{format_duration, parse_duration};
 
@@ -472,6 +492,8 @@ mod serde_form {
         hold_at_least: Option<Human>,
         #[serde(skip_serializing_if = "Option::is_none")]
         hold_at_most: Option<Human>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        holder: Option<Holder>,
     }
 
     /// With the `serde` feature: every field is written, the ones left to follow the
@@ -492,6 +514,7 @@ mod serde_form {
                 circuit_breaker: self.circuit_breaker,
                 hold_at_least: self.hold_at_least.map(Human),
                 hold_at_most: self.hold_at_most.map(Human),
+                holder: self.holder.clone(),
             }
             .serialize(serializer)
         }
@@ -519,6 +542,7 @@ mod serde_form {
                 circuit_breaker: form.circuit_breaker,
                 hold_at_least: form.hold_at_least.map(|h| h.0),
                 hold_at_most: form.hold_at_most.map(|h| h.0),
+                holder: form.holder,
             };
             options
                 .validate()

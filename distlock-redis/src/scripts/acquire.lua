@@ -2,9 +2,14 @@
 -- ARGV[1]: the owner token (32 hex digits); ARGV[2]: the TTL in milliseconds;
 -- ARGV[3]: how long the counter lives, in milliseconds (the TTL plus the grace);
 -- ARGV[4]: '1' on a Redlock master, where the counter alone mints while it exists
--- (left out on one server, except in the fair step, where it is '0').
+-- ('0' on one server); ARGV[5]: the fair step's place (queue.lua; unused otherwise);
+-- ARGV[6]: the holder, stored with the grant (absent: none is stored); ARGV[7], on a
+-- Redlock master: the grant's time in ms by the client's clock, the same on every
+-- master (absent: the server's clock).
 -- KEYS[3], in the fair step only: the key's queue of waiters.
--- The lock's value is "<owner>:<fence>", with a '!' after it once someone has waited
+-- The lock's value is "<owner>:<fence>", then, where a holder is stored,
+-- "/<ms>/<holder>/" (the grant's time in ms of the server's clock, and the holder
+-- as the client encoded it), with a '!' after it once someone has waited
 -- for this grant: release.lua publishes the release only then; and '!!' once a fair
 -- waiter has queued for it (queue.lua): release_plain.lua leaves such a grant to
 -- release.lua, which hands the lock over.
@@ -35,14 +40,20 @@ end
 -- that start a counter within the same 10 ms, propose the same fence.
 local last = tonumber(read[2] or '0')
 local next_fence = last + 1
-if ARGV[4] ~= '1' or last == 0 then
+local granted_ms = ARGV[7]
+if ARGV[4] ~= '1' or last == 0 or (ARGV[6] and not granted_ms) then
   local time = redis.call('TIME')
   local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
   if ARGV[4] ~= '1' then
     next_fence = math.max(last + 1, now_us)
-  else
+  elseif last == 0 then
     next_fence = math.floor(now_us / 10000) * 10000
   end
+  granted_ms = granted_ms or string.format('%.0f', math.floor(now_us / 1000))
+end
+local who = ''
+if ARGV[6] then
+  who = '/' .. granted_ms .. '/' .. ARGV[6] .. '/'
 end
 local fence = string.format('%.0f', next_fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
@@ -51,5 +62,5 @@ local mark = ''
 if KEYS[3] and redis.call('ZCARD', KEYS[3]) > 0 then
   mark = '!!'
 end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. mark, 'NX', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. who .. mark, 'NX', 'PX', ARGV[2])
 return {1, fence}

@@ -7,12 +7,10 @@ local current = redis.call('GET', KEYS[1])
 if not current or string.sub(current, 1, 33) ~= ARGV[1] .. ':' then
   return 0
 end
--- Keep the mark of a grant someone waits for (acquire.lua).
-local mark = ''
-if string.sub(current, -1) == '!' then
-  mark = '!'
-end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2] .. mark, 'KEEPTTL')
+-- Keep what follows the fence: the holder, and the mark of a grant someone waits
+-- for (acquire.lua).
+local rest = string.match(current, '^%d*(.*)$', 34)
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2] .. rest, 'KEEPTTL')
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 if tonumber(ARGV[2]) > last then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])

@@ -29,7 +29,12 @@ local function free_and_hand_over(lock, queue, places, ttls, counter, current, c
     redis.call('PUBLISH', channel, '')
     return
   end
-  local ttl = redis.call('HGET', ttls, head)
+  -- "<ttl>", or "<ttl>/<holder>" (queue.lua).
+  local asked = redis.call('HGET', ttls, head)
+  local ttl, holder = nil, ''
+  if asked then
+    ttl, holder = string.match(asked, '^(%d+)/?(.*)$')
+  end
   -- A waiter queued by an earlier version has no TTL here, and one whose place a
   -- server evicting keys lost has no place: the head is woken, and asks.
   local place = redis.call('ZSCORE', places, head)
@@ -54,6 +59,7 @@ local function free_and_hand_over(lock, queue, places, ttls, counter, current, c
   if redis.call('ZCARD', queue) > 0 then
     mark = '!!'
   end
-  redis.call('SET', lock, head .. ':' .. fence .. mark, 'PX', lease)
+  local who = '/' .. string.format('%.0f', math.floor(now_us / 1000)) .. '/' .. holder .. '/'
+  redis.call('SET', lock, head .. ':' .. fence .. who .. mark, 'PX', lease)
   redis.call('PUBLISH', channel, head .. ':' .. fence)
 end

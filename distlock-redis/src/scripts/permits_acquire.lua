@@ -3,10 +3,14 @@
 -- fence counter 'fence', the last term's fence 'term', 'g:<owner>' ->
 -- "<fence>:<count>:<0|1>:<value>" per grant and 'p:<owner>' -> count per place;
 -- KEYS[3]: the places (owner -> when it runs out); KEYS[4]: the terms (by fence,
--- "<fence>:<previous>:<value>").
+-- "<fence>:<previous>:<value>"). Where a holder is given, a grant's "<0|1>" and a
+-- term's "<previous>" are followed by "/<ms>/<length>" (the grant's time in ms of the
+-- server's clock, and the holder's length in bytes), and its value is preceded by the
+-- holder.
 -- ARGV: owner, ttl ms, count, limit, place ms (0: none), '1' when a value is given,
 -- the value, how long the name's record is kept (ms), how many terms are kept, the
--- name's channel (observers of an election hear of each term on it).
+-- name's channel (observers of an election hear of each term on it), and the holder
+-- (absent: none is stored).
 -- Returns {1, fence} when granted, {0, pttl} when not, {-1, limit} when the name's
 -- grants have another limit.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
@@ -77,14 +81,19 @@ local last = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
 local fence = string.format('%.0f', math.max(last + 1, now_us))
 local valued = ARGV[6] == '1'
 local flag = valued and '1' or '0'
+local who, holder = '', ''
+if ARGV[11] then
+  who = '/' .. tostring(now_ms) .. '/' .. tostring(string.len(ARGV[11]))
+  holder = ARGV[11]
+end
 redis.call('HSET', KEYS[2], 'fence', fence, 'limit', ARGV[4],
-  'g:' .. owner, fence .. ':' .. ARGV[3] .. ':' .. flag .. ':' .. ARGV[7])
+  'g:' .. owner, fence .. ':' .. ARGV[3] .. ':' .. flag .. who .. ':' .. holder .. ARGV[7])
 redis.call('HDEL', KEYS[2], 'p:' .. owner)
 redis.call('ZREM', KEYS[3], owner)
 redis.call('ZADD', KEYS[1], now_ms + ttl, owner)
 if valued then
   local previous = redis.call('HGET', KEYS[2], 'term') or '0'
-  redis.call('ZADD', KEYS[4], fence, fence .. ':' .. previous .. ':' .. ARGV[7])
+  redis.call('ZADD', KEYS[4], fence, fence .. ':' .. previous .. who .. ':' .. holder .. ARGV[7])
   redis.call('HSET', KEYS[2], 'term', fence)
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[9]) + 1))
   redis.call('PUBLISH', ARGV[10], '')

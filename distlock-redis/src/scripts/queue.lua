@@ -2,7 +2,8 @@
 -- 10). KEYS[3]: the key's queue (owner -> order of arrival); KEYS[4]: the waiters'
 -- places (owner -> when the place runs out, in ms of the server's clock); KEYS[5]:
 -- the TTL each waiter asks for, which a release that hands the lock over grants
--- (handoff.lua). ARGV[5]: how long this waiter's place lasts, in milliseconds. Drops
+-- (handoff.lua), as "<ttl>" or "<ttl>/<holder>" where the step carries a holder
+-- (ARGV[6]). ARGV[5]: how long this waiter's place lasts, in milliseconds. Drops
 -- the waiters whose place ran out, queues this owner (or renews its place), and
 -- returns {0, pttl, latest} unless this owner is at the head and the key is free;
 -- then it leaves the queue and acquire.lua grants as a plain acquire does. `latest`
@@ -33,7 +34,11 @@ if not (held and string.sub(held, 1, 33) == ARGV[1] .. ':') then
     redis.call('ZADD', KEYS[3], order, ARGV[1])
   end
   redis.call('ZADD', KEYS[4], now_ms + place, ARGV[1])
-  redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
+  local asked = ARGV[2]
+  if ARGV[6] then
+    asked = asked .. '/' .. ARGV[6]
+  end
+  redis.call('HSET', KEYS[5], ARGV[1], asked)
   -- The queue lives as long as its longest place.
   for i = 3, 5 do
     if redis.call('PTTL', KEYS[i]) < place then

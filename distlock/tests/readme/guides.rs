@@ -357,7 +357,7 @@ pub(crate) mod minimal {
             let now = Instant::now();
             let locks = &self.table().1;
             Ok(locks.get(key).filter(|(_, _, until)| *until > now).map(|(_, fence, until)| {
-                LockInfo { fence: FencingToken::new(*fence), remaining: *until - now }
+                LockInfo::new(FencingToken::new(*fence), *until - now)
             }))
         }
     }
