@@ -644,6 +644,37 @@ mod tests {
 
     #[cfg(feature = "serde")]
     #[test]
+    fn the_holder_is_read_from_a_file() {
+        let read = |json: &str| serde_json::from_str::<LockOptions>(json);
+        let options = read(r#"{ "holder": { "id": "billing-7", "payload": "release 3" } }"#)
+            .expect("options");
+        let holder = options.holder();
+        assert_eq!(
+            (holder.id(), holder.payload()),
+            ("billing-7", Some("release 3"))
+        );
+        let written = serde_json::to_string(&options).expect("written");
+        assert_eq!(read(&written).expect("read back"), options);
+        // Without it, this process.
+        assert_eq!(LockOptions::default().holder(), Holder::this_process());
+        for (json, names) in [
+            (r#"{ "holder": { "id": "" } }"#, "identity"),
+            (
+                r#"{ "holder": { "id": "a", "payload": "postgres://u:hunter2@db" } }"#,
+                "password",
+            ),
+            (r#"{ "holder": { "name": "a" } }"#, "unknown field `name`"),
+        ] {
+            let err = read(json).expect_err(json).to_string();
+            assert!(
+                err.contains(names) && !err.contains("hunter2"),
+                "{json}: {err}"
+            );
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
     fn hold_bounds_read_from_a_file() {
         let options: LockOptions =
             serde_json::from_str(r#"{ "hold_at_least": "50s", "hold_at_most": "50m" }"#)
