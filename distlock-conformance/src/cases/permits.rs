@@ -632,9 +632,7 @@ cases! {
             Ok(Some(Ok(Observation::Vacant))) => {}
             other => return fail(format!("a new election was first observed as {other:?}")),
         }
-        // A leader whose term runs out at a short TTL, without renewal.
-        let lapsing = LockClient::with_options(t.backend().clone(), lapsing(t))?;
-        let mut first = lapsing.election(name.as_str())?.campaign("10.0.0.1:80", WAIT).await?;
+        let mut first = election.campaign("10.0.0.1:80", WAIT).await?;
         match first.proclaim("10.0.0.1:81").await {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::Unsupported => {
@@ -669,10 +667,14 @@ cases! {
             shown.as_deref() == Some("10.0.0.1:81"),
             "the election's leader showed {shown:?} after the proclaim"
         );
+        first.resign().await?;
 
-        // Its term runs out; another's begins; the old leader's proclaim changes nothing.
+        // A leader whose term runs out at a short TTL, without renewal; another's term
+        // begins; the old leader's proclaim changes nothing.
+        let lapsing = LockClient::with_options(t.backend().clone(), lapsing(t))?;
+        let mut old = lapsing.election(name.as_str())?.campaign("10.0.0.3:80", WAIT).await?;
         let second = election.campaign("10.0.0.2:80", WAIT).await?;
-        let late = first.proclaim("10.0.0.1:82").await;
+        let late = old.proclaim("10.0.0.3:81").await;
         ensure!(
             matches!(&late, Err(e) if e.kind() == ErrorKind::NotHeld),
             "a proclaim after the term ended answered {late:?}"
