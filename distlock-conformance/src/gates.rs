@@ -123,12 +123,15 @@ pub(crate) fn needs_atomic_sets(t: &Target) -> Option<String> {
     })
 }
 
-pub(crate) fn needs_permits_and_links(t: &Target) -> Option<String> {
-    needs_permits(t).or_else(|| needs_links(t))
+pub(crate) fn needs_terms(t: &Target) -> Option<String> {
+    t.backend().permits().is_none().then(|| {
+        "the backend records no election terms: its elections run over a lease (LockBackend::permits)".into()
+    })
 }
 
 pub(crate) fn needs_permits(t: &Target) -> Option<String> {
-    t.backend().permits().is_none().then(|| {
-        "the backend has no semaphores, read-write locks or elections (LockBackend::permits)".into()
-    })
+    t.backend()
+        .permits()
+        .is_none()
+        .then(|| "the backend has no semaphores or read-write locks (LockBackend::permits)".into())
 }

@@ -60,9 +60,11 @@
 //! it would leave the connection inside a transaction the driver does not know of,
 //! and the next caller's statements would run in it, uncommitted. A vanished
 //! waiter leaves the queue once its place runs out; a waiter that gives up deletes its
-//! row. Permits (semaphores, read-write locks, elections) are not offered
+//! row. Permits (semaphores, read-write locks) are not offered
 //! (`LockBackend::permits` answers `None`: a semaphore on this backend is an error that
-//! says so).
+//! says so). Elections run over a lease instead: each term is a lock on
+//! `election/<name>`, with no recorded terms and no proclaim (see
+//! [`Election`](distlock_core::Election)).
 //!
 //! Under contention, a deadlock the server broke (1213) or a row-lock wait that ran
 //! out (1205) means "not acquired", never an error.

@@ -186,9 +186,10 @@
 //! - **no fair mode**: a queue would have to be kept on every master, with a majority
 //!   agreeing on its order. `LockBackend::fair` answers `None`, and a fair client is refused
 //!   with a configuration error;
-//! - **no permits** (semaphores, read-write locks, elections), for the same reason:
+//! - **no permits** (semaphores, read-write locks), for the same reason:
 //!   `LockBackend::permits` answers `None`, and those kinds are refused with a configuration
-//!   error.
+//!   error. Elections run over a lease instead: each term is a lock on `election/<name>`,
+//!   with no recorded terms and no proclaim (see [`Election`](distlock_core::Election)).
 //!
 //! **Fences.** Each master proposes the next fence from its own counter (one more
 //! than the counter; where the counter is gone, the clock in microseconds rounded

@@ -132,8 +132,11 @@
 //!   refreshed and listed again, two more). Release sends its read and its `multi`
 //!   together, one round trip in time, which the proxy counts as one or two as the
 //!   replies fall; extend takes two. The capabilities declare five, two and two.
-//! - **No semaphores, read-write locks or elections** (`LockBackend::permits` answers
-//!   false): their cases are reported as not run.
+//! - **No semaphores or read-write locks** (`LockBackend::permits` answers
+//!   `None`): their cases are reported as not run. Elections run over a lease instead:
+//!   each term is a lock on `election/<name>`, with no recorded terms and no proclaim
+//!   (see [`Election`](distlock_core::Election)); the cases that need recorded terms
+//!   are reported as not run.
 //! - **Credentials** are ZooKeeper `digest` identities: with them, the nodes this
 //!   backend creates carry the `creator_all` ACL, and a refusal by an ACL (`NoAuth`)
 //!   maps to an [`ErrorKind::Authentication`](distlock_core::ErrorKind::Authentication)

@@ -6,6 +6,9 @@ use distlock_core::{Holder, LockClient, LockInfo};
 
 use super::*;
 
+/// How long a case waits for a lock another holder releases.
+const WAIT: Duration = Duration::from_secs(20);
+
 /// How far a grant time may be from this process's clock: the server's clock and
 /// this one, each as a host keeps it.
 const CLOCKS_APART: Duration = Duration::from_secs(5);
@@ -133,7 +136,7 @@ cases! {
         Ok(())
     }
 
-    /// Every grant stores its holder (the client's, with its payload) and its grant time: `inspect`, `list`, a semaphore's holders and an election's leader show them; a renewal and an owner's own retry keep the grant time; the next holder, after a release or after an expiry, is shown in place of the last.
+    /// Every grant stores its holder (the client's, with its payload) and its grant time: `inspect`, `list`, a semaphore's holders and an election's leader show them, for a set's keys, a fair step's grant and the waiter a release passes the key to too; a renewal and an owner's own retry keep the grant time; the next holder, after a release or after an expiry, is shown in place of the last.
     #[case(Operator, needs_holders)]
     pub async fn every_grant_shows_its_holder_and_when_it_was_granted(t: &Target) -> CaseResult {
         let key = t.key("holder");
@@ -205,6 +208,59 @@ cases! {
         shows("inspect after an expiry", shown, &second, span)?;
         guard.release().await?;
 
+        // A set: each of its keys shows the set's holder.
+        let keys = [t.key("holder-set-a"), t.key("holder-set-b")];
+        let before = SystemTime::now();
+        let set = a.lock_all(keys.iter().map(LockKey::as_str), WAIT).await?;
+        let span = (before, SystemTime::now());
+        for key in &keys {
+            let info = inspected(t, key).await?;
+            shows("inspect of a set's key", (info.holder.as_ref(), info.granted_at), &first, span)?;
+        }
+        set.release().await?;
+
+        // In fair mode: a fair step's grant, then the waiter it passes to, each shown.
+        if t.backend().fair().is_some() {
+            let key = t.key("holder-fair");
+            let fair_a = client(t, LockOptions::new(ttl).with_holder(first.clone()).with_fair(true))?;
+            let fair_b = client(t, LockOptions::new(ttl).with_holder(second.clone()).with_fair(true))?;
+            let before = SystemTime::now();
+            let held = fair_a.lock(key.as_str(), WAIT).await?;
+            let span = (before, SystemTime::now());
+            let info = inspected(t, &key).await?;
+            shows("inspect of a fair grant", (info.holder.as_ref(), info.granted_at), &first, span)?;
+            let waiting = tokio::spawn({
+                let key = key.clone();
+                async move { fair_b.lock(key.as_str(), WAIT).await }
+            });
+            // The waiter queues before the release hands the key over.
+            sleep(Duration::from_millis(300)).await;
+            let before = SystemTime::now();
+            held.release().await?;
+            let next = match waiting.await {
+                Ok(next) => next?,
+                Err(e) => return fail(format!("the fair waiter panicked: {e}")),
+            };
+            let span = (before, SystemTime::now());
+            let info = inspected(t, &key).await?;
+            shows("inspect after a fair release", (info.holder.as_ref(), info.granted_at), &second, span)?;
+            next.release().await?;
+        }
+
+        // An election's leader, on every backend: its term's holder.
+        let election = b.election(&format!("{key}-election"))?;
+        let before = SystemTime::now();
+        let Ok(leadership) = election.try_campaign("10.0.0.2:80").await? else {
+            return fail("a campaign in a fresh election was refused");
+        };
+        let span = (before, SystemTime::now());
+        let Some(leader) = election.leader().await? else {
+            return fail("an election with a leader showed none");
+        };
+        let shown = (leader.holder.as_ref(), leader.granted_at);
+        shows("an election's leader", shown, &second, span)?;
+        leadership.resign().await?;
+
         if t.backend().permits().is_some() {
             let name = format!("{key}-permits");
             let before = SystemTime::now();
@@ -219,19 +275,6 @@ cases! {
             let shown = (held.holder.as_ref(), held.granted_at);
             shows("a semaphore's holders", shown, &first, span)?;
             permit.release().await?;
-
-            let election = b.election(&format!("{key}-election"))?;
-            let before = SystemTime::now();
-            let Ok(leadership) = election.try_campaign("10.0.0.2:80").await? else {
-                return fail("a campaign in a fresh election was refused");
-            };
-            let span = (before, SystemTime::now());
-            let Some(leader) = election.leader().await? else {
-                return fail("an election with a leader showed none");
-            };
-            let shown = (leader.holder.as_ref(), leader.granted_at);
-            shows("an election's leader", shown, &second, span)?;
-            leadership.resign().await?;
         }
         Ok(())
     }

@@ -394,7 +394,7 @@ cases! {
     }
 
     /// Candidates on several clients campaign in turn: one leader at a time, each term's fence above the last.
-    #[case(Election, needs_permits)]
+    #[case(Election, always)]
     pub async fn one_leader_at_a_time_across_clients(t: &Target) -> CaseResult {
         let name = t.key("election");
         let backends = backends(t, 3).await?;
@@ -430,7 +430,7 @@ cases! {
     }
 
     /// A leader loop cut off from the server is replaced within its TTL and one renewal; the old leader's work is dropped when its term is lost, before its validity ends and before the new leader starts; and a fenced store refuses the old leader's late write.
-    #[case(Election, needs_permits_and_links)]
+    #[case(Election, needs_links)]
     pub async fn a_cut_off_leader_loop_is_replaced_and_its_work_stopped(t: &Target) -> CaseResult {
         let name = t.key("leader-loop");
         let ttl = fault_ttl(t);
@@ -567,7 +567,7 @@ cases! {
     }
 
     /// Observers on two clients see every term of quick successive leaders, in order, each once, then the vacancy.
-    #[case(Election, needs_permits)]
+    #[case(Election, needs_terms)]
     pub async fn observers_see_every_term_in_order(t: &Target) -> CaseResult {
         const TERMS: usize = 6;
         let name = t.key("observed");
@@ -622,7 +622,7 @@ cases! {
     }
 
     /// A leader proclaims a new value: observers see it as the same term's new value, and the election's leader shows it; once the term is over, a proclaim is refused (not held) and changes nothing its successor's observers read.
-    #[case(Election, needs_permits)]
+    #[case(Election, needs_terms)]
     pub async fn a_leader_proclaims_within_its_term_only(t: &Target) -> CaseResult {
         let name = t.key("proclaimed");
         let client = LockClient::with_options(t.backend().clone(), options(t))?;
@@ -693,6 +693,102 @@ cases! {
         );
         second.resign().await?;
         Ok(())
+    }
+
+    /// The election's leader and its observers show each leader with the value it campaigned with, the successor of a leader whose term ran out included, then the vacancy; where the backend records no terms (an election over a lease), a proclaim is refused as unsupported.
+    #[case(Election, always)]
+    pub async fn the_leader_is_shown_with_its_value_until_a_successor_takes_over(t: &Target) -> CaseResult {
+        let name = t.key("shown");
+        let client = LockClient::with_options(t.backend().clone(), options(t))?;
+        let election = client.election(name.as_str())?;
+        // Values are read back from the holder where the election runs over a lease.
+        let values = election.records_terms() || t.capabilities().holder_records != distlock_core::backend::HolderRecords::NotKept;
+        let mut observer = election.observe();
+        let mut seen = Vec::new();
+        observe_until(&mut observer, &mut seen, |o| matches!(o, Observation::Vacant)).await?;
+
+        // A leader whose term runs out at a short TTL, without renewal.
+        let lapsing = LockClient::with_options(t.backend().clone(), lapsing(t))?;
+        let old = lapsing.election(name.as_str())?.campaign("10.0.0.3:80", WAIT).await?;
+        let shown = election.leader().await?;
+        let (old_fence, old_value) = (old.fence(), old.value().to_owned());
+        ensure!(
+            shown.as_ref().map(|l| l.fence) == Some(old_fence)
+                && (!values || shown.as_ref().map(|l| l.value.as_str()) == Some(old_value.as_str())),
+            "the election's leader showed {shown:?} while the term of fence {old_fence} with {old_value:?} lasted"
+        );
+        if election.records_terms() {
+            // Recorded, the short term is seen however soon it ends; over a lease, only
+            // if it still lasts when the observer looks (as documented).
+            observe_until(&mut observer, &mut seen, |o| matches!(o, Observation::Elected(l) if l.fence == old_fence)).await?;
+        }
+
+        // Its successor, once the term ran out.
+        let mut second = election.campaign("10.0.0.2:80", WAIT).await?;
+        ensure!(second.fence() > old_fence, "the successor's fence {} is not above {old_fence}", second.fence());
+        let shown = election.leader().await?.map(|l| (l.fence, l.value));
+        let expected = (second.fence(), if values { "10.0.0.2:80".to_owned() } else { String::new() });
+        ensure!(
+            shown.as_ref() == Some(&expected),
+            "the election's leader showed {shown:?} after a successor took over: expected {expected:?}"
+        );
+        let second_fence = second.fence();
+        observe_until(&mut observer, &mut seen, |o| matches!(o, Observation::Elected(l) if l.fence == second_fence)).await?;
+        if let Some(Observation::Elected(l)) = seen.last() {
+            ensure!(
+                !values || l.value == "10.0.0.2:80",
+                "the observer saw the successor as {l:?}"
+            );
+        }
+        if !election.records_terms() {
+            let refused = second.proclaim("10.0.0.2:81").await;
+            ensure!(
+                matches!(&refused, Err(e) if e.kind() == ErrorKind::Unsupported) && second.value() == "10.0.0.2:80",
+                "a proclaim on an election that records no terms answered {refused:?}"
+            );
+        }
+        second.resign().await?;
+        observe_until(&mut observer, &mut seen, |o| matches!(o, Observation::Vacant)).await?;
+        ensure!(
+            election.leader().await?.is_none(),
+            "the election's leader showed someone after the last leader resigned"
+        );
+        // In order: a fence seen is never below one seen before it.
+        let fences: Vec<u64> = seen
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Elected(l) | Observation::Proclaimed(l) => Some(l.fence.get()),
+                _ => None,
+            })
+            .collect();
+        ensure!(fences.is_sorted(), "the observer saw terms out of order: {seen:?}");
+        Ok(())
+    }
+}
+
+/// Takes observations into `seen` until one is `until`: a failure when none comes
+/// within the wait.
+async fn observe_until(
+    observer: &mut distlock_core::Observations,
+    seen: &mut Vec<Observation>,
+    until: impl Fn(&Observation) -> bool,
+) -> CaseResult {
+    let give_up = Instant::now() + WAIT;
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match timeout(left, observer.next()).await {
+            Ok(Some(Ok(observed))) => {
+                let done = until(&observed);
+                seen.push(observed);
+                if done {
+                    return Ok(());
+                }
+            }
+            Ok(Some(Err(e))) if e.is_retryable() => {}
+            Ok(Some(Err(e))) => return fail(format!("the observer: {e}")),
+            Ok(None) => return fail("the observer's stream ended"),
+            Err(_) => return fail(format!("the observer saw only {seen:?}")),
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use super::{Busy, LockClient, LockGuard, LockOptions};
 use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
 use crate::capabilities::Capabilities;
 use crate::error::{Error, ErrorKind, Result};
+use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::lease::{AcquireRequest, ExtendRequest, Grant, LockInfo, ReleaseOutcome, Renewal};
 use crate::permits::{Claim, PermitBackend, PermitHolder};
@@ -27,7 +28,7 @@ pub(crate) fn permits_of(backend: &DynLockBackend) -> Result<&dyn PermitBackend>
         None => Err(Error::new(
             ErrorKind::Unsupported,
             format!(
-                "the {} backend has no semaphores, read-write locks or elections",
+                "the {} backend has no permits (semaphores, read-write locks, elections that record their terms)",
                 backend.name()
             ),
         )
@@ -130,18 +131,34 @@ impl Claims {
     /// circuit breaker, its deferred starts and its background work: checks the name
     /// and that the backend has permits.
     pub(crate) fn new(client: &LockClient, name: &str) -> Result<Self> {
-        let name = LockKey::new(name)?;
-        let claims = Claims {
+        // Every wait keeps a place (point 4 of the permit contract).
+        let claims = Self::sharing(client, name, client.options.clone().with_fair(true))?;
+        claims.client(Claim::new(1, 1)?)?;
+        Ok(claims)
+    }
+
+    /// The same pieces of `client`, with `options`, for a kind that takes leases on
+    /// the backend's locks instead of its permits (an election where the backend has
+    /// no permits): checks the name only.
+    pub(crate) fn sharing(client: &LockClient, name: &str, options: LockOptions) -> Result<Self> {
+        Ok(Claims {
             backend: client.raw.clone(),
-            name,
-            // Every wait keeps a place (point 4 of the permit contract).
-            options: client.options.clone().with_fair(true),
+            name: LockKey::new(name)?,
+            options,
             starts: client.starts.clone(),
             background: client.background.clone(),
             breaker: client.breaker.clone(),
-        };
-        claims.client(Claim::new(1, 1)?)?;
-        Ok(claims)
+        })
+    }
+
+    /// A client of the backend's locks whose grants store `holder`, sharing what the
+    /// claims' clients share.
+    pub(crate) fn lease_client(&self, holder: Holder) -> Result<LockClient> {
+        let options = self.options.clone().with_holder(holder);
+        let mut client = LockClient::assemble(self.backend.clone(), options, self.breaker.clone())?;
+        client.starts = self.starts.clone();
+        client.background = self.background.clone();
+        Ok(client)
     }
 
     /// A client whose every grant is `claim` on the name.

@@ -17,7 +17,7 @@ use crate::backend::{next_change, ChangeStream, DynLockBackend};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::LockKey;
-use crate::lease::Renewal;
+use crate::lease::{LockInfo, Renewal};
 use crate::permits::{Claim, PermitHolder};
 use crate::token::FencingToken;
 
@@ -70,8 +70,24 @@ pub type Observations = Pin<Box<dyn Stream<Item = Result<Observation>> + Send>>;
 /// - [`Leadership::resign`] ends the term; [`LockGuard::lost`] (through the
 ///   leadership) tells the leader when its lease ran out under it.
 ///
-/// It is a name's permits with a limit of one, each campaign's value recorded as a
-/// term ([`PermitBackend`](crate::backend::PermitBackend) points 1 and 5).
+/// It runs on every backend, in one of two ways ([`records_terms`](Self::records_terms)
+/// says which):
+///
+/// - **Recorded terms**, where the backend has permits
+///   ([`LockBackend::permits`](crate::LockBackend::permits)): the name's permits with a
+///   limit of one, each campaign's value recorded as a term
+///   ([`PermitBackend`](crate::backend::PermitBackend) points 1 and 5). Everything
+///   above holds.
+/// - **A lease**, where it has none (Redlock, MySQL/MariaDB, ZooKeeper): each term is a
+///   lease on the lock key `election/<name>` ([`LEASE_ELECTION_PREFIX`]), with the
+///   campaign's value stored as its holder's payload in place of the client's
+///   ([`LockOptions::with_holder`](crate::LockOptions::with_holder); where the backend
+///   keeps no holders, [`Leader::value`] reads empty); one leader at a
+///   time, fences, renewal, the loss signal and resigning are the lock's. No terms are
+///   recorded, so an observer sees the leaders that hold the lease when it looks: a
+///   term that begins and ends between two looks is not seen, and no
+///   [`Observation::Missed`] marks it. [`Leadership::proclaim`] is unsupported. The
+///   value must also be a valid holder payload (no URL with a password).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -96,15 +112,32 @@ pub type Observations = Pin<Box<dyn Stream<Item = Result<Observation>> + Send>>;
 #[derive(Debug, Clone)]
 pub struct Election {
     claims: Claims,
+    /// The lock key each term holds, where the backend has no permits.
+    lease: Option<LockKey>,
 }
+
+/// What the lock key of an election that runs over a lease starts with: the election
+/// `scheduler` holds the key `election/scheduler` (see [`Election`]).
+pub const LEASE_ELECTION_PREFIX: &str = "election/";
 
 impl LockClient {
     /// An election on `name`, on this client's backend, sharing what a
     /// [`semaphore`](Self::semaphore) shares (a term's lease lasts the client's TTL
-    /// past the leader's last renewal); the same errors but the limit's.
+    /// past the leader's last renewal); the same errors but the limit's. Where the
+    /// backend has no permits, the election runs over a lease on the lock key
+    /// `election/<name>` (an [`ErrorKind::InvalidKey`] error when that key is too long).
     pub fn election(&self, name: &str) -> Result<Election> {
+        if self.raw.permits().is_some() {
+            return Ok(Election {
+                claims: Claims::new(self, name)?,
+                lease: None,
+            });
+        }
+        let claims = Claims::sharing(self, name, self.options.clone())?;
+        let lease = LockKey::new(format!("{LEASE_ELECTION_PREFIX}{name}"))?;
         Ok(Election {
-            claims: Claims::new(self, name)?,
+            claims,
+            lease: Some(lease),
         })
     }
 }
@@ -120,23 +153,44 @@ impl Election {
     /// configuration error).
     pub async fn campaign(&self, value: &str, wait: Duration) -> Result<Leadership> {
         let claim = Claim::new(1, 1)?.with_value(value)?;
-        let guard = self.claims.acquire(claim, wait).await?;
-        Ok(Leadership {
-            guard,
-            value: value.to_owned(),
-            backend: self.claims.backend().clone(),
-        })
+        let guard = match &self.lease {
+            None => self.claims.acquire(claim, wait).await?,
+            Some(key) => self.lease_client(value)?.lock(key.as_str(), wait).await?,
+        };
+        Ok(self.leadership(guard, value))
     }
 
     /// Tries once to become the leader: [`Busy`] while another leads.
     pub async fn try_campaign(&self, value: &str) -> Result<std::result::Result<Leadership, Busy>> {
         let claim = Claim::new(1, 1)?.with_value(value)?;
-        let guard = self.claims.try_acquire(claim).await?;
-        Ok(guard.map(|guard| Leadership {
+        let guard = match &self.lease {
+            None => self.claims.try_acquire(claim).await?,
+            Some(key) => self.lease_client(value)?.try_lock(key.as_str()).await?,
+        };
+        Ok(guard.map(|guard| self.leadership(guard, value)))
+    }
+
+    /// Whether the backend records each term, so that observers see every leader and
+    /// leaders can [`proclaim`](Leadership::proclaim); otherwise the election runs
+    /// over a lease (see [`Election`]).
+    pub fn records_terms(&self) -> bool {
+        self.lease.is_none()
+    }
+
+    /// The client of a campaign over a lease: its grants store the holder of the
+    /// client's options with `value` as the payload.
+    fn lease_client(&self, value: &str) -> Result<LockClient> {
+        let holder = self.claims.options().holder().with_payload(value)?;
+        self.claims.lease_client(holder)
+    }
+
+    fn leadership(&self, guard: LockGuard, value: &str) -> Leadership {
+        Leadership {
             guard,
             value: value.to_owned(),
             backend: self.claims.backend().clone(),
-        }))
+            records_terms: self.records_terms(),
+        }
     }
 
     /// Waits for the releases and cleanups this election (and its clones) runs in the
@@ -147,7 +201,15 @@ impl Election {
 
     /// The current leader, if any: a snapshot.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        Ok(leader_of(self.claims.holders().await?))
+        match &self.lease {
+            None => Ok(leader_of(self.claims.holders().await?)),
+            Some(key) => Ok(self
+                .claims
+                .backend()
+                .inspect(key)
+                .await?
+                .map(leader_of_lease)),
+        }
     }
 
     /// Every term from now on, in order (see [`Observation`]). It looks when the
@@ -158,6 +220,7 @@ impl Election {
         let observer = Observer {
             backend: self.claims.backend().clone(),
             name: self.claims.name().clone(),
+            lease: self.lease.clone(),
             every: self.claims.options().backoff_max(),
             last: None,
             vacant: false,
@@ -170,6 +233,18 @@ impl Election {
             let item = o.next().await;
             Some((item, o))
         }))
+    }
+}
+
+/// The leader of an election over a lease: the lease's holder, whose payload is the
+/// value (the holder is shown without it).
+fn leader_of_lease(info: LockInfo) -> Leader {
+    let value = info.holder.as_ref().and_then(Holder::payload);
+    Leader {
+        fence: info.fence,
+        value: value.unwrap_or_default().to_owned(),
+        holder: info.holder.as_ref().and_then(|h| Holder::new(h.id()).ok()),
+        granted_at: info.granted_at,
     }
 }
 
@@ -191,6 +266,7 @@ pub struct Leadership {
     guard: LockGuard,
     value: String,
     backend: Arc<DynLockBackend>,
+    records_terms: bool,
 }
 
 impl Leadership {
@@ -208,10 +284,21 @@ impl Leadership {
     /// A configuration error for a value a campaign would refuse; an
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) error, with nothing changed,
     /// once the term is over; an [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)
-    /// error where the backend cannot (see
+    /// error where the backend cannot (an election over a lease, see
+    /// [`Election::records_terms`]; or see
     /// [`PermitBackend::proclaim`](crate::backend::PermitBackend::proclaim)).
     pub async fn proclaim(&mut self, value: &str) -> Result<()> {
         Claim::new(1, 1)?.with_value(value)?;
+        if !self.records_terms {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "the {} backend keeps no election terms: a leader's value is fixed for its term",
+                    self.backend.name()
+                ),
+            )
+            .with_backend(self.backend.name().to_owned()));
+        }
         let term_over = || {
             Error::new(
                 ErrorKind::NotHeld,
@@ -261,6 +348,8 @@ impl Deref for Leadership {
 struct Observer {
     backend: Arc<DynLockBackend>,
     name: LockKey,
+    /// The lock key of an election over a lease.
+    lease: Option<LockKey>,
     every: Duration,
     /// The fence of the last term reported, or the baseline it started from.
     last: Option<u64>,
@@ -289,7 +378,11 @@ impl Observer {
                     }
                 }
             } else if self.backend.capabilities().change_notification {
-                self.changes = match permits_of(&*self.backend)?.watch_permits(&self.name).await {
+                let watched = match &self.lease {
+                    Some(key) => self.backend.watch(key).await,
+                    None => permits_of(&*self.backend)?.watch_permits(&self.name).await,
+                };
+                self.changes = match watched {
                     Ok(changes) => changes,
                     Err(error) => {
                         debug!(%error, "cannot watch the election; polling instead");
@@ -304,6 +397,11 @@ impl Observer {
 
     /// Reads the terms since the last one reported, then whether anyone leads.
     async fn look(&mut self) -> Result<()> {
+        if let Some(key) = &self.lease {
+            let leader = self.backend.inspect(key).await?.map(leader_of_lease);
+            self.saw(leader);
+            return Ok(());
+        }
         let permits = permits_of(&*self.backend)?;
         let after = self.last.unwrap_or(0);
         let terms = permits.terms(&self.name, after).await?;
@@ -363,5 +461,27 @@ impl Observer {
             }
         }
         Ok(())
+    }
+
+    /// One look at an election over a lease: the leader holding it now, if any.
+    /// Reported when its fence is above the last reported; a vacancy once.
+    fn saw(&mut self, leader: Option<Leader>) {
+        match leader {
+            Some(leader) if self.last.is_none_or(|last| leader.fence.get() > last) => {
+                self.last = Some(leader.fence.get());
+                self.value = Some(leader.value.clone());
+                self.vacant = false;
+                self.ready.push_back(Observation::Elected(leader));
+            }
+            Some(_) => {}
+            None if !self.vacant => {
+                self.vacant = true;
+                if self.last.is_none() {
+                    self.last = Some(0);
+                }
+                self.ready.push_back(Observation::Vacant);
+            }
+            None => {}
+        }
     }
 }

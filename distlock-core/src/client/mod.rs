@@ -46,7 +46,9 @@ pub use self::breaker::BreakerState;
 use self::breaker::{Breaker, Breaking};
 pub use self::busy::{Busy, BusyReason};
 use self::deferred::Starts;
-pub use self::election::{Election, Leader, Leadership, Observation, Observations};
+pub use self::election::{
+    Election, Leader, Leadership, Observation, Observations, LEASE_ELECTION_PREFIX,
+};
 pub use self::guard::LockGuard;
 pub use self::leader::{LeaderHealth, LeaderLoop};
 use self::local::{LocalQueues, LocalTurn};
