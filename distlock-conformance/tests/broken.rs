@@ -943,6 +943,7 @@ caught! {
     set_fences_coarse: FenceFromCoarseClock by set_fences_rise_per_key, saying "fences did not rise with each grant";
     holder_kept_on_takeover: HolderKeptOnTakeover by every_grant_shows_its_holder_and_when_it_was_granted, saying "inspect after a release showed the holder";
     leader_kept_on_takeover: HolderKeptOnTakeover by the_leader_is_shown_with_its_value_until_a_successor_takes_over, saying "after a successor took over";
+    resume_refused: RetryRefused by a_leader_resumes_its_term_after_a_restart, saying "could not resume its live term";
     retry_keeps_the_expiry: RetryKeepsTheExpiry by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the retry did not restart the expiry";
     retry_refused: RetryRefused by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the owner's own retry was refused";
     lost_reply_retry_keeps_the_expiry: RetryKeepsTheExpiry by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "the retry did not restart the expiry";

@@ -91,7 +91,7 @@ pub use backend::{DynLockBackend, LockBackend, LockInfo};
 pub use client::{
     BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, LeaderHealth,
     LeaderLoop, Leadership, LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason,
-    MultiGuard, Observation, Observations, RwLock, Semaphore, LEASE_ELECTION_PREFIX,
+    MultiGuard, Observation, Observations, ResumeToken, RwLock, Semaphore, LEASE_ELECTION_PREFIX,
 };
 pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};

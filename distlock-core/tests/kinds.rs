@@ -315,3 +315,146 @@ async fn a_leader_loop_campaigns_through_an_outage() {
     stop.send(()).expect("running");
     running.await.expect("joined").expect("shut down");
 }
+
+/// A resume token's string form reads back; anything else is a configuration error,
+/// and its `Debug` form hides the owner token.
+#[tokio::test]
+async fn a_resume_token_reads_back_and_refuses_what_is_not_one() {
+    let election = LockClient::new(Arc::new(MemoryBackend::new()))
+        .election("tokens")
+        .expect("an election");
+    let term = election.campaign("a", WAIT).await.expect("elected");
+    let token = term.resume_token();
+    let written = token.to_string();
+    let read: distlock_core::ResumeToken = written.parse().expect("reads back");
+    assert_eq!(read, token);
+    assert_eq!(read.fence(), term.fence());
+    let owner = written.split_once('.').expect("two parts").1.to_owned();
+    assert!(
+        !format!("{token:?}").contains(&owner),
+        "Debug shows the owner token: {token:?}"
+    );
+    for bad in [
+        "",
+        ".",
+        "0.00000000000000000000000000000000",
+        "-1.00000000000000000000000000000000",
+        "7",
+        "7.0000",
+        "7.zz000000000000000000000000000000",
+        "x.00000000000000000000000000000000",
+    ] {
+        let parsed = bad.parse::<distlock_core::ResumeToken>();
+        assert_eq!(
+            parsed.map_err(|e| e.kind()),
+            Err(ErrorKind::Configuration),
+            "{bad:?}"
+        );
+    }
+    term.resign().await.expect("resigned");
+}
+
+/// A leader loop given the token of a live term leads that term at once, with its
+/// fence, ahead of a candidate already waiting; its health hands out the token of
+/// the term it leads; given the token of a term that is over, it leads a new term
+/// once the election is vacant, as a campaign would.
+#[tokio::test(start_paused = true)]
+async fn a_leader_loop_resumes_a_live_term_and_takes_a_new_one_after_an_ended_one() {
+    use std::sync::Mutex;
+
+    use distlock_core::{LockOptions, ResumeToken};
+
+    let backend = Arc::new(MemoryBackend::new());
+    // A process leads, then stops as a crash stops it: no resignation, no renewal.
+    let crashed = LockClient::with_options(
+        backend.clone(),
+        LockOptions::new(Duration::from_secs(30)).with_auto_renew(false),
+    )
+    .expect("a client");
+    let term = crashed
+        .election("resumed")
+        .expect("an election")
+        .campaign("a", WAIT)
+        .await
+        .expect("elected");
+    let (fence, written) = (term.fence(), term.resume_token().to_string());
+    std::mem::forget(term);
+    // Another candidate waits for the term to end.
+    let election = LockClient::new(backend.clone())
+        .election("resumed")
+        .expect("an election");
+    let waiting = tokio::spawn({
+        let election = election.clone();
+        async move { election.campaign("b", Duration::from_secs(60)).await }
+    });
+
+    let token: ResumeToken = written.parse().expect("a token");
+    let restarted = election
+        .leader_loop("a")
+        .expect("a loop")
+        .with_resume(token);
+    let health = restarted.health();
+    let led = Arc::new(Mutex::new(Vec::new()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(restarted.run(
+        {
+            let led = led.clone();
+            move |term| {
+                let led = led.clone();
+                async move {
+                    led.lock().expect("led").push(term.fence());
+                    term.lost().await;
+                }
+            }
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        *led.lock().expect("led"),
+        vec![fence],
+        "the live term resumed"
+    );
+    assert_eq!(health.resume_token(), Some(token));
+    assert!(!waiting.is_finished(), "the waiting candidate was elected");
+    stop.send(()).expect("the loop runs");
+    running.await.expect("the loop").expect("shut down");
+    assert_eq!(health.resume_token(), None);
+    let second = waiting.await.expect("the candidate").expect("elected");
+    let second_fence = second.fence();
+    assert!(second_fence > fence);
+    second.resign().await.expect("resigned");
+
+    // The token of a term that is over resumes nothing: the loop leads a new term.
+    let again = election
+        .leader_loop("a")
+        .expect("a loop")
+        .with_resume(token);
+    let again_led = Arc::new(Mutex::new(Vec::new()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(again.run(
+        {
+            let again_led = again_led.clone();
+            move |term| {
+                let again_led = again_led.clone();
+                async move {
+                    again_led.lock().expect("led").push(term.fence());
+                    term.lost().await;
+                }
+            }
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fences = again_led.lock().expect("led").clone();
+    assert!(
+        matches!(fences.as_slice(), [f] if *f > second_fence),
+        "after an ended term the loop led {fences:?}"
+    );
+    stop.send(()).expect("the loop runs");
+    running.await.expect("the loop").expect("shut down");
+}

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::AtomicU64;
 
-use distlock_core::{FencedStoreExt as _, FencingToken, LockClient, MemoryStore, Observation};
+use distlock_core::{
+    FencedStoreExt as _, FencingToken, LockClient, MemoryStore, Observation, ResumeToken,
+};
 use futures_util::StreamExt;
 
 use super::*;
@@ -762,6 +764,61 @@ cases! {
             })
             .collect();
         ensure!(fences.is_sorted(), "the observer saw terms out of order: {seen:?}");
+        Ok(())
+    }
+
+    /// A leader's process stops without resigning; the restarted process resumes the same term from the token it wrote down (the same fence, before any other candidate could be elected), and the election shows it; once that term is over and another leads, the token resumes nothing.
+    #[case(Election, always)]
+    pub async fn a_leader_resumes_its_term_after_a_restart(t: &Target) -> CaseResult {
+        let name = t.key("resumed");
+        let clients = backends(t, 3).await?;
+        // The first process: its term is not renewed, and is left as a crash leaves it.
+        let crashed = LockClient::with_options(
+            clients[0].clone(),
+            LockOptions::new(t.long_ttl()).with_auto_renew(false),
+        )?;
+        let term = crashed.election(name.as_str())?.campaign("10.0.0.1:80", WAIT).await?;
+        let written = term.resume_token().to_string();
+        let fence = term.fence();
+        std::mem::forget(term);
+
+        // The restarted process, on a client of its own.
+        let restarted = LockClient::with_options(clients[1].clone(), options(t))?.election(name.as_str())?;
+        let token: ResumeToken = written.parse()?;
+        let resumed = match restarted.resume(&token, "10.0.0.1:80").await? {
+            Ok(resumed) => resumed,
+            Err(busy) => {
+                return fail(format!("the restarted leader could not resume its live term: {busy:?}"))
+            }
+        };
+        ensure!(
+            resumed.fence() == fence,
+            "the resumed term has fence {}, not its own {fence}",
+            resumed.fence()
+        );
+        let other = LockClient::with_options(clients[2].clone(), options(t))?.election(name.as_str())?;
+        ensure!(
+            other.try_campaign("10.0.0.2:80").await?.is_err(),
+            "another candidate was elected while the resumed term lasted"
+        );
+        let shown = other.leader().await?.map(|l| l.fence);
+        ensure!(
+            shown == Some(fence),
+            "the election's leader showed {shown:?} while the resumed term of fence {fence} lasted"
+        );
+        resumed.resign().await?;
+
+        // That term is over and another leads: the token resumes nothing.
+        let second = other.campaign("10.0.0.2:80", WAIT).await?;
+        if let Ok(late) = restarted.resume(&token, "10.0.0.1:80").await? {
+            let late_fence = late.fence();
+            let _ = late.resign().await;
+            second.resign().await?;
+            return fail(format!(
+                "the token of an ended term was resumed as fence {late_fence} while another led"
+            ));
+        }
+        second.resign().await?;
         Ok(())
     }
 }

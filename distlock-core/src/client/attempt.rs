@@ -80,6 +80,12 @@ impl<'a> Attempt<'a> {
     /// Asks for `key` as a fresh owner, covered from now on: its token.
     pub(super) fn fresh(&mut self, key: &'a LockKey) -> OwnerToken {
         let owner = OwnerToken::random();
+        self.fresh_as(key, owner);
+        owner
+    }
+
+    /// Asks for `key` as `owner`, covered from now on as a fresh owner is.
+    pub(super) fn fresh_as(&mut self, key: &'a LockKey, owner: OwnerToken) {
         let client = self.client;
         self.fresh.push(PendingGrant::borrowed(
             &client.backend,
@@ -88,7 +94,6 @@ impl<'a> Attempt<'a> {
             &client.background,
         ));
         self.owners.push((key, owner));
-        owner
     }
 
     /// Asks for `key` as `owner`, whom the wait's own cleanup covers.

@@ -198,6 +198,17 @@ impl Claims {
         self.client(claim)?.try_lock(self.name.as_str()).await
     }
 
+    /// One try for `claim` as `owner` (see [`LockClient::try_lock_as`]).
+    pub(crate) async fn try_acquire_as(
+        &self,
+        claim: Claim,
+        owner: OwnerToken,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
+        self.client(claim)?
+            .try_lock_as(self.name.as_str(), owner)
+            .await
+    }
+
     pub(crate) async fn holders(&self) -> Result<Vec<PermitHolder>> {
         permits_of(&*self.backend)?.holders(&self.name).await
     }

@@ -19,7 +19,7 @@ use crate::holder::Holder;
 use crate::key::LockKey;
 use crate::lease::{LockInfo, Renewal};
 use crate::permits::{Claim, PermitHolder};
-use crate::token::FencingToken;
+use crate::token::{FencingToken, OwnerToken};
 
 /// A leader: its term's fencing token, the value it campaigned with, and who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,60 @@ pub struct Leader {
     pub holder: Option<Holder>,
     /// When the term began (see [`LockInfo::granted_at`](crate::LockInfo::granted_at)).
     pub granted_at: Option<SystemTime>,
+}
+
+/// A term as [`Election::resume`] resumes it: its fence and its owner token. Its
+/// string form is `<fence>.<owner token in hex>`; parsing anything else is an
+/// [`ErrorKind::Configuration`] error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ResumeToken {
+    fence: FencingToken,
+    owner: OwnerToken,
+}
+
+impl ResumeToken {
+    /// The fence of the term it resumes.
+    pub fn fence(&self) -> FencingToken {
+        self.fence
+    }
+}
+
+impl std::fmt::Debug for ResumeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResumeToken")
+            .field("fence", &self.fence)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for ResumeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.fence.get(), self.owner.to_hex())
+    }
+}
+
+impl std::str::FromStr for ResumeToken {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::new(
+                ErrorKind::Configuration,
+                "a resume token is `<fence>.<32 hex digits>`: this one is not",
+            )
+        };
+        let (fence, owner) = s.split_once('.').ok_or_else(bad)?;
+        let fence = fence
+            .parse::<u64>()
+            .ok()
+            .filter(|f| *f > 0)
+            .ok_or_else(bad)?;
+        Ok(ResumeToken {
+            fence: FencingToken::new(fence),
+            owner: OwnerToken::from_hex(owner).ok_or_else(bad)?,
+        })
+    }
 }
 
 /// What an observer of an election sees, in order.
@@ -166,6 +220,39 @@ impl Election {
         let guard = match &self.lease {
             None => self.claims.try_acquire(claim).await?,
             Some(key) => self.lease_client(value)?.try_lock(key.as_str()).await?,
+        };
+        Ok(guard.map(|guard| self.leadership(guard, value)))
+    }
+
+    /// Resumes the term `token` names, after a restart of the process that led it
+    /// (etcd's `ResumeElection`): one try, as that term's owner, with `value` for
+    /// observers (checked as a campaign's).
+    ///
+    /// - While that term's lease lives, the backend grants it again to its owner: the
+    ///   returned leadership is the same term, [`fence`](LockGuard::fence) equal to
+    ///   [`ResumeToken::fence`], its expiry restarted, renewed from now on as a
+    ///   campaign's is. On an election that records terms its value stays the one the
+    ///   term last had on the server; `value` is what this leadership reports.
+    /// - Once it ran out: [`Busy`] while another leads; where nobody does, a new term,
+    ///   with a fence above the token's, as [`try_campaign`](Self::try_campaign) would
+    ///   win.
+    ///
+    /// A resumed term is fenced as any: a write its earlier process made under the
+    /// same fence is indistinguishable from its own, so a process that resumes should
+    /// hold nothing it did not write down before it stopped.
+    pub async fn resume(
+        &self,
+        token: &ResumeToken,
+        value: &str,
+    ) -> Result<std::result::Result<Leadership, Busy>> {
+        let claim = Claim::new(1, 1)?.with_value(value)?;
+        let guard = match &self.lease {
+            None => self.claims.try_acquire_as(claim, token.owner).await?,
+            Some(key) => {
+                self.lease_client(value)?
+                    .try_lock_as(key.as_str(), token.owner)
+                    .await?
+            }
         };
         Ok(guard.map(|guard| self.leadership(guard, value)))
     }
@@ -329,6 +416,18 @@ impl Leadership {
     /// error when the term had already run out).
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await
+    }
+
+    /// What [`Election::resume`] takes to resume this term after the process restarts:
+    /// write its string form ([`Display`](std::fmt::Display)) somewhere that outlives
+    /// the process, and read it back with [`str::parse`]. It carries the term's owner
+    /// token, with which a process can renew or end the term: keep it as a credential
+    /// is kept (its `Debug` form hides it).
+    pub fn resume_token(&self) -> ResumeToken {
+        ResumeToken {
+            fence: self.guard.fence(),
+            owner: self.guard.owner(),
+        }
     }
 
     /// The guard of the term's lease.

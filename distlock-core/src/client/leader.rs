@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt as _;
 use tracing::{debug, info, warn};
 
-use super::election::{Election, Leader, Observation};
+use super::election::{Election, Leader, Leadership, Observation, ResumeToken};
 use super::guard::{Holds, LockGuard};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::LossReason;
@@ -67,13 +67,15 @@ pub struct LeaderLoop {
     value: String,
     on_new_leader: Option<OnNewLeader>,
     retry: Duration,
+    resume: Option<ResumeToken>,
     state: Arc<LeaderState>,
 }
 
-/// What a loop and its [`LeaderHealth`] handles share: the current term, if any.
+/// What a loop and its [`LeaderHealth`] handles share: the current term, if any,
+/// with what resumes it.
 #[derive(Default)]
 struct LeaderState {
-    term: Mutex<Option<Arc<Holds>>>,
+    term: Mutex<Option<(Arc<Holds>, ResumeToken)>>,
 }
 
 /// A handle on a [`LeaderLoop`]'s state, for readiness probes and status pages.
@@ -95,6 +97,7 @@ impl Election {
             value: value.to_owned(),
             on_new_leader: None,
             retry: Duration::from_secs(1),
+            resume: None,
             state: Arc::default(),
         })
     }
@@ -113,6 +116,16 @@ impl LeaderLoop {
     /// or after a term ended by its work returning (1 s by default).
     pub fn with_retry(mut self, retry: Duration) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Resumes the term `token` names before the first campaign, after a restart
+    /// (see [`Election::resume`]): where that term still lives the loop leads it at
+    /// once, with the same fence; otherwise it campaigns as usual. The token of the
+    /// term a loop leads is [`LeaderHealth::resume_token`]; a service writes it down
+    /// when a term begins (in `lead`), to hand it to this after a restart.
+    pub fn with_resume(mut self, token: ResumeToken) -> Self {
+        self.resume = Some(token);
         self
     }
 
@@ -155,7 +168,21 @@ impl LeaderLoop {
         });
         let name = self.election.name().as_str().to_owned();
         tokio::pin!(shutdown);
+        let mut resume = self.resume;
         loop {
+            if let Some(token) = resume.take() {
+                let resumed = tokio::select! {
+                    biased;
+                    () = &mut shutdown => return Ok(()),
+                    resumed = self.resume(&token) => resumed,
+                };
+                if let Some(leadership) = resumed {
+                    match self.lead(leadership, &mut lead, &mut shutdown, &name).await {
+                        Some(done) => return done,
+                        None => continue,
+                    }
+                }
+            }
             let campaign = self.election.campaign(&self.value, Duration::MAX);
             let leadership = tokio::select! {
                 biased;
@@ -172,39 +199,76 @@ impl LeaderLoop {
                     Err(error) => return Err(error),
                 },
             };
-            info!(election = %name, fence = %leadership.fence(), "leading");
-            let Ok(hold) = leadership.reenter() else {
-                // Lost as soon as it was won: campaign again.
-                warn!(election = %name, "the term was lost as it began; campaigning again");
-                continue;
-            };
-            self.state.set(Some(hold.shared_holds().clone()), &name);
-            let lost = leadership.lost();
-            let ended = tokio::select! {
-                biased;
-                () = &mut shutdown => Ended::Shutdown,
-                // `None` (the hold ended without a loss) cannot come while the
-                // leadership is here.
-                Some(reason) = lost => Ended::Lost(reason),
-                () = lead(hold) => Ended::Returned,
-            };
-            self.state.set(None, &name);
-            match ended {
-                Ended::Lost(reason) => {
-                    warn!(election = %name, %reason, "the term was lost; campaigning again");
-                    drop(leadership);
+            if let Some(done) = self.lead(leadership, &mut lead, &mut shutdown, &name).await {
+                return done;
+            }
+        }
+    }
+
+    /// One try to resume `token`'s term: the leadership, or `None` to campaign.
+    async fn resume(&self, token: &ResumeToken) -> Option<Leadership> {
+        let name = self.election.name();
+        match self.election.resume(token, &self.value).await {
+            Ok(Ok(leadership)) => Some(leadership),
+            Ok(Err(busy)) => {
+                info!(election = %name, ?busy, "the term to resume is over; campaigning");
+                None
+            }
+            Err(error) => {
+                warn!(%error, election = %name, "could not resume the term; campaigning");
+                None
+            }
+        }
+    }
+
+    /// Leads one term until it ends: `Some` to return from the loop, `None` to
+    /// campaign again.
+    async fn lead<F, Fut>(
+        &self,
+        leadership: Leadership,
+        lead: &mut F,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+        name: &str,
+    ) -> Option<Result<()>>
+    where
+        F: FnMut(LockGuard) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        info!(election = %name, fence = %leadership.fence(), "leading");
+        let Ok(hold) = leadership.reenter() else {
+            // Lost as soon as it was won: campaign again.
+            warn!(election = %name, "the term was lost as it began; campaigning again");
+            return None;
+        };
+        let token = leadership.resume_token();
+        self.state
+            .set(Some((hold.shared_holds().clone(), token)), name);
+        let lost = leadership.lost();
+        let ended = tokio::select! {
+            biased;
+            () = shutdown.as_mut() => Ended::Shutdown,
+            // `None` (the hold ended without a loss) cannot come while the
+            // leadership is here.
+            Some(reason) = lost => Ended::Lost(reason),
+            () = lead(hold) => Ended::Returned,
+        };
+        self.state.set(None, name);
+        match ended {
+            Ended::Lost(reason) => {
+                warn!(election = %name, %reason, "the term was lost; campaigning again");
+                drop(leadership);
+                None
+            }
+            Ended::Returned | Ended::Shutdown => {
+                if let Err(error) = leadership.resign().await {
+                    debug!(%error, election = %name, "the resignation found the term over");
                 }
-                Ended::Returned | Ended::Shutdown => {
-                    if let Err(error) = leadership.resign().await {
-                        debug!(%error, election = %name, "the resignation found the term over");
-                    }
-                    if matches!(ended, Ended::Shutdown) {
-                        return Ok(());
-                    }
-                    tokio::select! {
-                        () = &mut shutdown => return Ok(()),
-                        () = tokio::time::sleep(self.retry) => {}
-                    }
+                if matches!(ended, Ended::Shutdown) {
+                    return Some(Ok(()));
+                }
+                tokio::select! {
+                    () = shutdown.as_mut() => Some(Ok(())),
+                    () = tokio::time::sleep(self.retry) => None,
                 }
             }
         }
@@ -219,7 +283,7 @@ enum Ended {
 }
 
 impl LeaderState {
-    fn set(&self, term: Option<Arc<Holds>>, name: &str) {
+    fn set(&self, term: Option<(Arc<Holds>, ResumeToken)>, name: &str) {
         let leading = term.is_some();
         *self.term.lock().unwrap_or_else(|p| p.into_inner()) = term;
         #[cfg(feature = "metrics")]
@@ -233,7 +297,13 @@ impl LeaderState {
     }
 
     fn term(&self) -> Option<Arc<Holds>> {
-        self.term.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let term = self.term.lock().unwrap_or_else(|p| p.into_inner());
+        term.as_ref().map(|(holds, _)| holds.clone())
+    }
+
+    fn token(&self) -> Option<ResumeToken> {
+        let term = self.term.lock().unwrap_or_else(|p| p.into_inner());
+        term.as_ref().map(|(_, token)| *token)
     }
 }
 
@@ -241,6 +311,13 @@ impl LeaderHealth {
     /// Whether the loop leads now.
     pub fn is_leading(&self) -> bool {
         self.state.term().is_some()
+    }
+
+    /// What resumes the term this loop leads, while it leads: see
+    /// [`LeaderLoop::with_resume`]. It carries the term's owner token: keep it as a
+    /// credential is kept.
+    pub fn resume_token(&self) -> Option<ResumeToken> {
+        self.state.token()
     }
 
     /// For a readiness probe: `Ok` when the loop does not lead, or leads with its
@@ -269,6 +346,7 @@ impl std::fmt::Debug for LeaderLoop {
             .field("election", self.election.name())
             .field("value", &self.value)
             .field("retry", &self.retry)
+            .field("resume", &self.resume)
             .finish_non_exhaustive()
     }
 }

@@ -47,7 +47,7 @@ use self::breaker::{Breaker, Breaking};
 pub use self::busy::{Busy, BusyReason};
 use self::deferred::Starts;
 pub use self::election::{
-    Election, Leader, Leadership, Observation, Observations, LEASE_ELECTION_PREFIX,
+    Election, Leader, Leadership, Observation, Observations, ResumeToken, LEASE_ELECTION_PREFIX,
 };
 pub use self::guard::LockGuard;
 pub use self::leader::{LeaderHealth, LeaderLoop};
@@ -214,6 +214,8 @@ enum Waiter {
     Racing {
         turn: Option<LocalTurn>,
         uncertain: Option<(OwnerToken, PendingGrant<'static>)>,
+        /// The owner to ask as instead of a fresh one: a term being resumed.
+        resume: Option<OwnerToken>,
     },
     /// Keeps one owner token, and so its place in the key's queue on the server, for
     /// the whole wait; `pending` gives back what it may hold and leaves the queue if
@@ -229,6 +231,7 @@ impl Waiter {
         Waiter::Racing {
             turn: Some(turn),
             uncertain: None,
+            resume: None,
         }
     }
 
@@ -534,6 +537,43 @@ impl LockClient {
             result
         })
         .instrument(span)
+    }
+
+    /// One racing try as `owner`, an owner that may hold `key` already (a term being
+    /// resumed after a restart): the backend grants an owner's own lease again, its
+    /// fence kept and its expiry restarted
+    /// ([`LockBackend::try_grant`](crate::LockBackend::try_grant)), and grants a free
+    /// key to it as to any owner. Covered as a fresh owner is, so a reply lost
+    /// releases.
+    pub(crate) async fn try_lock_as(
+        &self,
+        key: &str,
+        owner: OwnerToken,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
+        let key = LockKey::new(key)?;
+        let span = tracing::info_span!(
+            "lock_try_acquire",
+            key = %key,
+            backend = self.backend.name(),
+            fence = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let once = async {
+            let Ok(turn) = self.local.of(&key).try_lock_owned() else {
+                return Ok(Err(Busy::this_client(key.clone())));
+            };
+            let mut waiter = Waiter::Racing {
+                turn: Some(turn),
+                uncertain: None,
+                resume: Some(owner),
+            };
+            Ok(match self.attempt(&key, &mut waiter).await? {
+                Tried::Acquired(guard) => Ok(guard),
+                Tried::Busy { remaining } => Err(Busy::held(key.clone(), remaining)),
+            })
+        };
+        self.observed(&key, span, once, std::result::Result::is_ok)
+            .await
     }
 
     /// One try, in the caller's span.
@@ -876,6 +916,14 @@ impl LockClient {
             } => {
                 attempt.covered(key, *owner);
                 self.race(key, ttl, *owner).await
+            }
+            Waiter::Racing {
+                resume: Some(owner),
+                ..
+            } => {
+                let owner = *owner;
+                attempt.fresh_as(key, owner);
+                self.race(key, ttl, owner).await
             }
             Waiter::Racing { .. } => {
                 let owner = attempt.fresh(key);
