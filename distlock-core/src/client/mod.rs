@@ -498,6 +498,15 @@ impl LockClient {
     /// `client.try_lock(key).await?.ok()` is the guard as an `Option`;
     /// `client.try_lock(key).await??` treats busy as an error ([`Busy`]'s `From`).
     pub async fn try_lock(&self, key: &str) -> Result<std::result::Result<LockGuard, Busy>> {
+        self.try_lock_observed(key, None).await
+    }
+
+    /// One try, observed: as [`try_lock`](Self::try_lock), or as `resume`'s owner.
+    async fn try_lock_observed(
+        &self,
+        key: &str,
+        resume: Option<OwnerToken>,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         let key = LockKey::new(key)?;
         let span = tracing::info_span!(
             "lock_try_acquire",
@@ -509,7 +518,7 @@ impl LockClient {
         self.observed(
             &key,
             span,
-            self.try_lock_once(&key),
+            self.try_lock_once(&key, resume),
             std::result::Result::is_ok,
         )
         .await
@@ -550,44 +559,29 @@ impl LockClient {
         key: &str,
         owner: OwnerToken,
     ) -> Result<std::result::Result<LockGuard, Busy>> {
-        let key = LockKey::new(key)?;
-        let span = tracing::info_span!(
-            "lock_try_acquire",
-            key = %key,
-            backend = self.backend.name(),
-            fence = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        let once = async {
-            let Ok(turn) = self.local.of(&key).try_lock_owned() else {
-                return Ok(Err(Busy::this_client(key.clone())));
-            };
-            let mut waiter = Waiter::Racing {
-                turn: Some(turn),
-                uncertain: None,
-                resume: Some(owner),
-            };
-            Ok(match self.attempt(&key, &mut waiter).await? {
-                Tried::Acquired(guard) => Ok(guard),
-                Tried::Busy { remaining } => Err(Busy::held(key.clone(), remaining)),
-            })
-        };
-        self.observed(&key, span, once, std::result::Result::is_ok)
-            .await
+        self.try_lock_observed(key, Some(owner)).await
     }
 
-    /// One try, in the caller's span.
-    async fn try_lock_once(&self, key: &LockKey) -> Result<std::result::Result<LockGuard, Busy>> {
+    /// One try, in the caller's span: as `resume`'s owner, racing, where it is given.
+    async fn try_lock_once(
+        &self,
+        key: &LockKey,
+        resume: Option<OwnerToken>,
+    ) -> Result<std::result::Result<LockGuard, Busy>> {
         if let Some(guard) = reentrant::reenter(&self.local, key) {
             return Ok(Ok(guard));
         }
-        let mut waiter = if self.options.fair() {
+        let mut waiter = if self.options.fair() && resume.is_none() {
             Waiter::queued(self, key)
         } else {
             let Ok(turn) = self.local.of(key).try_lock_owned() else {
                 return Ok(Err(Busy::this_client(key.clone())));
             };
-            Waiter::racing(turn)
+            Waiter::Racing {
+                turn: Some(turn),
+                uncertain: None,
+                resume,
+            }
         };
         match self.attempt(key, &mut waiter).await? {
             Tried::Acquired(guard) => Ok(Ok(guard)),
@@ -1019,7 +1013,7 @@ mod tests {
             lock < wait + 512,
             "lock: {lock} bytes around a wait of {wait}"
         );
-        let once = std::mem::size_of_val(&client.try_lock_once(&key));
+        let once = std::mem::size_of_val(&client.try_lock_once(&key, None));
         let try_lock = std::mem::size_of_val(&client.try_lock("k"));
         assert!(
             try_lock < once + 512,
