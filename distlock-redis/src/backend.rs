@@ -467,11 +467,13 @@ impl RedisBackend {
     }
 
     /// The acquire step: plain, or in turn with a place in the key's queue that lasts
-    /// `place`.
+    /// `place`. On a Redlock master, `granted_at` is the grant's time, which the
+    /// Redlock reads once for all its masters.
     pub(crate) async fn grant(
         &self,
         request: &AcquireRequest,
         place: Option<Duration>,
+        granted_at: SystemTime,
     ) -> Result<Grant> {
         let lock = self.lock_key(request.key());
         let fence_key = Self::fence_key(&lock);
@@ -494,7 +496,7 @@ impl RedisBackend {
             "0"
         };
         let place_ms = place.map_or_else(|| "0".to_owned(), millis);
-        let granted_ms = SystemTime::now()
+        let granted_ms = granted_at
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis())
             .to_string();
@@ -646,7 +648,8 @@ impl LockBackend for RedisBackend {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        self.grant(request, request.place()).await
+        self.grant(request, request.place(), SystemTime::now())
+            .await
     }
 
     fn fair(&self) -> Option<&dyn FairBackend> {

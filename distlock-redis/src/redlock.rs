@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use distlock_core::backend::{
@@ -398,9 +398,11 @@ impl LockBackend for RedlockBackend {
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         let timeout = self.inner.config.node_timeout(request.ttl());
         let shared = Arc::new(request.clone());
+        // One grant time for every master, as the holder's record shows it.
+        let granted_at = SystemTime::now();
         let mut replies = self.fan_out(timeout, |m| {
             let request = shared.clone();
-            async move { m.grant(&request, None).await }
+            async move { m.grant(&request, None, granted_at).await }
         });
         let mut tally = self.tally();
         let mut proposals: Vec<(usize, u64)> = Vec::new();

@@ -173,6 +173,37 @@ async fn the_largest_proposal_becomes_the_fence_on_a_majority() {
     m2.start().await.expect("start");
 }
 
+/// Every master stores the grant time the acquire took once, so that `inspect` and
+/// `list` show one grant time whichever masters answer them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_stores_the_one_grant_time_of_an_acquire() {
+    let masters = masters(3).await;
+    let backend = RedlockBackend::connect(&masters.url())
+        .await
+        .expect("connect");
+    for i in 0..50 {
+        let key = format!("stamped-{i}");
+        let lease = backend
+            .acquire_once(&key, Duration::from_secs(30))
+            .await
+            .expect("acquire")
+            .expect("free");
+        let mut times = Vec::new();
+        for member in masters.members() {
+            // `<owner>:<fence>/<ms>/<holder>/`, on the masters the grant reached.
+            if let Some(stored) = get(member, &format!("distlock:{{{key}}}")).await {
+                times.push(stored.split('/').nth(1).unwrap_or_default().to_owned());
+            }
+        }
+        assert!(times.len() >= 2, "a majority holds {key}: {times:?}");
+        assert!(
+            times.windows(2).all(|w| w[0] == w[1]),
+            "the masters stored the grant times {times:?} for {key}"
+        );
+        backend.release_lease(&lease).await.expect("release");
+    }
+}
+
 /// A minority down at connect is reached once it is back; a majority down is an
 /// error at connect, retryable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
