@@ -75,6 +75,31 @@ fn capabilities() -> Capabilities {
     capabilities
 }
 
+/// Runs one request on `client` within `config`'s request timeout: see
+/// [`EtcdBackend::request`].
+async fn request<T, F, Fut>(client: &Client, config: &EtcdConfig, mut op: F) -> Result<T>
+where
+    F: FnMut(Client) -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + config.timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match tokio::time::timeout_at(deadline, op(client.clone())).await {
+            Err(_) => return Err(timed_out(config, Setting::Response)),
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < deadline => {
+                debug!(error = %e, "a member refused the connection; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            // A refusal until the deadline: the request never left this process.
+            Ok(Err(e)) if is_not_sent(&e) => return Err(from_etcd(config, e).with_not_sent()),
+            Ok(Err(e)) => return Err(from_etcd(config, e)),
+        }
+    }
+}
+
 /// Sends a copy of `txn`, so that the same transaction can be sent again.
 fn send_txn(
     mut client: Client,
@@ -205,11 +230,9 @@ impl EtcdBackend {
     /// client's settings; it creates leases and keys under the prefix only.
     pub async fn from_client(client: Client, config: EtcdConfig) -> Result<Self> {
         distlock_core::backend::key_prefix("etcd", &config.prefix)?;
-        let mut probe = client.clone();
-        tokio::time::timeout(config.timeout, probe.status())
-            .await
-            .map_err(|_| timed_out(&config, Setting::Response))?
-            .map_err(|e| from_etcd(&config, e))?;
+        // Sent as every request is: a member that is down may be the one the
+        // channel's balancer picks first.
+        request(&client, &config, |mut c| async move { c.status().await }).await?;
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 config,
@@ -427,29 +450,12 @@ impl EtcdBackend {
     /// again is always safe. The channel's balancer may pick the dead member several
     /// times in a row, so refusals are retried until the deadline, with a short
     /// growing pause; a request refused until then fails with the refusal.
-    pub(crate) async fn request<T, F, Fut>(&self, mut op: F) -> Result<T>
+    pub(crate) async fn request<T, F, Fut>(&self, op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let deadline = Instant::now() + self.inner.config.timeout;
-        let mut pause = Duration::from_millis(10);
-        loop {
-            match tokio::time::timeout_at(deadline, op(self.client())).await {
-                Err(_) => return Err(timed_out(&self.inner.config, Setting::Response)),
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < deadline => {
-                    debug!(error = %e, "a member refused the connection; trying again");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(200));
-                }
-                // A refusal until the deadline: the request never left this process.
-                Ok(Err(e)) if is_not_sent(&e) => {
-                    return Err(from_etcd(&self.inner.config, e).with_not_sent())
-                }
-                Ok(Err(e)) => return Err(from_etcd(&self.inner.config, e)),
-            }
-        }
+        request(&self.inner.client, &self.inner.config, op).await
     }
 
     /// Sends `txn` within the request timeout (again, if it could not be sent).

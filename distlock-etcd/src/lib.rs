@@ -71,6 +71,15 @@
 //!   with default timings); see [`Capabilities`](distlock_core::backend::Capabilities).
 //!   A [`LockClient`](distlock_core::LockClient) lengthens another TTL to the next it
 //!   can grant (1 s to 2 s, 2.5 s to 3 s); the backend's own steps refuse it.
+//! - **A member that is down, with several endpoints**: etcd-client spreads requests
+//!   over every endpoint, the down member's too. A request routed to a member that
+//!   refuses the connection never left this process, so it is sent again (with a
+//!   short pause, until the request timeout) and reaches a live member; connecting
+//!   does the same. A member behind a proxy or load balancer that accepts the
+//!   connection and then closes it is not told apart from a failure mid-request:
+//!   requests routed there fail as [`ErrorKind::Unavailable`](distlock_core::ErrorKind::Unavailable)
+//!   (retryable; a waiting lock and its renewals try again). Name the members
+//!   themselves as endpoints.
 //! - **extend renews to the granted TTL**: etcd's keepalive cannot change a lease's
 //!   TTL, so extending with another TTL is an
 //!   [`ErrorKind::InvalidTtl`](distlock_core::ErrorKind::InvalidTtl) error

@@ -73,6 +73,31 @@ async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
     assert!(next.fence() > fence, "{:?} after {:?}", next.fence(), fence);
 }
 
+/// A client configured with every member connects while one of them is down, as a
+/// service restarted during a member's outage does: the balancer may route the
+/// connection's first request to the dead member, and that must not fail it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_connects_while_a_member_is_down() {
+    let mut cluster = EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stopped = cluster
+        .stop_leader()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..12 {
+        let backend = EtcdBackend::connect(&cluster.url())
+            .await
+            .unwrap_or_else(|e| panic!("connect {i} with member {stopped} down: {e}"));
+        let lease = backend
+            .acquire_once("connect-while-down", Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("acquire {i} with member {stopped} down: {e}"))
+            .expect("free");
+        backend.release_lease(&lease).await.expect("release");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_endpoint_is_a_typed_error_in_bounded_time() {
     // A port nothing listens on: bind one, then let it go.

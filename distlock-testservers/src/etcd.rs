@@ -1,5 +1,11 @@
 //! etcd, one member or a cluster; data survives a restart.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_conformance::{ServerControl as _, Target};
+use distlock_core::{BoxError, LockBackend};
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
@@ -196,7 +202,9 @@ pub async fn enable_auth(
 /// paused or killed on its own.
 #[derive(Debug)]
 pub struct EtcdCluster {
-    members: Vec<ServerHandle>,
+    members: Vec<Arc<ServerHandle>>,
+    /// The members stopped by [`stop_leader`](Self::stop_leader).
+    stopped: Vec<usize>,
 }
 
 impl EtcdCluster {
@@ -219,21 +227,98 @@ impl EtcdCluster {
         }))
         .await;
         let members = started.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(EtcdCluster { members })
+        Ok(EtcdCluster {
+            members: members.into_iter().map(Arc::new).collect(),
+            stopped: Vec::new(),
+        })
     }
 
     /// The members, in order.
-    pub fn members(&self) -> &[ServerHandle] {
+    pub fn members(&self) -> &[Arc<ServerHandle>] {
         &self.members
     }
 
-    /// `etcd://127.0.0.1:P1,127.0.0.1:P2,...`: every member.
+    /// `etcd://127.0.0.1:P1,127.0.0.1:P2,...`: every member, stopped ones too.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.host_port()))
-            .collect();
-        format!("etcd://{}", hosts.join(","))
+        let ports: Vec<u16> = self.members.iter().map(|m| m.host_port()).collect();
+        url_of(&ports)
     }
+
+    /// The index of the member that is the leader now, as the running members report
+    /// it (`etcdctl endpoint status`); `None` while none says it leads.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, member) in self.members.iter().enumerate() {
+            if self.stopped.contains(&i) {
+                continue;
+            }
+            let ask = member.exec_output(ExecCommand::new([
+                "etcdctl",
+                "--endpoints=http://127.0.0.1:2379",
+                "--command-timeout=2s",
+                "endpoint",
+                "status",
+                "--write-out=json",
+            ]));
+            // A member that cannot answer (paused, cut off) is not the one asked.
+            let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(5), ask).await else {
+                continue;
+            };
+            let member_id = number_after(&status, "\"member_id\":");
+            if member_id.is_some() && member_id == number_after(&status, "\"leader\":") {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Stops the leader (a kill, as a crash), waits until the others have elected a
+    /// new one, and answers the index of the member stopped.
+    pub async fn stop_leader(&mut self) -> Result<usize, BoxError> {
+        let leader = self.leader().await.ok_or("the cluster has no leader")?;
+        self.members[leader].kill().await?;
+        self.stopped.push(leader);
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.leader().await {
+                Some(new) if new != leader => return Ok(leader),
+                _ if tokio::time::Instant::now() >= give_up => {
+                    return Err("no new leader within 60 s".into())
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// The conformance target for a backend on the cluster, as
+    /// [`ZooKeeperEnsemble::target`](crate::ZooKeeperEnsemble::target) makes one: the
+    /// backend `connect` makes from [`url`](Self::url), more clients, clients whose
+    /// links are cut as one, and control over the running members as one server. The
+    /// target owns the cluster. A linked client's proxies lead to the running members
+    /// only: a proxy in front of a stopped member would accept each connection and
+    /// then close it, which etcd-client's balanced channel reports as a failed request
+    /// rather than skipping the member (a member that is down refuses the connection,
+    /// and is skipped).
+    pub async fn target<B, F, Fut>(self, connect: F) -> Result<Target, BoxError>
+    where
+        B: LockBackend + 'static,
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
+    {
+        let (members, stopped) = (self.members.clone(), self.stopped.clone());
+        let linked = crate::members::Linked::Running;
+        crate::members::target(members, &stopped, linked, url_of, connect, Arc::new(self)).await
+    }
+}
+
+/// `etcd://` with a host for each port.
+fn url_of(ports: &[u16]) -> String {
+    let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    format!("etcd://{}", hosts.join(","))
+}
+
+/// The unsigned number that follows `label` in `text`.
+fn number_after(text: &str, label: &str) -> Option<u64> {
+    let rest = &text[text.find(label)? + label.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }

@@ -46,6 +46,7 @@ pub mod etcd;
 mod handle;
 mod image;
 pub mod mariadb;
+mod members;
 mod network;
 pub mod pgbouncer;
 pub mod postgres;

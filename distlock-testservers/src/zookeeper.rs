@@ -5,9 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
-use distlock_core::{BoxError, DynLockBackend, LockBackend};
-use futures_util::future::BoxFuture;
+use distlock_conformance::{ServerControl as _, Target};
+use distlock_core::{BoxError, LockBackend};
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,7 +14,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::error::HarnessError;
 use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
-use crate::redlock::{Every, Links};
 use crate::{ConnectionKill, ImageSource, Server};
 
 /// ZooKeeper serving clients on 2181, without authentication, with TTL nodes enabled
@@ -182,43 +180,9 @@ impl ZooKeeperEnsemble {
         F: Fn(String) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = distlock_core::Result<B>> + Send + 'static,
     {
-        let url = self.url();
-        let backend = connect(url.clone()).await?;
-        let connect = Arc::new(connect);
-        let running: Vec<Arc<ServerHandle>> = (0..self.members.len())
-            .filter(|i| !self.stopped.contains(i))
-            .map(|i| self.members[i].clone())
-            .collect();
-        let all = self.members.clone();
-        let ensemble = Arc::new(self);
-        let linked = {
-            let (connect, ensemble) = (connect.clone(), ensemble.clone());
-            move || -> BoxFuture<'static, Result<LinkedClient, BoxError>> {
-                let (connect, all, _keep) = (connect.clone(), all.clone(), ensemble.clone());
-                Box::pin(async move {
-                    let links = Links::start(&all).await?;
-                    let backend: Arc<DynLockBackend> =
-                        Arc::new(connect(url_of(&links.ports())).await?);
-                    let link: Arc<dyn LinkControl> = Arc::new(links);
-                    Ok((backend, link))
-                })
-            }
-        };
-        let clients = {
-            let (connect, url) = (connect.clone(), url.clone());
-            move || -> BoxFuture<'static, distlock_core::Result<Arc<DynLockBackend>>> {
-                let (connect, url, _keep) = (connect.clone(), url.clone(), ensemble.clone());
-                Box::pin(async move {
-                    let backend: Arc<DynLockBackend> = Arc::new(connect(url).await?);
-                    Ok(backend)
-                })
-            }
-        };
-        let control: Arc<dyn ServerControl> = Arc::new(Every::new(running));
-        Ok(Target::new(Arc::new(backend))
-            .with_clients(clients)
-            .with_links(linked)
-            .with_control(control))
+        let (members, stopped) = (self.members.clone(), self.stopped.clone());
+        let linked = crate::members::Linked::Every;
+        crate::members::target(members, &stopped, linked, url_of, connect, Arc::new(self)).await
     }
 
     /// The index of the member that is the leader now, asked of each member with the
