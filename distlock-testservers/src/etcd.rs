@@ -277,16 +277,8 @@ impl EtcdCluster {
         let leader = self.leader().await.ok_or("the cluster has no leader")?;
         self.members[leader].kill().await?;
         self.stopped.push(leader);
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            match self.leader().await {
-                Some(new) if new != leader => return Ok(leader),
-                _ if tokio::time::Instant::now() >= give_up => {
-                    return Err("no new leader within 60 s".into())
-                }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        crate::members::new_leader(leader, || self.leader()).await?;
+        Ok(leader)
     }
 
     /// The conformance target for a backend on the cluster, as
@@ -296,8 +288,8 @@ impl EtcdCluster {
     /// target owns the cluster. A linked client's proxies lead to the running members
     /// only: a proxy in front of a stopped member would accept each connection and
     /// then close it, which etcd-client's balanced channel reports as a failed request
-    /// rather than skipping the member (a member that is down refuses the connection,
-    /// and is skipped).
+    /// (a member that is down refuses the connection instead, and the backend sends
+    /// the request again).
     pub async fn target<B, F, Fut>(self, connect: F) -> Result<Target, BoxError>
     where
         B: LockBackend + 'static,

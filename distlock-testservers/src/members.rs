@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
@@ -11,6 +12,24 @@ use futures_util::future::BoxFuture;
 
 use crate::handle::ServerHandle;
 use crate::redlock::{Every, Links};
+
+/// Waits up to a minute until `leader` names a member other than `stopped`.
+pub(crate) async fn new_leader<F, Fut>(stopped: usize, mut leader: F) -> Result<(), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<usize>>,
+{
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match leader().await {
+            Some(new) if new != stopped => return Ok(()),
+            _ if tokio::time::Instant::now() >= give_up => {
+                return Err("no new leader within 60 s".into())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
 
 /// Which members a linked client's proxies lead to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

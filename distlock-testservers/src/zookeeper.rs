@@ -155,16 +155,8 @@ impl ZooKeeperEnsemble {
         let leader = self.leader().await.ok_or("the ensemble has no leader")?;
         self.members[leader].kill().await?;
         self.stopped.push(leader);
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            match self.leader().await {
-                Some(new) if new != leader => return Ok(leader),
-                _ if tokio::time::Instant::now() >= give_up => {
-                    return Err("no new leader within 60 s".into())
-                }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        crate::members::new_leader(leader, || self.leader()).await?;
+        Ok(leader)
     }
 
     /// The conformance target for a backend on the ensemble: the backend `connect`
