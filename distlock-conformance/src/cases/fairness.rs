@@ -103,6 +103,12 @@ cases! {
     pub async fn fair_waiters_do_not_starve(t: &Target) -> CaseResult {
         const WAITERS: usize = 3;
         const ROUNDS: usize = 6;
+        // A waiter takes its place only once its wait is set up (the watch for its
+        // turn subscribed first, so that no turn is missed), which on a loaded machine
+        // can take tens of milliseconds. Each hold outlasts that, so that the others
+        // cannot go round twice before a waiter that asked has its place: what is
+        // counted is the queue's order, not the client's set-up time.
+        const HOLD: Duration = Duration::from_millis(60);
         let key = t.key("fair-starve");
         let backends = backends(t, WAITERS).await?;
         // Held while the waiters make their first calls (setting up a wait can take
@@ -126,7 +132,7 @@ cases! {
                             *w = (others, n);
                         }
                     }
-                    sleep(Duration::from_millis(5)).await;
+                    sleep(HOLD).await;
                     // Asks again at once: the others are queued by then.
                     guard.release().await?;
                 }
