@@ -80,8 +80,35 @@ impl RedisBackend {
                 .map_err(|e| from_redis(&config, e))?;
             return Self::from_cluster_client(&cluster, config).await;
         }
+        #[cfg(feature = "sentinel")]
+        if config.master_name.is_some() {
+            return Self::behind_sentinel(config).await;
+        }
         let client = client(&config)?;
         Self::from_client(client, config).await
+    }
+
+    /// A backend on the master the Sentinels of `config` name, found again after a
+    /// failover (see the crate docs on Sentinel).
+    #[cfg(feature = "sentinel")]
+    async fn behind_sentinel(config: RedisConfig) -> Result<Self> {
+        let conn = crate::sentinel::SentinelConn::connect(&config)
+            .await
+            .map_err(|e| match e.kind() {
+                redis::ErrorKind::MasterNameNotFoundBySentinel => {
+                    distlock_core::backend::config_error(
+                        NAME,
+                        format!(
+                            "the Sentinels at {} monitor no master named {:?}",
+                            config.endpoint_list(),
+                            config.master_name.as_deref().unwrap_or_default()
+                        ),
+                    )
+                }
+                _ => from_redis(&config, e),
+            })?;
+        let client = conn.client().await.map_err(|e| from_redis(&config, e))?;
+        Ok(Self::assemble(config, client, Conn::Sentinel(conn)))
     }
 
     /// A backend on the service's own redis `client`: its server, credentials, TLS
@@ -157,7 +184,7 @@ impl RedisBackend {
         capabilities.round_trips.release = 2;
         // One script takes a set: on one server, where every key is. A cluster spreads
         // the keys over slots, and a Redlock master answers to the Redlock's majority.
-        let sets = matches!(conn, Conn::Single(_)) && !config.redlock_member;
+        let sets = !conn.is_cluster() && !config.redlock_member;
         RedisBackend {
             inner: Arc::new(Inner {
                 config,
@@ -858,7 +885,13 @@ impl RedisBackend {
         let config = &self.inner.config;
         let mut slot = self.inner.watcher.lock().await;
         if slot.as_ref().is_none_or(|s| !s.waiters.is_open()) {
-            let connect = self.inner.client.get_async_pubsub();
+            let conn = &self.inner.conn;
+            let connect = async {
+                conn.pubsub_client(&self.inner.client)
+                    .await?
+                    .get_async_pubsub()
+                    .await
+            };
             let pubsub =
                 tokio::time::timeout(config.connect_timeout + config.response_timeout, connect)
                     .await

@@ -19,6 +19,14 @@ use distlock_core::{Error, Result};
 /// the cluster's seeds (one is enough to find the others), with the same credentials
 /// and options, database 0 only, no `wait_replicas` and no TLS.
 ///
+/// or, for a master with replicas behind Redis Sentinel (this crate's `sentinel`
+/// feature), `redis-sentinel://[user][:password]@sentinel1[:port],sentinel2[:port],...[/db]?master=<name>[&options]`:
+/// the Sentinels (port 26379 unless given), asked in turn which server is the master
+/// they monitor under `name`; the credentials, database and options are the data
+/// servers', every option of one server applies (`wait_replicas` too), and the
+/// Sentinels themselves are reached without credentials or TLS. The backend follows
+/// a failover: see the crate docs on Sentinel for what one can cost.
+///
 /// - the port is 6379 unless given; user and password are percent-encoded where they
 ///   hold a reserved character (`%40` for `@`, say); a raw `+` stays a `+`;
 /// - `rediss://` is TLS (needs this crate's `tls` feature): the server's certificate
@@ -60,6 +68,9 @@ pub struct RedisConfig {
     /// Set on the masters of a Redlock: the acquire script then proposes fences from
     /// the counter alone while it exists (see the crate docs on Redlock).
     pub(crate) redlock_member: bool,
+    /// The name the Sentinels in `endpoints` monitor the master under, for a
+    /// `redis-sentinel://` URL.
+    pub(crate) master_name: Option<String>,
 }
 
 /// The PEM files a `rediss://` URL names: the CA to trust instead of the system's
@@ -77,10 +88,20 @@ pub(crate) const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(60);
 /// Redis's port, where a URL names none.
 pub const DEFAULT_PORT: u16 = 6379;
 
+/// A Sentinel's port, where a `redis-sentinel://` URL names none.
+pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
+
 /// The URL schemes this backend serves: one server (`redis`, `rediss`), a Redis
-/// Cluster (`redis-cluster`), or a Redlock over several masters (`redlock`,
-/// `redlocks`).
-pub const SCHEMES: &[&str] = &["redis", "rediss", "redis-cluster", "redlock", "redlocks"];
+/// Cluster (`redis-cluster`), a master behind Sentinel (`redis-sentinel`), or a
+/// Redlock over several masters (`redlock`, `redlocks`).
+pub const SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis-cluster",
+    "redis-sentinel",
+    "redlock",
+    "redlocks",
+];
 
 fn config_error(message: impl Into<String>) -> Error {
     distlock_core::backend::config_error("redis", message)
@@ -121,6 +142,20 @@ impl RedisConfig {
             fence_grace: DEFAULT_FENCE_GRACE,
             tls_files: TlsFiles::default(),
             redlock_member: false,
+            master_name: None,
+        }
+    }
+
+    /// The master that `sentinels` monitor under `master_name`, found through them
+    /// (this crate's `sentinel` feature), with every default.
+    pub fn sentinel(
+        master_name: impl Into<String>,
+        sentinels: impl IntoIterator<Item = Endpoint>,
+    ) -> Self {
+        RedisConfig {
+            endpoints: sentinels.into_iter().collect(),
+            master_name: Some(master_name.into()),
+            ..RedisConfig::default()
         }
     }
 
@@ -136,7 +171,11 @@ impl RedisConfig {
     /// Parses a URL; a [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error names what is wrong, never
     /// echoing the password.
     pub fn from_url(url: &str) -> Result<Self> {
-        let parsed = ConnectionUrl::parse("redis", url, SCHEMES, DEFAULT_PORT)?;
+        let port = match url.starts_with("redis-sentinel:") {
+            true => DEFAULT_SENTINEL_PORT,
+            false => DEFAULT_PORT,
+        };
+        let parsed = ConnectionUrl::parse("redis", url, SCHEMES, port)?;
         if parsed.scheme.starts_with("redlock") {
             return Err(config_error(
                 "a redlock:// URL is a Redlock's: connect it with RedlockBackend (or distlock::connect)",
@@ -148,14 +187,28 @@ impl RedisConfig {
             tls: parsed.scheme == "rediss",
             ..RedisConfig::default()
         };
-        if !config.cluster && config.endpoints.len() > 1 {
+        let sentinel = parsed.scheme == "redis-sentinel";
+        if !config.cluster && !sentinel && config.endpoints.len() > 1 {
             return Err(config_error(
-                "a redis:// URL names one server: several are a redis-cluster:// or a redlock:// URL",
+                "a redis:// URL names one server: several are a redis-cluster://, a redis-sentinel:// or a redlock:// URL",
             ));
         }
         config.read(&parsed)?;
         let mut options = parsed.options();
         config.read_options(&mut options)?;
+        let master = options.take("master")?;
+        match (sentinel, master) {
+            (true, Some(name)) => config.master_name = Some(name),
+            (true, None) => return Err(config_error(
+                "a redis-sentinel:// URL names the master its Sentinels monitor: ?master=<name>",
+            )),
+            (false, Some(_)) => {
+                return Err(config_error(
+                    "master names the master of a redis-sentinel:// URL only",
+                ))
+            }
+            (false, None) => {}
+        }
         options.finish()?;
         config.check()?;
         Ok(config)
@@ -206,6 +259,29 @@ impl RedisConfig {
     pub fn check(&self) -> Result<()> {
         if self.endpoints.is_empty() {
             return Err(config_error("no server: name at least one"));
+        }
+        if let Some(name) = &self.master_name {
+            if !cfg!(feature = "sentinel") {
+                return Err(config_error(
+                    "redis-sentinel:// (a master behind Sentinel) needs the `redis-sentinel` \
+                     feature of distlock (the `sentinel` feature of distlock-redis)",
+                ));
+            }
+            if self.cluster {
+                return Err(config_error(
+                    "a Redis Cluster is not found through Sentinel",
+                ));
+            }
+            if self.tls {
+                return Err(config_error(
+                    "a master behind Sentinel is reached without TLS here",
+                ));
+            }
+            if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(config_error(
+                    "the Sentinels' master name must be a non-empty word",
+                ));
+            }
         }
         if self.cluster && !cfg!(feature = "cluster") {
             return Err(config_error(
@@ -371,6 +447,12 @@ impl RedisConfig {
             .join(",")
     }
 
+    /// The name the Sentinels monitor the master under, for a `redis-sentinel://`
+    /// URL ([`RedisConfig::sentinel`]); `None` otherwise.
+    pub fn master_name(&self) -> Option<&str> {
+        self.master_name.as_deref()
+    }
+
     /// How many seeds a Redis Cluster URL (`redis-cluster://`) names; 0 for one server.
     pub fn cluster_seeds(&self) -> usize {
         if self.cluster {
@@ -416,9 +498,14 @@ impl RedisConfig {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = match (self.cluster, self.tls) {
+            _ if self.master_name.is_some() => "redis-sentinel",
             (true, _) => "redis-cluster",
             (false, true) => "rediss",
             (false, false) => "redis",
+        };
+        let master = match &self.master_name {
+            Some(name) => format!("?master={name}"),
+            None => String::new(),
         };
         let user = match (&self.user, &self.password) {
             (None, None) => String::new(),
@@ -431,7 +518,11 @@ impl fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field(
                 "url",
-                &format!("{scheme}://{user}{}/{}", self.endpoint_list(), self.db),
+                &format!(
+                    "{scheme}://{user}{}/{}{master}",
+                    self.endpoint_list(),
+                    self.db
+                ),
             )
             .field("prefix", &self.prefix)
             .field("wait_replicas", &self.wait_replicas)
@@ -647,6 +738,47 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::Configuration);
             assert!(err.to_string().contains("fence_grace_ms"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_and_the_master() {
+        let url = "redis-sentinel://app:s3cret@s1,s2:26380,s3/2?master=orders&wait_replicas=1";
+        if !cfg!(feature = "sentinel") {
+            let err = RedisConfig::from_url(url).expect_err("no sentinel feature");
+            assert!(err.to_string().contains("redis-sentinel"), "{err}");
+            return;
+        }
+        let c = RedisConfig::from_url(url).expect("valid");
+        assert_eq!(c.master_name(), Some("orders"));
+        assert_eq!(c.endpoint_list(), "s1:26379,s2:26380,s3:26379");
+        assert_eq!((c.db, c.wait_replicas()), (2, 1));
+        // The credentials and database are the data servers'.
+        assert_eq!(c.driver_url(), "redis://app:s3cret@s1:26379/2");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("redis-sentinel://app:***@s1:26379,s2:26380,s3:26379/2?master=orders"),
+            "{shown}"
+        );
+        let typed = RedisConfig::sentinel("orders", [Endpoint::new("s1", 26379)]);
+        typed.check().expect("a typed sentinel config");
+        for (bad, says) in [
+            ("redis-sentinel://:s3cret@s1", "?master=<name>"),
+            ("redis-sentinel://:s3cret@s1?master=", "non-empty word"),
+            (
+                "redis://:s3cret@h?master=orders",
+                "redis-sentinel:// URL only",
+            ),
+            ("redis://:s3cret@h1,h2", "redis-sentinel://"),
+        ] {
+            let err = RedisConfig::from_url(bad).expect_err(bad);
+            assert_eq!(err.kind(), ErrorKind::Configuration, "{bad}");
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+            assert!(!err.to_string().contains("s3cret"), "{bad}: {err}");
+        }
+        let tls = RedisConfig::sentinel("orders", [Endpoint::new("s1", 26379)]).with_tls();
+        let err = tls.check().expect_err("TLS behind Sentinel");
+        assert!(err.to_string().contains("without TLS"), "{err}");
     }
 
     #[test]

@@ -15,12 +15,15 @@ use crate::config::RedisConfig;
 use crate::error::from_redis;
 
 /// The connection every operation is sent on: to one server (reconnecting by itself),
-/// or to a Redis Cluster (following its slots and redirections).
+/// to a Redis Cluster (following its slots and redirections), or to the master the
+/// Sentinels name (following a failover).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    #[cfg(feature = "sentinel")]
+    Sentinel(crate::sentinel::SentinelConn),
 }
 
 impl Conn {
@@ -30,6 +33,21 @@ impl Conn {
             Conn::Single(_) => false,
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => true,
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => false,
+        }
+    }
+
+    /// The driver's client to open the pub/sub connection with: `fixed`, the
+    /// backend's own, except behind Sentinel, where it is the current master's.
+    pub(crate) async fn pubsub_client(
+        &self,
+        fixed: &redis::Client,
+    ) -> redis::RedisResult<redis::Client> {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(sentinel) => sentinel.client().await,
+            _ => Ok(fixed.clone()),
         }
     }
 }
@@ -43,6 +61,8 @@ impl redis::aio::ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -56,6 +76,8 @@ impl redis::aio::ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -64,6 +86,8 @@ impl redis::aio::ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -150,6 +150,57 @@
 //!   `tests/cluster_failover.rs` kills a key's master and checks that the backend
 //!   follows its replica, with fences rising whether the lease survived or not.
 //!
+//! # Redis behind Sentinel
+//!
+//! `redis-sentinel://:password@sentinel1:26379,sentinel2:26379,sentinel3:26379?master=mymaster`
+//! (the `sentinel` feature, distlock's `redis-sentinel`; see [`RedisConfig`]) sends
+//! every operation to the master the Sentinels monitor under that name, with the
+//! scripts above: a master with replicas, Redis's most common highly-available form.
+//!
+//! - **Finding the master.** Before the first request, and after any request that
+//!   shows the master lost (its connection refused, dropped or timed out, or a write
+//!   refused with `READONLY` by a server that has become a replica), the backend asks
+//!   the Sentinels (the driver's Sentinel client), checks with `ROLE` that the server
+//!   they name is a master, and connects to it. One lookup runs at a time; each
+//!   caller's wait for it, the lookup included, is bounded by `connect_timeout_ms`
+//!   plus `response_timeout_ms`. While no master is found, an operation fails with a
+//!   retryable [`Unavailable`](distlock_core::ErrorKind::Unavailable) error marked not
+//!   sent, and a `LockClient`'s wait tries again until its deadline. A request whose
+//!   connection dropped is sent once more, to the master found then, as on one server
+//!   (every script is idempotent for its owner). Release notifications come over a
+//!   pub/sub connection to the master; when it drops, waiters poll until the next wait
+//!   subscribes on the new master.
+//! - **What a failover can cost.** Replication is asynchronous: a grant, a renewal or
+//!   a release that the master applied and no replica received before the promotion
+//!   is lost with it. A lost grant lets a second holder in while the first still
+//!   believes it holds; the first learns it at its next renewal (the lock-lost
+//!   signal). A lost release leaves the key held until its TTL. The capabilities
+//!   declare it as for a restart (`leases_survive_restart: false`). `wait_replicas=N`
+//!   makes each acquire and extend fail, retryably, unless N replicas acknowledged
+//!   it, so that a grant returned survives the promotion of any replica that
+//!   acknowledged it (Sentinel promotes, by default, the replica with the most
+//!   replicated data), though not every failure (above).
+//! - **Fences rise across a promotion** on the condition above: every fence is at
+//!   least the minting server's clock in microseconds, so the promoted replica's
+//!   first fence is above every fence of the old master unless its clock is behind
+//!   the old master's by more than the failover took (at least the Sentinels'
+//!   `down-after-milliseconds`). `tests/sentinel_failover.rs` makes the case on real
+//!   servers: the replicas cut off, a grant on the master, the master killed, a
+//!   replica promoted; the backend follows it, the key is granted again with a greater
+//!   fence, the first holder's write to a fenced store is refused, and its renewal
+//!   finds the lease gone. A backend with `wait_replicas=1` refuses the grant nobody
+//!   acknowledged.
+//! - **A master cut off from the Sentinels** but not from some clients keeps granting
+//!   to them until it learns it was replaced: two holders, the later one's fence the
+//!   greater. Run the servers with `min-replicas-to-write` (and
+//!   `min-replicas-max-lag`), so that a master cut off from its replicas stops taking
+//!   writes, and write through a fenced store.
+//! - The Sentinels are reached without credentials or TLS, and the data servers
+//!   without TLS. The conformance suite runs on a master with two replicas and three
+//!   Sentinels (`tests/sentinel.rs`, the fault cases on every server at once; not the
+//!   round-trip and partition cases, which need a proxy that a client finding the
+//!   master through the Sentinels would go around).
+//!
 //! # Redlock: one lease on a majority of independent masters
 //!
 //! [`RedlockBackend`] (`redlock://:password@host1:6379,host2:6379,host3:6379`; see
@@ -249,9 +300,11 @@ pub mod fenced;
 mod permits;
 mod redlock;
 mod scripts;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 pub use backend::RedisBackend;
-pub use config::{RedisConfig, RedlockConfig, DEFAULT_PORT, SCHEMES};
+pub use config::{RedisConfig, RedlockConfig, DEFAULT_PORT, DEFAULT_SENTINEL_PORT, SCHEMES};
 pub use distlock_core::backend::Endpoint;
 /// The redis driver this crate is built on, for [`RedisBackend::from_client`].
 pub use redis;
@@ -280,6 +333,7 @@ pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
             Scheme::new("redis"),
             Scheme::with_feature("rediss", "tls", cfg!(feature = "tls")),
             Scheme::with_feature("redis-cluster", "cluster", cfg!(feature = "cluster")),
+            Scheme::with_feature("redis-sentinel", "sentinel", cfg!(feature = "sentinel")),
             Scheme::new("redlock"),
             Scheme::with_feature("redlocks", "tls", cfg!(feature = "tls")),
         ],

@@ -200,13 +200,13 @@ impl ServerHandle {
         let host_port = free_port()?;
         let port = ContainerPort::Tcp(server.port());
         let entry = match source {
-            ImageSource::Official => server.name(),
+            ImageSource::Official => server.image_entry(),
             ImageSource::Local => "local",
         };
         let (name, tag) = pinned(entry).ok_or(HarnessError::NoPin(server.name()))?;
         let mut image = GenericImage::new(name, tag);
-        if source == ImageSource::Local {
-            image = image.with_entrypoint(&format!("/usr/local/bin/distlock-{}", server.name()));
+        if let Some(entrypoint) = server.entrypoint(source) {
+            image = image.with_entrypoint(&entrypoint);
         }
         let request = image
             .with_exposed_port(port)

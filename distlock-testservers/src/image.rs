@@ -47,7 +47,8 @@ pub async fn image_source(server: &dyn Server) -> Result<ImageSource, HarnessErr
         "auto" | "" => {
             let docker = Docker::connect_with_local_defaults()
                 .map_err(|e| HarnessError::Docker(Box::new(e)))?;
-            let official = pinned(server.name()).ok_or(HarnessError::NoPin(server.name()))?;
+            let official =
+                pinned(server.image_entry()).ok_or(HarnessError::NoPin(server.name()))?;
             let local = pinned("local").ok_or(HarnessError::NoPin("local"))?;
             if present(&docker, official).await {
                 Ok(ImageSource::Official)

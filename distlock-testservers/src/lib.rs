@@ -53,6 +53,7 @@ pub mod postgres;
 mod proxy;
 pub mod redis;
 pub mod redlock;
+pub mod sentinel;
 mod sockets;
 mod tls;
 pub mod zookeeper;
@@ -78,6 +79,7 @@ pub use postgres::Postgres;
 pub use proxy::Proxy;
 pub use redis::{cluster_target, Redis, RedisCluster};
 pub use redlock::{redlock_target, Every, RedisMasters};
+pub use sentinel::{RedisSentinel, Sentinel};
 pub use tls::TlsMaterial;
 pub use zookeeper::{ZooKeeper, ZooKeeperEnsemble};
 
@@ -115,6 +117,22 @@ pub trait Server: Send + Sync + fmt::Debug + 'static {
     /// `images.txt` then says `local` for it).
     fn local_only(&self) -> bool {
         false
+    }
+
+    /// The line of `images.txt` whose official image runs the server: its own, unless
+    /// it is another server's program in another mode (a Redis Sentinel runs Redis's
+    /// image).
+    fn image_entry(&self) -> &'static str {
+        self.name()
+    }
+
+    /// The program its container starts: the local image's entrypoint for the server
+    /// (`/usr/local/bin/distlock-<name>`), and the official image's own (`None`).
+    fn entrypoint(&self, source: ImageSource) -> Option<String> {
+        match source {
+            ImageSource::Local => Some(format!("/usr/local/bin/distlock-{}", self.name())),
+            ImageSource::Official => None,
+        }
     }
 
     /// Whether the server checks a password (so that a wrong one can be tried).

@@ -22,7 +22,7 @@ use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
 pub struct Redis;
 
 /// The official image's command line, with `extra` arguments last.
-fn official_command(password: &str, extra: &[&str]) -> Vec<String> {
+pub(crate) fn official_command(password: &str, extra: &[&str]) -> Vec<String> {
     let mut cmd: Vec<String> = [
         "redis-server",
         "--save",

@@ -36,7 +36,14 @@ pub const BACKENDS: [KnownBackend; 5] = [
     KnownBackend {
         name: "redis",
         feature: "redis",
-        schemes: &["redis", "rediss", "redis-cluster", "redlock", "redlocks"],
+        schemes: &[
+            "redis",
+            "rediss",
+            "redis-cluster",
+            "redis-sentinel",
+            "redlock",
+            "redlocks",
+        ],
         built: cfg!(feature = "redis"),
     },
     KnownBackend {
@@ -86,7 +93,8 @@ pub fn descriptors() -> Vec<Descriptor> {
 
 /// The URL schemes this build can connect to: `memory`, and those of each backend
 /// whose feature is on, less those that need a feature this build lacks
-/// (`redis-cluster://` needs `redis-cluster`; `rediss://` and `redlocks://`,
+/// (`redis-cluster://` needs `redis-cluster`; `redis-sentinel://`, `redis-sentinel`;
+/// `rediss://` and `redlocks://`,
 /// `redis-tls`; `etcds://`, `etcd-tls`).
 pub fn schemes() -> Vec<&'static str> {
     let mut all = vec!["memory"];
@@ -247,7 +255,7 @@ impl Connector {
 /// | scheme | backend |
 /// | --- | --- |
 /// | `memory://` | a new in-process [`MemoryBackend`] |
-/// | `redis://`, `rediss://`, `redis-cluster://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server (feature `redis`; `redis-tls` for `rediss://`) or a Redis Cluster (feature `redis-cluster`) |
+/// | `redis://`, `rediss://`, `redis-cluster://`, `redis-sentinel://` | [`RedisBackend`](distlock_redis::RedisBackend) on one server (feature `redis`; `redis-tls` for `rediss://`), a Redis Cluster (feature `redis-cluster`) or the master behind Redis Sentinel (feature `redis-sentinel`) |
 /// | `redlock://`, `redlocks://` | [`RedlockBackend`](distlock_redis::RedlockBackend) over several Redis masters (feature `redis`) |
 /// | `postgres://`, `postgresql://` | [`PostgresBackend`](distlock_postgres::PostgresBackend) (feature `postgres`) |
 /// | `mysql://`, `mariadb://` | [`MySqlBackend`](distlock_mysql::MySqlBackend) on MySQL or MariaDB (feature `mysql`) |

@@ -1,0 +1,144 @@
+//! Redis behind Sentinel, its master killed with a grant its replicas never saw: a
+//! replica is promoted, the backend follows it, the lost grant is granted again with a
+//! greater fence, and the old holder's fenced write is refused.
+
+use std::time::Duration;
+
+use distlock_conformance::ServerControl as _;
+use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt};
+use distlock_core::{ErrorKind, FencedStoreExt, LockKey, MemoryStore};
+use distlock_redis::RedisBackend;
+use distlock_testservers::RedisSentinel;
+use tokio::time::{sleep, Instant};
+
+/// Retries `op` while it fails retryably or hangs, for up to a minute.
+async fn until_served<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<T>>,
+{
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), op()).await {
+            Ok(Ok(value)) => return value,
+            Ok(Err(e)) if e.is_retryable() && Instant::now() < give_up => {}
+            Ok(Err(e)) => panic!("{what}: {e}"),
+            Err(_) if Instant::now() < give_up => {}
+            Err(_) => panic!("{what} hung past the failover"),
+        }
+        sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_grants_above_every_fence_and_the_old_holder_is_refused() {
+    let set = RedisSentinel::start(2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = RedisBackend::connect(&set.url()).await.expect("connect");
+    let store = MemoryStore::new();
+    let key = LockKey::new("promotion").expect("key");
+    let ttl = Duration::from_secs(30);
+
+    // A first grant, replicated, and released.
+    let AcquireOutcome::Acquired(first) = backend.try_acquire(&key, ttl).await.expect("acquire")
+    else {
+        panic!("a fresh key was held")
+    };
+    backend.release_lease(&first).await.expect("release");
+
+    // The grant the replicas never see. They are paused (for less than the
+    // Sentinels' down-after time, so that they stay candidates), and the master drops
+    // its links to them before it is made: a paused process's socket still takes in
+    // what is sent to it, and nothing is until a replica, resumed, connects again.
+    let master = set.master().await.expect("the Sentinels name a master");
+    let replicas: Vec<_> = (0..set.servers().len()).filter(|i| *i != master).collect();
+    for &r in &replicas {
+        set.servers()[r].pause().await.expect("pause a replica");
+    }
+    let url = set.servers()[master]
+        .direct_url()
+        .expect("the master's address");
+    let mut admin = redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to the master");
+    let dropped: usize = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut admin)
+        .await
+        .expect("drop the replicas' links");
+    assert_eq!(
+        dropped,
+        replicas.len(),
+        "the master had not every replica linked"
+    );
+    // A backend that waits for a replica refuses a grant none acknowledged: the
+    // grant it may have made is not the caller's to rely on.
+    let waiting = RedisBackend::connect(&format!(
+        "{}&wait_replicas=1&wait_timeout_ms=200",
+        set.url()
+    ))
+    .await
+    .expect("connect, waiting for a replica");
+    let other_key = LockKey::new("promotion-waited").expect("key");
+    let refused = waiting.try_acquire(&other_key, ttl).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == ErrorKind::Unavailable && e.is_retryable()),
+        "a grant no replica acknowledged was not refused: {:?}",
+        refused.map(|_| ())
+    );
+    let granted = backend.try_acquire(&key, ttl).await;
+    let AcquireOutcome::Acquired(holder) = granted.expect("acquire on the master") else {
+        panic!("the released key was held")
+    };
+    store
+        .write("promotion", holder.fence(), b"by the old holder")
+        .await
+        .expect("the holder's write");
+    set.servers()[master].kill().await.expect("kill the master");
+    for &r in &replicas {
+        set.servers()[r].unpause().await.expect("unpause a replica");
+    }
+    let promoted = set.wait_failover(master).await.expect("a failover");
+    eprintln!("server {promoted} was promoted in place of server {master}");
+
+    // The backend follows the new master. The grant was lost with the old one: the
+    // key is free there, and its next grant's fence is above every fence before.
+    let next = match until_served("acquire after the failover", || {
+        backend.try_acquire(&key, ttl)
+    })
+    .await
+    {
+        AcquireOutcome::Acquired(next) => next,
+        AcquireOutcome::Held { .. } => panic!("the promoted replica had a grant it never saw"),
+    };
+    assert!(
+        next.fence() > holder.fence() && holder.fence() > first.fence(),
+        "fences went {} (replicated), {} (lost), then {} after the promotion",
+        first.fence(),
+        holder.fence(),
+        next.fence()
+    );
+    store
+        .write("promotion", next.fence(), b"by the new holder")
+        .await
+        .expect("the new holder's write");
+    let late = store
+        .write("promotion", holder.fence(), b"late, by the old holder")
+        .await;
+    assert!(
+        matches!(&late, Err(e) if e.kind() == ErrorKind::StaleFence),
+        "the old holder's write after the promotion was not refused: {late:?}"
+    );
+    // The old holder learns it lost the lock at its next renewal.
+    let renewed = until_served("extend after the failover", || backend.extend(&holder, ttl)).await;
+    assert!(
+        matches!(renewed, ExtendOutcome::NotHeld),
+        "the lost grant was renewed: {renewed:?}"
+    );
+    backend.release_lease(&next).await.expect("release");
+}
