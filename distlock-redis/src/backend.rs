@@ -92,21 +92,44 @@ impl RedisBackend {
     /// failover (see the crate docs on Sentinel).
     #[cfg(feature = "sentinel")]
     async fn behind_sentinel(config: RedisConfig) -> Result<Self> {
-        let conn = crate::sentinel::SentinelConn::connect(&config)
-            .await
-            .map_err(|e| match e.kind() {
-                redis::ErrorKind::MasterNameNotFoundBySentinel => {
-                    distlock_core::backend::config_error(
-                        NAME,
-                        format!(
-                            "the Sentinels at {} monitor no master named {:?}",
-                            config.endpoint_list(),
-                            config.master_name.as_deref().unwrap_or_default()
-                        ),
-                    )
-                }
-                _ => from_redis(&config, e),
-            })?;
+        let conn = crate::sentinel::SentinelConn::connect(&config).await;
+        Self::on_sentinel(conn, config).await
+    }
+
+    /// A backend on the master that the service's own Sentinel `client` finds (its
+    /// Sentinels, master name, credentials and database, configured once; it must
+    /// look for the master, not a replica). From `config` only the lock settings and
+    /// time-outs are read, as [`from_client`](Self::from_client) reads them; its
+    /// endpoints name the Sentinels in errors. The master is found at once and again
+    /// after a failover, as for a `redis-sentinel://` URL (see the crate docs on
+    /// Sentinel).
+    #[cfg(feature = "sentinel")]
+    pub async fn from_sentinel_client(
+        client: redis::sentinel::SentinelClient,
+        config: RedisConfig,
+    ) -> Result<Self> {
+        distlock_core::backend::key_prefix("redis", &config.prefix)?;
+        let conn = crate::sentinel::SentinelConn::with_client(client, &config).await;
+        Self::on_sentinel(conn, config).await
+    }
+
+    /// The backend on a Sentinel connection just made (or the error making it).
+    #[cfg(feature = "sentinel")]
+    async fn on_sentinel(
+        conn: redis::RedisResult<crate::sentinel::SentinelConn>,
+        config: RedisConfig,
+    ) -> Result<Self> {
+        let conn = conn.map_err(|e| match e.kind() {
+            redis::ErrorKind::MasterNameNotFoundBySentinel => distlock_core::backend::config_error(
+                NAME,
+                format!(
+                    "the Sentinels at {} monitor no master named {:?}",
+                    config.endpoint_list(),
+                    config.master_name.as_deref().unwrap_or_default()
+                ),
+            ),
+            _ => from_redis(&config, e),
+        })?;
         let client = conn.client().await.map_err(|e| from_redis(&config, e))?;
         Ok(Self::assemble(config, client, Conn::Sentinel(conn)))
     }

@@ -156,6 +156,8 @@
 //! (the `sentinel` feature, distlock's `redis-sentinel`; see [`RedisConfig`]) sends
 //! every operation to the master the Sentinels monitor under that name, with the
 //! scripts above: a master with replicas, Redis's most common highly-available form.
+//! A service that has its own `redis::sentinel::SentinelClient` hands it to
+//! `RedisBackend::from_sentinel_client` instead.
 //!
 //! - **Finding the master.** Before the first request, and after any request that
 //!   shows the master lost (its connection refused, dropped or timed out, or a write

@@ -54,6 +54,14 @@ impl SentinelConn {
         let name = config.master_name.clone().unwrap_or_default();
         let lookup =
             SentinelClient::build(sentinels, name, Some(node), SentinelServerType::Master)?;
+        Self::with_client(lookup, config).await
+    }
+
+    /// A service's own Sentinel client, asked for the master at once.
+    pub(crate) async fn with_client(
+        lookup: SentinelClient,
+        config: &RedisConfig,
+    ) -> Result<Self, RedisError> {
         let conn = SentinelConn {
             shared: Arc::new(Shared {
                 config: config.clone(),

@@ -7,7 +7,10 @@ use std::time::Duration;
 use distlock_conformance::ServerControl as _;
 use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt};
 use distlock_core::{ErrorKind, FencedStoreExt, LockKey, MemoryStore};
-use distlock_redis::RedisBackend;
+use distlock_redis::redis::sentinel::{
+    SentinelClient, SentinelNodeConnectionInfo, SentinelServerType,
+};
+use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testservers::RedisSentinel;
 use tokio::time::{sleep, Instant};
 
@@ -30,12 +33,58 @@ where
     }
 }
 
+/// A name the Sentinels do not monitor is a configuration error that names it; a
+/// service's own Sentinel client finds the master as a URL does.
+async fn the_master_is_found_by_name_and_through_the_service_s_own_client(set: &RedisSentinel) {
+    let wrong = set.url().replace("master=distlock", "master=orders");
+    let err = RedisBackend::connect(&wrong)
+        .await
+        .expect_err("an unknown master");
+    assert_eq!(err.kind(), ErrorKind::Configuration, "{err}");
+    assert!(err.to_string().contains("\"orders\""), "{err}");
+    let config = RedisConfig::from_url(&set.url()).expect("config");
+    let sentinels: Vec<String> = set
+        .sentinels()
+        .iter()
+        .filter_map(|s| s.direct_address())
+        .map(|a| format!("redis://{a}"))
+        .collect();
+    let password = set.servers()[0].password();
+    let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(
+        redis::Client::open(format!("redis://:{password}@unused/0"))
+            .expect("url")
+            .get_connection_info()
+            .redis_settings()
+            .clone(),
+    );
+    let client = SentinelClient::build(
+        sentinels,
+        "distlock",
+        Some(node),
+        SentinelServerType::Master,
+    )
+    .expect("a Sentinel client");
+    let own = RedisBackend::from_sentinel_client(client, config)
+        .await
+        .expect("a backend on the service's client");
+    let key = LockKey::new("own-client").expect("key");
+    let AcquireOutcome::Acquired(lease) = own
+        .try_acquire(&key, Duration::from_secs(5))
+        .await
+        .expect("acquire")
+    else {
+        panic!("a fresh key was held")
+    };
+    own.release_lease(&lease).await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_replica_grants_above_every_fence_and_the_old_holder_is_refused() {
     let set = RedisSentinel::start(2)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let backend = RedisBackend::connect(&set.url()).await.expect("connect");
+    the_master_is_found_by_name_and_through_the_service_s_own_client(&set).await;
     let store = MemoryStore::new();
     let key = LockKey::new("promotion").expect("key");
     let ttl = Duration::from_secs(30);
