@@ -22,6 +22,10 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         // A reply of the wrong shape is the server's answer, not a fault of the link.
         redis::ErrorKind::UnexpectedReturnType => ErrorKind::Backend,
         redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => ErrorKind::Unavailable,
+        // A master with too few replicas in reach for its `min-replicas-to-write`
+        // (one cut off from its replicas, or one a failover left behind), one that lost
+        // its link to its own master, or one still loading its data: refused, not run.
+        _ if matches!(code, "NOREPLICAS" | "MASTERDOWN" | "LOADING") => ErrorKind::Unavailable,
         _ if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()

@@ -147,7 +147,10 @@ impl SentinelConn {
                 error.kind(),
                 redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
             )
-            || matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+            || matches!(
+                error.code(),
+                Some("READONLY" | "NOREPLICAS" | "MASTERDOWN" | "LOADING")
+            );
         if lost {
             let mut slot = self.shared.slot();
             if slot.as_ref().is_some_and(|m| m.found == master.found) {

@@ -2,6 +2,8 @@
 //! the new master, the lease is there or (replication being asynchronous) lost, and
 //! fences keep rising either way.
 
+mod support;
+
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
@@ -9,7 +11,7 @@ use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt, Rele
 use distlock_core::LockKey;
 use distlock_redis::RedisBackend;
 use distlock_testservers::{RedisCluster, ServerHandle};
-use tokio::time::{sleep, Instant};
+use support::until_served;
 
 /// `cmd` on `member` alone (a key another member serves answers MOVED, an error).
 async fn query<T: redis::FromRedisValue>(
@@ -25,25 +27,6 @@ async fn query<T: redis::FromRedisValue>(
         .await
         .expect("admin connection");
     cmd.query_async(&mut conn).await
-}
-
-/// Retries `op` while it fails retryably, for up to a minute.
-async fn until_served<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = distlock_core::Result<T>>,
-{
-    let give_up = Instant::now() + Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(value)) => return value,
-            Ok(Err(e)) if e.is_retryable() && Instant::now() < give_up => {}
-            Ok(Err(e)) => panic!("{what}: {e}"),
-            Err(_) if Instant::now() < give_up => {}
-            Err(_) => panic!("{what} hung past the failover"),
-        }
-        sleep(Duration::from_millis(250)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

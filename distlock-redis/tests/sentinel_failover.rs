@@ -2,6 +2,8 @@
 //! replica is promoted, the backend follows it, the lost grant is granted again with a
 //! greater fence, and the old holder's fenced write is refused.
 
+mod support;
+
 use std::time::Duration;
 
 use distlock_conformance::ServerControl as _;
@@ -12,31 +14,15 @@ use distlock_redis::redis::sentinel::{
 };
 use distlock_redis::{RedisBackend, RedisConfig};
 use distlock_testservers::RedisSentinel;
-use tokio::time::{sleep, Instant};
-
-/// Retries `op` while it fails retryably or hangs, for up to a minute.
-async fn until_served<T, F, Fut>(what: &str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = distlock_core::Result<T>>,
-{
-    let give_up = Instant::now() + Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), op()).await {
-            Ok(Ok(value)) => return value,
-            Ok(Err(e)) if e.is_retryable() && Instant::now() < give_up => {}
-            Ok(Err(e)) => panic!("{what}: {e}"),
-            Err(_) if Instant::now() < give_up => {}
-            Err(_) => panic!("{what} hung past the failover"),
-        }
-        sleep(Duration::from_millis(250)).await;
-    }
-}
+use support::until_served;
 
 /// A name the Sentinels do not monitor is a configuration error that names it; a
 /// service's own Sentinel client finds the master as a URL does.
 async fn the_master_is_found_by_name_and_through_the_service_s_own_client(set: &RedisSentinel) {
-    let wrong = set.url().replace("master=distlock", "master=orders");
+    let wrong = set.url().replace(
+        &format!("master={}", distlock_testservers::sentinel::MASTER_NAME),
+        "master=orders",
+    );
     let err = RedisBackend::connect(&wrong)
         .await
         .expect_err("an unknown master");
@@ -57,13 +43,11 @@ async fn the_master_is_found_by_name_and_through_the_service_s_own_client(set: &
             .redis_settings()
             .clone(),
     );
-    let client = SentinelClient::build(
-        sentinels,
-        "distlock",
-        Some(node),
-        SentinelServerType::Master,
-    )
-    .expect("a Sentinel client");
+    // A `String` (the driver takes one without its TLS feature, and any `AsRef<str>`
+    // with it).
+    let name = distlock_testservers::sentinel::MASTER_NAME.to_owned();
+    let client = SentinelClient::build(sentinels, name, Some(node), SentinelServerType::Master)
+        .expect("a Sentinel client");
     let own = RedisBackend::from_sentinel_client(client, config)
         .await
         .expect("a backend on the service's client");
@@ -125,6 +109,16 @@ async fn a_promoted_replica_grants_above_every_fence_and_the_old_holder_is_refus
         replicas.len(),
         "the master had not every replica linked"
     );
+    // The servers run with `min-replicas-to-write 1`, which would refuse the grant
+    // below (NOREPLICAS): this master takes writes without replicas, as one configured
+    // without it does, to show what such a master loses.
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg("0")
+        .query_async(&mut admin)
+        .await
+        .expect("let the master write without replicas");
     // A backend that waits for a replica refuses a grant none acknowledged: the
     // grant it may have made is not the caller's to rely on.
     let waiting = RedisBackend::connect(&format!(

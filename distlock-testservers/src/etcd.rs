@@ -200,7 +200,7 @@ pub async fn enable_auth(
 /// creates for it (the members reach each other by name; clients reach each member on
 /// its own 127.0.0.1 port). Each member is a [`ServerHandle`], so one can be stopped,
 /// paused or killed on its own.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct EtcdCluster {
     members: Vec<Arc<ServerHandle>>,
     /// The members stopped by [`stop_leader`](Self::stop_leader).
@@ -313,4 +313,15 @@ fn number_after(text: &str, label: &str) -> Option<u64> {
     let rest = &text[text.find(label)? + label.len()..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
+}
+
+#[async_trait::async_trait]
+impl crate::members::Roles for EtcdCluster {
+    fn members(&self) -> Vec<Arc<dyn distlock_conformance::ServerControl>> {
+        crate::members::controls(&self.members)
+    }
+
+    async fn leader(&self) -> Option<usize> {
+        EtcdCluster::leader(self).await
+    }
 }

@@ -74,6 +74,7 @@ pub use etcd::{enable_auth as enable_etcd_auth, Etcd, EtcdCluster};
 pub use handle::ServerHandle;
 pub use image::{image_source, ImageSource};
 pub use mariadb::MariaDb;
+pub use members::Roles;
 pub use pgbouncer::PgBouncer;
 pub use postgres::Postgres;
 pub use proxy::Proxy;

@@ -2,9 +2,12 @@
 //! suite runs on all their members at once, the ones stopped as a crash stops them
 //! still named in the clients' configuration.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use distlock_conformance::{LinkControl, LinkedClient, ServerControl, Target};
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
@@ -12,6 +15,34 @@ use futures_util::future::BoxFuture;
 
 use crate::handle::ServerHandle;
 use crate::redlock::{Every, Links};
+
+/// A replicated set's members and which of them leads now: what a fault schedule needs
+/// to hit the leader, or a follower, of an etcd cluster, a ZooKeeper ensemble or a
+/// Redis master behind Sentinel.
+#[async_trait]
+pub trait Roles: Send + Sync + fmt::Debug {
+    /// The members a fault can hit, in a fixed order (a Sentinel set's data servers,
+    /// not its Sentinels).
+    fn members(&self) -> Vec<Arc<dyn ServerControl>>;
+
+    /// The index in [`members`](Self::members) of the member that leads now; `None`
+    /// while none does, or none can say.
+    async fn leader(&self) -> Option<usize>;
+
+    /// What the one that leads is called: `leader`, or `master`.
+    fn leader_word(&self) -> &'static str {
+        "leader"
+    }
+}
+
+/// `members` as the controls a [`Roles`] answers.
+pub(crate) fn controls(members: &[Arc<ServerHandle>]) -> Vec<Arc<dyn ServerControl>> {
+    members
+        .iter()
+        .cloned()
+        .map(|m| -> Arc<dyn ServerControl> { m })
+        .collect()
+}
 
 /// Waits up to a minute until `leader` names a member other than `stopped`.
 pub(crate) async fn new_leader<F, Fut>(stopped: usize, mut leader: F) -> Result<(), BoxError>

@@ -27,6 +27,12 @@ pub const MASTER_NAME: &str = "distlock";
 /// resumes, and TILT makes none either).
 const DOWN_AFTER: Duration = Duration::from_secs(3);
 
+/// How long a replica may go without acknowledging before its master stops counting
+/// it (`min-replicas-max-lag`, seconds): below the Sentinels' down-after time, so that
+/// a master paused long enough to be failed over finds, when it resumes, no replica
+/// it counts.
+const MIN_REPLICAS_MAX_LAG: &str = "2";
+
 /// How long a new set may take to agree on its master, and a failover to finish.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -112,7 +118,7 @@ impl Server for Sentinel {
 /// A master with replicas behind three Sentinels, sharing one password, each a
 /// [`ServerHandle`] on a Docker network of its own, reached at its address there (as
 /// the Sentinels name the master by it).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RedisSentinel {
     /// The data servers: the first master at first, then its replicas.
     servers: Vec<Arc<ServerHandle>>,
@@ -317,7 +323,16 @@ async fn data_server(
     password: &str,
     master_ip: Option<&str>,
 ) -> Result<ServerHandle, HarnessError> {
-    let mut args = vec!["--masterauth".to_owned(), password.to_owned()];
+    // As the backend's docs advise: a master that has lost its replicas (one a
+    // failover left behind, once it resumes) takes no writes.
+    let mut args = vec![
+        "--masterauth".to_owned(),
+        password.to_owned(),
+        "--min-replicas-to-write".to_owned(),
+        "1".to_owned(),
+        "--min-replicas-max-lag".to_owned(),
+        MIN_REPLICAS_MAX_LAG.to_owned(),
+    ];
     if let Some(ip) = master_ip {
         args.extend(["--replicaof".to_owned(), ip.to_owned(), "6379".to_owned()]);
     }
@@ -454,5 +469,22 @@ impl RedisSentinel {
             .with_clients(connector(url))
             .with_wrong_credentials(secret, connector(wrong))
             .with_control(Arc::new(control)))
+    }
+}
+
+#[async_trait]
+impl crate::members::Roles for RedisSentinel {
+    fn members(&self) -> Vec<Arc<dyn ServerControl>> {
+        crate::members::controls(&self.servers)
+    }
+
+    /// The data server the Sentinels agree on and that says it is a master.
+    async fn leader(&self) -> Option<usize> {
+        let master = self.master().await?;
+        self.serves_as_master(master).await.then_some(master)
+    }
+
+    fn leader_word(&self) -> &'static str {
+        "master"
     }
 }

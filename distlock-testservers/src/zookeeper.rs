@@ -88,7 +88,7 @@ impl Server for ZooKeeper {
 /// it (the members reach each other by name; clients reach each member on its own
 /// 127.0.0.1 port). Each member is a [`ServerHandle`], so one can be stopped, paused
 /// or killed on its own.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ZooKeeperEnsemble {
     members: Vec<Arc<ServerHandle>>,
     /// The members stopped by [`stop_leader`](Self::stop_leader).
@@ -211,4 +211,15 @@ async fn mode(port: u16) -> Option<String> {
     tokio::time::timeout(Duration::from_secs(3), ask)
         .await
         .ok()?
+}
+
+#[async_trait::async_trait]
+impl crate::members::Roles for ZooKeeperEnsemble {
+    fn members(&self) -> Vec<Arc<dyn distlock_conformance::ServerControl>> {
+        crate::members::controls(&self.members)
+    }
+
+    async fn leader(&self) -> Option<usize> {
+        ZooKeeperEnsemble::leader(self).await
+    }
 }

@@ -7,8 +7,7 @@ use crate::rows::backend_names;
 use crate::run::Mode;
 
 /// The backends every run goes through unless `--backends` says otherwise.
-pub(crate) const DEFAULT_BACKENDS: &str =
-    "memory,redis,postgres,mariadb,etcd,zookeeper,redlock-3,redlock-5,redis-cluster";
+pub(crate) const DEFAULT_BACKENDS: &str = "memory,redis,postgres,mariadb,etcd,zookeeper,redlock-3,redlock-5,redis-cluster,redis-sentinel,etcd-3,zookeeper-3";
 
 /// What every run of lockbench takes: its mode, where its results go, and on which
 /// backends.
@@ -26,7 +25,9 @@ pub(crate) struct RunOptions {
     #[arg(long, default_value = "results")]
     pub(crate) out: String,
     /// The backends to run, in order: memory, every server of distlock-testservers,
-    /// Redlock over 3 and 5 Redis masters, and a 3-master Redis Cluster.
+    /// Redlock over 3 and 5 Redis masters, a 3-master Redis Cluster, a Redis master
+    /// with 2 replicas behind 3 Sentinels, a 3-member etcd cluster and a 3-member
+    /// ZooKeeper ensemble.
     #[arg(
         long,
         value_delimiter = ',',

@@ -10,16 +10,31 @@ use distlock::DynLockBackend;
 use std::sync::Arc;
 
 use distlock_conformance::Target;
-use distlock_testservers::{external_url, RedisCluster, RedisMasters, Server, ServerHandle};
+use distlock_testservers::{
+    external_url, EtcdCluster, RedisCluster, RedisMasters, RedisSentinel, Roles, Server,
+    ServerHandle, ZooKeeperEnsemble,
+};
 
 use crate::run::BoxError;
 
-/// The Redis backend over several servers: Redlock over that many independent
-/// masters, or a Redis Cluster of three masters.
-pub(crate) const SEVERAL_SERVERS: [(&str, Row); 3] = [
+/// Backends over several servers: Redlock over that many independent masters, a Redis
+/// Cluster of three masters, a Redis master with two replicas behind three Sentinels,
+/// a three-member etcd cluster and a three-member ZooKeeper ensemble.
+pub(crate) const SEVERAL_SERVERS: [(&str, Row); 6] = [
     ("redlock-3", Row::Redlock { masters: 3 }),
     ("redlock-5", Row::Redlock { masters: 5 }),
     ("redis-cluster", Row::Cluster { masters: 3 }),
+    ("redis-sentinel", Row::Sentinel { replicas: 2 }),
+    ("etcd-3", Row::EtcdCluster { members: 3 }),
+    ("zookeeper-3", Row::Ensemble { members: 3 }),
+];
+
+/// Each replicated row and the single-server row it is set beside (the cost of the
+/// replication, as a ratio in one run).
+pub(crate) const REPLICATED: [(&str, &str); 3] = [
+    ("redis-sentinel", "redis"),
+    ("etcd-3", "etcd"),
+    ("zookeeper-3", "zookeeper"),
 ];
 
 /// What a row name stands for.
@@ -33,6 +48,13 @@ pub(crate) enum Row {
     Redlock { masters: usize },
     /// `RedisBackend` on a Redis Cluster of `masters` masters.
     Cluster { masters: usize },
+    /// `RedisBackend` on a Redis master with `replicas` replicas behind three
+    /// Sentinels.
+    Sentinel { replicas: usize },
+    /// `EtcdBackend` on an etcd cluster of `members` members.
+    EtcdCluster { members: usize },
+    /// `ZooKeeperBackend` on a ZooKeeper ensemble of `members` members.
+    Ensemble { members: usize },
 }
 
 impl Row {
@@ -62,7 +84,9 @@ impl Row {
             Row::Memory => "memory",
             Row::Server(server) => server.backend_name(),
             Row::Redlock { .. } => "redlock",
-            Row::Cluster { .. } => "redis",
+            Row::Cluster { .. } | Row::Sentinel { .. } => "redis",
+            Row::EtcdCluster { .. } => "etcd",
+            Row::Ensemble { .. } => "zookeeper",
         }
     }
 
@@ -72,6 +96,8 @@ impl Row {
             Row::Memory => 0,
             Row::Server(_) => 1,
             Row::Redlock { masters } | Row::Cluster { masters } => *masters,
+            Row::Sentinel { replicas } => 1 + replicas,
+            Row::EtcdCluster { members } | Row::Ensemble { members } => *members,
         }
     }
 
@@ -112,12 +138,16 @@ pub(crate) struct Opened {
     pub(crate) fault_members: Vec<Arc<ServerHandle>>,
     /// Where it runs, for the report.
     pub(crate) server: String,
+    /// A replicated row's members with their roles, for faults aimed at the leader
+    /// (or master) or at a follower.
+    pub(crate) roles: Option<Arc<dyn Roles>>,
 }
 
 /// Starts the servers of `row` and opens its target, as its own tests do.
 pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
     let connect = |url: String| async move { crate::run::connect(&url).await };
     let on_network = "reached at their addresses on a Docker network (no port proxy)";
+    let mut roles: Option<Arc<dyn Roles>> = None;
     let (target, url, redis_urls, fault_members, server, servers) = match row {
         Row::Memory => {
             let target = Target::memory();
@@ -180,6 +210,36 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
             let target = distlock_testservers::cluster_target(cluster, connect).await?;
             (target, Some(url), vec![], faults, server, servers)
         }
+        Row::Sentinel { replicas } => {
+            let set = RedisSentinel::start(replicas).await?;
+            let url = set.url();
+            roles = Some(Arc::new(set.clone()));
+            let server = format!(
+                "a master and {replicas} replicas behind 3 Sentinels in containers, {on_network}"
+            );
+            let target = set.target(connect).await?;
+            (target, Some(url), vec![], vec![], server, 1 + replicas)
+        }
+        Row::EtcdCluster { members } => {
+            let cluster = EtcdCluster::start(members).await?;
+            let url = cluster.url();
+            roles = Some(Arc::new(cluster.clone()));
+            let server = format!(
+                "a cluster of {members} members in containers, reached through their 127.0.0.1 ports"
+            );
+            let target = cluster.target(connect).await?;
+            (target, Some(url), vec![], vec![], server, members)
+        }
+        Row::Ensemble { members } => {
+            let ensemble = ZooKeeperEnsemble::start(members).await?;
+            let url = ensemble.url();
+            roles = Some(Arc::new(ensemble.clone()));
+            let server = format!(
+                "an ensemble of {members} members in containers, reached through their 127.0.0.1 ports"
+            );
+            let target = ensemble.target(connect).await?;
+            (target, Some(url), vec![], vec![], server, members)
+        }
     };
     Ok(Opened {
         target,
@@ -188,6 +248,7 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
         servers,
         fault_members,
         server,
+        roles,
     })
 }
 
@@ -227,6 +288,11 @@ mod tests {
                 Row::Cluster { masters } => {
                     assert_eq!((name, masters), ("redis-cluster", 3))
                 }
+                Row::Sentinel { replicas } => {
+                    assert_eq!((name, replicas), ("redis-sentinel", 2))
+                }
+                Row::EtcdCluster { members } => assert_eq!(name, format!("etcd-{members}")),
+                Row::Ensemble { members } => assert_eq!(name, format!("zookeeper-{members}")),
             }
         }
         let unknown = Row::parse("redlock-7").expect_err("an error");
@@ -240,6 +306,9 @@ mod tests {
             "redlock-3",
             "redlock-5",
             "redis-cluster",
+            "redis-sentinel",
+            "etcd-3",
+            "zookeeper-3",
             "redis",
             "zookeeper",
         ] {

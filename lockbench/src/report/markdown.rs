@@ -163,6 +163,47 @@ fn set_row(b: &BackendRun) -> Vec<String> {
 }
 
 impl Report {
+    /// For each replicated row that ran beside its single-server row, its S1 and S2
+    /// beside the single server's; a row that did not run, or has no figure, says so.
+    fn replicated_rows(&self) -> Vec<Vec<String>> {
+        let find = |name: &str| {
+            self.backends
+                .iter()
+                .find(|b| b.backend == name && b.started)
+        };
+        crate::rows::REPLICATED
+            .iter()
+            .filter(|(replicated, single)| {
+                self.backends.iter().any(|b| b.backend == *replicated)
+                    && self.backends.iter().any(|b| b.backend == *single)
+            })
+            .map(|(replicated, single)| {
+                let (r, s) = (find(replicated), find(single));
+                let s1 =
+                    |b: Option<&BackendRun>| b.and_then(|b| b.s1_client.as_ref()).map(|s| s.p50_us);
+                let s2 = |b: Option<&BackendRun>| {
+                    b.and_then(|b| b.s2_throughput.as_ref()).map(|s| s.per_sec)
+                };
+                let pair = |a: Option<f64>, b: Option<f64>, show: fn(f64) -> String| {
+                    let one = |x: Option<f64>| x.map_or("not run".to_owned(), show);
+                    format!("{} / {}", one(a), one(b))
+                };
+                let over = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                    (Some(a), Some(b)) => ratio(a, b),
+                    _ => "—".to_owned(),
+                };
+                vec![
+                    (*replicated).to_owned(),
+                    (*single).to_owned(),
+                    pair(s1(r), s1(s), ms),
+                    over(s1(r), s1(s)),
+                    pair(s2(r), s2(s), |x| format!("{x:.0}")),
+                    over(s2(r), s2(s)),
+                ]
+            })
+            .collect()
+    }
+
     pub(crate) fn markdown(&self) -> String {
         let mut md = String::new();
         let started = || self.backends.iter().filter(|b| b.started);
@@ -178,6 +219,18 @@ impl Report {
             "backend | conformance (passed / failed / not run) | S1 cycle p50 / p99 | S1 raw floor p50 | S1 ÷ floor | S2 cycles/s (32 clients) | S2 raw floor cycles/s | S2 ÷ floor | S3 handoff p50 / p99 | S3 handoffs/s | S4 worst past TTL",
             self.backends.iter().map(summary_row),
         );
+        let replicated = self.replicated_rows();
+        if !replicated.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## The cost of replication\n\nEach replicated row beside the single-server row of the same backend, from this run: *S1* the p50 of one client's cycle, *S2* cycles per second under 32 clients; *÷ single* is the replicated figure over the single server's (above 1: the S1 cycle takes longer, S2 goes faster).\n"
+            );
+            table(
+                &mut md,
+                "replicated | single | S1 p50 replicated / single | S1 ÷ single | S2 cycles/s replicated / single | S2 ÷ single",
+                replicated,
+            );
+        }
         let _ = writeln!(md, "\n## Targets\n");
         table(
             &mut md,

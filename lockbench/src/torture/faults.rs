@@ -7,12 +7,14 @@
 //! with why.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::backend::{Capabilities, FenceDurability};
 use distlock::BoxError;
 use distlock_conformance::{LinkControl, ServerControl};
+use distlock_testservers::Roles;
 use tokio::time::{sleep, timeout, Instant};
 
 use super::history::{Excuses, Fault, FaultKind};
@@ -37,6 +39,12 @@ pub(crate) enum FaultScope {
     /// One of a cluster's `of` masters: the keys it serves go through the fault, as a
     /// single server's would, under the capabilities' declarations.
     OneOf { of: usize },
+    /// One member of a replicated set of `of` (an etcd cluster, a ZooKeeper ensemble,
+    /// a Redis master's set behind Sentinel), by turns: the one that leads
+    /// (`leader`: "leader" or "master") two faults in three, a follower the third. A
+    /// leader taken down (paused, stopped or killed) comes back only once another
+    /// member leads, so that each such fault is a failover under load.
+    Roles { of: usize, leader: &'static str },
 }
 
 impl fmt::Display for FaultScope {
@@ -48,6 +56,10 @@ impl fmt::Display for FaultScope {
                 "{members} of {of} masters (a minority; restarted or killed, down for 1.5 TTLs before they start: Redlock's delayed restart)"
             ),
             FaultScope::OneOf { of } => write!(f, "1 of {of} cluster masters"),
+            FaultScope::Roles { of, leader } => write!(
+                f,
+                "1 of {of} members by turns: the {leader} two faults in three, a follower the third; a {leader} taken down comes back once another member is {leader} (or after {SUCCESSION_WITHIN:?})"
+            ),
         }
     }
 }
@@ -73,11 +85,19 @@ impl fmt::Display for NotInjected {
     }
 }
 
+/// How long a leader taken down by a fault stays down at most, waiting for another
+/// member to lead.
+const SUCCESSION_WITHIN: Duration = Duration::from_secs(60);
+
 /// What the schedule can reach.
 pub(crate) struct Injector {
     pub(crate) control: Option<Arc<dyn ServerControl>>,
     /// Which servers `control` reaches.
     pub(crate) scope: FaultScope,
+    /// For [`FaultScope::Roles`]: the members and which of them leads.
+    pub(crate) roles: Option<Arc<dyn Roles>>,
+    /// How many server faults were aimed by role so far (whose turn is next).
+    pub(crate) turns: AtomicUsize,
     pub(crate) links: Vec<Arc<dyn LinkControl>>,
     pub(crate) ttl: Duration,
     pub(crate) start: Instant,
@@ -164,6 +184,54 @@ impl Injector {
         matches!(self.scope, FaultScope::Minority { .. })
     }
 
+    /// For a server fault under [`FaultScope::Roles`], the member it hits this time:
+    /// the leader, or (every third turn) a follower chosen at random.
+    async fn aim(&self, kind: FaultKind) -> Result<Option<Aim>, BoxError> {
+        let Some(roles) = &self.roles else {
+            return Ok(None);
+        };
+        if !matches!(
+            kind,
+            FaultKind::Pause
+                | FaultKind::Restart
+                | FaultKind::KillAndStart
+                | FaultKind::KillConnections
+        ) {
+            return Ok(None);
+        }
+        let members = roles.members();
+        let leader = roles
+            .leader()
+            .await
+            .ok_or_else(|| format!("no member is {}", roles.leader_word()))?;
+        let turn = self.turns.fetch_add(1, Ordering::SeqCst);
+        let index = if turn % 3 == 2 && members.len() > 1 {
+            (leader + 1 + rand::random_range(0..members.len() - 1)) % members.len()
+        } else {
+            leader
+        };
+        Ok(Some(Aim {
+            index,
+            control: members[index].clone(),
+            leader,
+            word: roles.leader_word(),
+        }))
+    }
+
+    /// After `aim`'s member, the leader, was taken down: waits until another member
+    /// leads, for at most [`SUCCESSION_WITHIN`]; who, and how long after `down`.
+    async fn succession(&self, aim: &Aim, down: Instant) -> Option<(usize, Duration)> {
+        let roles = self.roles.as_ref()?;
+        let give_up = Instant::now() + SUCCESSION_WITHIN;
+        while Instant::now() < give_up {
+            if let Some(new) = roles.leader().await.filter(|l| *l != aim.index) {
+                return Some((new, down.elapsed()));
+            }
+            sleep(Duration::from_millis(200)).await;
+        }
+        None
+    }
+
     /// Injects one fault and waits out its length; the fault as it happened.
     pub(crate) async fn inject(
         &self,
@@ -174,12 +242,28 @@ impl Injector {
         // Longer than the TTL, so that leases run out inside the fault.
         let long = self.ttl.mul_f64(1.5);
         let link = || self.links[rand::random_range(0..self.links.len())].clone();
-        let control = || self.control.clone().ok_or("no server control");
+        let aim = self.aim(kind).await?;
+        let control = || -> Result<Arc<dyn ServerControl>, BoxError> {
+            match &aim {
+                Some(aim) => Ok(aim.control.clone()),
+                None => self
+                    .control
+                    .clone()
+                    .ok_or_else(|| "no server control".into()),
+            }
+        };
+        // A leader taken down: the member that leads next, and when.
+        let mut succeeded = None;
+        let leader_down = aim.as_ref().filter(|a| a.index == a.leader);
         match kind {
             FaultKind::Pause => {
                 let control = control()?;
                 control.pause().await?;
+                let down = Instant::now();
                 sleep(long).await;
+                if let Some(aim) = leader_down {
+                    succeeded = self.succession(aim, down).await;
+                }
                 control.unpause().await?;
             }
             FaultKind::Partition => {
@@ -224,19 +308,42 @@ impl Injector {
                 sleep(long).await;
                 control.start().await?;
             }
+            FaultKind::Restart if leader_down.is_some() => {
+                let control = control()?;
+                control.stop().await?;
+                let down = Instant::now();
+                if let Some(aim) = leader_down {
+                    succeeded = self.succession(aim, down).await;
+                }
+                control.start().await?;
+            }
             FaultKind::Restart => control()?.restart().await?,
             FaultKind::KillAndStart => {
                 let control = control()?;
                 control.kill().await?;
+                let down = Instant::now();
                 sleep(if self.delayed_restarts() {
                     long
                 } else {
                     self.ttl / 2
                 })
                 .await;
+                if let Some(aim) = leader_down {
+                    succeeded = self.succession(aim, down).await;
+                }
                 control.start().await?;
             }
         }
+        let hit = aim.as_ref().map(|aim| aim.describe(kind, succeeded));
+        // A fault that moved the lead is a failover: what the capabilities say a
+        // data-losing restart may cost, it may cost too (an unreplicated write lost
+        // with the old master), and nothing more. A follower's fault is excused
+        // nothing: the leader keeps what it granted.
+        let as_kind = match (&aim, succeeded) {
+            (Some(aim), None) if aim.index != aim.leader => None,
+            (Some(_), Some(_)) => Some(FaultKind::KillAndStart),
+            _ => Some(kind),
+        };
         let at = |i: Instant| i.saturating_duration_since(self.start).as_secs_f64();
         Ok(Fault {
             kind,
@@ -244,12 +351,17 @@ impl Injector {
             end: at(Instant::now()),
             declared: match self.scope {
                 FaultScope::Minority { .. } => None,
-                FaultScope::Whole | FaultScope::OneOf { .. } => declared(kind, capabilities),
+                FaultScope::Whole | FaultScope::OneOf { .. } | FaultScope::Roles { .. } => {
+                    as_kind.and_then(|kind| declared(kind, capabilities))
+                }
             },
             excuses: match self.scope {
                 FaultScope::Minority { .. } => Excuses::default(),
-                FaultScope::Whole | FaultScope::OneOf { .. } => excuses(kind, capabilities),
+                FaultScope::Whole | FaultScope::OneOf { .. } | FaultScope::Roles { .. } => {
+                    as_kind.map_or_else(Excuses::default, |kind| excuses(kind, capabilities))
+                }
             },
+            hit,
         })
     }
 
@@ -262,6 +374,42 @@ impl Injector {
         if let Some(control) = &self.control {
             let _ = control.unpause().await;
         }
+    }
+}
+
+/// The member a server fault hits under [`FaultScope::Roles`].
+struct Aim {
+    index: usize,
+    control: Arc<dyn ServerControl>,
+    /// The member that led when the fault was aimed.
+    leader: usize,
+    /// What the leader is called.
+    word: &'static str,
+}
+
+impl Aim {
+    /// For the report: the member hit, whether it led, and who led after it.
+    fn describe(&self, kind: FaultKind, succeeded: Option<(usize, Duration)>) -> String {
+        let role = if self.index == self.leader {
+            self.word
+        } else {
+            "follower"
+        };
+        let after = match (self.index == self.leader, succeeded, kind) {
+            (false, _, _) | (true, _, FaultKind::KillConnections) => String::new(),
+            (true, Some((new, after)), _) => {
+                format!(
+                    "; member {new} was {} {:.1} s later",
+                    self.word,
+                    after.as_secs_f64()
+                )
+            }
+            (true, None, _) => format!(
+                "; no other member was {} within {SUCCESSION_WITHIN:?}",
+                self.word
+            ),
+        };
+        format!("{}: member {} ({role}{after})", kind.label(), self.index)
     }
 }
 
@@ -378,6 +526,8 @@ mod tests {
         Injector {
             control: Some(control),
             scope,
+            roles: None,
+            turns: AtomicUsize::new(0),
             links: Vec::new(),
             ttl: Duration::from_millis(20),
             start: Instant::now(),
@@ -473,5 +623,163 @@ mod tests {
             .expect("no error");
         let names: Vec<_> = control.asked().iter().map(|(what, _)| *what).collect();
         assert_eq!(names, ["restart"]);
+    }
+
+    /// A member of a replicated set for the role tests: taken down (paused, stopped,
+    /// killed) while it leads, it hands the lead to the next member; every step it
+    /// is asked is recorded with whether it led then.
+    #[derive(Debug)]
+    struct Member {
+        index: usize,
+        set: Arc<Set>,
+    }
+
+    #[derive(Debug, Default)]
+    struct Set {
+        leader: std::sync::Mutex<usize>,
+        size: usize,
+        asked: std::sync::Mutex<Vec<(usize, &'static str, bool)>>,
+    }
+
+    impl Member {
+        fn ask(&self, what: &'static str) {
+            let mut leader = self.set.leader.lock().expect("not poisoned");
+            let led = *leader == self.index;
+            self.set
+                .asked
+                .lock()
+                .expect("not poisoned")
+                .push((self.index, what, led));
+            if led && matches!(what, "pause" | "stop" | "kill") {
+                *leader = (self.index + 1) % self.set.size;
+            }
+        }
+    }
+
+    #[async_trait]
+    impl ServerControl for Member {
+        async fn pause(&self) -> Result<(), BoxError> {
+            self.ask("pause");
+            Ok(())
+        }
+        async fn unpause(&self) -> Result<(), BoxError> {
+            self.ask("unpause");
+            Ok(())
+        }
+        async fn restart(&self) -> Result<(), BoxError> {
+            self.ask("restart");
+            Ok(())
+        }
+        async fn kill(&self) -> Result<(), BoxError> {
+            self.ask("kill");
+            Ok(())
+        }
+        async fn start(&self) -> Result<(), BoxError> {
+            self.ask("start");
+            Ok(())
+        }
+        async fn stop(&self) -> Result<(), BoxError> {
+            self.ask("stop");
+            Ok(())
+        }
+        fn can_kill_connections(&self) -> bool {
+            true
+        }
+        async fn kill_connections_counted(&self) -> Result<Option<usize>, BoxError> {
+            self.ask("kill connections");
+            Ok(Some(1))
+        }
+        async fn ready(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct Led(Arc<Set>);
+
+    #[async_trait]
+    impl Roles for Led {
+        fn members(&self) -> Vec<Arc<dyn ServerControl>> {
+            (0..self.0.size)
+                .map(|index| -> Arc<dyn ServerControl> {
+                    Arc::new(Member {
+                        index,
+                        set: self.0.clone(),
+                    })
+                })
+                .collect()
+        }
+        async fn leader(&self) -> Option<usize> {
+            Some(*self.0.leader.lock().expect("not poisoned"))
+        }
+    }
+
+    /// Faults aimed by role hit the leader two turns in three and a follower the
+    /// third; a leader taken down comes back only once another member leads, and the
+    /// report line says who was hit, in which role, and who led next. A fault that
+    /// moved the lead is excused as a data-losing failover would be, and no more.
+    #[tokio::test]
+    async fn faults_by_role_hit_the_leader_two_turns_in_three_and_wait_for_its_successor() {
+        let set = Arc::new(Set {
+            size: 3,
+            ..Set::default()
+        });
+        let control = Refusing::new(0);
+        let mut injector = injector(
+            control,
+            FaultScope::Roles {
+                of: 3,
+                leader: "leader",
+            },
+        );
+        injector.roles = Some(Arc::new(Led(set.clone())));
+        let kinds = [
+            FaultKind::Pause,
+            FaultKind::Restart,
+            FaultKind::KillAndStart,
+            FaultKind::KillConnections,
+        ];
+        let mut hits = Vec::new();
+        for _round in 0..2 {
+            for kind in kinds {
+                let (fault, _) = injector
+                    .inject_retrying(kind, &restart_loses_leases(), ATTEMPTS)
+                    .await
+                    .expect("no error");
+                let hit = fault.hit.clone().expect("a fault by role names its member");
+                let led = hit.contains("(leader");
+                let moved = led && kind != FaultKind::KillConnections;
+                assert_eq!(
+                    fault.excuses.leases_lost, moved,
+                    "{hit}: only a fault that moved the lead is a failover"
+                );
+                hits.push((kind, hit, led));
+            }
+        }
+        let leader_hits = hits.iter().filter(|(_, _, led)| *led).count();
+        assert_eq!(leader_hits, 6, "{hits:#?}");
+        for (kind, hit, led) in &hits {
+            if *led && *kind != FaultKind::KillConnections {
+                assert!(
+                    hit.contains("was leader") && hit.contains("s later"),
+                    "{hit}"
+                );
+            }
+        }
+        // A leader brought back (unpaused, started) only after another member led.
+        for (member, what, led) in set.asked.lock().expect("not poisoned").iter() {
+            if matches!(*what, "unpause" | "start") {
+                assert!(
+                    !led,
+                    "member {member} was brought back ({what}) while it still led"
+                );
+            }
+        }
+        assert!(FaultScope::Roles {
+            of: 3,
+            leader: "master"
+        }
+        .to_string()
+        .starts_with("1 of 3 members by turns: the master two faults in three"));
     }
 }

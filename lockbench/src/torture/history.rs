@@ -96,6 +96,9 @@ pub(crate) struct Fault {
     pub(crate) declared: Option<String>,
     /// What those declarations excuse, each only for the violation it declares.
     pub(crate) excuses: Excuses,
+    /// For a fault aimed by role, the member it hit, whether that member led, and
+    /// who led next (for the report).
+    pub(crate) hit: Option<String>,
 }
 
 /// What a fault's declarations excuse: each one violation, inside the fault's window,
@@ -541,6 +544,7 @@ mod tests {
             end,
             declared: Some("declared".into()),
             excuses,
+            hit: None,
         }
     }
 
@@ -651,6 +655,7 @@ mod tests {
                 end: 2.5,
                 declared: None,
                 excuses: Excuses::default(),
+                hit: None,
             }],
             log: vec![
                 logged_on(0, logged(1, false, 0.11, 0.12)),

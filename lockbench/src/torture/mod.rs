@@ -87,6 +87,12 @@ struct Plan {
     long_clients: usize,
     #[serde(serialize_with = "millis")]
     work_max: Duration,
+    /// Rounds, at least, where faults are aimed by role (a replicated row): enough
+    /// that the leader is hit five times or more outside the quick run.
+    role_rounds: usize,
+    /// The longest such a row runs: its leader faults wait for a new leader.
+    #[serde(serialize_with = "millis")]
+    role_limit: Duration,
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -110,6 +116,8 @@ impl Plan {
             pause_share: 0.05,
             long_clients: 2,
             work_max: Duration::from_millis(5),
+            role_rounds: 1,
+            role_limit: Duration::from_secs(240),
         }
     }
 
@@ -118,6 +126,15 @@ impl Plan {
             Mode::Quick => Self::quick(),
             Mode::Standard => Self::standard(),
             Mode::Soak => Self::soak(),
+        }
+    }
+
+    /// This plan for a row whose faults are aimed by role.
+    fn by_role(self) -> Self {
+        Plan {
+            rounds: self.rounds.max(self.role_rounds),
+            limit: self.limit.max(self.role_limit),
+            ..self
         }
     }
 
@@ -134,6 +151,8 @@ impl Plan {
             pause_share: 0.02,
             long_clients: 2,
             work_max: Duration::from_millis(2),
+            role_rounds: 2,
+            role_limit: Duration::from_secs(360),
         }
     }
 
@@ -152,6 +171,8 @@ impl Plan {
             pause_share: 0.002,
             long_clients: 4,
             work_max: Duration::from_millis(2),
+            role_rounds: 3,
+            role_limit: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -183,6 +204,8 @@ struct TortureRun {
     /// Faults the backend's capabilities say it cannot keep the contract through, and
     /// what they say.
     declared: Vec<String>,
+    /// For faults aimed by role, each one's member, whether it led, and who led next.
+    hits: Vec<String>,
     findings: Findings,
     /// Faults that took more than one attempt to inject.
     retried: Vec<String>,
@@ -352,6 +375,8 @@ struct Opened {
     servers: usize,
     /// The server faults' control and what it reaches.
     faults: Option<(Arc<dyn ServerControl>, FaultScope)>,
+    /// A replicated row's members and their roles, where faults are aimed by role.
+    roles: Option<Arc<dyn distlock_testservers::Roles>>,
 }
 
 /// The target `row` names (see [`crate::rows::open`]), with where its server faults
@@ -364,6 +389,18 @@ async fn target(row: Row) -> Result<Opened, BoxError> {
         Row::Redlock { .. } => Some(FaultScope::Minority { of, members }),
         Row::Cluster { .. } => Some(FaultScope::OneOf { of }),
         Row::Memory | Row::Server(_) => None,
+        Row::Sentinel { .. } | Row::EtcdCluster { .. } | Row::Ensemble { .. } => {
+            let leader = opened.roles.as_ref().map_or("leader", |r| r.leader_word());
+            let control = opened.target.control().cloned();
+            let roles = opened.roles.clone();
+            return Ok(Opened {
+                faults: control.map(|c| (c, FaultScope::Roles { of, leader })),
+                target: opened.target,
+                server: opened.server,
+                servers: opened.servers,
+                roles,
+            });
+        }
     };
     let faults = match faults {
         Some(scope) if members > 0 => {
@@ -383,6 +420,7 @@ async fn target(row: Row) -> Result<Opened, BoxError> {
         server: opened.server,
         servers: opened.servers,
         faults,
+        roles: None,
     })
 }
 
@@ -394,6 +432,10 @@ async fn torture(
     register: &FencedRegister,
     plan: Plan,
 ) -> Result<(), BoxError> {
+    let plan = match opened.roles {
+        Some(_) => plan.by_role(),
+        None => plan,
+    };
     let target = &opened.target;
     let capabilities = target.capabilities().clone();
     let ttl = capabilities.ttl_at_least(Duration::from_secs(1));
@@ -448,6 +490,8 @@ async fn torture(
     let injector = Injector {
         control,
         scope,
+        roles: opened.roles.clone(),
+        turns: Default::default(),
         links,
         ttl,
         start,
@@ -557,6 +601,9 @@ async fn torture(
         }
     }
     for fault in &faults {
+        if let Some(hit) = &fault.hit {
+            run.hits.push(format!("{hit} at {:.1} s", fault.start));
+        }
         if let Some(said) = &fault.declared {
             let line = format!("{}: {said}", fault.kind.label());
             if !run.declared.contains(&line) {
@@ -692,6 +739,9 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         for declared in &run.declared {
             let _ = writeln!(md, "  - declared by its capabilities: {declared}");
         }
+        for hit in &run.hits {
+            let _ = writeln!(md, "  - hit: {hit}");
+        }
         for retried in &run.retried {
             let _ = writeln!(md, "  - retried: {retried}");
         }
@@ -742,6 +792,7 @@ mod tests {
             end: 1.0,
             declared: None,
             excuses: history::Excuses::default(),
+            hit: None,
         };
         let kinds = [FaultKind::Pause, FaultKind::KillConnections];
         let mut run = ran();
@@ -786,6 +837,16 @@ mod tests {
                 },
                 Row::Cluster { masters } => FaultScope::OneOf { of: masters },
                 Row::Memory | Row::Server(_) => FaultScope::Whole,
+                Row::Sentinel { .. } | Row::EtcdCluster { .. } | Row::Ensemble { .. } => {
+                    FaultScope::Roles {
+                        of: row.servers(),
+                        leader: if row.backend_name() == "redis" {
+                            "master"
+                        } else {
+                            "leader"
+                        },
+                    }
+                }
             };
             assert_eq!(scope, Some(expected), "{name}");
             let said = if row.servers() == 0 {

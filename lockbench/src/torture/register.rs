@@ -50,7 +50,7 @@ impl FencedRegister {
     /// store for the in-process backend.
     pub(crate) async fn start(row: Row, control_url: &str) -> Result<Self, BoxError> {
         let family = match row {
-            Row::Redlock { .. } | Row::Cluster { .. } => "redis",
+            Row::Redlock { .. } | Row::Cluster { .. } | Row::Sentinel { .. } => "redis",
             _ => row.backend_name(),
         };
         let (store, server, handle): (Arc<DynFencedStore>, &str, _) = match family {
