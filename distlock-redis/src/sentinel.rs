@@ -2,6 +2,7 @@
 //! before the first request, and found again after a request shows it lost (its
 //! connection gone, or a write refused by a server that is now a replica).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::ConnectionManager;
@@ -24,6 +25,8 @@ struct Shared {
     lookup: tokio::sync::Mutex<SentinelClient>,
     /// The master found last, until a request shows it lost.
     master: Mutex<Option<Master>>,
+    /// How many lookups have found a master: each master's number.
+    lookups: AtomicU64,
 }
 
 /// A master the Sentinels named, with the connection to it.
@@ -31,8 +34,9 @@ struct Shared {
 struct Master {
     client: redis::Client,
     conn: ConnectionManager,
-    /// Which lookup found it: a request that shows it lost forgets this one only,
-    /// not a master found since.
+    /// Which lookup found it: a request that shows it lost forgets this one only, not
+    /// a master found since (a request sent to the old master may fail after the
+    /// new one was found).
     found: u64,
 }
 
@@ -67,6 +71,7 @@ impl SentinelConn {
                 config: config.clone(),
                 lookup: tokio::sync::Mutex::new(lookup),
                 master: Mutex::new(None),
+                lookups: AtomicU64::new(0),
             }),
         };
         conn.master().await?;
@@ -97,15 +102,14 @@ impl SentinelConn {
             let conn = client
                 .get_connection_manager_with_config(manager_config(config))
                 .await?;
-            let mut slot = self.shared.slot();
-            let found = slot.as_ref().map_or(1, |m| m.found + 1);
+            let found = self.shared.lookups.fetch_add(1, Ordering::Relaxed) + 1;
             let master = Master {
                 client,
                 conn,
                 found,
             };
             debug!(master = %master.client.get_connection_info().addr(), "the Sentinels named a master");
-            *slot = Some(master.clone());
+            *self.shared.slot() = Some(master.clone());
             Ok(master)
         })
         .await;
@@ -155,7 +159,6 @@ impl SentinelConn {
             let mut slot = self.shared.slot();
             if slot.as_ref().is_some_and(|m| m.found == master.found) {
                 debug!(%error, "the master is lost; the Sentinels are asked again");
-                // The old master's number is kept, so that a new one's is greater.
                 *slot = None;
             }
         }
