@@ -92,7 +92,7 @@ impl RedisBackend {
     /// failover (see the crate docs on Sentinel).
     #[cfg(feature = "sentinel")]
     async fn behind_sentinel(config: RedisConfig) -> Result<Self> {
-        let conn = crate::sentinel::SentinelConn::connect(&config).await;
+        let conn = crate::sentinel::SentinelConn::connect(&config, manager_config(&config)).await;
         Self::on_sentinel(conn, config).await
     }
 
@@ -109,7 +109,9 @@ impl RedisBackend {
         config: RedisConfig,
     ) -> Result<Self> {
         distlock_core::backend::key_prefix("redis", &config.prefix)?;
-        let conn = crate::sentinel::SentinelConn::with_client(client, &config).await;
+        let conn =
+            crate::sentinel::SentinelConn::with_client(client, &config, manager_config(&config))
+                .await;
         Self::on_sentinel(conn, config).await
     }
 

@@ -5,13 +5,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{RedisError, RedisFuture, ServerErrorKind};
 use tracing::debug;
 
 use crate::config::RedisConfig;
-use crate::connection::manager_config;
 
 /// The connection to whichever server the Sentinels name master. Clones share it.
 #[derive(Clone)]
@@ -21,6 +20,8 @@ pub(crate) struct SentinelConn {
 
 struct Shared {
     config: RedisConfig,
+    /// The settings of each master's connection manager.
+    manager: ConnectionManagerConfig,
     /// Asks the Sentinels; one lookup at a time.
     lookup: tokio::sync::Mutex<SentinelClient>,
     /// The master found last, until a request shows it lost.
@@ -41,9 +42,13 @@ struct Master {
 }
 
 impl SentinelConn {
-    /// The Sentinels of `config`, asked for the master at once: wrong credentials and
-    /// a master name the Sentinels do not monitor fail here.
-    pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, RedisError> {
+    /// The Sentinels of `config`, asked for the master at once (its connection made
+    /// with `manager`): wrong credentials and a master name the Sentinels do not
+    /// monitor fail here.
+    pub(crate) async fn connect(
+        config: &RedisConfig,
+        manager: ConnectionManagerConfig,
+    ) -> Result<Self, RedisError> {
         let sentinels: Vec<String> = config
             .endpoints
             .iter()
@@ -58,17 +63,19 @@ impl SentinelConn {
         let name = config.master_name.clone().unwrap_or_default();
         let lookup =
             SentinelClient::build(sentinels, name, Some(node), SentinelServerType::Master)?;
-        Self::with_client(lookup, config).await
+        Self::with_client(lookup, config, manager).await
     }
 
     /// A service's own Sentinel client, asked for the master at once.
     pub(crate) async fn with_client(
         lookup: SentinelClient,
         config: &RedisConfig,
+        manager: ConnectionManagerConfig,
     ) -> Result<Self, RedisError> {
         let conn = SentinelConn {
             shared: Arc::new(Shared {
                 config: config.clone(),
+                manager,
                 lookup: tokio::sync::Mutex::new(lookup),
                 master: Mutex::new(None),
                 lookups: AtomicU64::new(0),
@@ -100,7 +107,7 @@ impl SentinelConn {
             }
             let client = lookup.async_get_client().await?;
             let conn = client
-                .get_connection_manager_with_config(manager_config(config))
+                .get_connection_manager_with_config(self.shared.manager.clone())
                 .await?;
             let found = self.shared.lookups.fetch_add(1, Ordering::Relaxed) + 1;
             let master = Master {
