@@ -194,19 +194,19 @@
 //!   acknowledged.
 //! - **A master the Sentinels replaced** while it was paused or cut off keeps granting,
 //!   when it resumes, to the clients still connected to it, until the Sentinels demote
-//!   it (up to about ten seconds: they look at it again once it answers). The torture
-//!   run found this on servers without `min-replicas-to-write`: after a master paused
-//!   past the failover resumed, 99 overlapping holders and 2 fence inversions (a
-//!   grant the old master made, returned to its owner's retry after a greater fence
-//!   from the new master). The fenced register refused every stale write. Run the
+//!   it (about nine seconds in the torture run here). The torture run found this on
+//!   servers without `min-replicas-to-write`: after a master paused past its failover
+//!   resumed, 99 overlapping holders and 2 fence inversions (a grant completing after
+//!   another had completed with a greater fence). The fenced register accepted no
+//!   stale write. Run the
 //!   servers with `min-replicas-to-write 1` and a `min-replicas-max-lag` below the
 //!   Sentinels' `down-after-milliseconds`: a master whose replicas have moved on then
 //!   refuses writes (`NOREPLICAS`, a retryable error here, after which the backend asks
 //!   the Sentinels again). Redis counts its replicas once a second, so a master
 //!   resuming can still take a write in its first second back. With those settings
-//!   the torture run's standard row (six failovers of the master) saw no fence
-//!   inversion and one overlap, inside a failover, of the kind declared (a lease the
-//!   failover lost). Write through a fenced store either way.
+//!   the torture run's standard row (six faults on the master, five of them
+//!   failovers) saw no fence inversion and one overlap, inside a failover, of the kind
+//!   declared (a lease the failover lost). Write through a fenced store either way.
 //! - The Sentinels are reached without credentials or TLS, and the data servers
 //!   without TLS. The conformance suite runs on a master with two replicas and three
 //!   Sentinels (`tests/sentinel.rs`, the fault cases on every server at once; not the
