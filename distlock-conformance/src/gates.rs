@@ -101,6 +101,16 @@ pub(crate) fn needs_members(t: &Target) -> Option<String> {
     })
 }
 
+/// [`needs_members`], whose members the client asks one by one (Redlock), not
+/// members that pass a client's requests to each other.
+pub(crate) fn needs_client_quorum(t: &Target) -> Option<String> {
+    needs_members(t).or_else(|| {
+        t.replicated_members().then(|| {
+            "the members replicate each lease among themselves (Target::members_replicate): a client that reaches one member of the majority is served by the majority".into()
+        })
+    })
+}
+
 pub(crate) fn needs_fair(t: &Target) -> Option<String> {
     t.backend()
         .fair()

@@ -39,7 +39,8 @@ mod target;
 
 pub use case::{Case, ContractPoint};
 pub use suite::{
-    case, cases, run_as_tests, run_case, run_suite, CaseReport, Outcome, SuiteReport, SuiteTarget,
+    case, cases, run_as_tests, run_case, run_selected_as_tests, run_suite, CaseReport, Outcome,
+    SuiteReport, SuiteTarget,
 };
 pub use target::{
     Connector, LinkControl, LinkedClient, LinkedConnector, MemberConnector, MemberLinkedClient,

@@ -189,6 +189,30 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: fmt::Display,
 {
+    run_selected_as_tests(|_| true, make)
+}
+
+/// [`run_as_tests`] for the cases `select` picks, the others left out of the run (not
+/// listed, not counted): for a second target that only some cases are about, such as
+/// the quorum cases (`quorum_*`) on a cluster whose whole suite runs elsewhere.
+///
+/// ```ignore
+/// // tests/quorum.rs, with `[[test]] name = "quorum" harness = false`
+/// fn main() -> std::process::ExitCode {
+///     distlock_conformance::run_selected_as_tests(
+///         |case| case.name().starts_with("quorum_"),
+///         || async { my_cluster_target().await },
+///     )
+/// }
+/// ```
+pub fn run_selected_as_tests<T, S, F, Fut, E>(select: S, make: F) -> ExitCode
+where
+    T: SuiteTarget,
+    S: Fn(&Case<T>) -> bool,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: fmt::Display,
+{
     let mut args = Arguments::from_args();
     if args.test_threads.is_none() {
         args.test_threads = Some(4);
@@ -218,6 +242,7 @@ where
     };
     let trials = T::suite()
         .into_iter()
+        .filter(|case| select(case))
         .map(|case| {
             let skip = case.skip_reason(&target);
             if let Some(reason) = &skip {

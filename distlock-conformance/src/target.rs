@@ -126,6 +126,9 @@ pub struct Target {
     clients: Option<Connector>,
     links: Option<LinkedConnector>,
     members: Option<(Vec<Arc<dyn ServerControl>>, MemberConnector)>,
+    /// Whether the members replicate each lease among themselves (set by
+    /// [`Target::members_replicate`]).
+    replicated: bool,
     /// Ordinary cases share the server (read); fault cases take it alone (write).
     pub(crate) server_use: RwLock<()>,
     /// Whether the target's links hold replies alone, once a link was asked.
@@ -157,6 +160,7 @@ impl Target {
             clients: None,
             links: None,
             members: None,
+            replicated: false,
             server_use: RwLock::new(()),
             links_hold_replies: std::sync::OnceLock::new(),
         }
@@ -285,6 +289,25 @@ impl Target {
     ) -> Self {
         self.members = Some((members, Arc::new(connect)));
         self
+    }
+
+    /// Says that the members given to [`with_members`](Self::with_members) replicate
+    /// each lease among themselves (Raft in etcd, ZAB in ZooKeeper), rather than the
+    /// client asking each of them (Redlock): a member the client reaches passes its
+    /// requests to the others, so a client that reaches any one member of the
+    /// majority is served by the majority. The quorum cases about a client that
+    /// reaches only a minority of the members then do not apply, and say so; the
+    /// cases that kill, pause or restart a minority, or cut the client off from one,
+    /// run as for any members.
+    pub fn members_replicate(mut self) -> Self {
+        self.replicated = true;
+        self
+    }
+
+    /// Whether the members replicate each lease among themselves
+    /// ([`members_replicate`](Self::members_replicate)).
+    pub fn replicated_members(&self) -> bool {
+        self.replicated
     }
 
     /// Control over each member, when the target has members (else empty).

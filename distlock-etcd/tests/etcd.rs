@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_conformance::ServerControl as _;
-use distlock_core::backend::{ExtendOutcome, LockBackendExt};
+use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken};
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_testservers::{Etcd, EtcdCluster, ServerHandle};
@@ -300,4 +300,156 @@ async fn an_acquisition_whose_lease_is_gone_before_its_grant_is_a_timeout() {
             .is_none(),
         "the key is held after a failed acquisition"
     );
+}
+
+/// A member that goes silent (its link cut: no answer, no error) holds each request
+/// the channel routes to it until the response time-out, no longer, and the request
+/// fails retryably; sent again as the same owner, each step is served by the members
+/// that answer. A client that reaches one member of three, whose majority serves it,
+/// takes, extends and gives back a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_gone_silent_costs_a_retryable_error_within_the_response_time_out() {
+    let cluster = EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let target = cluster
+        .target(|url: String| async move { EtcdBackend::connect(&url).await })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (client, links) = target
+        .member_linked_client()
+        .await
+        .expect("a target with members")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let warm = LockKey::new("warm-up").expect("key");
+    client.inspect(&warm).await.expect("inspect");
+    for link in &links[..2] {
+        link.cut().await.expect("cut");
+    }
+    let ttl = Duration::from_secs(10);
+    let mut failed = 0;
+    for round in 0..1 {
+        let key = LockKey::new(format!("silent-{round}")).expect("key");
+        let owner = OwnerToken::random();
+        let lease = match step(&mut failed, "acquire", || {
+            client.try_acquire_as(&key, ttl, owner)
+        })
+        .await
+        {
+            AcquireOutcome::Acquired(lease) => lease,
+            held => panic!("round {round}: a fresh key answered {held:?}"),
+        };
+        let extended = step(&mut failed, "extend", || client.extend(&lease, ttl)).await;
+        assert!(
+            matches!(extended, ExtendOutcome::Extended(_)),
+            "round {round}: extend answered {extended:?}"
+        );
+        // Released, or not held where an attempt that failed had released it.
+        step(&mut failed, "release", || client.release_lease(&lease)).await;
+    }
+    for link in &links {
+        link.heal().await.expect("heal");
+    }
+    eprintln!("with two of three links cut: {failed} attempts failed retryably");
+}
+
+/// One step, sent again after each retryable failure (twenty times at most), each
+/// attempt answering or failing within the response time-out (5 s) and a second's
+/// slack.
+async fn step<T, F, Fut>(failed: &mut usize, what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<T>>,
+{
+    let within = Duration::from_secs(6);
+    for _ in 0..20 {
+        let started = Instant::now();
+        let answer = tokio::time::timeout(within, op())
+            .await
+            .unwrap_or_else(|_| panic!("{what} outlived the response time-out"));
+        match answer {
+            Ok(value) => return value,
+            Err(e) => {
+                assert!(e.is_retryable(), "{what} failed for good: {e}");
+                assert!(started.elapsed() < within, "{what} failed late: {e}");
+                *failed += 1;
+            }
+        }
+    }
+    panic!("{what} failed twenty times in a row");
+}
+
+/// The harness's partition of a member from the rest of its cluster (what the torture
+/// run's "member isolated" fault does): the leader cut off from the two other members
+/// loses the lead to one of them, while a client still reaches it and it answers; a
+/// lock taken through the whole cluster meanwhile is served by the majority; back
+/// with the others, it follows the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_loses_the_lead_while_clients_still_reach_it() {
+    use distlock_testservers::Roles as _;
+
+    let cluster = EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let leader = cluster.leader().await.expect("a leader");
+    cluster
+        .isolate(leader)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let next = loop {
+        match cluster.leader().await {
+            Some(next) if next != leader => break next,
+            _ if Instant::now() > give_up => panic!("member {leader} still led after 30 s"),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    // The isolated member still answers a client on its own port, and no longer leads.
+    let own = format!("http://127.0.0.1:{}", cluster.members()[leader].host_port());
+    let mut alone = etcd_client::Client::connect([own], None)
+        .await
+        .expect("the isolated member reached");
+    let status = alone.status().await.expect("the isolated member answers");
+    let id = status.header().map(|h| h.member_id()).unwrap_or_default();
+    assert_ne!(
+        status.leader(),
+        id,
+        "the isolated member still says it leads"
+    );
+    let backend = EtcdBackend::connect(&cluster.url()).await.expect("connect");
+    let lease = retry(|| backend.acquire_once("isolated", Duration::from_secs(5))).await;
+    backend.release_lease(&lease).await.expect("release");
+    cluster
+        .rejoin(leader)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = alone.status().await.expect("the member answers");
+        if status.leader() != 0 && status.leader() != id {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "member {leader} follows nobody after rejoining"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("member {leader} isolated; member {next} led next");
+}
+
+/// `op` until it acquires (a request routed to the isolated member fails retryably).
+async fn retry<F, Fut>(mut op: F) -> distlock_core::backend::Lease
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<Option<distlock_core::backend::Lease>>>,
+{
+    for _ in 0..20 {
+        match op().await {
+            Ok(Some(lease)) => return lease,
+            Ok(None) => panic!("a fresh key was held"),
+            Err(e) => assert!(e.is_retryable(), "{e}"),
+        }
+    }
+    panic!("no grant in twenty attempts");
 }

@@ -290,6 +290,10 @@ impl EtcdCluster {
     /// then close it, which etcd-client's balanced channel reports as a failed request
     /// (a member that is down refuses the connection instead, and the backend sends
     /// the request again).
+    ///
+    /// With no member stopped, the target has the members too, for the quorum cases:
+    /// each named by its role when a fault hits it (the leader first, then the
+    /// followers), members that replicate each lease among themselves.
     pub async fn target<B, F, Fut>(self, connect: F) -> Result<Target, BoxError>
     where
         B: LockBackend + 'static,
@@ -323,5 +327,13 @@ impl crate::members::Roles for EtcdCluster {
 
     async fn leader(&self) -> Option<usize> {
         EtcdCluster::leader(self).await
+    }
+
+    async fn isolate(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.members, &[], index, true).await
+    }
+
+    async fn rejoin(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.members, &[], index, false).await
     }
 }

@@ -9,6 +9,8 @@ use async_trait::async_trait;
 use distlock_conformance::ServerControl;
 use distlock_core::BoxError;
 use testcontainers::bollard::models::PortBinding;
+use testcontainers::bollard::query_parameters::InspectContainerOptions;
+use testcontainers::bollard::Docker;
 use testcontainers::core::{CmdWaitFor, ContainerPort, ExecCommand};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, ContainerRequest, CopyTargetOptions, GenericImage, ImageExt};
@@ -291,6 +293,32 @@ impl ServerHandle {
     /// was at first; `None` for any other server.
     pub(crate) fn direct_ip(&self) -> Option<IpAddr> {
         self.direct
+    }
+
+    /// The process ID of the container's first process, by which its namespaces are
+    /// entered; `None` while the container is not running.
+    pub(crate) async fn pid(&self) -> Result<Option<u32>, BoxError> {
+        let docker = Docker::connect_with_local_defaults()?;
+        let info = docker
+            .inspect_container(self.container.id(), None::<InspectContainerOptions>)
+            .await?;
+        let state = info.state.unwrap_or_default();
+        if state.running != Some(true) {
+            return Ok(None);
+        }
+        Ok(state
+            .pid
+            .and_then(|pid| u32::try_from(pid).ok())
+            .filter(|&pid| pid > 0))
+    }
+
+    /// Its address now on the network the harness made for it (which a restart may
+    /// have changed); `None` for a server on no such network.
+    pub(crate) async fn current_ip(&self) -> Result<Option<IpAddr>, BoxError> {
+        if self.network.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.container.get_bridge_ip_address().await?))
     }
 
     /// For a server started on a network of its own, an error when it is no longer at

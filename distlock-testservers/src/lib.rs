@@ -45,6 +45,7 @@ mod error;
 pub mod etcd;
 mod handle;
 mod image;
+mod isolation;
 pub mod mariadb;
 mod members;
 mod network;

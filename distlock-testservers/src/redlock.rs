@@ -178,7 +178,7 @@ impl Links {
         self.0.iter().map(|p| p.port()).collect()
     }
 
-    fn each(&self) -> Vec<Arc<dyn LinkControl>> {
+    pub(crate) fn each(&self) -> Vec<Arc<dyn LinkControl>> {
         self.0
             .iter()
             .map(|p| {

@@ -487,4 +487,12 @@ impl crate::members::Roles for RedisSentinel {
     fn leader_word(&self) -> &'static str {
         "master"
     }
+
+    async fn isolate(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.servers, &self.sentinels, index, true).await
+    }
+
+    async fn rejoin(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.servers, &self.sentinels, index, false).await
+    }
 }

@@ -166,6 +166,10 @@ impl ZooKeeperEnsemble {
     /// links are cut and slowed as one, and control over the running members as one
     /// server (paused, restarted or killed together). No round-trip meter: a client
     /// talks to whichever member it reached. The target owns the ensemble.
+    ///
+    /// With no member stopped, the target has the members too, for the quorum cases:
+    /// each named by its role when a fault hits it (the leader first, then the
+    /// followers), members that replicate each lease among themselves.
     pub async fn target<B, F, Fut>(self, connect: F) -> Result<Target, BoxError>
     where
         B: LockBackend + 'static,
@@ -221,5 +225,13 @@ impl crate::members::Roles for ZooKeeperEnsemble {
 
     async fn leader(&self) -> Option<usize> {
         ZooKeeperEnsemble::leader(self).await
+    }
+
+    async fn isolate(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.members, &[], index, true).await
+    }
+
+    async fn rejoin(&self, index: usize) -> Result<(), BoxError> {
+        crate::members::isolation(&self.members, &[], index, false).await
     }
 }

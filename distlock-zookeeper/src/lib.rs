@@ -106,8 +106,10 @@
 //!
 //! The contract of [`distlock_core::LockBackend`], proved by the conformance suite on
 //! a real server (its fault cases included) and on a three-member ensemble whose
-//! leader was stopped, and by tests of a held lock through the loss of the leader and
-//! of waiters woken one at a time.
+//! leader was stopped, the suite's quorum cases on a whole ensemble with the leader,
+//! then a follower, killed, paused beyond the TTL and restarted
+//! (`tests/ensemble_quorum.rs`), and tests of a held lock through the loss of the
+//! leader and of waiters woken one at a time.
 //!
 //! # What it does not guarantee, or does differently
 //!
@@ -122,6 +124,10 @@
 //!   it on reconnecting, so a grant could be made long after its caller was told it
 //!   failed, and hold the key for a whole TTL under an owner nobody knows. A request
 //!   already sent when the connection broke is failed by the driver, never resent.
+//!   On an ensemble, a member that dies, stalls or is cut off under the session costs
+//!   such failures until the session has moved to another member; a
+//!   [`LockClient`](distlock_core::LockClient)'s wait and renewals try again within
+//!   their deadlines.
 //! - **Round trips** (contract point 9, as the suite's proxy counts them): an
 //!   acquire on a fresh key takes one. On a key in use it takes up to five: the
 //!   `multi` that finds the key's node there (only when this backend has not seen the

@@ -4,6 +4,10 @@
 //! a key a majority holds is free; a release a minority confirms is an error; and a member
 //! restarted empty does no more harm than the capabilities declare. Each takes the
 //! servers alone.
+//!
+//! On members that replicate each lease among themselves (an etcd cluster, a
+//! ZooKeeper ensemble: [`Target::members_replicate`]), the cases about a client that
+//! reaches only a minority do not apply, and the others hold as they are written.
 
 use super::*;
 use crate::target::{LinkControl, MemberLinkedClient, ServerControl};
@@ -70,6 +74,60 @@ fn after_restore<T>(body: Result<T, CaseError>, restore: CaseResult) -> Result<T
     Ok(value)
 }
 
+/// Asks for `key` as one owner until a definite answer. Where the client asks each
+/// member itself (Redlock), once: a majority up answers at once. Where the members
+/// replicate, again as the same owner while the request fails retryably, for up to a
+/// minute: a cluster whose leader is down grants nothing until it has elected
+/// another, and a request on the member that failed under it fails with it.
+async fn grant_through(
+    t: &Target,
+    backend: &Arc<DynLockBackend>,
+    key: &LockKey,
+    ttl: Duration,
+) -> Result<Option<Lease>, CaseError> {
+    if !t.replicated_members() {
+        return grant(backend, key, ttl).await;
+    }
+    let owner = OwnerToken::random();
+    match retry_until_up("acquire", || backend.try_acquire_as(key, ttl, owner)).await? {
+        AcquireOutcome::Acquired(lease) => Ok(Some(lease)),
+        AcquireOutcome::Held { .. } => Ok(None),
+    }
+}
+
+/// Polls until `key` can be acquired, as [`acquire_when_free`] does, each poll as
+/// [`grant_through`] asks.
+async fn grant_when_free_through(
+    t: &Target,
+    key: &LockKey,
+    ttl: Duration,
+    give_up: Instant,
+) -> Result<Lease, CaseError> {
+    loop {
+        if let Some(lease) = grant_through(t, t.backend(), key, ttl).await? {
+            return Ok(lease);
+        }
+        if Instant::now() > give_up {
+            return fail(format!("{key} never became free"));
+        }
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `op` once, or, where the members replicate, again while it fails retryably, for up
+/// to a minute (as [`grant_through`]; every step is idempotent for its owner).
+async fn step_through<T, F, Fut>(t: &Target, what: &str, mut op: F) -> Result<T, CaseError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = distlock_core::Result<T>>,
+{
+    if t.replicated_members() {
+        retry_until_up(what, op).await
+    } else {
+        Ok(op().await?)
+    }
+}
+
 /// Holds, extends and releases on `backend` while part of the members is out, and
 /// checks that `other` cannot get in meanwhile; the next holder's fence is higher.
 async fn still_a_lock(
@@ -79,25 +137,32 @@ async fn still_a_lock(
     what: &str,
 ) -> Result<Lease, CaseError> {
     let key = t.key("quorum");
-    let lease = grant(backend, &key, t.long_ttl())
+    let lease = grant_through(t, backend, &key, t.long_ttl())
         .await
         .map_err(|e| CaseError::Failed(format!("with {what}, acquire failed: {e:?}")))?
         .ok_or_else(|| CaseError::Failed(format!("with {what}, a fresh key was held")))?;
     ensure!(
-        grant(other, &key, t.long_ttl()).await?.is_none(),
+        grant_through(t, other, &key, t.long_ttl()).await?.is_none(),
         "with {what}, a second client got the key while a majority held it"
     );
-    match backend.extend(&lease, t.renewal_ttl(&lease)).await? {
+    match step_through(t, "extend", || {
+        backend.extend(&lease, t.renewal_ttl(&lease))
+    })
+    .await?
+    {
         ExtendOutcome::Extended(_) => {}
         ExtendOutcome::NotHeld => return fail(format!("with {what}, the holder could not extend")),
     }
     ensure!(
-        backend.release_lease(&lease).await? == ReleaseOutcome::Released,
+        step_through(t, "release", || backend.release_lease(&lease)).await?
+            == ReleaseOutcome::Released,
         "with {what}, the release did not answer released"
     );
-    let next = grant(other, &key, t.long_ttl()).await?.ok_or_else(|| {
-        CaseError::Failed(format!("with {what}, the key stayed held after release"))
-    })?;
+    let next = grant_through(t, other, &key, t.long_ttl())
+        .await?
+        .ok_or_else(|| {
+            CaseError::Failed(format!("with {what}, the key stayed held after release"))
+        })?;
     ensure!(
         next.fence() > lease.fence(),
         "with {what}, the next holder's fence {} is not above {}",
@@ -139,15 +204,17 @@ cases! {
         let key = t.key("quorum-paused");
         let ttl = fault_ttl(t);
         let during = async {
-            let first = acquire(t, &key, ttl).await.map_err(|e| match e {
-                CaseError::Failed(m) => {
-                    CaseError::Failed(format!("with a minority paused, acquire failed: {m}"))
+            let first = match grant_through(t, t.backend(), &key, ttl).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => return fail(format!("{key} was held although nobody should hold it")),
+                Err(CaseError::Failed(m)) => {
+                    return fail(format!("with a minority paused, acquire failed: {m}"))
                 }
-                skipped => skipped,
-            })?;
+                Err(skipped) => return Err(skipped),
+            };
             sleep_until(first.valid_until()).await;
             let give_up = Instant::now() + ttl * 2 + t.expiry_slack() * 4;
-            let (second, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+            let second = grant_when_free_through(t, &key, t.long_ttl(), give_up).await?;
             ensure!(
                 second.fence() > first.fence(),
                 "the fence {} after expiry is not above {}",
@@ -166,10 +233,10 @@ cases! {
         let second = after_restore(during, restore)?;
         // The woken members held only the first, expired lease.
         ensure!(
-            try_acquire(t, &key, t.long_ttl()).await?.is_none(),
+            grant_through(t, t.backend(), &key, t.long_ttl()).await?.is_none(),
             "once the paused members woke, a second client got the key from the holder"
         );
-        t.backend().release_lease(&second).await?;
+        step_through(t, "release", || t.backend().release_lease(&second)).await?;
         Ok(())
     }
 
@@ -181,7 +248,7 @@ cases! {
         let lease = acquire(t, &key, t.long_ttl()).await?;
         m.all[0].restart().await.map_err(control_err("restart a member"))?;
         ensure!(
-            try_acquire(t, &key, t.long_ttl()).await?.is_none(),
+            grant_through(t, t.backend(), &key, t.long_ttl()).await?.is_none(),
             "a second client got the key while the holder kept a majority"
         );
         match retry_until_up("extend", || t.backend().extend(&lease, t.renewal_ttl(&lease))).await? {
@@ -189,17 +256,19 @@ cases! {
             ExtendOutcome::NotHeld => return fail("the holder could not extend after the restart"),
         }
         ensure!(
-            t.backend().release_lease(&lease).await? == ReleaseOutcome::Released,
+            step_through(t, "release", || t.backend().release_lease(&lease)).await? == ReleaseOutcome::Released,
             "the release did not answer released"
         );
-        let next = acquire(t, &key, t.long_ttl()).await?;
+        let next = grant_through(t, t.backend(), &key, t.long_ttl())
+            .await?
+            .ok_or_else(|| CaseError::Failed(format!("{key} was held after its release")))?;
         ensure!(
             next.fence() > lease.fence(),
             "the fence {} after the restart is not above {}",
             next.fence(),
             lease.fence()
         );
-        t.backend().release_lease(&next).await?;
+        step_through(t, "release", || t.backend().release_lease(&next)).await?;
         Ok(())
     }
 
@@ -214,7 +283,7 @@ cases! {
     }
 
     /// A client that reaches only a minority of the members is never granted the lock, nor an extension.
-    #[case(MutualExclusion, needs_members, fault)]
+    #[case(MutualExclusion, needs_client_quorum, fault)]
     pub async fn quorum_a_minority_never_grants(t: &Target) -> CaseResult {
         let m = members(t);
         let (client, links) = member_client(t).await?;
@@ -258,7 +327,7 @@ cases! {
     }
 
     /// A client that reaches only a minority of the members, none of which has the grant, never inspects a held key as free: a member that did not answer may hold it, as a majority does here.
-    #[case(Operator, needs_members, fault)]
+    #[case(Operator, needs_client_quorum, fault)]
     pub async fn quorum_an_inspect_a_minority_answers_never_says_free(t: &Target) -> CaseResult {
         let m = members(t);
         let key = t.key("quorum-minority-inspect");
@@ -309,7 +378,7 @@ cases! {
     }
 
     /// A release that only a minority of the members can confirm is a retryable error, neither "released" nor "not held" (go-redsync #81): the members that did not answer may have let the lease run out and granted it to another majority. A majority still holds the lease meanwhile, and the release repeated once the members answer frees the key.
-    #[case(Release, needs_members, fault)]
+    #[case(Release, needs_client_quorum, fault)]
     pub async fn quorum_a_release_a_minority_confirms_is_an_error(t: &Target) -> CaseResult {
         let m = members(t);
         let (client, links) = member_client(t).await?;
@@ -378,14 +447,17 @@ cases! {
                     cut(&links[i..=i]).await?;
                 }
             }
-            // The member that came back last round may fail a first request.
-            let granted = match retry_until_up("acquire", || backend.try_acquire(&key, t.long_ttl())).await {
+            // The member that came back last round may fail a first request; it is
+            // sent again as the same owner, which a grant whose reply was lost
+            // already is.
+            let owner = OwnerToken::random();
+            let granted = match retry_until_up("acquire", || backend.try_acquire_as(&key, t.long_ttl(), owner)).await {
                 Ok(AcquireOutcome::Acquired(lease)) => Ok(lease),
                 Ok(AcquireOutcome::Held { .. }) => fail(format!("round {round}: the key was held")),
                 Err(e) => Err(e),
             };
             let released = match &granted {
-                Ok(lease) => backend.release_lease(lease).await.map(drop).map_err(CaseError::from),
+                Ok(lease) => step_through(t, "release", || backend.release_lease(lease)).await.map(drop),
                 Err(_) => Ok(()),
             };
             let mut restore = Ok(());

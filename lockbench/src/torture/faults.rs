@@ -111,6 +111,7 @@ impl Injector {
             .into_iter()
             .filter(|kind| match kind {
                 FaultKind::Partition | FaultKind::Latency => !self.links.is_empty(),
+                FaultKind::Isolate => self.roles.is_some(),
                 FaultKind::LostReplies => self.links.iter().any(|l| l.can_hold_replies()),
                 FaultKind::KillConnections => self
                     .control
@@ -196,6 +197,7 @@ impl Injector {
                 | FaultKind::Restart
                 | FaultKind::KillAndStart
                 | FaultKind::KillConnections
+                | FaultKind::Isolate
         ) {
             return Ok(None);
         }
@@ -318,6 +320,18 @@ impl Injector {
                 control.start().await?;
             }
             FaultKind::Restart => control()?.restart().await?,
+            FaultKind::Isolate => {
+                let (Some(roles), Some(aim)) = (&self.roles, &aim) else {
+                    return Err("no replicated set to isolate a member of".into());
+                };
+                roles.isolate(aim.index).await?;
+                let down = Instant::now();
+                sleep(long).await;
+                if let Some(aim) = leader_down {
+                    succeeded = self.succession(aim, down).await;
+                }
+                roles.rejoin(aim.index).await?;
+            }
             FaultKind::KillAndStart => {
                 let control = control()?;
                 control.kill().await?;
@@ -373,6 +387,11 @@ impl Injector {
         }
         if let Some(control) = &self.control {
             let _ = control.unpause().await;
+        }
+        if let Some(roles) = &self.roles {
+            for index in 0..roles.members().len() {
+                let _ = roles.rejoin(index).await;
+            }
         }
     }
 }
@@ -650,7 +669,7 @@ mod tests {
                 .lock()
                 .expect("not poisoned")
                 .push((self.index, what, led));
-            if led && matches!(what, "pause" | "stop" | "kill") {
+            if led && matches!(what, "pause" | "stop" | "kill" | "isolate") {
                 *leader = (self.index + 1) % self.set.size;
             }
         }
@@ -712,6 +731,22 @@ mod tests {
         async fn leader(&self) -> Option<usize> {
             Some(*self.0.leader.lock().expect("not poisoned"))
         }
+        async fn isolate(&self, index: usize) -> Result<(), BoxError> {
+            Member {
+                index,
+                set: self.0.clone(),
+            }
+            .ask("isolate");
+            Ok(())
+        }
+        async fn rejoin(&self, index: usize) -> Result<(), BoxError> {
+            Member {
+                index,
+                set: self.0.clone(),
+            }
+            .ask("rejoin");
+            Ok(())
+        }
     }
 
     /// Faults aimed by role hit the leader two turns in three and a follower the
@@ -738,6 +773,7 @@ mod tests {
             FaultKind::Restart,
             FaultKind::KillAndStart,
             FaultKind::KillConnections,
+            FaultKind::Isolate,
         ];
         let mut hits = Vec::new();
         for _round in 0..2 {
@@ -757,7 +793,7 @@ mod tests {
             }
         }
         let leader_hits = hits.iter().filter(|(_, _, led)| *led).count();
-        assert_eq!(leader_hits, 6, "{hits:#?}");
+        assert_eq!(leader_hits, 7, "{hits:#?}");
         for (kind, hit, led) in &hits {
             if *led && *kind != FaultKind::KillConnections {
                 assert!(
@@ -768,7 +804,7 @@ mod tests {
         }
         // A leader brought back (unpaused, started) only after another member led.
         for (member, what, led) in set.asked.lock().expect("not poisoned").iter() {
-            if matches!(*what, "unpause" | "start") {
+            if matches!(*what, "unpause" | "start" | "rejoin") {
                 assert!(
                     !led,
                     "member {member} was brought back ({what}) while it still led"

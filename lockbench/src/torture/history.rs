@@ -59,10 +59,14 @@ pub(crate) enum FaultKind {
     Restart,
     /// The server killed, then started again.
     KillAndStart,
+    /// A member of a replicated set cut off from the others (and from a Sentinel set's
+    /// Sentinels), both ways, for longer than the TTL, while clients still reach it:
+    /// a leader so isolated is in the minority.
+    Isolate,
 }
 
 impl FaultKind {
-    pub(crate) const ALL: [FaultKind; 7] = [
+    pub(crate) const ALL: [FaultKind; 8] = [
         FaultKind::Pause,
         FaultKind::Partition,
         FaultKind::Latency,
@@ -70,6 +74,7 @@ impl FaultKind {
         FaultKind::KillConnections,
         FaultKind::Restart,
         FaultKind::KillAndStart,
+        FaultKind::Isolate,
     ];
 
     pub(crate) fn label(self) -> &'static str {
@@ -81,6 +86,7 @@ impl FaultKind {
             FaultKind::KillConnections => "connections killed",
             FaultKind::Restart => "restart",
             FaultKind::KillAndStart => "kill and start",
+            FaultKind::Isolate => "member isolated",
         }
     }
 }
