@@ -8,10 +8,18 @@ cd "$(dirname "$0")/.."
 # shows where its time went.
 step() { echo "test: +${SECONDS}s $*"; }
 
-# etcd-client's build compiles etcd's protocol with protoc.
+# One build from scratch: incremental compilation's records only slow it down.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# etcd-client's build compiles etcd's protocol with protoc; the test runner reads
+# cargo's build messages with jq.
 if ! command -v protoc >/dev/null 2>&1; then
   echo "test: installing protobuf-compiler (protoc)"
   bash scripts/apt-install.sh protobuf-compiler
+fi
+if ! command -v jq >/dev/null 2>&1; then
+  echo "test: installing jq"
+  bash scripts/apt-install.sh jq
 fi
 
 # The server images are made while the lints and the docs compile: on a fresh machine
@@ -37,9 +45,11 @@ fi
 cat "$images_log"
 rm -f "$images_log"
 step "tests"
-# Container tests start their own servers; the harness bounds how many run at once.
-# Every feature, so that the TLS builds and their tests run too.
-cargo test --workspace --all-features --locked
+# Every test of `cargo test --workspace --all-features` (the TLS builds and their
+# tests too), the test binaries in two streams at once (scripts/run-tests.sh says why).
+# Container tests start their own servers; each binary's harness bounds how many run
+# at once.
+bash scripts/run-tests.sh
 step "a user's crate outside the workspace"
 # A user's crate with distlock's redis feature alone builds without protoc.
 bash scripts/check-outside.sh

@@ -69,6 +69,37 @@ const HOST_PORTS_FROM: u16 = 20_000;
 static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
+/// This process's claims on the host ports it hands out, held for its life: one file
+/// per port under the system's temporary directory, locked. Test binaries run at once
+/// (`scripts/run-tests.sh` runs two), and a port another one claimed is never handed
+/// out here, even while that one's container is stopped for a restart and the port
+/// is free. The lock goes with the process, however it ends.
+static CLAIMS: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+
+/// Claims `port` for this process: `false` when another process holds it. Where no
+/// claim file can be made, the port is this process's to check alone.
+fn claim(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("distlock-testservers-ports");
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+    });
+    let Ok(file) = file else {
+        return true;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            true
+        }
+        Err(std::fs::TryLockError::WouldBlock) => false,
+        Err(std::fs::TryLockError::Error(_)) => true,
+    }
+}
+
 /// The first port of the kernel's ephemeral range, from which it picks the local ports
 /// of outgoing connections and of listeners bound to port 0 (and Docker its own
 /// mappings).
@@ -83,14 +114,17 @@ fn ephemeral_start() -> Option<u16> {
 /// It is taken below the kernel's ephemeral range where there is room, so that no
 /// outgoing connection, listener on port 0 or Docker mapping of its own can take it
 /// between this check and the container's start (or while the container is stopped
-/// for a restart); and never twice in one process.
+/// for a restart); never twice in one process, nor one another process claimed.
 fn free_port() -> Result<u16, HarnessError> {
     let below = ephemeral_start().unwrap_or(32_768);
     let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     if below > HOST_PORTS_FROM + 1_000 {
         for _ in 0..200 {
             let port = rand::random_range(HOST_PORTS_FROM..below);
-            if !handed.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if !handed.contains(&port)
+                && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && claim(port)
+            {
                 handed.insert(port);
                 return Ok(port);
             }
@@ -100,7 +134,8 @@ fn free_port() -> Result<u16, HarnessError> {
     for _ in 0..200 {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(HarnessError::NoPort)?;
         let port = listener.local_addr().map_err(HarnessError::NoPort)?.port();
-        if handed.insert(port) {
+        if !handed.contains(&port) && claim(port) {
+            handed.insert(port);
             return Ok(port);
         }
     }
@@ -513,5 +548,26 @@ mod tests {
             .filter(|port| held_ports.contains(port))
             .collect();
         assert!(taken.is_empty(), "ports in use were handed out: {taken:?}");
+    }
+
+    /// A port another process claimed is not this one's: the claim is a lock on a
+    /// file another open of it (as another process makes) cannot take.
+    #[test]
+    fn a_port_claimed_elsewhere_is_not_claimed_here() {
+        let port = 1; // never handed out: below any range the picker uses
+        let path = std::env::temp_dir()
+            .join("distlock-testservers-ports")
+            .join(port.to_string());
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("the claims' directory");
+        let elsewhere = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("the claim file");
+        elsewhere.try_lock().expect("claimed elsewhere");
+        assert!(!claim(port), "a port held elsewhere was claimed");
+        drop(elsewhere);
+        assert!(claim(port), "a port held by no one was not claimed");
     }
 }
