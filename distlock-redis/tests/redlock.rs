@@ -451,11 +451,19 @@ async fn an_inspect_that_reaches_only_a_master_without_the_grant_is_an_error() {
     let members = masters.members();
     // The master that missed the grant: one may have missed it already (an acquire
     // returns at a majority and the last grant lands after); otherwise one restarted
-    // empty. The other two hold it.
+    // empty. The other two hold it with the agreed fence: a master whose grant landed
+    // after the acquire returned holds its own proposal, so it is the one restarted
+    // where every master holds the lease.
+    let agreed = format!(":{}/", lease.fence().get());
     let mut missed = members.len() - 1;
     for (i, member) in members.iter().enumerate() {
-        if get(member, "distlock:{missed}").await.is_none() {
-            missed = i;
+        match get(member, "distlock:{missed}").await {
+            None => {
+                missed = i;
+                break;
+            }
+            Some(stored) if !stored.contains(&agreed) => missed = i,
+            Some(_) => {}
         }
     }
     members[missed].restart().await.expect("restart");
