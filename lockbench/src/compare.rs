@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock::{DynLockBackend, MemoryBackend};
 use distlock_conformance::{cases, run_case, Outcome, Target};
 use distlock_testservers::Server;
+use futures_util::StreamExt as _;
 
 use crate::options::RunOptions;
 use crate::report::{BackendRun, Conformance, FloorRow, PeerRow, Report, SweepPoint};
@@ -23,6 +24,11 @@ struct Beside {
     floors: Vec<S1Entry>,
     rslock: Option<peers::Rslock>,
 }
+
+/// How many of the suite's cases run at once on a row: as many as its test harness
+/// runs (`distlock_conformance::run_as_tests`), so that the suite's time in the
+/// report is the time it takes there.
+const SUITE_CASES_AT_ONCE: usize = 4;
 
 /// Why a row's conformance column says "not run" under `--skip-suite`.
 const SUITE_SKIPPED: &str =
@@ -275,9 +281,16 @@ async fn measure(
         seconds: 0.0,
     };
     let all = cases().count();
-    // One line per case as it ends, so that a long suite shows where it is.
-    for (i, case) in cases().enumerate() {
-        let report = run_case(&target, case).await;
+    // Cases run SUITE_CASES_AT_ONCE at a time, as the suite's test harness runs them: a
+    // case that needs the server alone (a fault) waits for the others, and they for it
+    // (`run_case`). One line per case as it ends, so that a long suite shows where it
+    // is; the report lists them in table order.
+    let target = &target;
+    let mut reports = futures_util::stream::iter(cases().enumerate())
+        .map(|(i, case)| async move { (i, run_case(target, case).await) })
+        .buffer_unordered(SUITE_CASES_AT_ONCE);
+    let mut ended = Vec::with_capacity(all);
+    while let Some((i, report)) = reports.next().await {
         let said = match &report.outcome {
             Outcome::Passed => "passed".to_owned(),
             Outcome::Failed(msg) => format!("FAILED: {msg}"),
@@ -287,11 +300,15 @@ async fn measure(
             &name,
             &format!(
                 "suite case {}/{all} {} {said} ({:.1} s)",
-                i + 1,
+                ended.len() + 1,
                 report.name,
                 report.duration.as_secs_f64()
             ),
         );
+        ended.push((i, report));
+    }
+    ended.sort_by_key(|(i, _)| *i);
+    for (_, report) in ended {
         match report.outcome {
             Outcome::Passed => conformance.passed += 1,
             Outcome::Failed(msg) => conformance.failed.push((report.name.into(), msg)),
