@@ -202,8 +202,10 @@
 //!   servers with `min-replicas-to-write 1` and a `min-replicas-max-lag` below the
 //!   Sentinels' `down-after-milliseconds`: a master whose replicas have moved on then
 //!   refuses writes (`NOREPLICAS`, a retryable error here, after which the backend asks
-//!   the Sentinels again). Redis counts its replicas once a second, so a master
-//!   resuming can still take a write in its first second back. With those settings
+//!   the Sentinels again; `tests/sentinel_failover.rs` cuts a master off from its
+//!   replicas and sees it refuse grants within seconds, before any failover). Redis
+//!   counts its replicas once a second, so a master resuming can still take a write
+//!   in its first second back. With those settings
 //!   the torture run's standard row (six faults on the master, five of them
 //!   failovers) saw no fence inversion and one overlap, inside a failover, of the kind
 //!   declared (a lease the failover lost). Write through a fenced store either way.

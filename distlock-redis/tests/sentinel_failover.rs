@@ -1,6 +1,7 @@
 //! Redis behind Sentinel, its master killed with a grant its replicas never saw: a
 //! replica is promoted, the backend follows it, the lost grant is granted again with a
-//! greater fence, and the old holder's fenced write is refused.
+//! greater fence, and the old holder's fenced write is refused. And a master cut off
+//! from its replicas, which refuses grants once their acknowledgements are too old.
 
 mod support;
 
@@ -13,8 +14,9 @@ use distlock_redis::redis::sentinel::{
     SentinelClient, SentinelNodeConnectionInfo, SentinelServerType,
 };
 use distlock_redis::{RedisBackend, RedisConfig};
-use distlock_testservers::RedisSentinel;
+use distlock_testservers::{RedisSentinel, Roles as _};
 use support::until_served;
+use tokio::time::Instant;
 
 /// A name the Sentinels do not monitor is a configuration error that names it; a
 /// service's own Sentinel client finds the master as a URL does.
@@ -184,4 +186,49 @@ async fn a_promoted_replica_grants_above_every_fence_and_the_old_holder_is_refus
         "the lost grant was renewed: {renewed:?}"
     );
     backend.release_lease(&next).await.expect("release");
+}
+
+/// A master cut off from its replicas and from the Sentinels, clients still reaching
+/// it, takes grants only until its replicas' acknowledgements are
+/// `min-replicas-max-lag` old (2 s on the test servers; replicas acknowledge every
+/// second): from then on it refuses them with a retryable error, before the Sentinels
+/// even fail it over, so what it can grant and lose with it is bounded by that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_cut_off_from_its_replicas_refuses_grants_once_their_acknowledgements_are_old() {
+    let set = RedisSentinel::start(2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = RedisBackend::connect(&set.url()).await.expect("connect");
+    let ttl = Duration::from_secs(30);
+    let master = set.master().await.expect("the Sentinels name a master");
+    let first = LockKey::new("cut-off-0").expect("key");
+    let AcquireOutcome::Acquired(granted) =
+        backend.try_acquire(&first, ttl).await.expect("acquire")
+    else {
+        panic!("a fresh key was held")
+    };
+    backend.release_lease(&granted).await.expect("release");
+
+    set.isolate(master).await.expect("cut the master off");
+    let cut = Instant::now();
+    // A grant on a fresh key every 100 ms until the master refuses one: within the
+    // lag (2 s), an acknowledgement's period (1 s) and this machine's slack.
+    let refused = loop {
+        let elapsed = cut.elapsed();
+        assert!(
+            elapsed < Duration::from_secs(6),
+            "the cut-off master still granted {elapsed:?} after the cut"
+        );
+        let key = LockKey::new(format!("cut-off-{}", elapsed.as_millis())).expect("key");
+        match backend.try_acquire(&key, ttl).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => break e,
+        }
+    };
+    let after = cut.elapsed();
+    set.rejoin(master).await.expect("rejoin the master");
+    assert_eq!(refused.kind(), ErrorKind::Unavailable, "{refused}");
+    assert!(refused.is_retryable(), "{refused}");
+    assert!(refused.to_string().contains("NOREPLICAS"), "{refused}");
+    eprintln!("the cut-off master refused grants {after:?} after the cut");
 }
