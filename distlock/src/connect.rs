@@ -19,6 +19,7 @@ fn config_error(message: impl Into<String>) -> Error {
 /// [`Connector::new`], [`schemes`] and the command line read (a test checks each
 /// entry here against its crate's descriptor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KnownBackend {
     /// The backend's name, as its crate's `LockBackend::name` gives it.
     pub name: &'static str,
@@ -31,8 +32,9 @@ pub struct KnownBackend {
 }
 
 /// distlock's own network backends, whether this build has them or not; the
-/// in-memory backend (`memory://`) is always there.
-pub const BACKENDS: [KnownBackend; 5] = [
+/// in-memory backend (`memory://`) is always there. A slice: a release that adds a
+/// backend adds an entry, and breaks no one.
+pub const BACKENDS: &[KnownBackend] = &[
     KnownBackend {
         name: "redis",
         feature: "redis",
