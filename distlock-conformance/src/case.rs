@@ -190,10 +190,12 @@ impl<T> Case<T> {
     pub fn fault(&self) -> bool {
         self.fault
     }
+}
 
+impl<T: crate::suite::SuiteTarget> Case<T> {
     /// Why the case cannot run on `target`, or `None` when it can.
     pub fn skip_reason(&self, target: &T) -> Option<String> {
-        (self.gate)(target)
+        (self.gate)(target).or_else(|| target.excludes(self))
     }
 }
 

@@ -207,6 +207,31 @@ cases! {
         Ok(())
     }
 
+    /// A lease without a fence (an efficiency lock's) can neither write nor claim, and leaves nothing stored.
+    #[case(FencedStore(4), always)]
+    pub async fn a_lease_without_a_fence_is_refused(t: &StoreTarget) -> CaseResult {
+        let r = t.resource("no-fence");
+        let s = t.store();
+        let write = s.write(&r, FencingToken::NONE, b"unfenced").await;
+        let read = s.read(&r, FencingToken::NONE).await.map(drop);
+        for (what, result) in [("a write", write), ("a claiming read", read)] {
+            match result {
+                Err(e) if e.kind() == ErrorKind::InvalidInput => {}
+                other => {
+                    return Err(CaseError::Failed(format!(
+                        "{what} under no fence gave {other:?}, not an invalid-input error"
+                    )))
+                }
+            }
+        }
+        ensure!(
+            s.inspect(&r).await?.is_none(),
+            "a refused step under no fence left something stored"
+        );
+        s.write(&r, f(1), b"one").await?;
+        Ok(())
+    }
+
     /// A claiming read raises the fence: an older holder can no longer write after it.
     #[case(FencedStore(5), always)]
     pub async fn a_claiming_read_refuses_older_writers(t: &StoreTarget) -> CaseResult {

@@ -36,6 +36,7 @@ pub mod fenced;
 mod gates;
 mod suite;
 mod target;
+mod unfenced;
 
 pub use case::{Case, ContractPoint};
 pub use suite::{

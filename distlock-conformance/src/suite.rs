@@ -15,7 +15,7 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use tokio::sync::RwLock;
 use tokio::time::Instant;
 
-use crate::case::Case;
+use crate::case::{Case, ContractPoint};
 use crate::cases::{CaseError, CaseResult, AREAS};
 use crate::target::Target;
 
@@ -34,6 +34,13 @@ pub trait SuiteTarget: Send + Sync + Sized + 'static {
     /// Runs before a case's gate is read: a target may ask its parts what they offer.
     fn prepare(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
+    }
+
+    /// Why `case` does not apply to this target whatever its gate says (the fence
+    /// cases on an efficiency lock's run, say), or `None`.
+    fn excludes(&self, case: &Case<Self>) -> Option<String> {
+        let _ = case;
+        None
     }
 
     /// The lock that gives a fault case the server alone: other cases hold it shared.
@@ -58,6 +65,24 @@ impl SuiteTarget for Target {
 
     fn server_use(&self) -> Option<&RwLock<()>> {
         Some(&self.server_use)
+    }
+
+    fn excludes(&self, case: &Case<Self>) -> Option<String> {
+        if !(self.is_unfenced() && self.capabilities().unfenced_grants) {
+            return None;
+        }
+        match case.point() {
+            ContractPoint::Fencing => Some(
+                "an efficiency lock's grants carry no fence on this backend (capabilities.unfenced_grants)"
+                    .into(),
+            ),
+            ContractPoint::Election | ContractPoint::Semaphore | ContractPoint::ReadWrite => Some(
+                "elections, semaphores and read-write locks are fenced whatever the client's options \
+                 say; they run on the fenced lock's suite (this run turns every grant's fence off)"
+                    .into(),
+            ),
+            _ => None,
+        }
     }
 }
 

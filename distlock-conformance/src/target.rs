@@ -10,7 +10,9 @@ use distlock_core::backend::{
     Lease, OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal,
     SetBackend, SetGrant, Term,
 };
-use distlock_core::{BoxError, DynLockBackend, LockBackend, LockInfo, LockKey, MemoryBackend};
+use distlock_core::{
+    BoxError, DynLockBackend, FencingToken, LockBackend, LockInfo, LockKey, MemoryBackend,
+};
 use futures_util::future::BoxFuture;
 use tokio::sync::{watch, RwLock};
 
@@ -133,6 +135,8 @@ pub struct Target {
     pub(crate) server_use: RwLock<()>,
     /// Whether the target's links hold replies alone, once a link was asked.
     links_hold_replies: std::sync::OnceLock<bool>,
+    /// Whether its grants are asked for without a fence (set by [`Target::unfenced`]).
+    unfenced: bool,
 }
 
 impl fmt::Debug for Target {
@@ -163,7 +167,66 @@ impl Target {
             replicated: false,
             server_use: RwLock::new(()),
             links_hold_replies: std::sync::OnceLock::new(),
+            unfenced: false,
         }
+    }
+
+    /// This target as an efficiency lock's: every backend it makes (its clients,
+    /// linked and metered ones too) asks for its plain grants without a fence
+    /// ([`AcquireRequest::with_fenced`](distlock_core::backend::AcquireRequest::with_fenced)),
+    /// as a client with [`LockOptions::with_fenced`](distlock_core::LockOptions::with_fenced)
+    /// off does. Where the backend then grants without fences
+    /// ([`Capabilities::unfenced_grants`](distlock_core::backend::Capabilities::unfenced_grants)),
+    /// the cases about fences do not apply, and say so, nor do those of elections,
+    /// semaphores and read-write locks (always fenced, whatever a client's options
+    /// say; this run's backends cannot tell their grants from a lock's); every other
+    /// case runs as on the fenced lock. Call it last, once the target's parts are
+    /// given.
+    pub fn unfenced(mut self) -> Self {
+        use crate::unfenced::unfenced;
+        self.unfenced = true;
+        self.backend = unfenced(self.backend);
+        self.metered = self
+            .metered
+            .map(|(backend, meter)| (unfenced(backend), meter));
+        let wrap = |connect: Connector| -> Connector {
+            Arc::new(move || {
+                let made = connect();
+                Box::pin(async move { made.await.map(unfenced) })
+            })
+        };
+        self.wrong_credentials = self
+            .wrong_credentials
+            .map(|(secret, connect)| (secret, wrap(connect)));
+        self.clients = self.clients.map(wrap);
+        self.links = self.links.map(|connect| -> LinkedConnector {
+            Arc::new(move || {
+                let made = connect();
+                Box::pin(async move { made.await.map(|(b, link)| (unfenced(b), link)) })
+            })
+        });
+        self.members = self.members.map(|(members, connect)| {
+            let connect: MemberConnector = Arc::new(move || {
+                let made = connect();
+                Box::pin(async move { made.await.map(|(b, links)| (unfenced(b), links)) })
+            });
+            (members, connect)
+        });
+        self
+    }
+
+    /// Whether the target asks for its grants without a fence ([`unfenced`](Self::unfenced)).
+    pub fn is_unfenced(&self) -> bool {
+        self.unfenced
+    }
+
+    /// Whether a grant's fence `after`, following one whose fence was `before`, keeps
+    /// contract point 6: above it. On an efficiency lock's run where the backend
+    /// grants without fences ([`unfenced`](Self::unfenced), and
+    /// [`Capabilities::unfenced_grants`](distlock_core::backend::Capabilities::unfenced_grants)),
+    /// a grant carrying no fence has nothing to compare, and keeps it too.
+    pub fn fence_rose(&self, before: FencingToken, after: FencingToken) -> bool {
+        after > before || (self.unfenced && self.capabilities().unfenced_grants && after.is_none())
     }
 
     /// Adds a second instance of the backend whose traffic `meter` counts, which

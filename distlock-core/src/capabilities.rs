@@ -138,12 +138,23 @@ pub struct Capabilities {
     /// Whether the holder of each grant is kept with it, and by whose clock its grant
     /// time is recorded.
     pub holder_records: HolderRecords,
+    /// Whether an efficiency lock's plain grants
+    /// ([`LockOptions::with_fenced`](crate::LockOptions::with_fenced) off) take a
+    /// cheaper step here that mints no fence: their leases then carry
+    /// [`FencingToken::NONE`](crate::FencingToken::NONE), and where holders are kept
+    /// ([`holder_records`](Self::holder_records)) their grant time is by the client's
+    /// clock. `false` (the default): the backend's fence costs nothing extra (a
+    /// revision, a zxid, a sequence drawn in the same statement), so the option changes
+    /// nothing and every grant carries a fence. Fair steps and sets of keys always
+    /// take the fenced step.
+    pub unfenced_grants: bool,
 }
 
 impl Default for Capabilities {
     /// Millisecond TTLs from 1 ms to one year, best-effort fences, extend to any TTL,
     /// one round trip per operation, no clock drift, no change notification, and no
-    /// bound on when a request may still be applied, and no holders kept.
+    /// bound on when a request may still be applied, no holders kept, and a fence on
+    /// every grant.
     fn default() -> Self {
         Capabilities {
             min_ttl: Duration::from_millis(1),
@@ -157,6 +168,7 @@ impl Default for Capabilities {
             clock_drift: ClockDrift::NONE,
             applied_within: None,
             holder_records: HolderRecords::NotKept,
+            unfenced_grants: false,
         }
     }
 }

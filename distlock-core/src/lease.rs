@@ -25,6 +25,7 @@ pub struct AcquireRequest {
     owner: OwnerToken,
     place: Option<Duration>,
     holder: Holder,
+    fenced: bool,
 }
 
 impl AcquireRequest {
@@ -36,7 +37,15 @@ impl AcquireRequest {
             owner,
             place: None,
             holder,
+            fenced: true,
         }
+    }
+
+    /// This request as an efficiency lock's: one the backend may grant without a
+    /// fence.
+    pub(crate) fn unfenced(mut self) -> Self {
+        self.fenced = false;
+        self
     }
 
     /// This request as a fair step, keeping the owner's place for `place`.
@@ -73,6 +82,26 @@ impl AcquireRequest {
     /// [`fair`](crate::LockBackend::fair) answers.
     pub fn place(&self) -> Option<Duration> {
         self.place
+    }
+
+    /// Whether the grant must carry a fence: `true` unless an efficiency lock asks
+    /// ([`LockOptions::with_fenced`](crate::LockOptions::with_fenced) off). A backend
+    /// whose [`Capabilities::unfenced_grants`](crate::backend::Capabilities::unfenced_grants)
+    /// is set may grant a plain request (no [`place`](Self::place)) that is not fenced
+    /// with a cheaper step and answer [`FencingToken::NONE`]; any backend may ignore
+    /// this and mint a fence as always.
+    pub fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// This request with `fenced` as [`fenced`](Self::fenced), for a backend that wraps
+    /// another and changes what it forwards (the conformance suite's run of an
+    /// efficiency lock, say).
+    pub fn with_fenced(&self, fenced: bool) -> AcquireRequest {
+        AcquireRequest {
+            fenced,
+            ..self.clone()
+        }
     }
 
     /// This request with another place: `None` makes a fair step a plain grant. For a
@@ -175,9 +204,18 @@ impl Lease {
         &self.owner
     }
 
-    /// The fencing token of this acquisition.
+    /// The fencing token of this acquisition: [`FencingToken::NONE`] for an efficiency
+    /// lock's grant that carries none ([`is_fenced`](Self::is_fenced)).
     pub fn fence(&self) -> FencingToken {
         self.fence
+    }
+
+    /// Whether this lease carries a fence: every fenced lock's does; an efficiency
+    /// lock's only where its backend's fence costs nothing extra
+    /// ([`Capabilities::unfenced_grants`](crate::backend::Capabilities::unfenced_grants)
+    /// unset).
+    pub fn is_fenced(&self) -> bool {
+        !self.fence.is_none()
     }
 
     /// The TTL it was granted (or last extended) with.
@@ -207,7 +245,9 @@ impl Lease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grant {
     /// The key was free (or its lease had expired, or this same owner already held it)
-    /// and is now held by the request's owner for the request's TTL, with this fence.
+    /// and is now held by the request's owner for the request's TTL, with this fence:
+    /// [`FencingToken::NONE`] only for a request that is not
+    /// [`fenced`](AcquireRequest::fenced).
     Granted(FencingToken),
     /// Another lease holds the key.
     Held {
@@ -301,7 +341,8 @@ pub enum ExtendOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
-    /// The current holder's fencing token.
+    /// The current holder's fencing token: [`FencingToken::NONE`] for an efficiency
+    /// lock's grant made without one.
     pub fence: FencingToken,
     /// The holder's remaining TTL by the server's clock.
     pub remaining: Duration,
@@ -310,7 +351,7 @@ pub struct LockInfo {
     pub holder: Option<Holder>,
     /// When the lease was granted (a renewal keeps it), by the clock
     /// [`Capabilities::holder_records`](crate::backend::Capabilities::holder_records)
-    /// names; `None` where `holder` is.
+    /// names (by the client's for a grant without a fence); `None` where `holder` is.
     pub granted_at: Option<SystemTime>,
 }
 

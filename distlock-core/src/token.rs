@@ -74,9 +74,22 @@ impl fmt::Debug for OwnerToken {
 pub struct FencingToken(u64);
 
 impl FencingToken {
+    /// No fence: what a lease of an efficiency lock carries where the backend grants
+    /// it without minting a fence
+    /// ([`LockOptions::with_fenced`](crate::LockOptions::with_fenced) off, and
+    /// [`Capabilities::unfenced_grants`](crate::backend::Capabilities::unfenced_grants)).
+    /// No fenced grant carries it (a server's fence is a positive integer), and every
+    /// fenced store refuses it ([`check_fence`](crate::backend::check_fence)).
+    pub const NONE: FencingToken = FencingToken(0);
+
     /// Wraps a raw value.
     pub const fn new(value: u64) -> Self {
         FencingToken(value)
+    }
+
+    /// Whether this is [`NONE`](Self::NONE): the grant carried no fence.
+    pub const fn is_none(self) -> bool {
+        self.0 == 0
     }
 
     /// The raw value.

@@ -199,6 +199,8 @@ impl RedisBackend {
         capabilities.change_notification = true;
         // acquire.lua stores the holder with its grant time by the server's clock.
         capabilities.holder_records = HolderRecords::ServerClock;
+        // An efficiency lock's plain grant is one `SET NX` (`grant_unfenced`).
+        capabilities.unfenced_grants = true;
         // A release hands the lock to the head of its queue: not on a Redlock master
         // (the Redlock's majority decides a grant, not one master's release), nor where
         // grants wait for replicas (the release does not, and the waiter would hear of
@@ -304,37 +306,12 @@ impl RedisBackend {
             call
         };
         let mut evalsha = call("EVALSHA", script.script.get_hash());
-        let replicas = self.inner.config.wait_replicas;
         // Once each: a script the server forgot is sent whole, and a request on a
         // connection the server dropped (a restart, say) is sent again on a new one.
         // Sending again is safe: every script is idempotent for its owner token.
         let (mut reloaded, mut resent) = (false, false);
         loop {
-            let result = if wait && replicas > 0 {
-                let timeout_ms =
-                    u64::try_from(self.inner.config.wait_timeout.as_millis()).unwrap_or(u64::MAX);
-                let mut pipe = redis::pipe();
-                pipe.add_command(evalsha.clone())
-                    .cmd("WAIT")
-                    .arg(replicas)
-                    .arg(timeout_ms);
-                match pipe.query_async::<(T, u32)>(&mut conn).await {
-                    Ok((value, acked)) if acked >= replicas => Ok(value),
-                    Ok((_, acked)) => {
-                        return Err(Error::new(
-                            ErrorKind::Unavailable,
-                            format!(
-                            "only {acked} of {replicas} replicas acknowledged the write in time"
-                        ),
-                        )
-                        .with_backend(NAME))
-                    }
-                    Err(e) => Err(e),
-                }
-            } else {
-                evalsha.query_async::<T>(&mut conn).await
-            };
-            match result {
+            match self.query(&mut conn, &evalsha, wait).await? {
                 Err(e) if !reloaded && is_noscript(&e) => {
                     reloaded = true;
                     debug!("the server had no copy of the script; sending it whole");
@@ -346,6 +323,52 @@ impl RedisBackend {
                 }
                 other => return other.map_err(|e| self.error(e)),
             }
+        }
+    }
+
+    /// Sends one command as [`run`](Self::run) sends a script: with `WAIT` in the same
+    /// pipeline when replicas are to be waited for, and once more on a new connection
+    /// when the server dropped it. The command must be idempotent for its owner token.
+    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: &redis::Cmd, wait: bool) -> Result<T> {
+        let mut conn = self.inner.conn.clone();
+        match self.query(&mut conn, cmd, wait).await? {
+            Err(e) if e.is_connection_dropped() => {
+                debug!(error = %e, "the connection was dropped; sending again");
+                self.query(&mut conn, cmd, wait).await?
+            }
+            other => other,
+        }
+        .map_err(|e| self.error(e))
+    }
+
+    /// One request: `cmd`, and `WAIT` in the same pipeline when `wait` and replicas
+    /// are to be waited for. The driver's error is left for the caller to act on; too
+    /// few replicas acknowledging is an [`ErrorKind::Unavailable`] error.
+    async fn query<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        cmd: &redis::Cmd,
+        wait: bool,
+    ) -> Result<redis::RedisResult<T>> {
+        let replicas = self.inner.config.wait_replicas;
+        if !(wait && replicas > 0) {
+            return Ok(cmd.query_async::<T>(conn).await);
+        }
+        let timeout_ms =
+            u64::try_from(self.inner.config.wait_timeout.as_millis()).unwrap_or(u64::MAX);
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout_ms);
+        match pipe.query_async::<(T, u32)>(conn).await {
+            Ok((value, acked)) if acked >= replicas => Ok(Ok(value)),
+            Ok((_, acked)) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("only {acked} of {replicas} replicas acknowledged the write in time"),
+            )
+            .with_backend(NAME)),
+            Err(e) => Ok(Err(e)),
         }
     }
 
@@ -469,8 +492,11 @@ impl RedisBackend {
             .and_then(|ms| u64::try_from(ms).ok())
             .unwrap_or(0);
         let (holder, granted_at) = stored_holder(&rest);
-        let info = LockInfo::new(parse_fence(&fence)?, Duration::from_millis(remaining))
-            .held_by(holder, granted_at);
+        let info = LockInfo::new(
+            parse_stored_fence(&fence)?,
+            Duration::from_millis(remaining),
+        )
+        .held_by(holder, granted_at);
         Ok(Some((info, owner)))
     }
 
@@ -527,6 +553,9 @@ impl RedisBackend {
         place: Option<Duration>,
         granted_at: SystemTime,
     ) -> Result<Grant> {
+        if place.is_none() && !request.fenced() {
+            return self.grant_unfenced(request, granted_at).await;
+        }
         let lock = self.lock_key(request.key());
         let fence_key = Self::fence_key(&lock);
         // The queue's keys only for the fair step.
@@ -606,6 +635,80 @@ impl RedisBackend {
             self.inner.handoffs.forget(channel, *request.owner());
         }
         Ok(Grant::Granted(parse_fence(value)?))
+    }
+
+    /// An efficiency lock's plain grant: one `SET NX PX GET`, no script and no fence, as
+    /// cheap as the unfenced Redis locks' acquire. The value is a fenced grant's with
+    /// fence 0 (`"<owner>:0/<ms>/<holder>/!"`, acquire.lua), so that every other step
+    /// reads it as it reads theirs; its grant time is `granted_at`, the client's
+    /// clock, and its '!' has the release always tell the key's waiters, since no
+    /// step marks it when someone waits. The value `GET` returns tells a retry of this
+    /// very request whose reply was lost (the grant is this owner's already: its
+    /// expiry is restarted, as extend.lua restarts it) from another holder.
+    async fn grant_unfenced(
+        &self,
+        request: &AcquireRequest,
+        granted_at: SystemTime,
+    ) -> Result<Grant> {
+        let lock = self.lock_key(request.key());
+        let owner = request.owner().to_hex();
+        let granted_ms = granted_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let value = format!("{owner}:0/{granted_ms}/{}/!", request.holder().encoded());
+        let mut set = redis::Cmd::with_capacity(7, lock.len() + value.len() + 32);
+        set.arg("SET")
+            .arg(&lock)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(request.ttl()))
+            .arg("GET");
+        let previous: Option<String> = match self.send(&set, true).await {
+            Ok(previous) => previous,
+            Err(e) if self.inner.config.wait_replicas > 0 && e.kind() == ErrorKind::Unavailable => {
+                // The primary may have granted what too few replicas saw: give it back.
+                let _ = self.release(request.key(), request.owner()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(current) = previous else {
+            return Ok(Grant::Granted(FencingToken::NONE));
+        };
+        let mine = current.len() > owner.len()
+            && current.starts_with(&owner)
+            && current.as_bytes()[owner.len()] == b':';
+        if !mine {
+            return Ok(Grant::Held { remaining: None });
+        }
+        match self.restart_expiry(&lock, &owner, request.ttl()).await? {
+            Some(fence) => Ok(Grant::Granted(parse_stored_fence(&fence)?)),
+            // It ran out since: the key is free, or another's.
+            None => Ok(Grant::Held { remaining: None }),
+        }
+    }
+
+    /// extend.lua: restarts the expiry of `owner`'s lease on `lock` at `ttl`. The
+    /// lease's fence as stored ("0" for an efficiency lock's), or `None` when `owner`
+    /// no longer holds it.
+    async fn restart_expiry(
+        &self,
+        lock: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<String>> {
+        self.run(
+            &self.inner.scripts.extend,
+            &[lock, &Self::fence_key(lock)],
+            &[
+                owner,
+                &millis(ttl),
+                &millis(ttl + self.inner.config.fence_grace),
+            ],
+            true,
+        )
+        .await
     }
 
     /// Loads every script (one pipeline): whether the server answers and accepts the
@@ -689,6 +792,15 @@ pub(crate) fn parse_fence(text: &str) -> Result<FencingToken> {
     FencingToken::from_server(raw).map_err(|e| e.with_backend(NAME))
 }
 
+/// A lock's fence as its value stores it: a fence, or "0" for an efficiency lock's
+/// grant, which carries none.
+pub(crate) fn parse_stored_fence(text: &str) -> Result<FencingToken> {
+    match text {
+        "0" => Ok(FencingToken::NONE),
+        text => parse_fence(text),
+    }
+}
+
 #[async_trait]
 impl LockBackend for RedisBackend {
     fn name(&self) -> &str {
@@ -722,17 +834,8 @@ impl LockBackend for RedisBackend {
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         let lock = self.lock_key(request.key());
-        let fence: Option<String> = self
-            .run(
-                &self.inner.scripts.extend,
-                &[&lock, &Self::fence_key(&lock)],
-                &[
-                    &request.owner().to_hex(),
-                    &millis(request.ttl()),
-                    &millis(request.ttl() + self.inner.config.fence_grace),
-                ],
-                true,
-            )
+        let fence = self
+            .restart_expiry(&lock, &request.owner().to_hex(), request.ttl())
             .await?;
         Ok(match fence {
             None => Renewal::NotHeld,

@@ -421,6 +421,8 @@ impl LockBackend for RedlockBackend {
             // The largest proposal of the majority: above every fence committed to a
             // majority before, since any two majorities share a master.
             let fence = proposals.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            // An efficiency lock's grants carry no fence (every proposal is 0): there
+            // is nothing to agree on, and no second step.
             if self.commit(request, fence, &proposals).await {
                 // Left to finish: the masters still granting take the lease too, so
                 // that the holder keeps a majority should one of the first to answer

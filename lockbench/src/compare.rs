@@ -30,6 +30,9 @@ struct Beside {
 /// report is the time it takes there.
 const SUITE_CASES_AT_ONCE: usize = 4;
 
+/// The efficiency lock's entry in S1 and S2.
+const EFFICIENCY: &str = "distlock efficiency lock";
+
 /// Why a row's conformance column says "not run" under `--skip-suite`.
 const SUITE_SKIPPED: &str =
     "left out by --skip-suite (the run CI makes after `cargo test` ran every backend's suite)";
@@ -71,6 +74,20 @@ async fn measure(
     if let Some(rslock) = &beside.rslock {
         entries.push(S1Entry::new(peers::RSLOCK, rslock.clone()));
     }
+    // The efficiency lock, where the backend grants it without a fence: beside
+    // rslock, which promises as much.
+    let efficiency_at = entries.len();
+    let efficiency = match scenarios::efficiency_client(&backend) {
+        Some(Ok(client)) => {
+            entries.push(S1Entry::new(EFFICIENCY, client));
+            true
+        }
+        Some(Err(e)) => {
+            run.errors.push(format!("efficiency client: {e}"));
+            false
+        }
+        None => false,
+    };
     let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     progress(
         &name,
@@ -101,6 +118,7 @@ async fn measure(
         }
     }
     let rslock_s1 = beside.rslock.as_ref().and_then(|_| take("peer"));
+    run.s1_efficiency = efficiency.then(|| take("efficiency lock")).flatten();
     run.s1_client = s1_client;
     run.s1_primitives = s1_primitives;
     run.floors = floors;
@@ -121,6 +139,7 @@ async fn measure(
         cycle_floor,
         fenced_floor,
         rslock_entry.as_ref(),
+        efficiency.then(|| &entries[efficiency_at]),
     ]
     .into_iter()
     .flatten()
@@ -156,6 +175,9 @@ async fn measure(
         Some(_) => s2_take(peers::RSLOCK),
         None => None,
     };
+    if efficiency {
+        run.s2_efficiency = s2_take(EFFICIENCY);
+    }
     progress(
         &name,
         &format!("S2 sweep over {:?} concurrent tasks", scenarios::SWEEP),

@@ -266,6 +266,21 @@ pub(crate) fn client(backend: &Arc<DynLockBackend>) -> distlock::Result<LockClie
     LockClient::with_options(backend.clone(), LockOptions::new(ttl))
 }
 
+/// The client of an efficiency lock (`LockOptions::with_fenced(false)`) on `backend`,
+/// with the scenarios' TTL: `None` where the backend's grants carry a fence anyway
+/// (`Capabilities::unfenced_grants` unset), so that the option changes nothing.
+pub(crate) fn efficiency_client(
+    backend: &Arc<DynLockBackend>,
+) -> Option<distlock::Result<LockClient>> {
+    let capabilities = backend.capabilities();
+    if !capabilities.unfenced_grants {
+        return None;
+    }
+    let ttl = capabilities.ttl_at_least(SCENARIO_TTL);
+    let options = LockOptions::new(ttl).with_fenced(false);
+    Some(LockClient::with_options(backend.clone(), options))
+}
+
 /// Cycles run, unmeasured, before S1 measures: connections are set up and warm.
 const WARM_UP: usize = 20;
 

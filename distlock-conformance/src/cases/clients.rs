@@ -40,7 +40,7 @@ cases! {
             };
             if let Some(prev) = last {
                 ensure!(
-                    lease.fence() > prev,
+                    t.fence_rose(prev, lease.fence()),
                     "round {round}: client {} got fence {} after {prev}",
                     round % clients.len(),
                     lease.fence()
@@ -56,7 +56,7 @@ cases! {
         let give_up = Instant::now() + t.short_ttl() * 4 + t.expiry_slack() * 4;
         let (new, _) = grant_when_free(&clients[1], &key, t.long_ttl(), give_up).await?;
         ensure!(
-            new.fence() > old.fence(),
+            t.fence_rose(old.fence(), new.fence()),
             "a takeover by another client got fence {} after {}",
             new.fence(),
             old.fence()
@@ -122,7 +122,7 @@ cases! {
             .await?
             .ok_or_else(|| CaseError::Failed("a released key was held".into()))?;
         ensure!(
-            next.fence() > lease.fence(),
+            t.fence_rose(lease.fence(), next.fence()),
             "the next client got fence {} after {}",
             next.fence(),
             lease.fence()

@@ -363,7 +363,7 @@ cases! {
                     }
                     {
                         let mut last = last_fence.lock().unwrap_or_else(|p| p.into_inner());
-                        if guard.fence().get() <= *last {
+                        if !t.fence_rose(FencingToken::new(*last), guard.fence()) {
                             problems.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
                                 "fence {} after {}",
                                 guard.fence(),
@@ -440,7 +440,7 @@ cases! {
             return fail("the key was still held after its last hold was released");
         };
         ensure!(
-            next.fence() > fence,
+            t.fence_rose(fence, next.fence()),
             "the next holder's fence {} is not above the re-entered lease's {fence}",
             next.fence()
         );

@@ -12,7 +12,8 @@ use distlock_core::backend::{
     OperatorBackend, OwnerToken, ReleaseOutcome, SetOutcome,
 };
 use distlock_core::{
-    BusyReason, DynLockBackend, Error, ErrorKind, LockClient, LockKey, LockOptions, LossReason,
+    BusyReason, DynLockBackend, Error, ErrorKind, FencingToken, LockClient, LockKey, LockOptions,
+    LossReason,
 };
 use futures_util::future::join_all;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
@@ -62,7 +63,7 @@ async fn contend(
                 }
                 {
                     let mut last = last_fence.lock().unwrap_or_else(|p| p.into_inner());
-                    if lease.fence().get() <= *last {
+                    if !t.fence_rose(FencingToken::new(*last), lease.fence()) {
                         fence_errors
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())

@@ -190,7 +190,7 @@ cases! {
             told_at - taken_at
         );
         ensure!(
-            taken.fence() > guard.fence(),
+            t.fence_rose(guard.fence(), taken.fence()),
             "the other client got fence {} after the cut-off holder's {}",
             taken.fence(),
             guard.fence()
@@ -209,7 +209,7 @@ cases! {
             return fail("the healed client could not lock the free key again");
         };
         ensure!(
-            again.fence() > taken.fence(),
+            t.fence_rose(taken.fence(), again.fence()),
             "the healed client got fence {} after {}",
             again.fence(),
             taken.fence()

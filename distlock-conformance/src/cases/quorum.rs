@@ -169,7 +169,7 @@ async fn still_a_lock(
             CaseError::Failed(format!("with {what}, the key stayed held after release"))
         })?;
     ensure!(
-        next.fence() > lease.fence(),
+        t.fence_rose(lease.fence(), next.fence()),
         "with {what}, the next holder's fence {} is not above {}",
         next.fence(),
         lease.fence()
@@ -221,7 +221,7 @@ cases! {
             let give_up = Instant::now() + ttl * 2 + t.expiry_slack() * 4;
             let second = grant_when_free_through(t, t.backend(), &key, t.long_ttl(), give_up).await?;
             ensure!(
-                second.fence() > first.fence(),
+                t.fence_rose(first.fence(), second.fence()),
                 "the fence {} after expiry is not above {}",
                 second.fence(),
                 first.fence()
@@ -268,7 +268,7 @@ cases! {
             .await?
             .ok_or_else(|| CaseError::Failed(format!("{key} was held after its release")))?;
         ensure!(
-            next.fence() > lease.fence(),
+            t.fence_rose(lease.fence(), next.fence()),
             "the fence {} after the restart is not above {}",
             next.fence(),
             lease.fence()
@@ -426,7 +426,7 @@ cases! {
         let give_up = Instant::now() + Duration::from_secs(10);
         let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
         ensure!(
-            next.fence() > lease.fence(),
+            t.fence_rose(lease.fence(), next.fence()),
             "the next holder's fence {} is not above {}",
             next.fence(),
             lease.fence()

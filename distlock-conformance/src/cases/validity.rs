@@ -130,7 +130,7 @@ cases! {
             next_sent - latest
         );
         ensure!(
-            next.fence() > lease.fence(),
+            t.fence_rose(lease.fence(), next.fence()),
             "the next holder's fence {} is not above {}",
             next.fence(),
             lease.fence()

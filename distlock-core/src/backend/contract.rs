@@ -60,6 +60,12 @@ pub type DynLockBackend = dyn LockBackend;
 ///    [`Capabilities::fence_durability`]; where that says
 ///    [`Durable`](crate::backend::FenceDurability::Durable) or
 ///    [`FailsClosed`](crate::backend::FenceDurability::FailsClosed), it never goes backwards.
+///    The one exception is an efficiency lock's plain grant (a request that is not
+///    [`fenced`](AcquireRequest::fenced)) on a backend whose
+///    [`Capabilities::unfenced_grants`] is set: it may carry
+///    [`FencingToken::NONE`](crate::FencingToken::NONE) instead, and never moves the
+///    key's fences. Core refuses a fenced request's grant that carries none
+///    ([`ErrorKind::Backend`], the grant given back).
 /// 7. **Validity.** A returned lease's [`Lease::valid_until`] is measured from the
 ///    instant *before* the request was sent, so the round trip is never counted as
 ///    validity, less the [`Capabilities::clock_drift`] allowance; no lease is returned
@@ -138,7 +144,9 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// with its fence, and its expiry set to `request.ttl()` from this step, so that
     /// the validity the caller counts from this step is the server's. A request with
     /// a [`place`](AcquireRequest::place) is a fair step (contract point 10), sent only
-    /// where [`fair`](Self::fair) answers. See contract point 9 for its round trips.
+    /// where [`fair`](Self::fair) answers. A plain request that is not
+    /// [`fenced`](AcquireRequest::fenced) may be granted without a fence where the
+    /// capabilities say so (contract point 6). See contract point 9 for its round trips.
     /// Callers use [`LockBackendExt::try_acquire`](super::LockBackendExt::try_acquire).
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant>;
 

@@ -47,7 +47,23 @@ pub trait LockBackendExt: LockBackend {
         ttl: Duration,
         owner: OwnerToken,
     ) -> Result<AcquireOutcome> {
-        let (outcome, _) = acquire_as(self, key, ttl, owner, &Holder::this_process()).await?;
+        let (outcome, _) = acquire_as(self, key, ttl, owner, &Holder::this_process(), true).await?;
+        Ok(outcome)
+    }
+
+    /// Tries once to acquire `key` for `ttl` as `owner` for an efficiency lock: as
+    /// [`try_acquire_as`](Self::try_acquire_as), but the backend may grant it without
+    /// a fence, with a cheaper step, where its
+    /// [`Capabilities::unfenced_grants`](super::Capabilities::unfenced_grants) says so
+    /// (the lease then carries [`FencingToken::NONE`](crate::FencingToken::NONE)).
+    async fn try_acquire_unfenced_as(
+        &self,
+        key: &LockKey,
+        ttl: Duration,
+        owner: OwnerToken,
+    ) -> Result<AcquireOutcome> {
+        let (outcome, _) =
+            acquire_as(self, key, ttl, owner, &Holder::this_process(), false).await?;
         Ok(outcome)
     }
 
@@ -237,7 +253,8 @@ pub(crate) async fn acquire_all_as<B: LockBackend + ?Sized>(
         .map(|(r, fence)| Lease::new(r.key().clone(), *r.owner(), *fence, ttl, sent_at, drift))
         .collect();
     let wrong = fences.len() != requests.len();
-    if wrong || leases.iter().any(Lease::is_expired) {
+    let unfenced = fences.iter().any(|fence| fence.is_none());
+    if wrong || unfenced || leases.iter().any(Lease::is_expired) {
         for request in &requests {
             let _ = backend.release(request.key(), request.owner()).await;
         }
@@ -251,6 +268,9 @@ pub(crate) async fn acquire_all_as<B: LockBackend + ?Sized>(
                 ),
             )
             .with_backend(backend.name().to_owned()));
+        }
+        if unfenced {
+            return Err(no_fence(backend.name()));
         }
         return Err(late(backend.name(), "grant of a set"));
     }
@@ -288,17 +308,22 @@ pub(crate) async fn acquire_as<B: LockBackend + ?Sized>(
     ttl: Duration,
     owner: OwnerToken,
     holder: &Holder,
+    fenced: bool,
 ) -> Result<(AcquireOutcome, Option<Instant>)> {
     let ttl = backend.capabilities().check_ttl(ttl)?;
-    let request = AcquireRequest::new(key.clone(), ttl, owner, holder.clone());
+    let mut request = AcquireRequest::new(key.clone(), ttl, owner, holder.clone());
+    if !fenced {
+        request = request.unfenced();
+    }
     let sent_at = Instant::now();
     let grant = backend.try_grant(&request).await?;
     settle(backend, request, grant, sent_at).await
 }
 
 /// Turns a grant step's answer into the outcome callers get: the lease, counted from
-/// `sent_at` (contract point 7), or a late grant given back. With a lease, the clock
-/// reading at which it was found still valid.
+/// `sent_at` (contract point 7), or a late grant given back, or one without the fence
+/// the request asked for (contract point 6). With a lease, the clock reading at which
+/// it was found still valid.
 async fn settle<B: LockBackend + ?Sized>(
     backend: &B,
     request: AcquireRequest,
@@ -310,6 +335,15 @@ async fn settle<B: LockBackend + ?Sized>(
         Grant::Granted(fence) => fence,
     };
     let (key, ttl, owner) = (request.key(), request.ttl(), *request.owner());
+    // A fenced request answered without a fence: a fair step never may be; a plain
+    // one may be only where the backend grants without fences, and a wrapper turned
+    // the request's fence off on its way (AcquireRequest::with_fenced), answering for
+    // it. A lease without a fence fails closed anyway: every fenced store refuses it.
+    let may = !request.fenced() || backend.capabilities().unfenced_grants;
+    if fence.is_none() && (request.place().is_some() || !may) {
+        let _ = backend.release(key, &owner).await;
+        return Err(no_fence(backend.name()));
+    }
     let drift = backend.capabilities().clock_drift.allowance(ttl);
     let lease = Lease::new(key.clone(), owner, fence, ttl, sent_at, drift);
     let now = Instant::now();
@@ -327,6 +361,15 @@ fn unsupported<B: LockBackend + ?Sized>(backend: &B, what: &str) -> Error {
         format!("the {} backend {what}", backend.name()),
     )
     .with_backend(backend.name().to_owned())
+}
+
+/// A grant without the fence its request asked for: the backend broke contract point 6.
+fn no_fence(backend: &str) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        "the backend granted a fenced request without a fence; the grant was given back",
+    )
+    .with_backend(backend.to_owned())
 }
 
 /// A reply that came after the validity it would have started had run out.

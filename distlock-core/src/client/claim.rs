@@ -139,12 +139,14 @@ impl Claims {
 
     /// The same pieces of `client`, with `options`, for a kind that takes leases on
     /// the backend's locks instead of its permits (an election where the backend has
-    /// no permits): checks the name only.
+    /// no permits): checks the name only. Always fenced, whatever `options` say of an
+    /// efficiency lock: a term, a permit and a read-write hold are known by their
+    /// fences.
     pub(crate) fn sharing(client: &LockClient, name: &str, options: LockOptions) -> Result<Self> {
         Ok(Claims {
             backend: client.raw.clone(),
             name: LockKey::new(name)?,
-            options,
+            options: options.with_fenced(true),
             starts: client.starts.clone(),
             background: client.background.clone(),
             breaker: client.breaker.clone(),

@@ -858,6 +858,10 @@ impl LockClient {
     /// through it is refused by the store once a newer holder has written (an
     /// [`ErrorKind::StaleFence`] error), even if this process has not yet learnt that
     /// its lease ran out. See [`FencedHandle`] for an example.
+    ///
+    /// An [`ErrorKind::Configuration`] error, with nothing sent, for a client whose
+    /// options make an efficiency lock ([`LockOptions::with_fenced`] off), on every
+    /// backend: a fenced store needs a fenced lock.
     pub async fn with_fenced_lock<S, F, Fut, T>(
         &self,
         key: &str,
@@ -870,6 +874,13 @@ impl LockClient {
         F: FnOnce(FencedHandle<S>) -> Fut,
         Fut: Future<Output = T>,
     {
+        if !self.options.fenced() {
+            return Err(Error::new(
+                ErrorKind::Configuration,
+                "with_fenced_lock needs a fenced lock, and this client's options make an \
+                 efficiency lock (LockOptions::with_fenced(false))",
+            ));
+        }
         self.with_lock(key, wait, |fence| work(FencedHandle::new(store, fence)))
             .await
     }
@@ -971,7 +982,9 @@ impl LockClient {
     /// One racing grant step for `key` as `owner`.
     async fn race(&self, key: &LockKey, ttl: Duration, owner: OwnerToken) -> Result<Answer> {
         let holder = self.options.holder();
-        let (outcome, checked_at) = acquire_as(&*self.backend, key, ttl, owner, &holder).await?;
+        let fenced = self.options.fenced();
+        let (outcome, checked_at) =
+            acquire_as(&*self.backend, key, ttl, owner, &holder, fenced).await?;
         Ok(match outcome {
             AcquireOutcome::Acquired(lease) => {
                 Answer::Granted(smallvec::smallvec![lease], checked_at)

@@ -50,6 +50,7 @@ pub struct LockOptions {
     hold_at_least: Option<Duration>,
     hold_at_most: Option<Duration>,
     holder: Option<Holder>,
+    fenced: bool,
 }
 
 impl Default for LockOptions {
@@ -69,6 +70,7 @@ impl Default for LockOptions {
             hold_at_least: None,
             hold_at_most: None,
             holder: None,
+            fenced: true,
         }
     }
 }
@@ -139,6 +141,45 @@ impl LockOptions {
     pub fn with_fair(mut self, on: bool) -> Self {
         self.fair = on;
         self
+    }
+
+    /// Turns the fence off for an efficiency lock (on by default, a fenced lock).
+    ///
+    /// A lease can run out under a holder that is paused or cut off, while the next
+    /// holder goes ahead: two processes then both believe they hold the lock. Where
+    /// the resource the lock protects checks the fencing token of every write
+    /// ([`FencedStore`](crate::FencedStore)), it refuses the older holder's, and the
+    /// lock is a correctness guarantee; that needs a fenced lock. Where the resource
+    /// cannot check a token, the fence protects nothing, and the lock is an
+    /// efficiency optimisation: it keeps work from being done twice most of the time
+    /// (a job run once, a cache filled once), and a rare overlap costs some duplicated
+    /// work, not corrupted data. Such a lock need not pay for the fence.
+    ///
+    /// Off, a plain grant on a backend whose
+    /// [`Capabilities::unfenced_grants`](crate::backend::Capabilities::unfenced_grants)
+    /// is set takes a cheaper step that mints no fence (on Redis a single `SET NX`),
+    /// and its lease carries [`FencingToken::NONE`](crate::FencingToken::NONE).
+    /// Everything else the contract promises stays: expiry by the server's clock,
+    /// owner-checked release and extend, renewal, the lost-lock signal, and waiting
+    /// by notification. Every fenced store refuses a write or read under
+    /// [`FencingToken::NONE`](crate::FencingToken::NONE) (through
+    /// [`LockGuard::fenced`](crate::LockGuard::fenced) too) with an
+    /// [`ErrorKind::InvalidInput`] error that says why, and
+    /// [`LockClient::with_fenced_lock`](crate::LockClient::with_fenced_lock) refuses a
+    /// client with this option off, on every backend, with an
+    /// [`ErrorKind::Configuration`] error. Where the backend's fence costs nothing
+    /// extra, for fair locks and sets of keys, and for the semaphores, read-write
+    /// locks and elections made from the client (known by their fences), the option
+    /// changes nothing else: the lease carries a fence as always.
+    pub fn with_fenced(mut self, on: bool) -> Self {
+        self.fenced = on;
+        self
+    }
+
+    /// Whether grants must carry a fence (a fenced lock) or may go without one (an
+    /// efficiency lock).
+    pub fn fenced(&self) -> bool {
+        self.fenced
     }
 
     /// How long a fair waiter's place in the queue outlives its last call to the
@@ -494,6 +535,8 @@ mod serde_form {
         hold_at_most: Option<Human>,
         #[serde(skip_serializing_if = "Option::is_none")]
         holder: Option<Holder>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fenced: Option<bool>,
     }
 
     /// With the `serde` feature: every field is written, the ones left to follow the
@@ -515,6 +558,7 @@ mod serde_form {
                 hold_at_least: self.hold_at_least.map(Human),
                 hold_at_most: self.hold_at_most.map(Human),
                 holder: self.holder.clone(),
+                fenced: Some(self.fenced),
             }
             .serialize(serializer)
         }
@@ -543,6 +587,7 @@ mod serde_form {
                 hold_at_least: form.hold_at_least.map(|h| h.0),
                 hold_at_most: form.hold_at_most.map(|h| h.0),
                 holder: form.holder,
+                fenced: form.fenced.unwrap_or(defaults.fenced),
             };
             options
                 .validate()

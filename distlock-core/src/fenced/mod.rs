@@ -71,8 +71,9 @@ pub struct FencedValue {
 /// 3. **The same fence is accepted again.** A step under exactly the highest fence
 ///    seen is accepted: the same holder may write twice.
 /// 4. **Numbers, not text.** Fences compare as unsigned integers over the whole range
-///    `0..=`[`MAX_FENCE`] (so 10 is above 9, and 2⁵³ + 1 is above 2⁵³), however the
-///    store keeps them.
+///    `1..=`[`MAX_FENCE`] (so 10 is above 9, and 2⁵³ + 1 is above 2⁵³), however the
+///    store keeps them. [`FencingToken::NONE`] (0, an efficiency lock's lease) is no
+///    fence: [`FencedStoreExt`] refuses it ([`check_fence`]) before the store sees it.
 /// 5. **A claiming read raises the fence.** [`claim_fenced`](Self::claim_fenced)
 ///    under `f` is a step like a write that stores `f` without changing the value, so
 ///    that after a newer holder has read, an older one can no longer write what it
@@ -188,9 +189,18 @@ fn checked(resource: &str, fence: FencingToken) -> Result<LockKey> {
     Ok(resource)
 }
 
-/// An [`ErrorKind::InvalidInput`] error for a fence above [`MAX_FENCE`]: for adapters'
-/// own operations, to check before anything is sent, as [`FencedStoreExt`] does.
+/// An [`ErrorKind::InvalidInput`] error for [`FencingToken::NONE`] (an efficiency
+/// lock's lease, which carries no fence) and for a fence above [`MAX_FENCE`]: for
+/// adapters' own operations, to check before anything is sent, as [`FencedStoreExt`]
+/// does.
 pub fn check_fence(fence: FencingToken) -> Result<()> {
+    if fence.is_none() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "this lease carries no fence (an efficiency lock's, LockOptions::with_fenced(false)), \
+             and a fenced store takes only a fenced lock's token",
+        ));
+    }
     if fence > MAX_FENCE {
         return Err(Error::new(
             ErrorKind::InvalidInput,
@@ -306,6 +316,28 @@ mod tests {
             .write("r", MAX_FENCE, b"top")
             .await
             .expect("max fence");
+    }
+
+    #[tokio::test]
+    async fn a_lease_without_a_fence_cannot_write() {
+        let store = MemoryStore::new();
+        let handle = FencedHandle::new(store.clone(), FencingToken::NONE);
+        for err in [
+            handle
+                .write("r", b"x")
+                .await
+                .expect_err("a write under no fence"),
+            handle.read("r").await.expect_err("a read under no fence"),
+            check_fence(FencingToken::NONE).expect_err("no fence"),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert!(err.message().contains("efficiency lock"), "{err}");
+        }
+        assert_eq!(store.inspect("r").await.expect("inspect"), None);
+        store
+            .write("r", FencingToken::new(1), b"one")
+            .await
+            .expect("the lowest fence");
     }
 
     #[tokio::test]

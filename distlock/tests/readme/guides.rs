@@ -42,6 +42,16 @@ async fn fair(backend: Arc<DynLockBackend>) -> Outcome {
     Ok(())
 }
 
+async fn efficiency(backend: Arc<DynLockBackend>) -> Outcome {
+    use distlock::LockOptions;
+    // begin: efficiency
+    let options = LockOptions::new(Duration::from_secs(30)).with_fenced(false);
+    let client = LockClient::with_options(backend, options)?;
+    // end
+    drop(client);
+    Ok(())
+}
+
 async fn update_ledger(client: &LockClient) -> distlock::Result<()> {
     client.lock("ledger", Duration::from_secs(1)).await?.release().await
 }

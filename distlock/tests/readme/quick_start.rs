@@ -2,7 +2,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{ErrorKind, FencedStoreExt, FencingToken, LockClient, MemoryBackend, MemoryStore};
+use distlock::{ErrorKind, LockClient, MemoryBackend, MemoryStore};
 
 #[tokio::main]
 async fn main() -> distlock::Result<()> {
@@ -45,10 +45,14 @@ async fn main() -> distlock::Result<()> {
         .into_output()?;
     assert_eq!(visits, 1);
 
-    // A holder paused past its lease, writing with its old fence, is refused by the store.
-    let late = store
-        .write("reports/nightly", FencingToken::new(0), b"stale")
-        .await;
+    // A holder paused past its lease writes with its old fence: once a newer holder
+    // has written, the store refuses it.
+    let newer = client
+        .lock("reports/nightly", Duration::from_secs(5))
+        .await?;
+    newer.fenced(store.clone()).write("reports/nightly", b"redone").await?;
+    let late = report.write("reports/nightly", b"stale").await; // the first guard's fence
     assert_eq!(late.map_err(|e| e.kind()), Err(ErrorKind::StaleFence));
+    newer.release().await?;
     Ok(())
 }

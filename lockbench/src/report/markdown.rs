@@ -313,7 +313,13 @@ impl Report {
                     "S1 cycle, backend primitives (try_acquire + release)",
                     &b.s1_primitives,
                 ),
+                (
+                    "",
+                    "S1 cycle, efficiency lock (no fence: with_fenced(false))",
+                    &b.s1_efficiency,
+                ),
                 (S2, S2, &b.s2_throughput),
+                ("", "S2 efficiency lock under 32 clients", &b.s2_efficiency),
                 ("", "S2 raw cycle floor under 32 clients", &b.s2_floor),
                 (
                     "",

@@ -76,6 +76,11 @@ pub(crate) struct BackendRun {
     pub(crate) s2_floor: Option<Summary>,
     /// S2 on the fenced cycle's floor, where the backend has one.
     pub(crate) s2_fenced_floor: Option<Summary>,
+    /// S1 on the efficiency lock (`LockOptions::with_fenced(false)`), where the
+    /// backend grants it without a fence (`Capabilities::unfenced_grants`).
+    pub(crate) s1_efficiency: Option<Summary>,
+    /// S2 on the efficiency lock, where S1 ran on it.
+    pub(crate) s2_efficiency: Option<Summary>,
     /// S2 at each concurrency of the sweep.
     pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
