@@ -207,8 +207,10 @@ impl RedisBackend {
         // a grant the replicas may not have).
         let hands_over = !config.redlock_member && config.wait_replicas == 0;
         // A release whose short form finds a fair waiter's mark sends the full one
-        // (`release_telling`).
+        // (`release_telling`); an efficiency lock's acquire that finds the key held
+        // marks the grant it found (`grant_unfenced`).
         capabilities.round_trips.release = 2;
+        capabilities.round_trips.acquire = 2;
         // One script takes a set: on one server, where every key is. A cluster spreads
         // the keys over slots, and a Redlock master answers to the Redlock's majority.
         let sets = !conn.is_cluster() && !config.redlock_member;
@@ -639,12 +641,13 @@ impl RedisBackend {
 
     /// An efficiency lock's plain grant: one `SET NX PX GET`, no script and no fence, as
     /// cheap as the unfenced Redis locks' acquire. The value is a fenced grant's with
-    /// fence 0 (`"<owner>:0/<ms>/<holder>/!"`, acquire.lua), so that every other step
+    /// fence 0 (`"<owner>:0/<ms>/<holder>/"`, acquire.lua), so that every other step
     /// reads it as it reads theirs; its grant time is `granted_at`, the client's
-    /// clock, and its '!' has the release always tell the key's waiters, since no
-    /// step marks it when someone waits. The value `GET` returns tells a retry of this
-    /// very request whose reply was lost (the grant is this owner's already: its
-    /// expiry is restarted, as extend.lua restarts it) from another holder.
+    /// clock. The value `GET` returns tells a retry of this very request whose reply
+    /// was lost (the grant is this owner's already: its expiry is restarted, as
+    /// extend.lua restarts it) from another holder, whose grant the waiter then marks
+    /// as waited for (mark.lua, a second round trip that only a waiter takes), so that
+    /// its release tells the waiters, as acquire.lua marks it in its own step.
     async fn grant_unfenced(
         &self,
         request: &AcquireRequest,
@@ -655,7 +658,7 @@ impl RedisBackend {
         let granted_ms = granted_at
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let value = format!("{owner}:0/{granted_ms}/{}/!", request.holder().encoded());
+        let value = format!("{owner}:0/{granted_ms}/{}/", request.holder().encoded());
         let mut set = redis::Cmd::with_capacity(7, lock.len() + value.len() + 32);
         set.arg("SET")
             .arg(&lock)
@@ -680,7 +683,16 @@ impl RedisBackend {
             && current.starts_with(&owner)
             && current.as_bytes()[owner.len()] == b':';
         if !mine {
-            return Ok(Grant::Held { remaining: None });
+            if current.ends_with('!') {
+                return Ok(Grant::Held { remaining: None });
+            }
+            let marked: i64 = self
+                .run(&self.inner.scripts.mark, &[&lock], &[&current], false)
+                .await?;
+            // Released or taken again between the two steps: no release will tell
+            // this waiter, so it asks again at once.
+            let remaining = (marked == 0).then_some(Duration::ZERO);
+            return Ok(Grant::Held { remaining });
         }
         match self.restart_expiry(&lock, &owner, request.ttl()).await? {
             Some(fence) => Ok(Grant::Granted(parse_stored_fence(&fence)?)),

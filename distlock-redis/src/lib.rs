@@ -16,21 +16,21 @@
 //! A lock is one string key, `<prefix>{<key>}`, holding `<owner token>:<fence>` with a
 //! millisecond expiry (and a trailing `!` once a waiter has found it held, `!!` once a
 //! fair waiter has queued for it). Each operation is one Lua script, so each is atomic
-//! and takes one round trip (a release may take two, below; the capabilities declare
-//! two):
+//! and takes one round trip (a release may take two, and so may an efficiency lock's
+//! acquire that finds the key held, below; the capabilities declare two for each):
 //!
 //! - **acquire** sets the key only if it is absent (`SET NX PX`) and mints the fence in
 //!   the same step. An efficiency lock's acquire
 //!   (`LockOptions::with_fenced(false)`; the capabilities' `unfenced_grants`) is no
 //!   script: one `SET NX PX GET` storing `<owner>:0` (no fence: the lease carries
-//!   `FencingToken::NONE`), the holder with its grant time by the client's clock, and
-//!   the `!` already, so that its release always wakes the waiters. The value `GET`
-//!   returns tells a retry whose reply was lost (this owner's grant: its expiry is
-//!   restarted, a second round trip) from another holder; a waiter told "held" this
-//!   way learns no remaining TTL. An efficiency lock waiting on a key a fenced lock
-//!   holds is not marked there, so it polls (with backoff) until that lock is gone.
-//!   Fair steps and sets of keys are fenced always. On a Redlock each master takes
-//!   the same `SET NX PX GET`, and there is no fence to agree on;
+//!   `FencingToken::NONE`) and the holder with its grant time by the client's clock.
+//!   The value `GET` returns tells a retry whose reply was lost (this owner's grant:
+//!   its expiry is restarted, a second round trip) from another holder, whose grant
+//!   a waiter then marks with a `!` (a second round trip only a waiter takes, where
+//!   acquire.lua marks in its own step), so that its release wakes the waiters; a
+//!   waiter told "held" this way learns no remaining TTL. Fair steps and sets of keys
+//!   are fenced always. On a Redlock each master takes the same `SET NX PX GET`, and
+//!   there is no fence to agree on;
 //! - **release** deletes the key only if the owner token matches, and publishes on the
 //!   key's release channel when someone waited for that grant, so waiters wake at once
 //!   (a waiter subscribes before it asks, and its refused ask marks the grant; a

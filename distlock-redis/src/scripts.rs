@@ -36,12 +36,13 @@ pub(crate) struct Scripts {
     pub(crate) permits_holders: Lua,
     pub(crate) acquire_all: Lua,
     pub(crate) permits_proclaim: Lua,
+    pub(crate) mark: Lua,
 }
 
 /// Every script's source, in the order of [`Scripts`]'s fields. The fair step is the
 /// queue's part, then the plain acquire's, in one script; release and leave each start
 /// with the handoff's function, which they share.
-pub(crate) const SOURCES: [&str; 16] = [
+pub(crate) const SOURCES: [&str; 17] = [
     include_str!("scripts/acquire.lua"),
     concat!(
         include_str!("scripts/handoff.lua"),
@@ -67,11 +68,12 @@ pub(crate) const SOURCES: [&str; 16] = [
     include_str!("scripts/permits_holders.lua"),
     include_str!("scripts/acquire_all.lua"),
     include_str!("scripts/permits_proclaim.lua"),
+    include_str!("scripts/mark.lua"),
 ];
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let [acquire, release, release_plain, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all, permits_proclaim] =
+        let [acquire, release, release_plain, extend, inspect, force_release, commit, queued, leave, permits_acquire, permits_release, permits_extend, permits_leave, permits_holders, acquire_all, permits_proclaim, mark] =
             SOURCES.map(Lua::new);
         Scripts {
             acquire,
@@ -90,6 +92,7 @@ impl Scripts {
             permits_holders,
             acquire_all,
             permits_proclaim,
+            mark,
         }
     }
 }

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Three modes (see [`Mode`](run::Mode)): `--quick` for CI, the standard run by default (what
-//! `scripts/lockbench.sh` runs with no flags, under 30 minutes with its build), and
+//! `scripts/lockbench.sh` runs with no flags, about 40 minutes with its build), and
 //! `--soak`, the long run (`--full` is its former name).
 //!
 //! `lockbench torture` is the safety run (see the `torture` module): many clients,

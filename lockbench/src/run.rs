@@ -24,7 +24,7 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) enum Mode {
     /// `--quick`: every check once, for CI.
     Quick,
-    /// The default: every backend in both runs, within a coffee break.
+    /// The default: every backend in both runs, in about 40 minutes with the build.
     Standard,
     /// `--soak`: the long run, at least 100,000 lock operations per backend under
     /// faults.

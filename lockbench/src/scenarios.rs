@@ -61,7 +61,8 @@ impl Sizes {
     }
 
     /// A little above the quick run's sizes: the conformance suite, the same in every
-    /// mode, takes most of a backend's time, and the default must fit a coffee break.
+    /// mode, takes most of a backend's time, and the default must stay near 40 minutes
+    /// with the build and the torture run.
     fn standard() -> Self {
         Sizes {
             cycles: 500,
