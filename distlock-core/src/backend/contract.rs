@@ -64,8 +64,11 @@ pub type DynLockBackend = dyn LockBackend;
 ///    [`fenced`](AcquireRequest::fenced)) on a backend whose
 ///    [`Capabilities::unfenced_grants`] is set: it may carry
 ///    [`FencingToken::NONE`](crate::FencingToken::NONE) instead, and never moves the
-///    key's fences. Core refuses a fenced request's grant that carries none
-///    ([`ErrorKind::Backend`], the grant given back).
+///    key's fences. Core refuses a fair step's grant that carries none, and a fenced
+///    request's on a backend that does not set `unfenced_grants`
+///    ([`ErrorKind::Backend`], the grant given back); where it is set, a wrapper may
+///    have turned the request's fence off ([`AcquireRequest::with_fenced`]), and a
+///    lease without a fence fails closed at every fenced store.
 /// 7. **Validity.** A returned lease's [`Lease::valid_until`] is measured from the
 ///    instant *before* the request was sent, so the round trip is never counted as
 ///    validity, less the [`Capabilities::clock_drift`] allowance; no lease is returned

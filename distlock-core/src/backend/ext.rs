@@ -51,22 +51,6 @@ pub trait LockBackendExt: LockBackend {
         Ok(outcome)
     }
 
-    /// Tries once to acquire `key` for `ttl` as `owner` for an efficiency lock: as
-    /// [`try_acquire_as`](Self::try_acquire_as), but the backend may grant it without
-    /// a fence, with a cheaper step, where its
-    /// [`Capabilities::unfenced_grants`](super::Capabilities::unfenced_grants) says so
-    /// (the lease then carries [`FencingToken::NONE`](crate::FencingToken::NONE)).
-    async fn try_acquire_unfenced_as(
-        &self,
-        key: &LockKey,
-        ttl: Duration,
-        owner: OwnerToken,
-    ) -> Result<AcquireOutcome> {
-        let (outcome, _) =
-            acquire_as(self, key, ttl, owner, &Holder::this_process(), false).await?;
-        Ok(outcome)
-    }
-
     /// Tries once to acquire `key` for `ttl` as `owner`, in turn: joins the key's queue
     /// of waiters, or keeps `owner`'s place in it for another `place`, and is granted
     /// only at the head (contract point 10). Call it again with the same `owner` to
