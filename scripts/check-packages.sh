@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that every crate meant for a registry carries what one needs: description,
 # keywords, categories, licence, a readme, both licence texts in the
-# package, docs.rs metadata that builds every feature, and a minimum Rust version
-# that is the one CI builds with.
+# package, docs.rs metadata that builds every feature with `--cfg docsrs`, the
+# library crates' docs.rs address, and a minimum Rust version that is the one CI
+# builds with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +42,24 @@ for name in wanted:
     docs = ((p.get("metadata") or {}).get("docs") or {}).get("rs") or {}
     if not docs.get("all-features"):
         bad.append(f"{name}: docs.rs metadata does not build every feature")
+    if name != "distlock-cli" and p.get("documentation") != f"https://docs.rs/{name}":
+        bad.append(f"{name}: documentation is not https://docs.rs/{name}")
+    if docs.get("rustdoc-args") != ["--cfg", "docsrs"]:
+        bad.append(f"{name}: docs.rs metadata does not pass --cfg docsrs")
 if bad:
     sys.exit("check-packages: " + "; ".join(bad))
 print(f"check-packages: {len(wanted)} crates carry what a registry needs")
 ' "${published[@]}"
+
+# The README's table of driver versions says what the manifests take.
+python3 - <<'PY'
+import re, sys
+manifest = open("Cargo.toml").read()
+readme = open("README.md").read()
+for driver in ("redis", "sqlx", "etcd-client", "zookeeper-client"):
+    taken = re.search(rf'^{driver} = \{{ version = "([0-9.]+)"', manifest, re.M).group(1)
+    row = re.search(rf'^\| [^|]+ \| `{driver}` \| [0-9.x]+, from ([0-9.]+) \|$', readme, re.M)
+    if not row or row.group(1) != taken:
+        sys.exit(f"check-packages: README's versions table does not say {driver} {taken}")
+print("check-packages: the README's driver versions are the manifests'")
+PY

@@ -3,6 +3,8 @@
 //!
 //! Unix only (Linux, macOS, the BSDs): `run` stops its command's whole process group
 //! with signals when the lock is lost. The library crates build everywhere.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(unix))]
 compile_error!(

@@ -24,6 +24,8 @@
 //! uses only crates the core already depends on. Real servers for it (Redis,
 //! PostgreSQL and etcd in containers, with their fault controls) are in the
 //! unpublished `distlock-testservers`.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

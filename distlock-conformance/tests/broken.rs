@@ -492,6 +492,9 @@ impl SetBackend for Naive {
                 match self.grant(r).await? {
                     Grant::Granted(fence) => fences.push(fence),
                     Grant::Held { remaining } => return Ok(SetGrant::Held { index, remaining }),
+                    other => {
+                        return Err(Error::new(ErrorKind::Backend, format!("{other:?}")));
+                    }
                 }
             }
             return Ok(SetGrant::Granted(fences));

@@ -133,10 +133,11 @@ impl FencedStore for Naive {
 
     async fn inspect_fenced(&self, resource: &LockKey) -> Result<Option<FencedValue>> {
         let row = self.row_of(resource);
-        Ok(self.rows().0.get(&row).map(|(f, v)| FencedValue {
-            fence: FencingToken::new(f.parse().unwrap_or(0)),
-            value: v.clone(),
-        }))
+        Ok(self
+            .rows()
+            .0
+            .get(&row)
+            .map(|(f, v)| FencedValue::new(FencingToken::new(f.parse().unwrap_or(0)), v.clone())))
     }
 }
 

@@ -40,6 +40,7 @@ pub enum HolderRecords {
 /// How many round trips to the server each operation takes at most, once the backend
 /// is warmed up (connections open, scripts or statements prepared): contract point 9.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RoundTrips {
     /// [`LockBackend::try_grant`](crate::LockBackend::try_grant), granted or not.
     pub acquire: u32,
@@ -47,6 +48,17 @@ pub struct RoundTrips {
     pub release: u32,
     /// [`LockBackend::renew`](crate::LockBackend::renew).
     pub extend: u32,
+}
+
+impl RoundTrips {
+    /// At most `acquire`, `release` and `extend` round trips for those operations.
+    pub const fn new(acquire: u32, release: u32, extend: u32) -> Self {
+        RoundTrips {
+            acquire,
+            release,
+            extend,
+        }
+    }
 }
 
 impl Default for RoundTrips {
@@ -69,6 +81,7 @@ impl Default for RoundTrips {
 /// (Redlock) declares the drift it assumes between their clocks and this one, so that a
 /// lease is given up before the first of them could free the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub struct ClockDrift {
     /// The rate allowance, in parts per million of the TTL.
     pub per_million: u32,
@@ -77,6 +90,11 @@ pub struct ClockDrift {
 }
 
 impl ClockDrift {
+    /// An allowance of `per_million` parts per million of the TTL, plus `fixed`.
+    pub const fn new(per_million: u32, fixed: Duration) -> Self {
+        ClockDrift { per_million, fixed }
+    }
+
     /// No allowance.
     pub const NONE: ClockDrift = ClockDrift {
         per_million: 0,

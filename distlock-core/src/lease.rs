@@ -243,6 +243,7 @@ impl Lease {
 /// ([`LockBackend::try_grant`](crate::LockBackend::try_grant)): what the server did,
 /// nothing more. Core turns it into an [`AcquireOutcome`] with a [`Lease`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Grant {
     /// The key was free (or its lease had expired, or this same owner already held it)
     /// and is now held by the request's owner for the request's TTL, with this fence:
@@ -259,6 +260,7 @@ pub enum Grant {
 /// A backend's answer to one set acquisition step
 /// ([`SetBackend::try_grant_all`](crate::backend::SetBackend::try_grant_all)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SetGrant {
     /// Every request was granted: each key is held by its request's owner for its
     /// request's TTL, with these fences, in the requests' order.
@@ -291,6 +293,7 @@ pub enum SetOutcome {
 /// A backend's answer to one renewal step
 /// ([`LockBackend::renew`](crate::LockBackend::renew)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Renewal {
     /// The owner still held the key; its expiry is now the request's TTL from when the
     /// server applied it, and its fence is unchanged.

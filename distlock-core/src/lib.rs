@@ -64,6 +64,8 @@
 //! warning, `"lock lost: <reason>"` with a `reason` field (as above); both carry the
 //! key, the backend and the fence. A renewal that fails is a warning; renewals,
 //! releases and waits are otherwise debug-level.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

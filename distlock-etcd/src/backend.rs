@@ -67,11 +67,7 @@ fn capabilities() -> Capabilities {
     capabilities.holder_records = HolderRecords::ClientClock;
     // A lease grant, then the transaction that creates the key; a keep-alive stream
     // opened, then its message (the owner check runs alongside); one transaction.
-    capabilities.round_trips = RoundTrips {
-        acquire: 2,
-        release: 1,
-        extend: 2,
-    };
+    capabilities.round_trips = RoundTrips::new(2, 1, 2);
     capabilities
 }
 

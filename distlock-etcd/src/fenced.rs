@@ -225,10 +225,10 @@ impl FencedStore for EtcdStore {
         let Some(fence) = first_value(&reply, 0) else {
             return Ok(None);
         };
-        Ok(Some(FencedValue {
-            fence: decode(&fence)?,
-            value: first_value(&reply, 1),
-        }))
+        Ok(Some(FencedValue::new(
+            decode(&fence)?,
+            first_value(&reply, 1),
+        )))
     }
 }
 

@@ -124,6 +124,8 @@
 //! [`EtcdBackend::connect_with`]. A service that already has an
 //! [`etcd_client::Client`] hands it to [`EtcdBackend::from_client`] instead: no second
 //! connection. Credentials are redacted in `Debug` output and errors.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

@@ -144,11 +144,7 @@ impl MySqlBackend {
 
     async fn start(config: MySqlConfig, pool: Pool<MySql>, trips: u32) -> Result<Self> {
         let mut capabilities = Capabilities::default();
-        capabilities.round_trips = RoundTrips {
-            acquire: trips,
-            release: trips,
-            extend: trips,
-        };
+        capabilities.round_trips = RoundTrips::new(trips, trips, trips);
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = FenceDurability::Durable;
         capabilities.leases_survive_restart = true;

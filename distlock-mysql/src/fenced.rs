@@ -358,9 +358,6 @@ impl FencedStore for MySqlStore {
             ))
         })();
         let (raw, value) = decoded.map_err(|e| self.backend.driver_error(e))?;
-        Ok(Some(FencedValue {
-            fence: crate::backend::fence(raw)?,
-            value,
-        }))
+        Ok(Some(FencedValue::new(crate::backend::fence(raw)?, value)))
     }
 }

@@ -132,6 +132,8 @@
 //! See [`MySqlConfig`]: `mysql://` and `mariadb://` URLs, the table (validated as a
 //! plain identifier, so no setting can inject SQL), pool size, migration, purge and
 //! timeouts. Credentials are redacted in `Debug` output and errors.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

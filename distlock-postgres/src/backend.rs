@@ -122,11 +122,7 @@ impl PostgresBackend {
         trips: u32,
     ) -> Result<Self> {
         let mut capabilities = Capabilities::default();
-        capabilities.round_trips = distlock_core::backend::RoundTrips {
-            acquire: trips,
-            release: trips,
-            extend: trips,
-        };
+        capabilities.round_trips = distlock_core::backend::RoundTrips::new(trips, trips, trips);
         capabilities.min_ttl = Duration::from_millis(10);
         capabilities.fence_durability = if config.durable_commits() {
             FenceDurability::Durable
@@ -642,6 +638,7 @@ impl PostgresBackend {
             (Grant::Held { .. }, None) => {}
             // Granted by its own step: the wait is over.
             (Grant::Granted(_), _) => self.inner.handoffs.forget(key, owner),
+            _ => {}
         }
         Ok(grant)
     }

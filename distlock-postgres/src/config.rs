@@ -13,6 +13,7 @@ pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 
 /// How `COMMIT` waits for the write-ahead log, per lock statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SynchronousCommit {
     /// The setting the server gives the backend's sessions (its configuration, or the
     /// role's or database's), read when the backend connects: fences are declared

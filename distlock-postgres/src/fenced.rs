@@ -386,10 +386,7 @@ impl FencedStore for PostgresStore {
             row.try_get(0).map_err(from_sqlx)?,
             row.try_get(1).map_err(from_sqlx)?,
         );
-        Ok(Some(FencedValue {
-            fence: crate::backend::fence(fence)?,
-            value,
-        }))
+        Ok(Some(FencedValue::new(crate::backend::fence(fence)?, value)))
     }
 }
 

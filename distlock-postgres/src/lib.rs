@@ -147,6 +147,8 @@
 //! `sslmode` (with this crate's `tls` feature), schema and table (validated as plain
 //! identifiers, so no setting can inject SQL), pool size, commit durability, an
 //! unlogged table, and timeouts. Credentials are redacted in `Debug` output and errors.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

@@ -583,10 +583,7 @@ impl RedlockConfig {
                     ..base.clone()
                 })
                 .collect(),
-            drift: ClockDrift {
-                per_million: 10_000,
-                fixed: Duration::from_millis(2),
-            },
+            drift: ClockDrift::new(10_000, Duration::from_millis(2)),
             node_timeout: None,
         }
     }
@@ -625,10 +622,7 @@ impl RedlockConfig {
         };
         base.read(&parsed)?;
         let mut options = parsed.options();
-        let mut drift = ClockDrift {
-            per_million: 10_000,
-            fixed: Duration::from_millis(2),
-        };
+        let mut drift = ClockDrift::new(10_000, Duration::from_millis(2));
         if let Some(ppm) = options.take("drift_ppm")? {
             drift.per_million = ppm
                 .parse()

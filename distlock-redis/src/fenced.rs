@@ -319,7 +319,7 @@ impl FencedStore for RedisStore {
             .resource_step(resource, FencingToken::new(0), Step::Peek)
             .await?
         {
-            FenceCheck::Accepted((Some(fence), value)) => Ok(Some(FencedValue { fence, value })),
+            FenceCheck::Accepted((Some(fence), value)) => Ok(Some(FencedValue::new(fence, value))),
             FenceCheck::Accepted((None, _)) => Ok(None),
             FenceCheck::Stale { .. } => Err(unexpected("a peek answered stale")),
         }

@@ -312,6 +312,8 @@
 //! first `rediss://` connection installs ring there when the application has installed
 //! no provider, after which installing another fails. An application with a provider
 //! of its own installs it before connecting.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

@@ -235,10 +235,7 @@ impl RedlockBackend {
             .first()
             .map(|m| m.capabilities().clone())
             .unwrap_or_default();
-        capabilities.round_trips = RoundTrips {
-            acquire: 2,
-            ..RoundTrips::default()
-        };
+        capabilities.round_trips = RoundTrips::new(2, 1, 1);
         capabilities.clock_drift = config.drift;
         // Each master would time a grant by its own clock: the client's time is sent
         // to them all, so that they store one (acquire.lua).
@@ -411,6 +408,11 @@ impl LockBackend for RedlockBackend {
             match reply {
                 Ok(Grant::Granted(fence)) => proposals.push((i, fence.get())),
                 Ok(Grant::Held { remaining }) => held.push(remaining),
+                // An answer this version does not know counts as a master that failed.
+                Ok(other) => tally.errors.push(
+                    Error::new(ErrorKind::Backend, format!("a master answered {other:?}"))
+                        .with_backend(NAME),
+                ),
                 Err(e) => tally.errors.push(e),
             }
             if proposals.len() >= tally.quorum || tally.lost(held.len() + tally.errors.len()) {

@@ -13,6 +13,8 @@
 //!
 //! A service does not use this crate directly: the backend crates re-export what
 //! their users need (each backend's `fenced::fence_arg`, for instance).
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
 use std::future::Future;

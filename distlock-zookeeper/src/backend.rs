@@ -103,15 +103,8 @@ impl ZooKeeperBackend {
         capabilities.holder_records = HolderRecords::ServerClock;
         // A TTL node's TTL is fixed when it is created.
         capabilities.extend_any_ttl = false;
-        capabilities.round_trips = RoundTrips {
-            acquire: 5,
-            release: 2,
-            extend: 2,
-        };
-        capabilities.clock_drift = ClockDrift {
-            per_million: 0,
-            fixed: config.max_clock_skew,
-        };
+        capabilities.round_trips = RoundTrips::new(5, 2, 2);
+        capabilities.clock_drift = ClockDrift::new(0, config.max_clock_skew);
         let inner = Arc::new(Inner {
             config,
             connector,

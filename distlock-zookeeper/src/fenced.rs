@@ -208,13 +208,8 @@ impl FencedStore for ZooKeeperStore {
                 }
             })
             .await?;
-        data.map(|data| {
-            decode(&data).map(|stored| FencedValue {
-                fence: stored.fence,
-                value: stored.value,
-            })
-        })
-        .transpose()
+        data.map(|data| decode(&data).map(|stored| FencedValue::new(stored.fence, stored.value)))
+            .transpose()
     }
 }
 

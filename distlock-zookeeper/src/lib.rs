@@ -166,6 +166,8 @@
 //! [`Connector`](zookeeper_client::Connector) rather than a client
 //! ([`ZooKeeperBackend::from_connector`]). Credentials are redacted in `Debug` output
 //! and errors.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub, rust_2018_idioms)]

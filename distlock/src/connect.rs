@@ -313,6 +313,7 @@ pub async fn connect(url: &str) -> Result<Arc<DynLockBackend>> {
 #[derive(Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[non_exhaustive]
 pub struct BackendConfig {
     /// The backend's whole URL (see [`connect`]); then no other field is given.
     #[cfg_attr(
@@ -367,6 +368,7 @@ pub struct BackendConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(untagged))]
+#[non_exhaustive]
 pub enum OptionValue {
     /// `true` or `false`.
     Bool(bool),
@@ -374,6 +376,30 @@ pub enum OptionValue {
     Number(i64),
     /// Any other value, as written.
     Text(String),
+}
+
+impl From<bool> for OptionValue {
+    fn from(value: bool) -> Self {
+        OptionValue::Bool(value)
+    }
+}
+
+impl From<i64> for OptionValue {
+    fn from(value: i64) -> Self {
+        OptionValue::Number(value)
+    }
+}
+
+impl From<&str> for OptionValue {
+    fn from(value: &str) -> Self {
+        OptionValue::Text(value.to_owned())
+    }
+}
+
+impl From<String> for OptionValue {
+    fn from(value: String) -> Self {
+        OptionValue::Text(value)
+    }
 }
 
 impl fmt::Display for OptionValue {
@@ -436,6 +462,60 @@ impl BackendConfig {
             url: Some(url.into()),
             ..Default::default()
         }
+    }
+
+    /// The setting in parts, for the backend of URL scheme `backend`; the other parts
+    /// are added with the `with_` methods.
+    ///
+    /// ```
+    /// use distlock::BackendConfig;
+    ///
+    /// let config = BackendConfig::from_parts("postgres")
+    ///     .with_host("db.internal:5433")
+    ///     .with_user("app")
+    ///     .with_password("p+w&d")
+    ///     .with_path("app")
+    ///     .with_option("table", "billing_locks");
+    /// assert_eq!(
+    ///     config.to_url().unwrap(),
+    ///     "postgres://app:p%2Bw%26d@db.internal:5433/app?table=billing_locks"
+    /// );
+    /// ```
+    pub fn from_parts(backend: impl Into<String>) -> Self {
+        BackendConfig {
+            backend: Some(backend.into()),
+            ..Default::default()
+        }
+    }
+
+    /// One more server, `host` or `host:port` (an IPv6 host in brackets).
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.hosts.push(host.into());
+        self
+    }
+
+    /// The user name.
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The password, as written.
+    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// The URL's path, without its leading `/`.
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// One more backend option, after those already given.
+    pub fn with_option(mut self, name: impl Into<String>, value: impl Into<OptionValue>) -> Self {
+        self.options.push((name.into(), value.into()));
+        self
     }
 
     /// The setting from the environment variable `var`, as one URL; a configuration

@@ -34,6 +34,8 @@
 //! [`connect`] takes a URL and returns the backend its scheme names, so a service
 //! swaps backends by changing one setting ([`BackendConfig`], from a file or the
 //! environment). `examples/service.rs` takes its backend from `DISTLOCK_URL`.
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

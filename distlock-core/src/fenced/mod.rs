@@ -39,12 +39,21 @@ pub enum FenceCheck<T> {
 
 /// A resource as it is stored: the highest fence it has seen and its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FencedValue {
     /// The highest fence the resource has accepted, by a write or a claiming read.
     pub fence: FencingToken,
     /// The last value written; `None` when the resource was only ever read under a
     /// fence (a claim), never written.
     pub value: Option<Vec<u8>>,
+}
+
+impl FencedValue {
+    /// A resource whose highest fence is `fence`, holding `value` (`None`: claimed by
+    /// a read, never written).
+    pub fn new(fence: FencingToken, value: Option<Vec<u8>>) -> Self {
+        FencedValue { fence, value }
+    }
 }
 
 /// A store whose resources refuse writes under a stale fence: the server steps an

@@ -22,6 +22,7 @@ use crate::error::Result;
 
 /// One server's address: a host name or IP address, and a port.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Endpoint {
     /// The host name or IP address (an IPv6 address without its brackets).
     pub host: String,
