@@ -106,10 +106,14 @@ impl Report {
 
 impl Report {
     /// The S2 sweep as lines: cycles per second (logarithmic) against concurrent tasks,
-    /// one colour per backend; distlock solid, the raw floor dashed, rslock dotted.
+    /// a colour of its own per backend; distlock solid, the raw floor dashed, rslock
+    /// dotted.
     pub(crate) fn sweep_chart(&self) -> String {
-        const COLOURS: [&str; 6] = [
-            "#4a7ab5", "#c0504d", "#9bbb59", "#8064a2", "#f79646", "#4bacc6",
+        // One colour for each row lockbench can run (`--backends`' twelve), so no two
+        // backends share one.
+        const COLOURS: [&str; 12] = [
+            "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#000080", "#00a087",
         ];
         let (width, height, left, top, bottom, right) = (860.0, 460.0, 80.0, 40.0, 90.0, 200.0);
         let points: Vec<f64> = self
@@ -238,4 +242,49 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::super::{BackendRun, Report, SweepPoint};
+
+    /// Every row lockbench can run, each with a sweep: the legend tells each backend
+    /// by its colour, and each series of one backend by its dash.
+    #[test]
+    fn every_backend_in_the_sweep_has_a_colour_of_its_own() {
+        let point = SweepPoint {
+            tasks: 1,
+            client: Some(100.0),
+            floor: Some(200.0),
+            rslock: None,
+        };
+        let backends = (0..12)
+            .map(|n| BackendRun {
+                backend: format!("row{n}"),
+                started: true,
+                sweep: vec![point, point],
+                ..Default::default()
+            })
+            .collect();
+        let svg = Report {
+            mode: "quick".into(),
+            unix_time: 0,
+            cpus: 2,
+            backends,
+        }
+        .sweep_chart();
+        let mut styles = HashSet::new();
+        let mut colours = HashSet::new();
+        for line in svg.lines().filter(|l| l.starts_with("<polyline")) {
+            let stroke = line.split("stroke=\"").nth(1).expect("a stroke");
+            let colour = &stroke[..7];
+            let dash = line.contains("stroke-dasharray");
+            assert!(styles.insert((colour.to_owned(), dash)), "{line}");
+            colours.insert(colour.to_owned());
+        }
+        assert_eq!(styles.len(), 24, "{svg}");
+        assert_eq!(colours.len(), 12, "{svg}");
+    }
 }
