@@ -37,6 +37,15 @@ step "docs"
 # Every public item's docs build as docs.rs builds them, with no broken link, and each
 # feature-gated item says which feature it needs.
 bash scripts/check-docs.sh
+step "packages"
+# Every publishable crate packaged as it would be published, in dependency order
+# (each against the packages before it, not the workspace's folders), unpacked and
+# built from its own contents. The packages are in target/package. Offline: the
+# lints above fetched every dependency.
+cargo package --workspace --exclude distlock-testservers --exclude lockbench --locked --allow-dirty --offline
+# Their tests, run from the unpacked packages alone, outside the workspace (the tests
+# that start servers stay in the repository, and run below).
+bash scripts/check-packaged-tests.sh
 
 if ! wait "$images"; then
   cat "$images_log" >&2

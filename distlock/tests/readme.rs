@@ -1,5 +1,6 @@
 //! The README's Redis quick start (the repository's and the facade's crates.io page) is
-//! `tests/readme/redis.rs`, and the fencing guide's
+//! `tests/readme/redis.rs`, the facade's README is the repository's whole, and the
+//! fencing guide's
 //! is `tests/readme/quick_start.rs`, each word for word, and each runs (the first
 //! against a real Redis).
 
@@ -27,6 +28,77 @@ mod redis_quick_start {
 /// `file`'s text from its second line on (the first says where it is shown).
 fn body(file: &str) -> &str {
     file.split_once('\n').map(|(_, rest)| rest).unwrap_or(file)
+}
+
+/// The notice at the top of the facade's README.
+const FACADE_NOTICE: &str =
+    "<!-- The crates.io page of the `distlock` crate: the repository's README.md, its links\n\
+into the repository written out as paths in it. Made by tests/readme.rs; to make it\n\
+again, run that test with DISTLOCK_WRITE_README=1. -->\n\n";
+
+/// The facade's README made from the repository's: the same text whole, each link to a
+/// file of the repository (which crates.io cannot follow) written out as its path
+/// there.
+fn facade_readme(repository: &str) -> String {
+    let mut out = String::from(FACADE_NOTICE);
+    let mut rest = repository;
+    while let Some(open) = rest.find('[') {
+        let (before, from) = rest.split_at(open);
+        out.push_str(before);
+        let link = from.find("](").and_then(|mid| {
+            let end = mid + from[mid..].find(')')?;
+            Some((&from[1..mid], &from[mid + 2..end], end))
+        });
+        match link {
+            Some((text, target, end))
+                if !text.contains('[')
+                    && !target.starts_with("http")
+                    && !target.starts_with('#') =>
+            {
+                let path = target.split('#').next().unwrap_or(target);
+                if text.trim_matches('`') == path {
+                    out.push_str(&format!("`{path}`"));
+                } else {
+                    out.push_str(&format!("{text} in `{path}`"));
+                }
+                rest = &from[end + 1..];
+            }
+            _ => {
+                out.push('[');
+                rest = &from[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn the_facade_readme_is_the_repository_readme() {
+    let made = facade_readme(include_str!("../../README.md"));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    if std::env::var_os("DISTLOCK_WRITE_README").is_some() {
+        std::fs::write(path, &made).expect("write distlock/README.md");
+    }
+    let shown = std::fs::read_to_string(path).expect("read distlock/README.md");
+    assert!(
+        shown == made,
+        "distlock/README.md is not the repository's README.md as crates.io shows it: \
+         run this test with DISTLOCK_WRITE_README=1 to make it again"
+    );
+}
+
+#[test]
+fn a_link_into_the_repository_becomes_its_path() {
+    let made = facade_readme(
+        "see [fencing](docs/fencing.md#a), [docs.rs](https://docs.rs/x), [here](#b) and a [b]",
+    );
+    assert_eq!(
+        made.strip_prefix(FACADE_NOTICE),
+        Some(
+            "see fencing in `docs/fencing.md`, [docs.rs](https://docs.rs/x), [here](#b) and a [b]"
+        )
+    );
 }
 
 #[test]
