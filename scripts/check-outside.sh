@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
-# Builds a crate outside the workspace that depends on distlock with the `redis`
-# feature alone, as a user adding it would, with no protoc to be found: only the etcd
-# backend needs it. Versions are pinned by a copy of the workspace's lock file.
+# Builds a crate outside the workspace that depends on distlock as a user adding it
+# would: on the packaged crates (target/package, made by `cargo package --workspace`,
+# patched in as a registry would serve them) where they have been made, else on the
+# workspace's folders. First with the `redis` feature alone, with no protoc to be
+# found (only the etcd backend needs it); then with every backend, run. Versions are
+# pinned by a copy of the workspace's lock file.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/src"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
+patches=""
+if [ -f "$root/target/package/distlock-$version.crate" ]; then
+  from="the packaged crates"
+  packages="$dir/packages"
+  mkdir -p "$packages"
+  for crate in distlock-core distlock-sql distlock-redis distlock-postgres distlock-mysql distlock-etcd distlock-zookeeper distlock; do
+    tar xzf "$root/target/package/$crate-$version.crate" -C "$packages"
+    patches+="$crate = { path = \"$packages/$crate-$version\" }"$'\n'
+  done
+  distlock_dep="distlock = { version = \"$version\", features = [\"redis\"] }"
+else
+  from="the workspace's folders"
+  distlock_dep="distlock = { path = \"$root/distlock\", features = [\"redis\"] }"
+fi
 cat > "$dir/Cargo.toml" <<EOF
 [package]
 name = "distlock-outside"
@@ -15,10 +33,14 @@ edition = "2021"
 publish = false
 
 [dependencies]
-distlock = { path = "$root/distlock", features = ["redis"] }
+$distlock_dep
+tokio = { version = "1", features = ["rt", "macros"] }
 
+[patch.crates-io]
+$patches
 [workspace]
 EOF
+echo "check-outside: a user's crate on $from"
 cat > "$dir/src/main.rs" <<'EOF'
 //! A user's crate: the Redis backend and the client, nothing else.
 use std::sync::Arc;
@@ -95,6 +117,33 @@ for pair in redis:redis postgres:sqlx mysql:sqlx etcd:etcd-client zookeeper:zook
     exit 1
   fi
 done
+
+# Every backend, built and run: each scheme connects by URL, and each backend refuses
+# an option it does not know before it sends anything (no server runs here).
+sed -i 's/features = \["[a-z]*"\]/features = ["redis", "postgres", "mysql", "etcd", "zookeeper"]/' "$dir/Cargo.toml"
+cat > "$dir/src/main.rs" <<'EOF'
+//! A user's crate with every backend.
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let schemes = distlock::schemes();
+    for scheme in ["redis", "postgres", "mysql", "mariadb", "etcd", "zookeeper"] {
+        assert!(schemes.contains(&scheme), "{scheme} not in {schemes:?}");
+        // A path each backend takes: Redis's database number, etcd none.
+        let path = if scheme == "etcd" { "" } else { "/0" };
+        let url = format!("{scheme}://127.0.0.1:1{path}?no_such_option=1");
+        let error = match distlock::connect(&url).await {
+            Ok(_) => panic!("{url} connected"),
+            Err(error) => error,
+        };
+        assert_eq!(error.kind(), distlock::ErrorKind::Configuration, "{url}: {error}");
+        assert!(error.to_string().contains("no_such_option"), "{url}: {error}");
+    }
+    println!("every backend's scheme: {schemes:?}");
+}
+EOF
+cargo build --offline --quiet --manifest-path "$dir/Cargo.toml"
+"$CARGO_TARGET_DIR/debug/distlock-outside"
+echo "check-outside: a crate with every backend builds and runs on $from"
 
 # The command line's lean install, as its README gives it: every backend but etcd,
 # without protoc.

@@ -61,7 +61,8 @@ step "tests"
 # at once.
 bash scripts/run-tests.sh
 step "a user's crate outside the workspace"
-# A user's crate with distlock's redis feature alone builds without protoc.
+# A user's crate on the packaged crates: with distlock's redis feature alone it builds
+# without protoc; with every backend it builds and runs.
 bash scripts/check-outside.sh
 # The comparison run's quick mode, as a check that it runs on every backend: the
 # binary `cargo test` built for lockbench's own tests (a debug build with the tests'
