@@ -109,6 +109,10 @@ enum Bug {
     /// Declares a set of keys taken in one step, but takes them one by one and keeps
     /// those it took when a later one is held (a multi-key lock that does not undo).
     AtomicSetKeepsPart,
+    /// Checks a renewal against a replica that applies writes 100 ms late, so a renewal
+    /// right after its grant finds no key (a read-only check served from a member's own
+    /// state, behind the leader's).
+    RenewReadsBehind,
     /// Answers a renewal the server has not answered within 50 ms from what the client
     /// remembers: "renewed" (an optimistic cache of its own leases).
     RenewsFromCacheWhenSlow,
@@ -690,6 +694,14 @@ impl Naive {
             }
             None => self.round_trip().await?,
         }
+        if self.bug == Bug::RenewReadsBehind {
+            let granted = self.state().holders.get(&self.stored(r.key())).map(|h| h.1);
+            let behind =
+                |at: SystemTime| at.elapsed().unwrap_or_default() < Duration::from_millis(100);
+            if granted.is_some_and(behind) {
+                return Ok(Renewal::NotHeld);
+            }
+        }
         let holder = self.holder(r.key());
         let held = holder.is_some_and(|(o, _)| {
             self.same_owner(&o, r.owner()) || self.bug == Bug::ExtendIgnoresOwner
@@ -898,6 +910,7 @@ caught! {
     non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder, saying "the old holder's release deleted the next holder's lease";
     release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held, saying "the second release answered Released";
     extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire, saying "extending an expired lease answered Extended";
+    renew_reads_behind: RenewReadsBehind by a_renewal_right_after_the_grant_finds_it, saying "renewals sent right after their grant answered not held";
     extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence, saying "extend changed the key's fence on the server";
     random_fence: RandomFence by fencing_increases_across_release_and_reacquire, saying "followed";
     fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases, saying "the fence went back from";

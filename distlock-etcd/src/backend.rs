@@ -105,10 +105,17 @@ fn send_txn(
     async move { client.txn(txn).await }
 }
 
-/// An acquisition whose lease expired (or was revoked) before the transaction that
-/// writes its grant reached the server: the server or the link stalled past the
-/// TTL, and nothing was granted. The contract's "a grant would have come back after
-/// its validity": an [`ErrorKind::Timeout`], which a waiter retries.
+/// A transaction that succeeds while each of `compares` holds, read linearizably. etcd
+/// answers a transaction that neither writes nor reads from the state of the member
+/// that received it, without asking the leader first (as a serializable read), and a
+/// member may be behind: one that has not applied a grant yet finds the key not there.
+/// So the check reads `key` too (its count only), which makes it a linearizable read.
+pub(crate) fn check_txn<const N: usize>(compares: [Compare; N], key: String) -> Txn {
+    Txn::new()
+        .when(compares)
+        .and_then([TxnOp::get(key, Some(GetOptions::new().with_count_only()))])
+}
+
 /// The fence a revision gives (a key's creation revision, or the revision a grant's
 /// transaction made): revisions are positive, and any other value is a backend error.
 pub(crate) fn fence(revision: i64) -> Result<FencingToken> {
@@ -134,6 +141,10 @@ fn read_holder(kv: Option<&KeyValue>, lease: i64) -> (Option<Holder>, Option<Sys
     }
 }
 
+/// An acquisition whose lease expired (or was revoked) before the transaction that
+/// writes its grant reached the server: the server or the link stalled past the
+/// TTL, and nothing was granted. The contract's "a grant would have come back after
+/// its validity": an [`ErrorKind::Timeout`], which a waiter retries.
 fn lease_ran_out() -> Error {
     Error::new(
         ErrorKind::Timeout,
@@ -616,10 +627,13 @@ impl LockBackend for EtcdBackend {
         let key = self.key(request.key());
         // Refresh the lease and check that the key is still ours, side by side: one
         // round trip of latency. Neither can re-create the key.
-        let check = Txn::new().when([
-            Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
-            Compare::lease(key, CompareOp::Equal, id),
-        ]);
+        let check = check_txn(
+            [
+                Compare::value(key.clone(), CompareOp::Equal, request.owner().to_hex()),
+                Compare::lease(key.clone(), CompareOp::Equal, id),
+            ],
+            key,
+        );
         let (kept, checked) = tokio::join!(
             self.keep_alive_once(id),
             self.request(|c| send_txn(c, &check))

@@ -61,6 +61,13 @@
 //!   ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
 //! - **Leases survive a restart and the loss of a member** (a quorum remains): etcd
 //!   is the backend to pick when the lock must survive a server.
+//! - **Every owner check is a linearizable read**, on any member: etcd serves a
+//!   transaction that only compares (no read, no write) from the state of the member
+//!   that received it, which may not have applied the grant yet, so a renewal checked
+//!   that way finds no key and reports a lock lost that nobody took. Each check reads
+//!   the key as well, which etcd confirms with the leader first. `tests/etcd.rs`
+//!   (`a_renewal_right_after_the_grant_...`) renews 640 locks and permits on a
+//!   three-member cluster as soon as each grant comes back.
 //! - **A keepalive that hangs** while the cluster is unreachable is bounded by the
 //!   request timeout, and the client tells the holder it lost the lock before its
 //!   validity runs out.

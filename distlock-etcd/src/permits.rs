@@ -23,7 +23,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
-use crate::backend::{fence, lease_id, place_lease_id, EtcdBackend};
+use crate::backend::{check_txn, fence, lease_id, place_lease_id, EtcdBackend};
 
 /// How many times a grant reads again when another grant moved the gate meanwhile.
 const ATTEMPTS: usize = 8;
@@ -271,7 +271,10 @@ impl PermitBackend for EtcdBackend {
             self.permit_base(request.key()),
             request.owner().to_hex()
         );
-        let check = Txn::new().when([Compare::lease(grant_key, CompareOp::Equal, id)]);
+        let check = check_txn(
+            [Compare::lease(grant_key.clone(), CompareOp::Equal, id)],
+            grant_key,
+        );
         let (kept, checked) = tokio::join!(self.keep_alive_once(id), self.txn(&check));
         let checked = checked?;
         if kept?.is_none() {

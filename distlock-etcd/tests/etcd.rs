@@ -466,3 +466,57 @@ where
     }
     panic!("no grant in twenty attempts");
 }
+
+/// A renewal sent right after the grant, through a client balanced over every member,
+/// of a lock and of a semaphore's permit: the renewal's check that the key is still the
+/// owner's may reach a member that has not applied the grant yet, and must still find
+/// it (a renewal that answers "not held" there reports a lock lost that nobody took).
+/// Many clients at once keep the members' apply loops busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_right_after_the_grant_finds_it_on_a_cluster() {
+    let cluster = EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = Arc::new(EtcdBackend::connect(&cluster.url()).await.expect("connect"));
+    let ttl = Duration::from_secs(2);
+    // The guards' own renewal would wait a third of the TTL: each extend here is the
+    // first renewal, sent as soon as the grant came back.
+    let client = LockClient::with_options(backend, LockOptions::new(ttl).with_auto_renew(false))
+        .expect("options");
+    let tasks: Vec<_> = (0..16)
+        .map(|task| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut lost = Vec::new();
+                for round in 0..40 {
+                    let name = format!("renew-now-{task}-{round}");
+                    let guard = if round % 2 == 0 {
+                        client.lock(&name, Duration::from_secs(10)).await
+                    } else {
+                        let semaphore = client.semaphore(&name, 2).expect("semaphore");
+                        semaphore.acquire(Duration::from_secs(10)).await
+                    };
+                    let guard = guard.unwrap_or_else(|e| panic!("{name}: {e}"));
+                    match guard.extend(ttl).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == ErrorKind::NotHeld => lost.push(name),
+                        Err(e) if e.is_retryable() => {}
+                        Err(e) => panic!("{name}: {e}"),
+                    }
+                    let _ = guard.release().await;
+                }
+                lost
+            })
+        })
+        .collect();
+    let mut lost = Vec::new();
+    for task in tasks {
+        lost.extend(task.await.expect("task"));
+    }
+    assert!(
+        lost.is_empty(),
+        "{} of 640 renewals right after the grant answered not held: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(6)]
+    );
+}

@@ -45,6 +45,36 @@ cases! {
         Ok(())
     }
 
+    /// A renewal sent as soon as its grant came back finds the lease, with many grants at once: a replicated server's renewal reads what the grant wrote, never a member behind it.
+    #[case(Extend, always)]
+    pub async fn a_renewal_right_after_the_grant_finds_it(t: &Target) -> CaseResult {
+        let (tasks, rounds) = (16, 24);
+        let work = (0..tasks).map(|task| async move {
+            let mut lost = 0;
+            for _ in 0..rounds {
+                let key = t.key(&format!("renew-now-{task}"));
+                let lease = acquire(t, &key, t.short_ttl()).await?;
+                let outcome = t.backend().extend(&lease, t.renewal_ttl(&lease)).await?;
+                if outcome == ExtendOutcome::NotHeld {
+                    lost += 1;
+                    continue;
+                }
+                t.backend().release(&key, lease.owner()).await?;
+            }
+            Ok::<_, CaseError>(lost)
+        });
+        let mut lost = 0;
+        for result in join_all(work).await {
+            lost += result?;
+        }
+        ensure!(
+            lost == 0,
+            "{lost} of {} renewals sent right after their grant answered not held",
+            tasks * rounds
+        );
+        Ok(())
+    }
+
     /// Extend keeps the fencing token, prolongs the lease, and can be repeated.
     #[case(Extend, always)]
     pub async fn extend_keeps_the_fence(t: &Target) -> CaseResult {
