@@ -39,6 +39,8 @@ tokio = { version = "1", features = ["rt", "macros"] }
 [patch.crates-io]
 $patches
 [workspace]
+
+$(sed -n '/^\[profile\./,$p' "$root/Cargo.toml")
 EOF
 echo "check-outside: a user's crate on $from"
 cat > "$dir/src/main.rs" <<'EOF'
@@ -64,7 +66,9 @@ fn main() {
 }
 EOF
 cp "$root/Cargo.lock" "$dir/Cargo.lock"
-export CARGO_TARGET_DIR="$root/target/outside"
+# The workspace's target directory and build settings (above): the dependencies its
+# own builds made are built once.
+export CARGO_TARGET_DIR="$root/target"
 PROTOC=/nonexistent/protoc cargo build --offline --quiet --manifest-path "$dir/Cargo.toml"
 if cargo tree --offline --manifest-path "$dir/Cargo.toml" -e normal -i etcd-client >/dev/null 2>&1; then
   echo "check-outside: etcd-client is in the tree of a crate that asked for redis only" >&2
@@ -147,6 +151,9 @@ echo "check-outside: a crate with every backend builds and runs on $from"
 
 # The command line's lean install, as its README gives it: every backend but etcd,
 # without protoc.
+# Its own target directory, so that the workspace's full build of the command keeps
+# its place.
+export CARGO_TARGET_DIR="$root/target/outside"
 (cd "$root" && PROTOC=/nonexistent/protoc cargo build --offline --quiet --locked \
   -p distlock-cli --no-default-features --features redis,postgres,mysql,zookeeper)
 "$CARGO_TARGET_DIR/debug/distlock" --version

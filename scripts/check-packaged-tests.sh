@@ -2,7 +2,10 @@
 # Runs the tests of the packaged crates (target/package/*.crate, made by `cargo
 # package --workspace`) from their unpacked contents alone, outside this workspace:
 # each crate's dependencies on the others are the packages, patched in as a registry
-# would serve them. What a packager running `cargo test` on the published source runs.
+# would serve them. What a packager running `cargo test` on the published source runs:
+# every test target and the doc tests. The test binaries run three at once (their
+# time is mostly spent waiting on leases to run out), each from its crate's
+# directory, as cargo runs it; every failure is listed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +26,45 @@ members = [${members%, }]
 
 [patch.crates-io]
 $patches
+# This workspace's build settings, so that the dependencies built for its own tests
+# (into the same target directory) are built once.
+$(sed -n '/^\[profile\./,$p' Cargo.toml)
 TOML
 # The versions this workspace is tested with, already fetched by its own build.
 cp Cargo.lock "$dir/"
-CARGO_TARGET_DIR="$PWD/target/packaged" cargo test --workspace --all-features --offline --manifest-path "$dir/Cargo.toml" "$@"
+# The workspace's own target directory: the packaged crates are built apart from the
+# workspace's (their sources are elsewhere), their dependencies are shared.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+test=(cargo test --workspace --all-features --offline --manifest-path "$dir/Cargo.toml")
+
+# Every test binary, with its crate's directory.
+"${test[@]}" --no-run --message-format=json-render-diagnostics \
+  | jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
+      | [(.manifest_path | sub("/Cargo.toml$"; "")), .executable] | @tsv' >"$dir/binaries.tsv"
+if [ ! -s "$dir/binaries.tsv" ]; then
+  echo "check-packaged-tests: cargo built no test binary" >&2
+  exit 1
+fi
+mkdir "$dir/logs"
+# One binary: its output printed whole when it ends, its name listed if it failed.
+run_one() {
+  local crate_dir=$1 exe=$2 dir=$3 code=0
+  local log="$dir/logs/$(basename "$exe")"
+  (cd "$crate_dir" && CARGO_MANIFEST_DIR="$crate_dir" "$exe") >"$log" 2>&1 </dev/null || code=$?
+  {
+    echo "     Ran $(basename "$crate_dir") $(basename "$exe"), exit code $code"
+    cat "$log"
+  } | flock "$dir/print.lock" cat
+  if [ "$code" != 0 ]; then
+    echo "$(basename "$crate_dir") $(basename "$exe")" | flock "$dir/print.lock" tee -a "$dir/failed" >/dev/null
+  fi
+}
+export -f run_one
+tr '\t' '\n' <"$dir/binaries.tsv" | tr '\n' '\0' | xargs -0 -n 2 -P 3 bash -c 'run_one "$0" "$1" "'"$dir"'"'
+"${test[@]}" --doc || echo "the doc tests" >>"$dir/failed"
+if [ -s "$dir/failed" ]; then
+  echo "check-packaged-tests: these tests of the packaged crates failed:" >&2
+  sed 's/^/  /' "$dir/failed" >&2
+  exit 1
+fi
+echo "check-packaged-tests: $(wc -l <"$dir/binaries.tsv") test binaries and the doc tests of the packaged crates passed"

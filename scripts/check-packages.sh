@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Checks that every crate meant for a registry carries what one needs: description,
-# keywords, categories, licence, a readme, both licence texts in the
-# package, docs.rs metadata that builds every feature with `--cfg docsrs`, the
-# library crates' docs.rs address, and a minimum Rust version that is the one CI
-# builds with.
+# keywords, categories, licence, a readme that links to the facade, both licence
+# texts in the package, docs.rs metadata that builds every feature with `--cfg
+# docsrs`, the library crates' docs.rs address, the project's home (the facade's
+# docs), and a minimum Rust version that is the one CI builds with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,11 @@ for crate in "${published[@]}"; do
   for file in README.md LICENSE-MIT LICENSE-APACHE; do
     grep -qx "$file" <<<"$files" || { echo "check-packages: $crate's package lacks $file" >&2; exit 1; }
   done
+  # Each part's README leads a reader who found it on crates.io to the facade.
+  if [ "$crate" != distlock ] && ! grep -q '](https://docs.rs/distlock)' "$crate/README.md"; then
+    echo "check-packages: $crate's README does not link to the facade (https://docs.rs/distlock)" >&2
+    exit 1
+  fi
 done
 cargo metadata --no-deps --format-version 1 --offline | python3 -c '
 import json, sys
@@ -42,6 +47,8 @@ for name in wanted:
     docs = ((p.get("metadata") or {}).get("docs") or {}).get("rs") or {}
     if not docs.get("all-features"):
         bad.append(f"{name}: docs.rs metadata does not build every feature")
+    if p.get("homepage") != "https://docs.rs/distlock":
+        bad.append(f"{name}: homepage is not https://docs.rs/distlock")
     if name != "distlock-cli" and p.get("documentation") != f"https://docs.rs/{name}":
         bad.append(f"{name}: documentation is not https://docs.rs/{name}")
     if docs.get("rustdoc-args") != ["--cfg", "docsrs"]:
