@@ -3,9 +3,9 @@
 # in release mode, then its torture run. Results go to results/ (report.md,
 # results.json, latency.svg, handoff.svg, sweep.svg; torture.md, torture.json).
 # Without flags, the standard run: every backend in both runs, the replicated rows
-# too, in about 40 minutes on the project's 2-core machine, build included (38 min
-# measured on a fresh machine: the release build 5, the comparison 22, the torture
-# run 12; docs/benchmarks.md). --quick for CI's short runs, --soak for the long run
+# too, in about 40 minutes on the project's 2-core machine, build included (42 min
+# measured from a fresh checkout: the release build 5, the comparison 24, the
+# torture run 13; docs/benchmarks.md). --quick for CI's short runs, --soak for the long run
 # (at least 100,000 lock operations per backend under faults: over an hour),
 # --backends to choose.
 set -euo pipefail
