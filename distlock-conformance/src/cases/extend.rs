@@ -49,27 +49,50 @@ cases! {
     #[case(Extend, always)]
     pub async fn a_renewal_right_after_the_grant_finds_it(t: &Target) -> CaseResult {
         let (tasks, rounds) = (16, 24);
+        // A step that fails retryably (a server slow under this case's load) leaves its
+        // round out: what is judged is the answer of each renewal that got one.
         let work = (0..tasks).map(|task| async move {
-            let mut lost = 0;
+            let (mut lost, mut answered) = (0, 0);
             for _ in 0..rounds {
                 let key = t.key(&format!("renew-now-{task}"));
-                let lease = acquire(t, &key, t.short_ttl()).await?;
-                let outcome = t.backend().extend(&lease, t.renewal_ttl(&lease)).await?;
-                if outcome == ExtendOutcome::NotHeld {
-                    lost += 1;
-                    continue;
+                let lease = match t.backend().try_acquire(&key, t.short_ttl()).await {
+                    Ok(AcquireOutcome::Acquired(lease)) => lease,
+                    Ok(AcquireOutcome::Held { .. }) => {
+                        return fail(format!("{key} was held although nobody should hold it"))
+                    }
+                    Err(e) if e.is_retryable() => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                match t.backend().extend(&lease, t.renewal_ttl(&lease)).await {
+                    Ok(ExtendOutcome::NotHeld) => {
+                        lost += 1;
+                        continue;
+                    }
+                    Ok(ExtendOutcome::Extended(_)) => answered += 1,
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => return Err(e.into()),
                 }
-                t.backend().release(&key, lease.owner()).await?;
+                match t.backend().release(&key, lease.owner()).await {
+                    Err(e) if !e.is_retryable() => return Err(e.into()),
+                    _ => {}
+                }
             }
-            Ok::<_, CaseError>(lost)
+            Ok::<_, CaseError>((lost, answered))
         });
-        let mut lost = 0;
+        let (mut lost, mut answered) = (0, 0);
         for result in join_all(work).await {
-            lost += result?;
+            let (l, a) = result?;
+            lost += l;
+            answered += a;
         }
         ensure!(
             lost == 0,
             "{lost} of {} renewals sent right after their grant answered not held",
+            lost + answered
+        );
+        ensure!(
+            answered * 2 >= tasks * rounds,
+            "only {answered} of {} rounds got a grant and a renewal through: too few to judge",
             tasks * rounds
         );
         Ok(())
