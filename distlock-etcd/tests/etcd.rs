@@ -487,7 +487,7 @@ async fn a_renewal_right_after_the_grant_finds_it_on_a_cluster() {
         .map(|task| {
             let client = client.clone();
             tokio::spawn(async move {
-                let mut lost = Vec::new();
+                let (mut lost, mut answered) = (Vec::new(), 0);
                 for round in 0..40 {
                     let name = format!("renew-now-{task}-{round}");
                     let guard = if round % 2 == 0 {
@@ -498,20 +498,22 @@ async fn a_renewal_right_after_the_grant_finds_it_on_a_cluster() {
                     };
                     let guard = guard.unwrap_or_else(|e| panic!("{name}: {e}"));
                     match guard.extend(ttl).await {
-                        Ok(()) => {}
+                        Ok(()) => answered += 1,
                         Err(e) if e.kind() == ErrorKind::NotHeld => lost.push(name),
                         Err(e) if e.is_retryable() => {}
                         Err(e) => panic!("{name}: {e}"),
                     }
                     let _ = guard.release().await;
                 }
-                lost
+                (lost, answered)
             })
         })
         .collect();
-    let mut lost = Vec::new();
+    let (mut lost, mut answered) = (Vec::new(), 0);
     for task in tasks {
-        lost.extend(task.await.expect("task"));
+        let (l, a) = task.await.expect("task");
+        lost.extend(l);
+        answered += a;
     }
     assert!(
         lost.is_empty(),
@@ -519,4 +521,6 @@ async fn a_renewal_right_after_the_grant_finds_it_on_a_cluster() {
         lost.len(),
         &lost[..lost.len().min(6)]
     );
+    // A renewal that failed retryably is left out; enough must have answered to judge.
+    assert!(answered >= 320, "only {answered} of 640 renewals answered");
 }
