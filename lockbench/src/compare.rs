@@ -134,6 +134,10 @@ async fn measure(
         .rslock
         .as_ref()
         .map(|r| S1Entry::new(peers::RSLOCK, r.clone()));
+    let request_floors: Vec<&S1Entry> = floor_entries
+        .iter()
+        .filter(|e| e.role == FloorRole::Requests)
+        .collect();
     let s2_entries: Vec<&S1Entry> = [
         Some(&entries[0]),
         cycle_floor,
@@ -143,6 +147,7 @@ async fn measure(
     ]
     .into_iter()
     .flatten()
+    .chain(request_floors.iter().copied())
     .collect();
     let s2_names: Vec<&str> = s2_entries.iter().map(|e| e.name.as_str()).collect();
     progress(
@@ -177,6 +182,15 @@ async fn measure(
     };
     if efficiency {
         run.s2_efficiency = s2_take(EFFICIENCY);
+    }
+    for entry in request_floors {
+        if let Some(summary) = s2_take(&entry.name) {
+            run.s2_request_floors.push(FloorRow {
+                name: entry.name.clone(),
+                role: entry.role,
+                summary,
+            });
+        }
     }
     progress(
         &name,

@@ -6,7 +6,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
@@ -35,7 +35,23 @@ enum RedisCycle {
     Bare,
     /// [`FENCED_GRANT`], then the same compare-and-delete script.
     Fenced,
+    /// distlock's own requests for one cycle, byte for byte, on the bare driver: the
+    /// efficiency lock's `SET NX PX GET` of its stored value (or, `fenced`, the
+    /// fenced lock's acquire script), then its release script. What a cycle's
+    /// requests cost the client and the server, apart from the client's steps around
+    /// them.
+    Requests { fenced: bool },
 }
+
+/// The key prefix of the requests floor: as long as the backend's default
+/// (`distlock:`), so that its requests are as long as the backend's, and apart from
+/// it, so that the two never share a key.
+const REQUESTS_PREFIX: &str = "lbfloor1:";
+
+/// The TTL and the fence counter's life the backend sends for the scenarios' TTL
+/// (`SCENARIO_TTL`) with its default fence grace of 60 s, in milliseconds.
+const REQUESTS_TTL_MS: &str = "10000";
+const REQUESTS_COUNTER_MS: &str = "70000";
 
 /// The cheapest grant that also mints a fence: the lock's `SET NX PX`, and only when
 /// it succeeds the next fence, one above the key's last and never below the server's
@@ -57,6 +73,9 @@ struct RedisFloor {
     conn: redis::aio::MultiplexedConnection,
     release: Arc<redis::Script>,
     fenced_grant: Arc<redis::Script>,
+    /// The backend's own acquire and release scripts, for [`RedisCycle::Requests`].
+    backend_acquire: Arc<redis::Script>,
+    backend_release: Arc<redis::Script>,
     cycle: RedisCycle,
 }
 
@@ -82,6 +101,41 @@ impl Contender for RedisFloor {
                     .await?;
                 return Ok(fence.map(|_| Some((key.to_owned(), owner))));
             }
+            RedisCycle::Requests { fenced } => {
+                let lock = format!("{REQUESTS_PREFIX}{{{key}}}");
+                let holder = distlock::Holder::this_process();
+                let granted = if fenced {
+                    let reply: Vec<String> = self
+                        .backend_acquire
+                        .key(&lock)
+                        .key(format!("{lock}:fence"))
+                        .arg(&owner)
+                        .arg(REQUESTS_TTL_MS)
+                        .arg(REQUESTS_COUNTER_MS)
+                        .arg("0")
+                        .arg("0")
+                        .arg(holder.encoded())
+                        .invoke_async(&mut conn)
+                        .await?;
+                    reply.first().is_some_and(|granted| granted == "1")
+                } else {
+                    let ms = SystemTime::now()
+                        .duration_since(SystemTime::UNIX_EPOCH)?
+                        .as_millis();
+                    let value = format!("{owner}:0/{ms}/{}/", holder.encoded());
+                    let previous: Option<String> = redis::cmd("SET")
+                        .arg(&lock)
+                        .arg(&value)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(REQUESTS_TTL_MS)
+                        .arg("GET")
+                        .query_async(&mut conn)
+                        .await?;
+                    previous.is_none()
+                };
+                return Ok(granted.then_some(Some((lock, owner))));
+            }
             RedisCycle::Bare => {}
         }
         let set: Option<String> = redis::cmd("SET")
@@ -100,20 +154,37 @@ impl Contender for RedisFloor {
     }
 
     async fn give_back(&self, held: Self::Held) -> Result<(), BoxError> {
-        if let Some((key, owner)) = held {
-            let mut conn = self.conn.clone();
-            let _: i64 = self
-                .release
-                .key(key)
-                .arg(owner)
-                .invoke_async(&mut conn)
-                .await?;
+        let Some((key, owner)) = held else {
+            return Ok(());
+        };
+        let mut conn = self.conn.clone();
+        let released: i64 = match self.cycle {
+            // The backend's release: it names the prefix's length, to tell waiters.
+            RedisCycle::Requests { .. } => {
+                self.backend_release
+                    .key(key)
+                    .arg(owner)
+                    .arg(REQUESTS_PREFIX.len())
+                    .invoke_async(&mut conn)
+                    .await?
+            }
+            _ => {
+                self.release
+                    .key(key)
+                    .arg(owner)
+                    .invoke_async(&mut conn)
+                    .await?
+            }
+        };
+        if released != 1 {
+            return Err(format!("a floor's release answered {released}, not released").into());
         }
         Ok(())
     }
 }
 
-/// Redis's floors: a round trip, and the raw cycle.
+/// Redis's floors: a round trip, the raw cycle, the fenced cycle, and distlock's own
+/// requests for each lock on the bare driver.
 pub(crate) async fn redis(url: &str) -> Result<Vec<S1Entry>, BoxError> {
     let conn = redis::Client::open(url)?
         .get_multiplexed_async_connection()
@@ -122,10 +193,18 @@ pub(crate) async fn redis(url: &str) -> Result<Vec<S1Entry>, BoxError> {
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     ));
     let fenced_grant = Arc::new(redis::Script::new(FENCED_GRANT));
+    let backend_acquire = Arc::new(redis::Script::new(include_str!(
+        "../../distlock-redis/src/scripts/acquire.lua"
+    )));
+    let backend_release = Arc::new(redis::Script::new(include_str!(
+        "../../distlock-redis/src/scripts/release_plain.lua"
+    )));
     let floor = |cycle| RedisFloor {
         conn: conn.clone(),
         release: release.clone(),
         fenced_grant: fenced_grant.clone(),
+        backend_acquire: backend_acquire.clone(),
+        backend_release: backend_release.clone(),
         cycle,
     };
     Ok(vec![
@@ -143,6 +222,16 @@ pub(crate) async fn redis(url: &str) -> Result<Vec<S1Entry>, BoxError> {
             FloorRole::FencedCycle,
             "fenced grant (SET NX PX + a fence from TIME and a counter, one script) + compare-and-delete",
             floor(RedisCycle::Fenced),
+        ),
+        S1Entry::floor(
+            FloorRole::Requests,
+            "the efficiency lock's requests (SET NX PX GET + release script), bare driver",
+            floor(RedisCycle::Requests { fenced: false }),
+        ),
+        S1Entry::floor(
+            FloorRole::Requests,
+            "the fenced lock's requests (acquire script + release script), bare driver",
+            floor(RedisCycle::Requests { fenced: true }),
         ),
     ])
 }

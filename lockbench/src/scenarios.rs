@@ -322,6 +322,9 @@ pub(crate) enum FloorRole {
     /// down, even after a restart that lost data: what the fence costs, apart from
     /// what distlock adds.
     FencedCycle,
+    /// distlock's own requests for one cycle, sent on the bare driver: run in S2
+    /// too, to part what the requests cost from what the client's steps cost.
+    Requests,
     /// Another floor, shown beside the others.
     Other,
 }

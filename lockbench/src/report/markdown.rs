@@ -338,6 +338,13 @@ impl Report {
                     b.s1_client.as_ref(),
                 )
             });
+            let request_floors = b.s2_request_floors.iter().map(|f| {
+                (
+                    format!("S2 floor under 32 clients: {}", f.name),
+                    &f.summary,
+                    None,
+                )
+            });
             let peers = b.peers.iter().map(|p| {
                 let mine = ours
                     .iter()
@@ -348,7 +355,11 @@ impl Report {
             table(
                 &mut md,
                 "measurement | p50 | p90 | p99 | per second | distlock p50 ÷ this p50 | server CPU per op | client CPU per op | releaser took it again",
-                scenarios.chain(floors).chain(peers).map(measurement_row),
+                scenarios
+                    .chain(floors)
+                    .chain(request_floors)
+                    .chain(peers)
+                    .map(measurement_row),
             );
             // rslock's uncontended cycle and the Redis floor send the same two commands:
             // how far apart they land is this run's noise, in the same units.
@@ -435,7 +446,8 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{BackendRun, Conformance, Report};
+    use super::super::{BackendRun, Conformance, FloorRow, Report};
+    use crate::scenarios::FloorRole;
 
     fn report(run: BackendRun) -> String {
         Report {
@@ -477,5 +489,27 @@ mod tests {
         });
         assert!(md.contains("| etcd | 60 / 1 / 0 (in 50 s"), "{md}");
         assert!(md.contains("- failed `case`: why"), "{md}");
+    }
+
+    #[test]
+    fn the_request_floors_s2_rows_are_shown_under_their_names() {
+        let summary = crate::stats::Summary::of(
+            vec![std::time::Duration::from_micros(400); 10],
+            std::time::Duration::from_secs(1),
+        );
+        let md = report(BackendRun {
+            backend: "redis".into(),
+            started: true,
+            s2_request_floors: vec![FloorRow {
+                name: "the lock's requests, bare driver".into(),
+                role: FloorRole::Requests,
+                summary,
+            }],
+            ..Default::default()
+        });
+        assert!(
+            md.contains("| S2 floor under 32 clients: the lock's requests, bare driver | 400 µs |"),
+            "{md}"
+        );
     }
 }

@@ -81,6 +81,9 @@ pub(crate) struct BackendRun {
     pub(crate) s1_efficiency: Option<Summary>,
     /// S2 on the efficiency lock, where S1 ran on it.
     pub(crate) s2_efficiency: Option<Summary>,
+    /// S2 on the floors that send distlock's own requests on the bare driver
+    /// ([`FloorRole::Requests`]), where the backend has them.
+    pub(crate) s2_request_floors: Vec<FloorRow>,
     /// S2 at each concurrency of the sweep.
     pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
