@@ -303,6 +303,12 @@ impl ServerHandle {
         self.source
     }
 
+    /// Its container's ID, as Docker names it (a benchmark reads the container's CPU
+    /// time by it).
+    pub fn container_id(&self) -> &str {
+        self.container.id()
+    }
+
     /// The port on 127.0.0.1 that reaches it; the same across restarts.
     pub fn host_port(&self) -> u16 {
         self.host_port

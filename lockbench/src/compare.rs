@@ -44,7 +44,7 @@ async fn measure(
     backend: Arc<DynLockBackend>,
     target: Target,
     sizes: Sizes,
-    meter: Option<&meter::RedisMeter>,
+    meter: Option<&meter::ServerMeter>,
     beside: Beside,
 ) {
     let name = run.backend.clone();
@@ -430,15 +430,20 @@ async fn run_row(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
     // A Redis server reports its process's CPU time (`INFO cpu`; a Redlock's masters,
     // summed): read around each scenario, the report can then tell a gap in the
     // server's work from a gap in the client's.
+    // Another single server started here reports its container's, from its control
+    // group, where this machine's can be read.
     let mut meter = None;
     let mut beside = Beside::default();
     if !opened.redis_urls.is_empty() {
         match meter::RedisMeter::connect_all(&opened.redis_urls).await {
-            Ok(m) => meter = Some(m),
+            Ok(m) => meter = Some(meter::ServerMeter::Redis(m)),
             Err(e) => run.errors.push(format!("server CPU (INFO cpu): {e}")),
         }
         beside.rslock = Some(peers::Rslock::new(opened.redis_urls));
+    } else if let Some(id) = &opened.container {
+        meter = meter::ServerMeter::container(id);
     }
+    run.server_cpu_from = meter.as_ref().map(meter::ServerMeter::source);
     if let (rows::Row::Server(kind), Some(url)) = (row, &opened.url) {
         match floors(kind, url).await {
             Ok(entries) => {

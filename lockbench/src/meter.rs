@@ -3,6 +3,8 @@
 //! that a gap between two clients can be put down to the server's work or to the
 //! client's.
 
+use std::path::{Path, PathBuf};
+
 use crate::run::BoxError;
 
 /// Reads Redis's `INFO cpu`: the CPU time (user and system) of the server process,
@@ -47,6 +49,66 @@ impl RedisMeter {
         }
         total_cpu_us(&texts).ok_or_else(|| "INFO cpu has no used_cpu_sys or used_cpu_user".into())
     }
+}
+
+/// The CPU time a server spends, read around each measured block.
+#[derive(Clone)]
+pub(crate) enum ServerMeter {
+    /// Redis's own account ([`RedisMeter`]).
+    Redis(RedisMeter),
+    /// The server's container, from its control group's `cpu.stat` (`usage_usec`):
+    /// every process in the container, as the kernel counts them.
+    Cgroup(PathBuf),
+}
+
+impl ServerMeter {
+    /// A meter on the container `id`, where its control group can be read on this
+    /// machine (a local Docker engine on cgroup v2, or the unified hierarchy of a
+    /// hybrid one); `None` otherwise, and the server's CPU is then not measured.
+    pub(crate) fn container(id: &str) -> Option<Self> {
+        // Docker's cgroupfs driver, then its systemd driver, each at the root of
+        // cgroup v2 and under the unified hierarchy of a hybrid setup.
+        let candidates = [
+            format!("docker/{id}"),
+            format!("system.slice/docker-{id}.scope"),
+            format!("unified/docker/{id}"),
+            format!("unified/system.slice/docker-{id}.scope"),
+        ];
+        candidates
+            .iter()
+            .map(|dir| Path::new("/sys/fs/cgroup").join(dir).join("cpu.stat"))
+            .find(|path| read_usage_us(path).is_some())
+            .map(ServerMeter::Cgroup)
+    }
+
+    /// What the report says the server's CPU was read from.
+    pub(crate) fn source(&self) -> &'static str {
+        match self {
+            ServerMeter::Redis(_) => "Redis's INFO cpu",
+            ServerMeter::Cgroup(_) => "its container's cgroup",
+        }
+    }
+
+    /// The CPU time the server has used so far, in microseconds.
+    pub(crate) async fn busy_us(&self) -> Result<f64, BoxError> {
+        match self {
+            ServerMeter::Redis(meter) => meter.busy_us().await,
+            ServerMeter::Cgroup(path) => read_usage_us(path)
+                .ok_or_else(|| format!("{} has no usage_usec", path.display()).into()),
+        }
+    }
+}
+
+/// `usage_usec` of a control group's `cpu.stat`.
+fn read_usage_us(path: &Path) -> Option<f64> {
+    usage_us(&std::fs::read_to_string(path).ok()?)
+}
+
+/// `usage_usec` of the text of a `cpu.stat`.
+fn usage_us(text: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
 }
 
 /// The sum of [`cpu_us`] over the `INFO cpu` of several servers; `None` if any lacks it.
@@ -99,6 +161,15 @@ mod tests {
         // 50 ms of spinning on one thread: at least a fifth of it is counted, however
         // busy the machine's other processes keep its cores.
         assert!(spent > 10_000.0, "{spent} µs counted for 50 ms of work");
+    }
+
+    #[test]
+    fn reads_a_control_groups_cpu_time() {
+        let text = "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n";
+        assert_eq!(usage_us(text), Some(1_234_567.0));
+        assert_eq!(usage_us("user_usec 5\n"), None);
+        // No container of that ID: not measured, rather than a figure of zero.
+        assert!(ServerMeter::container("no-such-container").is_none());
     }
 
     #[test]

@@ -141,6 +141,9 @@ pub(crate) struct Opened {
     /// A replicated row's members with their roles, for faults aimed at the leader
     /// (or master) or at a follower.
     pub(crate) roles: Option<Arc<dyn Roles>>,
+    /// The ID of the one server's container, where this run started it: the server's
+    /// CPU time is read from its control group.
+    pub(crate) container: Option<String>,
 }
 
 /// Starts the servers of `row` and opens its target, as its own tests do.
@@ -148,6 +151,7 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
     let connect = |url: String| async move { crate::run::connect(&url).await };
     let on_network = "reached at their addresses on a Docker network (no port proxy)";
     let mut roles: Option<Arc<dyn Roles>> = None;
+    let mut container = None;
     let (target, url, redis_urls, fault_members, server, servers) = match row {
         Row::Memory => {
             let target = Target::memory();
@@ -170,6 +174,7 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
                 )
             } else {
                 let handle = ServerHandle::start_direct(kind).await?;
+                container = Some(handle.container_id().to_owned());
                 let url = handle
                     .direct_url()
                     .ok_or("the server's network address is unknown")?;
@@ -249,6 +254,7 @@ pub(crate) async fn open(row: Row) -> Result<Opened, BoxError> {
         fault_members,
         server,
         roles,
+        container,
     })
 }
 

@@ -12,7 +12,7 @@ use distlock::{DynLockBackend, LockClient, LockGuard, LockKey, LockOptions};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::meter::{client_cpu_us, RedisMeter};
+use crate::meter::{client_cpu_us, ServerMeter};
 use crate::run::BoxError;
 use crate::stats::Summary;
 
@@ -398,7 +398,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn new(meter: Option<&RedisMeter>, error: Option<BoxError>) -> Self {
+    fn new(meter: Option<&ServerMeter>, error: Option<BoxError>) -> Self {
         Tally {
             samples: Vec::new(),
             wall: Duration::ZERO,
@@ -413,7 +413,7 @@ impl Tally {
     /// error the entry runs no more blocks.
     async fn block(
         &mut self,
-        meter: Option<&RedisMeter>,
+        meter: Option<&ServerMeter>,
         run: impl Future<Output = Result<Vec<Duration>, BoxError>>,
     ) {
         if self.error.is_some() {
@@ -466,7 +466,7 @@ impl Tally {
 pub(crate) async fn s1_side_by_side(
     entries: &[S1Entry],
     sizes: Sizes,
-    meter: Option<&RedisMeter>,
+    meter: Option<&ServerMeter>,
 ) -> Vec<Result<Summary, BoxError>> {
     let mut tallies: Vec<Tally> = Vec::with_capacity(entries.len());
     for entry in entries {
@@ -513,7 +513,7 @@ const S2_BLOCKS: usize = 6;
 pub(crate) async fn s2_side_by_side(
     entries: &[&S1Entry],
     sizes: Sizes,
-    meter: Option<&RedisMeter>,
+    meter: Option<&ServerMeter>,
 ) -> Vec<Result<Summary, BoxError>> {
     let mut tallies: Vec<Tally> = entries.iter().map(|_| Tally::new(meter, None)).collect();
     let per_block = sizes.throughput_for / S2_BLOCKS as u32;

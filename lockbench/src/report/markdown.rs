@@ -376,9 +376,15 @@ impl Report {
                     (twin.summary.p50_us / floor.p50_us - 1.0).abs() * 100.0
                 );
             }
+            let server_cpu = match b.server_cpu_from {
+                Some(from) => format!(
+                    "the CPU time the server used per operation over the scenario, read from {from} (on a Redlock row, its masters' together), network handling included"
+                ),
+                None => "not measured on this row (a Redis server, or a single server this run started whose container's control group this machine shows, has it)".to_owned(),
+            };
             let _ = writeln!(
                 md,
-                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is the CPU time the server process used per operation over the scenario (Redis `INFO cpu`; on a Redlock row, its masters' together), network handling included; *client CPU per op* is this process's (lockbench's runtime and driver, `/proc/self/task/*/schedstat`), on the same cores as the servers. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
+                "\n*distlock p50 ÷ this p50* compares distlock's client in the same scenario (S1 for the floors): below 1 is faster. *Server CPU per op* is {server_cpu}; *client CPU per op* is this process's (lockbench's runtime and driver, `/proc/self/task/*/schedstat`), on the same cores as the servers. *Releaser took it again* is the share of S3 handoffs won by the task that had just released, ahead of the waiters."
             );
             if let Some(t) = &b.s4_takeover {
                 let rounds: Vec<String> =

@@ -84,6 +84,8 @@ pub(crate) struct BackendRun {
     /// S2 on the floors that send distlock's own requests on the bare driver
     /// ([`FloorRole::Requests`]), where the backend has them.
     pub(crate) s2_request_floors: Vec<FloorRow>,
+    /// Where the server's CPU time was read from, where it was measured.
+    pub(crate) server_cpu_from: Option<&'static str>,
     /// S2 at each concurrency of the sweep.
     pub(crate) sweep: Vec<SweepPoint>,
     pub(crate) s3_handoff: Option<Summary>,
