@@ -427,11 +427,10 @@ async fn run_row(name: &str, row: rows::Row, sizes: Sizes) -> BackendRun {
         return run;
     }
     run.started = true;
-    // A Redis server reports its process's CPU time (`INFO cpu`; a Redlock's masters,
-    // summed): read around each scenario, the report can then tell a gap in the
-    // server's work from a gap in the client's.
-    // Another single server started here reports its container's, from its control
-    // group, where this machine's can be read.
+    // The server's CPU time, read around each scenario, tells a gap in the server's
+    // work from a gap in the client's: a Redis server reports its process's (`INFO
+    // cpu`; a Redlock's masters, summed); another single server started here is read
+    // from its container's control group, where this machine shows it.
     let mut meter = None;
     let mut beside = Beside::default();
     if !opened.redis_urls.is_empty() {

@@ -84,7 +84,9 @@ impl ServerMeter {
     /// What the report says the server's CPU was read from.
     pub(crate) fn source(&self) -> &'static str {
         match self {
-            ServerMeter::Redis(_) => "Redis's INFO cpu",
+            ServerMeter::Redis(_) => {
+                "Redis's `INFO cpu` (on a Redlock row, every master's together)"
+            }
             ServerMeter::Cgroup(_) => "its container's cgroup",
         }
     }

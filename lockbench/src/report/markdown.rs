@@ -378,7 +378,7 @@ impl Report {
             }
             let server_cpu = match b.server_cpu_from {
                 Some(from) => format!(
-                    "the CPU time the server used per operation over the scenario, read from {from} (on a Redlock row, its masters' together), network handling included"
+                    "the CPU time the server used per operation over the scenario, read from {from}, network handling included"
                 ),
                 None => "not measured on this row (a Redis server, or a single server this run started whose container's control group this machine shows, has it)".to_owned(),
             };
