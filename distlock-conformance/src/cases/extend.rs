@@ -53,8 +53,10 @@ cases! {
         // round out: what is judged is the answer of each renewal that got one.
         let work = (0..tasks).map(|task| async move {
             let (mut lost, mut answered) = (0, 0);
-            for _ in 0..rounds {
-                let key = t.key(&format!("renew-now-{task}"));
+            for round in 0..rounds {
+                // A key of its own each round: a grant whose reply was lost, or a
+                // release that failed, leaves its lease behind on no later round's key.
+                let key = t.key(&format!("renew-now-{task}-{round}"));
                 let lease = match t.backend().try_acquire(&key, t.short_ttl()).await {
                     Ok(AcquireOutcome::Acquired(lease)) => lease,
                     Ok(AcquireOutcome::Held { .. }) => {
