@@ -15,7 +15,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{MySql, Postgres};
 
 use crate::run::BoxError;
-use crate::scenarios::{Contender, FloorRole, S1Entry};
+use crate::scenarios::{Contender, FloorRole, S1Entry, SCENARIO_TTL};
 
 fn owner() -> String {
     format!("{:032x}", rand::random::<u128>())
@@ -48,10 +48,8 @@ enum RedisCycle {
 /// it, so that the two never share a key.
 const REQUESTS_PREFIX: &str = "lbfloor1:";
 
-/// The TTL and the fence counter's life the backend sends for the scenarios' TTL
-/// (`SCENARIO_TTL`) with its default fence grace of 60 s, in milliseconds.
-const REQUESTS_TTL_MS: &str = "10000";
-const REQUESTS_COUNTER_MS: &str = "70000";
+/// The Redis backend's default fence grace: its fence counter outlives the TTL by it.
+const FENCE_GRACE: Duration = Duration::from_secs(60);
 
 /// The cheapest grant that also mints a fence: the lock's `SET NX PX`, and only when
 /// it succeeds the next fence, one above the key's last and never below the server's
@@ -102,6 +100,9 @@ impl Contender for RedisFloor {
                 return Ok(fence.map(|_| Some((key.to_owned(), owner))));
             }
             RedisCycle::Requests { fenced } => {
+                // The TTL and the counter's life the backend sends for the scenarios'.
+                let ttl_ms = SCENARIO_TTL.as_millis().to_string();
+                let counter_ms = (SCENARIO_TTL + FENCE_GRACE).as_millis().to_string();
                 let lock = format!("{REQUESTS_PREFIX}{{{key}}}");
                 let holder = distlock::Holder::this_process();
                 let granted = if fenced {
@@ -110,8 +111,8 @@ impl Contender for RedisFloor {
                         .key(&lock)
                         .key(format!("{lock}:fence"))
                         .arg(&owner)
-                        .arg(REQUESTS_TTL_MS)
-                        .arg(REQUESTS_COUNTER_MS)
+                        .arg(&ttl_ms)
+                        .arg(&counter_ms)
                         .arg("0")
                         .arg("0")
                         .arg(holder.encoded())
@@ -128,7 +129,7 @@ impl Contender for RedisFloor {
                         .arg(&value)
                         .arg("NX")
                         .arg("PX")
-                        .arg(REQUESTS_TTL_MS)
+                        .arg(&ttl_ms)
                         .arg("GET")
                         .query_async(&mut conn)
                         .await?;
