@@ -80,4 +80,11 @@ lockbench="${CARGO_TARGET_DIR:-target}/debug/lockbench"
 step "the torture run, quick"
 # The torture run's quick mode: every fault once per backend, and the safety checks.
 "$lockbench" torture --quick --require-all --backends "$rows" --out target/lockbench-quick
+step "the semver check against 0.1.0"
+# Every published crate's API and features against 0.1.0's: rustdoc's JSON of this
+# tree and of the baseline's, on the dependencies the docs step compiled. On a fresh
+# machine this first builds cargo-semver-checks (about five minutes). Built in the
+# background, beside the tests, it made fault cases fail (a container that could not
+# be paused, a server that did not answer in time), so it is built here, alone.
+bash scripts/check-semver.sh
 step "done"
