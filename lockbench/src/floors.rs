@@ -48,9 +48,6 @@ enum RedisCycle {
 /// it, so that the two never share a key.
 const REQUESTS_PREFIX: &str = "lbfloor1:";
 
-/// The Redis backend's default fence grace: its fence counter outlives the TTL by it.
-const FENCE_GRACE: Duration = Duration::from_secs(60);
-
 /// The cheapest grant that also mints a fence: the lock's `SET NX PX`, and only when
 /// it succeeds the next fence, one above the key's last and never below the server's
 /// clock in microseconds (so that fences do not go down after a restart that lost the
@@ -74,6 +71,10 @@ struct RedisFloor {
     /// The backend's own acquire and release scripts, for [`RedisCycle::Requests`].
     backend_acquire: Arc<redis::Script>,
     backend_release: Arc<redis::Script>,
+    /// The TTL and the fence counter's life, in milliseconds, that the backend sends
+    /// for the scenarios' TTL on the same URL, for [`RedisCycle::Requests`].
+    requests_ttl_ms: Arc<str>,
+    requests_counter_ms: Arc<str>,
     cycle: RedisCycle,
 }
 
@@ -100,9 +101,7 @@ impl Contender for RedisFloor {
                 return Ok(fence.map(|_| Some((key.to_owned(), owner))));
             }
             RedisCycle::Requests { fenced } => {
-                // The TTL and the counter's life the backend sends for the scenarios'.
-                let ttl_ms = SCENARIO_TTL.as_millis().to_string();
-                let counter_ms = (SCENARIO_TTL + FENCE_GRACE).as_millis().to_string();
+                let (ttl_ms, counter_ms) = (&*self.requests_ttl_ms, &*self.requests_counter_ms);
                 let lock = format!("{REQUESTS_PREFIX}{{{key}}}");
                 let holder = distlock::Holder::this_process();
                 let granted = if fenced {
@@ -111,8 +110,8 @@ impl Contender for RedisFloor {
                         .key(&lock)
                         .key(format!("{lock}:fence"))
                         .arg(&owner)
-                        .arg(&ttl_ms)
-                        .arg(&counter_ms)
+                        .arg(ttl_ms)
+                        .arg(counter_ms)
                         .arg("0")
                         .arg("0")
                         .arg(holder.encoded())
@@ -129,7 +128,7 @@ impl Contender for RedisFloor {
                         .arg(&value)
                         .arg("NX")
                         .arg("PX")
-                        .arg(&ttl_ms)
+                        .arg(ttl_ms)
                         .arg("GET")
                         .query_async(&mut conn)
                         .await?;
@@ -200,12 +199,19 @@ pub(crate) async fn redis(url: &str) -> Result<Vec<S1Entry>, BoxError> {
     let backend_release = Arc::new(redis::Script::new(include_str!(
         "../../distlock-redis/src/scripts/release_plain.lua"
     )));
+    // The backend's fence counter outlives a lease by its fence grace, as configured
+    // for this URL.
+    let grace = distlock::redis::RedisConfig::from_url(url)?.fence_grace();
+    let requests_ttl_ms: Arc<str> = SCENARIO_TTL.as_millis().to_string().into();
+    let requests_counter_ms: Arc<str> = (SCENARIO_TTL + grace).as_millis().to_string().into();
     let floor = |cycle| RedisFloor {
         conn: conn.clone(),
         release: release.clone(),
         fenced_grant: fenced_grant.clone(),
         backend_acquire: backend_acquire.clone(),
         backend_release: backend_release.clone(),
+        requests_ttl_ms: requests_ttl_ms.clone(),
+        requests_counter_ms: requests_counter_ms.clone(),
         cycle,
     };
     Ok(vec![
