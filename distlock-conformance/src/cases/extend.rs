@@ -50,7 +50,7 @@ cases! {
     pub async fn a_renewal_right_after_the_grant_finds_it(t: &Target) -> CaseResult {
         let (tasks, rounds) = (16, 24);
         // A step that fails retryably (a server slow under this case's load) leaves its
-        // round out: what is judged is the answer of each renewal that got one.
+        // round out: what is judged is the answer of each renewal that got one in time.
         let work = (0..tasks).map(|task| async move {
             let (mut lost, mut answered) = (0, 0);
             for round in 0..rounds {
@@ -65,11 +65,17 @@ cases! {
                     Err(e) if e.is_retryable() => continue,
                     Err(e) => return Err(e.into()),
                 };
-                match t.backend().extend(&lease, t.renewal_ttl(&lease)).await {
-                    Ok(ExtendOutcome::NotHeld) => {
+                let renewal = t.backend().extend(&lease, t.renewal_ttl(&lease)).await;
+                // A "not held" is judged only if it came back while the lease was still
+                // valid: one later than that may be an honest expiry of a short lease on
+                // a loaded machine, and leaves its round out.
+                let in_time = Instant::now() < lease.valid_until();
+                match renewal {
+                    Ok(ExtendOutcome::NotHeld) if in_time => {
                         lost += 1;
                         continue;
                     }
+                    Ok(ExtendOutcome::NotHeld) => continue,
                     Ok(ExtendOutcome::Extended(_)) => answered += 1,
                     Err(e) if e.is_retryable() => {}
                     Err(e) => return Err(e.into()),
