@@ -47,13 +47,15 @@ impl Sizes {
         }
     }
 
+    /// Every scenario once, at the smallest sizes that still give each figure: CI runs
+    /// it on every backend as a check, not for its figures.
     fn quick() -> Self {
         Sizes {
-            cycles: 300,
-            throughput_for: Duration::from_secs(2),
+            cycles: 200,
+            throughput_for: Duration::from_secs(1),
             sweep_for: Duration::from_millis(500),
-            handoffs: 100,
-            takeovers: 2,
+            handoffs: 50,
+            takeovers: 1,
             storage_names: 2_000,
             short_bounds: true,
             suite: true,
