@@ -47,8 +47,8 @@ impl Sizes {
         }
     }
 
-    /// Every scenario once, at the smallest sizes that still give each figure: CI runs
-    /// it on every backend as a check, not for its figures.
+    /// Every scenario at small sizes: CI runs it on every backend as a check that each
+    /// one runs, not for its figures.
     fn quick() -> Self {
         Sizes {
             cycles: 200,
