@@ -2,9 +2,9 @@
 # Checks and tests the packaged crates (target/package/*.crate, made by `cargo
 # package --workspace`) from their unpacked contents alone, outside this workspace:
 # each crate's dependencies on the others are the packages, patched in as a registry
-# would serve them. First the crates with their default features, as `cargo publish`
-# verifies them; then what a packager running `cargo test` on the published source
-# runs: every test target and the doc tests. The test binaries run three at once (their
+# would serve them. First the crates with their default features, checked together
+# (`cargo publish` builds each alone); then what a packager running `cargo test` on
+# the published source runs: every test target and the doc tests. The test binaries run three at once (their
 # time is mostly spent waiting on leases to run out), each from its crate's
 # directory, as cargo runs it; every failure is listed at the end.
 #
