@@ -24,7 +24,7 @@ use crate::node::{
     children, decode_key, fence_of, gone, holder, lease_data, millis, own_lease, parse_node,
     read_nodes, Kind, Node,
 };
-use crate::session::Inner;
+use crate::session::{Inner, Written};
 
 /// The shortest TTL accepted: a few round trips to an ensemble, with room for the
 /// clock-skew allowance.
@@ -111,6 +111,7 @@ impl ZooKeeperBackend {
             session: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
             known_dirs: Mutex::default(),
+            written: Mutex::default(),
         });
         inner.client().await?;
         Ok(ZooKeeperBackend {
@@ -162,7 +163,9 @@ impl ZooKeeperBackend {
                 // When the node is there already, nothing is written, and the plain
                 // create below follows.
                 if let Some(stat) = Self::grant_fresh(inner, client, &dir, &me, &data, ttl).await? {
-                    return Ok(Grant::Granted(fence_of(&stat)?));
+                    let fence = fence_of(&stat)?;
+                    inner.wrote(&me, Written::new(&stat, ttl, true));
+                    return Ok(Grant::Granted(fence));
                 }
             }
             // The create and the listing after it, both sent before either answer is
@@ -227,7 +230,9 @@ impl ZooKeeperBackend {
             gone(client.delete(&me, None).await)?;
             return Ok(Grant::Held { remaining: None });
         }
-        Ok(Grant::Granted(fence_of(&mine)?))
+        let fence = fence_of(&mine)?;
+        inner.wrote(&me, Written::new(&mine, ttl, false));
+        Ok(Grant::Granted(fence))
     }
 
     /// The grant on a key whose node this backend has not seen lately: the key's node
@@ -370,40 +375,65 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let me = self.inner.lease_path(key, owner);
-        self.inner
+        let inner = &self.inner;
+        let me = inner.lease_path(key, owner);
+        let dir = inner.dir(key);
+        let written = inner.take_written(&me);
+        let mut with_dir = written.is_some_and(|w| w.made_dir);
+        inner
             .run(|client| async move {
-                // The read and the delete in one round trip: the session applies its
-                // requests in the order sent, so the read sees the lease as the
-                // delete finds it, unless a renewal of this very lease was sent in
-                // between (then the lease is judged as it was just before it). The
-                // write before the delete tells the server's time, to say whether the
-                // lease had already run out. The path names this acquisition alone,
-                // so no version is needed to delete only its lease.
-                let read = client.get_data(&me);
-                let mut multi = client.new_multi_writer();
-                multi.add_set_data(&me, &[], None)?;
-                multi.add_delete(&me, None)?;
-                let written = multi.commit();
-                let lease = gone(read.await);
-                let now = match written.await {
-                    Ok(results) => match results.first() {
-                        Some(MultiWriteResult::SetData { stat }) => stat.mtime,
-                        _ => i64::MAX,
-                    },
-                    Err(MultiWriteError::OperationFailed {
-                        source: ZkError::NoNode,
-                        ..
-                    }) => return Ok(ReleaseOutcome::NotHeld),
-                    Err(e) => return Err(e.into()),
+                // One `multi` writes the lease (the write tells the server's time, to
+                // say whether the lease had already run out) and deletes it. The path
+                // names this acquisition alone, so no version is needed to delete only
+                // its lease. Whether it had run out is judged from the last write this
+                // backend made to it (its grant or a renewal); a lease it has not
+                // written lately is read first, in the same round trip: the session
+                // applies its requests in the order sent, so the read sees the lease
+                // as the delete finds it, unless a renewal of this very lease was sent
+                // in between (then the lease is judged as it was just before it).
+                let read = written.is_none().then(|| client.get_data(&me));
+                let mut write = release_write(&client, &me, with_dir.then_some(&*dir))?;
+                let lease = match read {
+                    Some(read) => Some(gone(read.await)),
+                    None => None,
                 };
-                let live = match lease? {
-                    Some((data, stat)) => {
-                        parse_node("", "l-", &data, stat).is_some_and(|node| node.live_at(now))
+                let results = loop {
+                    match write.await {
+                        Ok(results) => break results,
+                        // Another lease or a waiter's place is under the key's node:
+                        // nothing was written, and the lease alone goes.
+                        Err(MultiWriteError::OperationFailed {
+                            index: 2,
+                            source: ZkError::NotEmpty,
+                        }) if with_dir => {
+                            with_dir = false;
+                            write = release_write(&client, &me, None)?;
+                        }
+                        Err(MultiWriteError::OperationFailed {
+                            source: ZkError::NoNode,
+                            ..
+                        }) => return Ok(ReleaseOutcome::NotHeld),
+                        Err(e) => return Err(e.into()),
                     }
-                    // Gone when read, yet there to delete: a retried grant made it again
-                    // in between. Not this release's to call held.
-                    None => false,
+                };
+                if with_dir {
+                    inner.forget_dir(&dir);
+                }
+                let now = match results.first() {
+                    Some(MultiWriteResult::SetData { stat }) => stat.mtime,
+                    _ => i64::MAX,
+                };
+                let live = match (written, lease) {
+                    (Some(written), _) => written.live_at(now),
+                    (None, Some(lease)) => match lease? {
+                        Some((data, stat)) => {
+                            parse_node("", "l-", &data, stat).is_some_and(|node| node.live_at(now))
+                        }
+                        // Gone when read, yet there to delete: a retried grant made
+                        // it again in between. Not this release's to call held.
+                        None => false,
+                    },
+                    (None, None) => false,
                 };
                 Ok(if live {
                     ReleaseOutcome::Released
@@ -415,9 +445,10 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let me = self.inner.lease_path(request.key(), request.owner());
+        let inner = &self.inner;
+        let me = inner.lease_path(request.key(), request.owner());
         let fence = request.fence();
-        self.inner
+        inner
             .run(|client| async move {
                 // Another renewal of the same lease between the read and the write
                 // changes the version: read again, a few times.
@@ -436,6 +467,13 @@ impl LockBackend for ZooKeeperBackend {
                         Err(e) => return Err(e),
                     };
                     if node.live_at(renewed.mtime) {
+                        let written = Written {
+                            zxid: renewed.mzxid,
+                            at: renewed.mtime,
+                            ttl_ms: node.ttl_ms,
+                            made_dir: false,
+                        };
+                        inner.wrote(&me, written);
                         return Ok(Renewal::Renewed);
                     }
                     // It had run out before this write revived it: it goes, unanswered
@@ -616,6 +654,26 @@ impl OperatorBackend for ZooKeeperBackend {
             })
             .await
     }
+}
+
+/// A release's write, sent at once: the lease touched (its new stat tells the
+/// server's time) and deleted, and with `dir` the key's node deleted after it, all or
+/// nothing.
+fn release_write<'a>(
+    client: &'a Client,
+    lease: &str,
+    dir: Option<&str>,
+) -> std::result::Result<
+    impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a,
+    ZkError,
+> {
+    let mut multi = client.new_multi_writer();
+    multi.add_set_data(lease, &[], None)?;
+    multi.add_delete(lease, None)?;
+    if let Some(dir) = dir {
+        multi.add_delete(dir, None)?;
+    }
+    Ok(multi.commit())
 }
 
 #[cfg(test)]

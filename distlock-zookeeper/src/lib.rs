@@ -52,8 +52,9 @@
 //! # Nodes
 //!
 //! Under the root (`/distlock` unless the URL gives a path), each key has a container
-//! node, `k-<the key, percent-encoded>` ([`ZooKeeperConfig::key_node`]), which
-//! ZooKeeper deletes once it is empty. In it:
+//! node, `k-<the key, percent-encoded>` ([`ZooKeeperConfig::key_node`]), which goes
+//! once it is empty: with the release of the lease whose grant made it, or else at the
+//! server's next check of its containers. In it:
 //!
 //! - `l-<owner token>`: a lease, a TTL node holding its TTL. The path names the
 //!   acquisition, so it is never reused: a delete or a write to it can only ever touch
@@ -75,11 +76,19 @@
 //! - **the fence is the lease node's creation zxid**: durable, cluster-wide, and
 //!   strictly increasing, since a lease is granted only once every lease created
 //!   before it is gone ([`FenceDurability::Durable`](distlock_core::backend::FenceDurability)).
-//! - **release deletes the owner's node only**: in one round trip it reads the node
-//!   and, in one `multi`, writes it (the write tells the server's time) and deletes
-//!   it. The path names the acquisition, so only its lease can be deleted; the session
-//!   applies the two in order, so the read sees the lease as the delete finds it. An
-//!   expired lease is deleted too, and reported "not held".
+//! - **release deletes the owner's node only**: one `multi` writes it (the write
+//!   tells the server's time) and deletes it. The path names the acquisition, so only
+//!   its lease can be deleted. Whether it had run out is judged from the last write
+//!   this backend made to it (its grant or a renewal: only the owner writes its node,
+//!   so the node's own time is never earlier); a lease this backend has not written
+//!   lately (the last few thousand) is read in the same round trip, the read sent
+//!   first, so that it sees the lease as the delete finds it. An expired lease is
+//!   deleted too, and reported "not held". When this backend's grant of the lease made
+//!   the key's node, the same `multi` deletes that node after the lease. So a cycle on
+//!   a fresh key is two requests and two writes, as a bare create and delete are
+//!   (where an emptied node left to the server would cost it a write of its own).
+//!   With anything else under the key's node (a lease, a waiter's place), the `multi`
+//!   writes nothing and is sent again without it: a second round trip.
 //! - **extend** reads the lease and writes it at the version read; the write's time
 //!   says whether the lease had already run out before it.
 //! - **waiters watch only their predecessor**: a fair waiter
@@ -135,9 +144,12 @@
 //!   the proxy counts two), the read of the leases ahead, and a delete. It takes more
 //!   in two rare cases: a lease judged expired is renewed at that moment (one more),
 //!   or the same acquisition is retried after its reply was lost (its node is then
-//!   refreshed and listed again, two more). Release sends its read and its `multi`
-//!   together, one round trip in time, which the proxy counts as one or two as the
-//!   replies fall; extend takes two. The capabilities declare five, two and two.
+//!   refreshed and listed again, two more). Release of a lease this backend granted
+//!   or renewed lately takes one (two when something else is under the key's node
+//!   its grant made: the `multi` is sent again without that node); of another lease
+//!   it sends the read and the `multi` together, one round trip in time, which the
+//!   proxy counts as one or two as the replies fall. Extend takes two. The
+//!   capabilities declare five, two and two.
 //! - **No semaphores or read-write locks** (`LockBackend::permits` answers
 //!   `None`): their cases are reported as not run. Elections run over a lease instead:
 //!   each term is a lock on `election/<name>`, with no recorded terms and no proclaim

@@ -2,7 +2,7 @@
 //! expired or closed, every operation run on it within the response time-out, and the
 //! paths and node options of a key's leases and places.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -10,10 +10,11 @@ use std::time::Duration;
 use distlock_core::backend::OwnerToken;
 use distlock_core::{Error, LockKey, Result};
 use zookeeper_client::Error as ZkError;
-use zookeeper_client::{Acls, Client, Connector, CreateMode, CreateOptions, SessionState};
+use zookeeper_client::{Acls, Client, Connector, CreateMode, CreateOptions, SessionState, Stat};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{ends_session, from_zk, timed_out};
+use crate::node::millis;
 
 /// The session, shared with the watches' streams: a new one is made when the last
 /// one expired or was closed.
@@ -27,10 +28,56 @@ pub(crate) struct Inner {
     /// The key nodes this backend made or found lately, so that an acquire makes the
     /// key's node first only when it may be missing; cleared when full.
     pub(crate) known_dirs: Mutex<HashSet<String>>,
+    /// What this backend last wrote to each lease it granted or renewed lately, so
+    /// that their release need not read them first; cleared when full.
+    pub(crate) written: Mutex<HashMap<String, Written>>,
+}
+
+/// What a backend last wrote to one of its leases, by the lease node's path.
+///
+/// Only the lease's owner writes its node (the path names the acquisition), so its
+/// last write this backend heard back from is the node's last write, or one before a
+/// write whose answer was lost: the node's expiry as that write set it is never later
+/// than the node's own (short of a new leader whose clock is behind, which the clock
+/// skew allowance covers), and a lease judged live by it was live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Written {
+    /// The write's zxid, which orders the writes to the node as the server applied
+    /// them.
+    pub(crate) zxid: i64,
+    /// The node's modification time as the write set it (server time, ms since the
+    /// epoch).
+    pub(crate) at: i64,
+    /// The lease's TTL in ms, as its node holds it.
+    pub(crate) ttl_ms: i64,
+    /// Whether the lease's grant made the key's node: its release deletes that node
+    /// too when nothing else is under it, in the same write, rather than leaving the
+    /// emptied node to the server (a write of its own).
+    pub(crate) made_dir: bool,
+}
+
+impl Written {
+    /// A write whose answer was `stat`, to a lease of `ttl`.
+    pub(crate) fn new(stat: &Stat, ttl: Duration, made_dir: bool) -> Self {
+        Written {
+            zxid: stat.mzxid,
+            at: stat.mtime,
+            ttl_ms: millis(ttl),
+            made_dir,
+        }
+    }
+
+    /// Whether the lease was still unexpired at server time `now`.
+    pub(crate) fn live_at(&self, now: i64) -> bool {
+        now <= self.at.saturating_add(self.ttl_ms)
+    }
 }
 
 /// How many key nodes [`Inner::known_dirs`] remembers before it starts afresh.
 const KNOWN_DIRS: usize = 4096;
+
+/// How many leases [`Inner::written`] remembers before it starts afresh.
+const KNOWN_LEASES: usize = 4096;
 
 impl Inner {
     pub(crate) fn acls(&self) -> Acls<'static> {
@@ -173,6 +220,34 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(dir);
+    }
+
+    /// Remembers a write to the lease at `lease` (a grant or a renewal), unless one
+    /// applied after it is remembered already; `made_dir` is kept once set.
+    pub(crate) fn wrote(&self, lease: &str, written: Written) {
+        let mut all = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = all.get_mut(lease) {
+            if written.zxid > known.zxid {
+                let made_dir = known.made_dir;
+                *known = Written {
+                    made_dir: made_dir || written.made_dir,
+                    ..written
+                };
+            }
+            return;
+        }
+        if all.len() >= KNOWN_LEASES {
+            all.clear();
+        }
+        all.insert(lease.to_owned(), written);
+    }
+
+    /// What was last written to the lease at `lease`, forgotten as it is told.
+    pub(crate) fn take_written(&self, lease: &str) -> Option<Written> {
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(lease)
     }
 
     pub(crate) fn dir(&self, key: &LockKey) -> String {

@@ -1,7 +1,8 @@
 //! What the conformance suite does not cover: a held lock through the loss of the
 //! ensemble's leader, fair waiters that each watch only their predecessor (and plain
 //! waiters, who all watch the holder), what a vanished holder leaves, the fixed TTL of
-//! a renewal, an unreachable server, and the one-write grant on a fresh key.
+//! a renewal, an unreachable server, the one-write grant on a fresh key, and the
+//! release that deletes the key's node its grant made.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use distlock_conformance::RoundTripMeter;
 use distlock_core::backend::{
     AcquireOutcome, ChangeStream, ExtendOutcome, FairBackend, LockBackendExt, OwnerToken,
+    ReleaseOutcome,
 };
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_testservers::{Proxy, ServerHandle, ZooKeeper, ZooKeeperEnsemble};
@@ -461,4 +463,133 @@ async fn a_fresh_key_takes_one_write_and_a_key_made_elsewhere_is_judged_as_befor
             .collect();
         assert_eq!(won.len(), 1, "{key}: {won:?}");
     }
+}
+
+/// A cycle on a fresh key is two requests and two writes, as the bare create and
+/// delete of a node are: the release of a lease this backend granted needs no read,
+/// and deletes the key's node its grant made, in the same write, when nothing else is
+/// under it (the server is not left an emptied node to delete with a write of its
+/// own). With something else under it (here a node of another kind), the lease alone
+/// goes, and the release still reports it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_on_a_fresh_key_is_two_requests_and_two_writes() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let backend = ZooKeeperBackend::connect(&server.url())
+        .await
+        .expect("connect");
+    let config = ZooKeeperConfig::from_url(&server.url()).expect("config");
+    let raw = zookeeper_client::Client::connect(&format!("127.0.0.1:{}", server.host_port()))
+        .await
+        .expect("raw client");
+    let ttl = Duration::from_secs(10);
+    let warm = backend
+        .acquire_once("made/warm-up", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    backend.release_lease(&warm).await.expect("release");
+    // A cycle on a fresh key, counted on the server: the requests it received and the
+    // transactions it logged (its zxid), after a wait past its next check of its
+    // containers. The fewest of a few trials: a ping of the session may land inside
+    // one.
+    let (mut requests, mut writes) = (u64::MAX, u64::MAX);
+    for i in 0..3 {
+        let before = srvr(server.host_port()).await;
+        let lease = backend
+            .acquire_once(&format!("counted/{i}"), ttl)
+            .await
+            .expect("acquire")
+            .expect("a fresh key is free");
+        backend.release_lease(&lease).await.expect("release");
+        let sent = srvr(server.host_port()).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let after = srvr(server.host_port()).await;
+        // The `srvr` asked before the cycle counts as one.
+        requests = requests.min(sent.0 - before.0 - 1);
+        writes = writes.min(after.1 - before.1);
+    }
+    assert_eq!(
+        (requests, writes),
+        (2, 2),
+        "(requests, transactions) of a cycle on a fresh key"
+    );
+    // Checked at once after each release, before the server's own check (every
+    // second on the test server) could have deleted an emptied node.
+    let mut left = Vec::new();
+    for i in 0..5 {
+        let key = LockKey::new(format!("made/{i}")).expect("key");
+        let lease = backend
+            .acquire_once(key.as_str(), ttl)
+            .await
+            .expect("acquire")
+            .expect("a fresh key is free");
+        let node = config.key_node(&key);
+        assert!(raw.check_stat(&node).await.expect("stat").is_some());
+        assert_eq!(
+            backend.release_lease(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        if raw.check_stat(&node).await.expect("stat").is_some() {
+            left.push(node);
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "key nodes left after their release: {left:?}"
+    );
+
+    let key = LockKey::new("made/shared").expect("key");
+    let lease = backend
+        .acquire_once(key.as_str(), ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let node = config.key_node(&key);
+    let options =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.create(&format!("{node}/other"), &[], &options)
+        .await
+        .expect("another node under the key's");
+    assert_eq!(
+        backend.release_lease(&lease).await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let children = raw
+        .list_children(&node)
+        .await
+        .expect("the key's node stays");
+    assert_eq!(children, ["other"]);
+    // The key is free, and granted again with a higher fence.
+    let again = backend
+        .acquire_once(key.as_str(), ttl)
+        .await
+        .expect("acquire")
+        .expect("free once released");
+    assert!(again.fence() > lease.fence(), "{again:?} after {lease:?}");
+    backend.release_lease(&again).await.expect("release");
+}
+
+/// What `srvr` on 127.0.0.1:`port` counts: the requests received, and the zxid.
+async fn srvr(port: u16) -> (u64, u64) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("srvr");
+    stream.write_all(b"srvr").await.expect("srvr");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("srvr");
+    let field = |name: &str| {
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {answer}"))
+            .trim()
+            .to_owned()
+    };
+    let received = field("Received:").parse().expect("Received");
+    let zxid = field("Zxid:");
+    let zxid = u64::from_str_radix(zxid.trim_start_matches("0x"), 16).expect("Zxid");
+    (received, zxid)
 }
