@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::background::Background;
+use super::cleanup::{self, Pass};
 use super::local::LocalTurn;
 use super::{reentrant, LockClient, LockGuard};
 use crate::backend::DynLockBackend;
@@ -189,37 +190,6 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// When an abandoned attempt's cleanup releases: at once, then each delay after the
-/// last (0.25 s, 1.25 s and 6.25 s after it was abandoned in all).
-const CLEANUP_AGAIN_AFTER: [Duration; 4] = [
-    Duration::ZERO,
-    Duration::from_millis(250),
-    Duration::from_millis(1000),
-    Duration::from_millis(5000),
-];
-
-/// How long after the backend's bound on a late-applied request
-/// ([`Capabilities::applied_within`](crate::backend::Capabilities::applied_within)) the last
-/// pass of a cleanup releases: room for the request's trip and for timers.
-const CLEANUP_PAST_THE_BOUND: Duration = Duration::from_millis(250);
-
-/// When each pass of a cleanup releases, counted from when the attempt was abandoned:
-/// the fixed schedule, then a last pass past the backend's `applied_within` where
-/// that is later.
-fn cleanup_passes(applied_within: Option<Duration>) -> impl Iterator<Item = Duration> {
-    let fixed = CLEANUP_AGAIN_AFTER
-        .iter()
-        .scan(Duration::ZERO, |at, delay| {
-            *at += *delay;
-            Some(*at)
-        });
-    let last_fixed: Duration = CLEANUP_AGAIN_AFTER.iter().sum();
-    let past_the_bound = applied_within
-        .map(|bound| bound.saturating_add(CLEANUP_PAST_THE_BOUND))
-        .filter(|at| *at > last_fixed);
-    fixed.chain(past_the_bound)
-}
-
 /// Releases, in the background, a grant that nobody took over: the acquire future was
 /// dropped mid-flight, or the request failed in a way that may hide a success.
 /// A queued one also leaves the key's queue. It may borrow the backend and the key
@@ -304,33 +274,30 @@ impl Drop for PendingGrant<'_> {
             cleanup.owner,
         );
         let queued = self.queued;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            // Counted from now, so that a flush right after the acquire returned
-            // waits for it.
-            let mut first_pass = Some(cleanup.background.begin());
-            let abandoned = Instant::now();
-            let passes = cleanup_passes(backend.capabilities().applied_within);
-            runtime.spawn(async move {
-                // The abandoned request may still be on its way (queued in a pool or a
-                // proxy, say, or waiting on the server for a row lock) and land after a
-                // release: released (and the queue left) again a little later, later
-                // still, and once the server's own bound on it has passed, it is gone
-                // before long whenever it lands within that time; otherwise it runs
-                // out at its TTL (a place, at its own).
-                for at in passes {
-                    tokio::time::sleep_until(abandoned + at).await;
-                    if queued {
-                        if let Err(error) = leave_queue(&*backend, &key, &owner).await {
-                            debug!(%error, key = %key, "leaving the queue failed; the place runs out");
-                        }
+        // Counted from now, so that a flush right after the acquire returned waits
+        // for it.
+        let first = cleanup.background.begin();
+        let passes = cleanup::passes(backend.capabilities().applied_within);
+        // The abandoned request may still be on its way (queued in a pool or a proxy,
+        // say, or waiting on the server for a row lock) and land after a release:
+        // released (and the queue left) again a little later, later still, and once
+        // the server's own bound on it has passed, it is gone before long whenever it
+        // lands within that time; otherwise it runs out at its TTL (a place, at its
+        // own). A later grant step as the same owner stops it.
+        cleanup::spawn(key.clone(), owner, passes, first, move || {
+            let (backend, key) = (backend.clone(), key.clone());
+            async move {
+                if queued {
+                    if let Err(error) = leave_queue(&*backend, &key, &owner).await {
+                        debug!(%error, key = %key, "leaving the queue failed; the place runs out");
                     }
-                    if let Err(error) = backend.release(&key, &owner).await {
-                        debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
-                    }
-                    drop(first_pass.take());
                 }
-            });
-        }
+                if let Err(error) = backend.release(&key, &owner).await {
+                    debug!(%error, key = %key, "cleanup of an abandoned attempt failed; it runs out at its ttl");
+                }
+                Pass::Again
+            }
+        });
     }
 }
 

@@ -12,6 +12,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::backend::{next_change, DynLockBackend, LockBackendExt};
 use crate::client::background::Background;
+use crate::client::cleanup::{self, Pass};
 use crate::client::deferred::{Deferred, DeferredTask, Starts};
 use crate::client::local::LocalTurn;
 use crate::client::locked::{End, LeaseEnd};
@@ -721,28 +722,34 @@ impl Drop for ReleaseUnderWay {
 
 /// Releases the lease of `shared` in a task of its own (a guard dropped, or a release
 /// cancelled), then lets the next local waiter go; outside a runtime, the lease runs
-/// out at its TTL.
+/// out at its TTL. A release that fails is sent again on an abandoned attempt's
+/// schedule, until one is answered; a later grant step as the same owner (a resumed
+/// term) stops it.
 fn release_in_background(shared: Arc<Shared>) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    if tokio::runtime::Handle::try_current().is_err() {
         debug!(key = %shared.key(), "guard dropped outside a runtime; the lease will run out at its ttl");
         return;
-    };
-    let span =
-        tracing::debug_span!("lock_release_on_drop", key = %shared.key(), fence = %shared.fence());
+    }
     let working = shared.background.begin();
-    runtime.spawn(
+    let passes = cleanup::passes(shared.backend.capabilities().applied_within);
+    let (key, owner) = (shared.key().clone(), *shared.lease.owner());
+    cleanup::spawn(key, owner, passes, working, move || {
+        let shared = shared.clone();
         async move {
-            let _working = working;
-            match shared.release_lease().await {
-                Ok(outcome) => debug!(?outcome, "released on drop"),
+            let result = shared.release_lease().await;
+            shared.pass_turn();
+            match result {
+                Ok(outcome) => {
+                    debug!(key = %shared.key(), fence = %shared.fence(), ?outcome, "released on drop");
+                    Pass::Done
+                }
                 Err(error) => {
-                    warn!(%error, "release on drop failed; the lease will run out at its ttl")
+                    warn!(key = %shared.key(), fence = %shared.fence(), %error, "release on drop failed; sent again later, or the lease runs out at its ttl");
+                    Pass::Again
                 }
             }
-            shared.pass_turn();
         }
-        .instrument(span),
-    );
+    });
 }
 
 impl fmt::Debug for LockGuard {

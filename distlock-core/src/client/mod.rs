@@ -7,6 +7,7 @@ mod backoff;
 mod breaker;
 mod busy;
 mod claim;
+mod cleanup;
 mod deferred;
 mod election;
 mod guard;
@@ -927,6 +928,10 @@ impl LockClient {
                 ..
             } => {
                 let owner = *owner;
+                // An owner this attempt did not make: a cleanup an earlier step as it
+                // left armed (a resume whose reply was lost, say) must not release
+                // what this step is granted.
+                cleanup::supersede(key, &owner).await;
                 attempt.fresh_as(key, owner);
                 self.race(key, ttl, owner).await
             }

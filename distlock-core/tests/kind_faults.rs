@@ -1,0 +1,285 @@
+//! The kinds beyond the mutex under faults, on the memory backend with the clock
+//! paused: a grant applied whose reply is lost, retried by the same owner; a holder
+//! gone without a release. The conformance suite runs the same promises on real
+//! servers; here each is exact to the millisecond.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, Grant, LockInfo, OwnerToken,
+    PermitBackend, PermitHolder, ReleaseOutcome, Renewal, Term,
+};
+use distlock_core::{
+    Error, ErrorKind, LockBackend, LockClient, LockKey, LockOptions, MemoryBackend, Result,
+    ResumeToken,
+};
+
+const WAIT: Duration = Duration::from_secs(1);
+
+/// The memory backend, whose next `lose` grant steps (a lock's or a claim's) are
+/// applied on the "server" and then answered with a retryable error, as a reply lost
+/// on the way back is.
+#[derive(Debug, Clone)]
+struct LosesReplies {
+    inner: MemoryBackend,
+    lose: Arc<AtomicU32>,
+    refuse_releases: Arc<AtomicU32>,
+}
+
+impl LosesReplies {
+    fn new(inner: MemoryBackend) -> Self {
+        LosesReplies {
+            inner,
+            lose: Arc::default(),
+            refuse_releases: Arc::default(),
+        }
+    }
+
+    /// Refuses the next `n` releases (a lock's or a claim's) before they are sent, as
+    /// a connection that cannot be made refuses them.
+    fn refuse_next_releases(&self, n: u32) {
+        self.refuse_releases.store(n, Ordering::SeqCst);
+    }
+
+    /// The refusal's error, where a release is to be refused.
+    fn refused(&self) -> Result<()> {
+        let refused = self
+            .refuse_releases
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if refused {
+            return Err(
+                Error::new(ErrorKind::Unavailable, "the connection was refused").with_not_sent(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Loses the replies of the next `n` grant steps.
+    fn lose_next(&self, n: u32) {
+        self.lose.store(n, Ordering::SeqCst);
+    }
+
+    /// `answer`, or the lost reply's error where one is to be lost.
+    fn answer(&self, answer: Result<Grant>) -> Result<Grant> {
+        let lost = self
+            .lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if lost {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the connection closed before the reply (the request was applied)",
+            ));
+        }
+        answer
+    }
+}
+
+#[async_trait]
+impl LockBackend for LosesReplies {
+    fn name(&self) -> &str {
+        "memory-loses-replies"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.answer(self.inner.try_grant(request).await)
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.refused()?;
+        self.inner.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl PermitBackend for LosesReplies {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        let inner = self.inner.permits().expect("memory has permits");
+        self.answer(inner.try_grant_permits(request, claim).await)
+    }
+    async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.refused()?;
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.release_permits(key, owner).await
+    }
+    async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.renew_permits(request).await
+    }
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.leave_queue(key, owner).await
+    }
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.proclaim(key, owner, value).await
+    }
+    async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.holders(key).await
+    }
+    async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.terms(key, after).await
+    }
+    async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let inner = self.inner.permits().expect("memory has permits");
+        inner.watch_permits(key).await
+    }
+}
+
+/// `backend`, or, `over_a_lease`, `backend` with its permits hidden, so that its
+/// elections run over a lease.
+fn as_kind(backend: LosesReplies, over_a_lease: bool) -> Arc<distlock_core::DynLockBackend> {
+    if over_a_lease {
+        Arc::new(NoPermits(backend))
+    } else {
+        Arc::new(backend)
+    }
+}
+
+/// A term led by a process that then stops as a crash stops it: its resume token.
+async fn crashed_term(backend: Arc<distlock_core::DynLockBackend>, name: &str) -> ResumeToken {
+    let crashed = LockClient::with_options(
+        backend,
+        LockOptions::new(Duration::from_secs(30)).with_auto_renew(false),
+    )
+    .expect("a client");
+    let term = crashed
+        .election(name)
+        .expect("an election")
+        .campaign("a", WAIT)
+        .await
+        .expect("elected");
+    let token = term.resume_token();
+    std::mem::forget(term);
+    token
+}
+
+/// A resume whose grant was applied but whose reply was lost, retried by the service
+/// (the error is retryable), leads the term; the cleanup the lost attempt armed never
+/// deletes it under the resumed leader, so no rival is elected while it leads. On an
+/// election that records terms (permits) and on one over a lease.
+#[tokio::test(start_paused = true)]
+async fn a_resume_retried_after_a_lost_reply_keeps_its_term() {
+    for over_a_lease in [false, true] {
+        let memory = MemoryBackend::new();
+        let name = "resumed-after-a-lost-reply";
+        let sound = || as_kind(LosesReplies::new(memory.clone()), over_a_lease);
+        let token = crashed_term(sound(), name).await;
+        let faulty = LosesReplies::new(memory.clone());
+        let restarted = LockClient::new(as_kind(faulty.clone(), over_a_lease))
+            .election(name)
+            .expect("an election");
+        assert_eq!(restarted.records_terms(), !over_a_lease);
+
+        faulty.lose_next(1);
+        let lost = restarted.resume(&token, "a").await;
+        let error = lost.map(|_| ()).expect_err("the reply was lost");
+        assert!(error.is_retryable(), "{error}");
+        let resumed = restarted
+            .resume(&token, "a")
+            .await
+            .expect("the retry answers")
+            .expect("the live term resumes");
+        assert_eq!(resumed.fence(), token.fence());
+
+        // Past every pass of the lost attempt's cleanup (0, 0.25, 1.25, 6.25 s).
+        let rival = LockClient::new(sound())
+            .election(name)
+            .expect("an election");
+        for _ in 0..80 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let elected = rival.try_campaign("b").await.expect("an answer");
+            if let Ok(rival_term) = elected {
+                panic!(
+                    "a rival was elected (fence {}) while the resumed leader (fence {}) held its term: is_held {} (over a lease: {over_a_lease})",
+                    rival_term.fence(),
+                    resumed.fence(),
+                    resumed.is_held()
+                );
+            }
+            assert!(resumed.is_held());
+        }
+        resumed.resign().await.expect("resigned");
+    }
+}
+
+/// The memory backend (behind a [`LosesReplies`]) with its permits hidden.
+#[derive(Debug)]
+struct NoPermits(LosesReplies);
+
+#[async_trait]
+impl LockBackend for NoPermits {
+    fn name(&self) -> &str {
+        "memory-no-permits"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.0.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.0.try_grant(request).await
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.0.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.0.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.0.inspect(key).await
+    }
+}
+
+/// A dropped guard's release that fails (its connection refused) is sent again on the
+/// cleanup's schedule: the key is free within seconds, not at its TTL. For a lock and
+/// for a semaphore's permit.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_guards_failed_release_is_sent_again() {
+    let memory = MemoryBackend::new();
+    let faulty = LosesReplies::new(memory.clone());
+    let client = LockClient::new(Arc::new(faulty.clone()));
+    let ttl = client.options().ttl();
+
+    let guard = client.lock("dropped", WAIT).await.expect("locked");
+    faulty.refuse_next_releases(2);
+    drop(guard);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let key = LockKey::new("dropped").expect("key");
+    assert_eq!(
+        memory
+            .inspect(&key)
+            .await
+            .expect("inspect")
+            .map(|i| i.fence),
+        None,
+        "the lock was still held 2 s after its guard was dropped (its ttl is {ttl:?})"
+    );
+
+    let permits = client.semaphore("dropped-permit", 1).expect("a semaphore");
+    let permit = permits.acquire(WAIT).await.expect("a permit");
+    faulty.refuse_next_releases(2);
+    drop(permit);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let other = LockClient::new(Arc::new(memory.clone()))
+        .semaphore("dropped-permit", 1)
+        .expect("a semaphore");
+    assert!(
+        other.try_acquire().await.expect("an answer").is_ok(),
+        "the permit was still held 2 s after its guard was dropped (its ttl is {ttl:?})"
+    );
+}
