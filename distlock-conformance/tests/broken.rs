@@ -149,6 +149,9 @@ enum Bug {
     /// Stores a key's holder with its first grant only: a takeover leaves the last
     /// holder's name in the record (an upsert that updates the owner, not the rest).
     HolderKeptOnTakeover,
+    /// Keeps no lease longer than 3 s, whatever it was asked, and declares no such
+    /// maximum (a server's own lease limit, clamped silently).
+    TtlCappedUndeclared,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -387,6 +390,8 @@ impl Naive {
             Instant::now() + Duration::from_secs(ttl.as_secs())
         } else if self.bug == Bug::TtlFloorUndeclared {
             Instant::now() + ttl.max(Duration::from_secs(1))
+        } else if self.bug == Bug::TtlCappedUndeclared {
+            Instant::now() + ttl.min(Duration::from_secs(3))
         } else {
             Instant::now() + ttl
         }
@@ -967,6 +972,7 @@ caught! {
     blocking_steps_on_a_paused_server: BlockingSteps by lock_on_a_paused_server_ends_at_its_deadline, saying "returned Timeout after";
     blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
     releases_only_what_it_heard: ReleasesOnlyWhatItHeard by an_acquire_dropped_with_its_grant_in_flight_leaves_nothing, saying "was still held 10 s after the link healed";
+    ttl_capped_undeclared: TtlCappedUndeclared by a_job_runner_cut_off_mid_job_keeps_its_slot_for_the_least_hold, saying "a late host got the slot";
 }
 
 /// A third party's link from before the lost-reply fault: cut, heal and latency

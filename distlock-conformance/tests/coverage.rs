@@ -46,6 +46,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "core counts validity from before the request; a backend's answer carries no validity",
     ),
     (
+        "a_resume_retried_after_a_lost_reply_keeps_its_term",
+        "the cleanup an abandoned attempt arms runs in core, and core stops it when the same owner asks again, whatever the backend (the core test a_resume_retried_after_a_lost_reply_keeps_its_term fails without it)",
+    ),
+    (
         "a_cut_off_leader_loop_is_replaced_and_its_work_stopped",
         "the leader loop drops its work on the term's loss signal, which core gives; the broken permit stores have no links to cut",
     ),

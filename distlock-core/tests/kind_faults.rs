@@ -283,3 +283,61 @@ async fn a_dropped_guards_failed_release_is_sent_again() {
         "the permit was still held 2 s after its guard was dropped (its ttl is {ttl:?})"
     );
 }
+
+/// A job's runner that crashes mid-job (its runtime gone: no release, no renewal)
+/// keeps its slot on the server until the least hold has passed from the grant, not
+/// only until its TTL: a host that fires the same slot late skips it. Real time: the
+/// runner's runtime is shut down as a crash ends it.
+#[test]
+fn a_runner_that_crashes_mid_job_keeps_its_slot_for_the_least_hold() {
+    let memory = MemoryBackend::new();
+    let ttl = Duration::from_millis(600);
+    let at_least = Duration::from_secs(3);
+    let runtime = |_| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
+    let runner = runtime(());
+    let granted = std::time::Instant::now();
+    runner.block_on(async {
+        let client = LockClient::with_options(Arc::new(memory.clone()), LockOptions::new(ttl))
+            .expect("a client");
+        tokio::spawn(async move {
+            client
+                .run_once("jobs/slot", at_least, |_| std::future::pending::<()>())
+                .await
+        });
+        // Into the job, past a renewal or two.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    });
+    // The crash: the runner's tasks are dropped, and nothing it would send is sent.
+    runner.shutdown_background();
+
+    let late_host = runtime(());
+    late_host.block_on(async {
+        let host = LockClient::with_options(Arc::new(memory.clone()), LockOptions::new(ttl))
+            .expect("a client");
+        let kept_until = granted + at_least;
+        // Short of the least hold (less room for the grant's own trip), the slot is
+        // taken; a little past it, free.
+        while std::time::Instant::now() + Duration::from_millis(100) < kept_until {
+            let late = host
+                .run_once("jobs/slot", at_least, |_| async {})
+                .await
+                .expect("an answer");
+            assert!(
+                late.is_err(),
+                "the slot ran again {:?} after its runner's grant, within the least hold of {at_least:?} (ttl {ttl:?})",
+                granted.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(kept_until.saturating_duration_since(std::time::Instant::now()))
+            .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let next = host.try_lock("jobs/slot").await.expect("an answer");
+        assert!(next.is_ok(), "the slot was still taken past its least hold");
+    });
+}

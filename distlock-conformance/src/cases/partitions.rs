@@ -143,6 +143,123 @@ cases! {
         .await
     }
 
+    /// A job's runner cut off mid-job (neither its renewals nor its release reach the server) keeps its slot until its least hold has passed from the grant, however short its TTL: a host that fires the slot late skips it; once the hold has passed the slot is free.
+    #[case(Client, needs_links)]
+    pub async fn a_job_runner_cut_off_mid_job_keeps_its_slot_for_the_least_hold(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let ttl = fault_ttl(t);
+        let at_least = t.capabilities().ttl_at_least(ttl * 3);
+        let key = t.key("job-slot");
+        let runner = LockClient::with_options(linked, LockOptions::new(ttl))?;
+        let (started, granted) = tokio::sync::oneshot::channel();
+        let running = tokio::spawn({
+            let key = key.clone();
+            async move {
+                runner
+                    .run_once(key.as_str(), at_least, |_| async move {
+                        let _ = started.send(Instant::now());
+                        std::future::pending::<()>().await
+                    })
+                    .await
+            }
+        });
+        let granted = match timeout(Duration::from_secs(20), granted).await {
+            Ok(Ok(at)) => at,
+            _ => {
+                running.abort();
+                return fail("the runner's job never started on a free slot");
+            }
+        };
+        // Into the job past a renewal or two, then cut off.
+        sleep(ttl).await;
+        link.cut().await.map_err(link_err("cut"))?;
+        // The server's grant came before its reply reached the runner: a round trip's
+        // room (and the expiry slack) before the least hold's end by the runner's count.
+        let kept_until = granted + at_least;
+        let room = t.expiry_slack() + Duration::from_millis(100);
+        let mut early = None;
+        while early.is_none() && Instant::now() + room < kept_until {
+            early = grant(t.backend(), &key, ttl).await?;
+            if early.is_none() {
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+        if let Some(early) = early {
+            let at = granted.elapsed();
+            t.backend().release_lease(&early).await?;
+            running.abort();
+            link.heal().await.map_err(link_err("heal"))?;
+            return fail(format!(
+                "a late host got the slot {at:?} after the cut-off runner's grant, within its least hold of {at_least:?} (ttl {ttl:?})"
+            ));
+        }
+        // Past it, the slot frees: at once where a renewal can shorten the lease, within
+        // the least hold after the last renewal where renewals renew to the granted TTL.
+        let give_up = kept_until + at_least + t.expiry_slack() + Duration::from_secs(5);
+        let freed = acquire_when_free(t, &key, t.long_ttl(), give_up).await;
+        running.abort();
+        link.heal().await.map_err(link_err("heal"))?;
+        let (next, _) = freed?;
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
+
+    /// An election's resume whose grant was applied but whose reply was lost (held on the link), retried by the service, leads: the cleanup the lost attempt armed never deletes the retry's grant under the resumed leader, and no rival is elected while it leads.
+    #[case(Election, needs_reply_holding_links)]
+    pub async fn a_resume_retried_after_a_lost_reply_keeps_its_term(t: &Target) -> CaseResult {
+        let name = t.key("resumed-lost-reply");
+        // The first process leads, then stops as a crash stops it.
+        let crashed = client(t, LockOptions::new(t.long_ttl()).with_auto_renew(false))?;
+        let term = crashed.election(name.as_str())?.campaign("a", Duration::from_secs(20)).await?;
+        let token = term.resume_token();
+        std::mem::forget(term);
+
+        let (linked, link) = linked(t).await?;
+        let restarted = LockClient::with_options(linked, LockOptions::new(t.long_ttl()))?
+            .election(name.as_str())?;
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        // Given up by the backend's own time-out, or dropped here, its outcome unknown.
+        let lost = timeout(Duration::from_secs(3), restarted.resume(&token, "a")).await;
+        link.heal().await.map_err(link_err("heal"))?;
+        match lost {
+            Ok(Ok(Ok(_))) => return fail("a resume's reply crossed a link that held the replies"),
+            Ok(Err(e)) if !e.is_retryable() => {
+                return fail(format!("a resume whose reply was lost failed non-retryably: {e}"))
+            }
+            _ => {}
+        }
+        let resumed = retry_until_up("the resume's retry", || restarted.resume(&token, "a")).await?;
+        // Its term, or, where the lost attempt's cleanup gave that back first, a new
+        // term of the same owner: either way the owner's, with the cleanup still armed.
+        let resumed = match resumed {
+            Ok(resumed) => resumed,
+            Err(busy) => return fail(format!("the retried resume found the election busy with nobody else campaigning: {busy:?}")),
+        };
+        ensure!(
+            resumed.fence() >= token.fence(),
+            "the retried resume leads fence {}, below its term's {}",
+            resumed.fence(),
+            token.fence()
+        );
+        // Past every pass of the lost attempt's cleanup (0, 0.25, 1.25 and 6.25 s).
+        let rival = client(t, LockOptions::new(t.long_ttl()))?.election(name.as_str())?;
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            if let Ok(won) = rival.try_campaign("b").await? {
+                let (won_fence, held) = (won.fence(), resumed.is_held());
+                let _ = won.resign().await;
+                return fail(format!(
+                    "a rival was elected at fence {won_fence} while the resumed leader of fence {} had is_held {held}",
+                    resumed.fence()
+                ));
+            }
+            ensure!(resumed.is_held(), "the resumed leader lost its term with nobody else elected");
+            sleep(Duration::from_millis(250)).await;
+        }
+        resumed.resign().await?;
+        Ok(())
+    }
+
     /// A holder cut off past its TTL is told it lost the lock before its validity ends and before another client gets in.
     #[case(Client, needs_links)]
     pub async fn a_cut_off_holder_is_told_before_another_client_gets_in(t: &Target) -> CaseResult {

@@ -148,13 +148,22 @@ impl Shared {
     /// even if the holder is gone. A backend that renews only to the granted TTL gets
     /// that TTL.
     fn renewal_ttl(&self) -> (Duration, bool) {
+        if !self.backend.capabilities().extend_any_ttl {
+            return (self.lease.ttl(), false);
+        }
         let ttl = self.options.ttl();
+        // Within a least hold, never shorter than what is left of it: a holder that
+        // vanishes after this renewal still keeps the key that long on the server.
+        if let Some(kept) = self.kept_for().filter(|kept| *kept > ttl) {
+            let fitted = self.backend.capabilities().fit_ttl(kept).unwrap_or(ttl);
+            return (fitted.max(ttl), false);
+        }
         let Some(limit) = self.limit else {
             return (ttl, false);
         };
         let end = limit + self.options.loss_margin();
         let left = end.saturating_duration_since(Instant::now());
-        if left >= ttl || !self.backend.capabilities().extend_any_ttl {
+        if left >= ttl {
             return (ttl, false);
         }
         match self.backend.capabilities().fit_ttl(left) {
@@ -167,18 +176,6 @@ impl Shared {
     fn mark_limited(&self) {
         self.update(|s| {
             s.limited = true;
-            false
-        });
-    }
-
-    /// Keeps the lease at least until `until` when released (see
-    /// [`LockOptions::with_hold_at_least`]); a later instant already set stays.
-    pub(crate) fn keep_until(&self, until: Instant) {
-        self.update(|s| {
-            if s.keep_until.is_some_and(|kept| kept >= until) {
-                return false;
-            }
-            s.keep_until = Some(until);
             false
         });
     }
@@ -524,12 +521,6 @@ impl LockGuard {
                 ),
             )
         })
-    }
-
-    /// Keeps the lease at least `at_least` from its grant when it is released, as
-    /// [`LockOptions::with_hold_at_least`] does for every lease.
-    pub(crate) fn keep_at_least(&self, at_least: Duration) {
-        self.hold.keep_until(self.hold.granted + at_least);
     }
 
     /// How many holds of this lease are live, this one included.

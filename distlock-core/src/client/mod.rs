@@ -85,26 +85,28 @@ where
     Ok(Locked::new(output, guard.release_after_work().await))
 }
 
-/// A hold of at least `at_least` is possible on `backend` with leases of `ttl`: a
-/// backend that renews only to the granted TTL cannot hold a lease longer than that
-/// after one renewal.
-fn check_hold_at_least(
-    backend: &DynLockBackend,
-    at_least: Option<Duration>,
-    ttl: Duration,
-) -> Result<()> {
-    match at_least {
-        Some(at_least) if !backend.capabilities().extend_any_ttl && at_least > ttl => {
-            Err(Error::new(
-                ErrorKind::Configuration,
-                format!(
-                    "the {} backend renews a lease only to its ttl ({ttl:?}): it cannot hold one at least {at_least:?}",
-                    backend.name()
-                ),
-            ))
-        }
-        _ => Ok(()),
-    }
+/// `options` with its least hold ([`LockOptions::with_hold_at_least`]) fitted to
+/// what `backend` grants, as the TTL is: every grant is asked for at least that long,
+/// so a holder that vanishes keeps the key until then on the server. A configuration
+/// error when it is above the backend's maximum TTL, or above the most a lease is held.
+fn fit_hold_at_least(backend: &DynLockBackend, options: LockOptions) -> Result<LockOptions> {
+    let Some(least) = options.hold_at_least() else {
+        return Ok(options);
+    };
+    let fitted = backend.capabilities().fit_ttl(least).map_err(|e| {
+        Error::new(
+            ErrorKind::Configuration,
+            format!(
+                "the least hold {least:?} cannot be granted by the {} backend: {}",
+                backend.name(),
+                e.message()
+            ),
+        )
+        .with_source(e)
+    })?;
+    let options = options.with_hold_at_least(fitted);
+    options.validate()?;
+    Ok(options)
 }
 
 /// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
@@ -374,7 +376,7 @@ impl LockClient {
                 format!("the {} backend has no fair mode", backend.name()),
             ));
         }
-        check_hold_at_least(&backend, options.hold_at_least(), options.ttl())?;
+        let options = fit_hold_at_least(&backend, options)?;
         telemetry::describe();
         Ok(LockClient {
             raw: backend.clone(),
@@ -746,20 +748,21 @@ impl LockClient {
 
     /// Runs `work` once per schedule slot across every host that shares the backend,
     /// as ShedLock's `lockAtLeastFor` does: `work` runs under the lock `name` unless
-    /// another holder has it, and the lease is then kept at least `at_least` from its
-    /// grant however soon `work` ends ([`LockOptions::with_hold_at_least`]). A host
-    /// whose scheduler fires the same slot a little later (its clock behind, its
-    /// cron slow to start) finds the lock still held and skips: `Ok(Err(`[`Busy`]`))`.
-    /// Otherwise it is [`with_lock`](Self::with_lock) without a wait: the output with
-    /// what became of the lease, or [`ErrorKind::LockLost`] if the lock was lost while
-    /// `work` ran.
+    /// another holder has it, and the lease is held at least `at_least` from its grant,
+    /// however soon `work` ends ([`LockOptions::with_hold_at_least`], with the longer
+    /// of `at_least` and the options' own). A host whose scheduler fires the same slot
+    /// a little later (its clock behind, its cron slow to start) finds the lock still
+    /// held and skips: `Ok(Err(`[`Busy`]`))`. Otherwise it is
+    /// [`with_lock`](Self::with_lock) without a wait: the output with what became of
+    /// the lease, or [`ErrorKind::LockLost`] if the lock was lost while `work` ran.
     ///
     /// Choose `at_least` longer than the largest skew between the hosts' schedules and
     /// shorter than the slot's interval less that skew: the next slot's first runner
     /// must find the lease gone. A run longer than the interval holds the lock into the
-    /// next slot, whose runners then skip it. A slot whose runner crashed is not run
-    /// again: the other hosts skipped it, and the lease runs out at the later of its
-    /// TTL and `at_least`.
+    /// next slot, whose runners then skip it. A slot whose runner crashed mid-job is
+    /// not run again within `at_least`: the grant asked the server for at least that
+    /// long, and every renewal kept it, so the other hosts skip it; a crashed run that
+    /// had outlasted `at_least` frees the slot at its TTL.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -790,12 +793,21 @@ impl LockClient {
         F: FnOnce(FencingToken) -> Fut,
         Fut: Future<Output = T>,
     {
-        check_hold_at_least(&self.backend, Some(at_least), self.options.ttl())?;
-        let guard = match self.try_lock(name).await? {
+        let least = self
+            .options
+            .hold_at_least()
+            .map_or(at_least, |set| set.max(at_least));
+        let client = LockClient {
+            options: fit_hold_at_least(
+                &self.backend,
+                self.options.clone().with_hold_at_least(least),
+            )?,
+            ..self.clone()
+        };
+        let guard = match client.try_lock(name).await? {
             Ok(guard) => guard,
             Err(busy) => return Ok(Err(busy)),
         };
-        guard.keep_at_least(at_least);
         run_under(guard, work).await.map(Ok)
     }
 
@@ -911,7 +923,7 @@ impl LockClient {
     /// until a guard owns it, so that a dropped future leaves nothing behind: by a
     /// cleanup of its own for a racing attempt, by the wait's for a queued one.
     async fn attempt(&self, key: &LockKey, waiter: &mut Waiter) -> Result<Tried> {
-        let ttl = self.options.ttl();
+        let ttl = self.options.grant_ttl();
         let mut attempt = Attempt::new(self);
         let answer = match waiter {
             // The owner of an attempt whose outcome is unknown, again: its cleanup is

@@ -459,7 +459,7 @@ impl LockClient {
         }
         let owners = attempt.owners();
         let holder = self.options.holder();
-        let answer = acquire_all_as(&*self.backend, &owners, self.options.ttl(), &holder)
+        let answer = acquire_all_as(&*self.backend, &owners, self.options.grant_ttl(), &holder)
             .await
             .map(|outcome| match outcome {
                 SetOutcome::Acquired(leases) => Answer::Granted(leases.into(), None),

@@ -208,18 +208,26 @@ impl LockOptions {
     }
 
     /// Holds every lease at least `at_least` from its grant (off by default), as
-    /// ShedLock's `lockAtLeastFor`: a release (or a dropped guard) before then does not
-    /// free the key but shortens the lease, in one step, to end `at_least` after the
-    /// grant, and stops renewal. A job run once per schedule slot on several hosts uses
-    /// it so that a host whose clock or scheduler is a little behind finds the key still
-    /// held for that slot, however quickly the first run finished (see
-    /// [`LockClient::run_once`](crate::LockClient::run_once)). The time is counted from
-    /// when the grant's reply arrived, so the lease lasts at least that long on the
-    /// server, rounded up to the backend's TTL granularity. A backend that renews only
-    /// to the granted TTL ([`Capabilities::extend_any_ttl`](crate::backend::Capabilities::extend_any_ttl)
-    /// false: etcd) renews once instead, when what is left of the lease is shorter, so
-    /// there the key may stay held up to a TTL longer; it needs `at_least` no longer
-    /// than the TTL.
+    /// ShedLock's `lockAtLeastFor`. Every grant asks the server for the longer of the
+    /// TTL and `at_least`, and every renewal within the hold for no less than what is
+    /// left of it, so a holder that crashes or is cut off keeps the key on the server
+    /// until then. A release (or a dropped guard) before then does not free the key but
+    /// shortens the lease, in one step, to end `at_least` after the grant, and stops
+    /// renewal. A job run once per schedule slot on several hosts uses it so that a
+    /// host whose clock or scheduler is a little behind finds the key still held for
+    /// that slot, however quickly the first run finished, or whether it finished at all
+    /// (see [`LockClient::run_once`](crate::LockClient::run_once)).
+    ///
+    /// `at_least` is fitted to the backend as the TTL is (rounded up to its TTL
+    /// granularity; a configuration error above its maximum TTL or above
+    /// [`with_hold_at_most`](Self::with_hold_at_most)). The time is counted from when
+    /// the grant's reply arrived on the client, so the lease lasts at least that long
+    /// from the grant on the server. A backend that renews only to the granted TTL
+    /// ([`Capabilities::extend_any_ttl`](crate::backend::Capabilities::extend_any_ttl)
+    /// false: etcd, ZooKeeper) grants for `at_least` where it is the longer, and renews to it
+    /// while the lease is held: there a holder that vanishes keeps the key up to
+    /// `at_least` after its last renewal, and an early release keeps it until the lease
+    /// ends.
     pub fn with_hold_at_least(mut self, at_least: Duration) -> Self {
         self.hold_at_least = Some(at_least);
         self
@@ -260,6 +268,13 @@ impl LockOptions {
     /// The least a lease is held, when set ([`with_hold_at_least`](Self::with_hold_at_least)).
     pub fn hold_at_least(&self) -> Option<Duration> {
         self.hold_at_least
+    }
+
+    /// The TTL every grant asks for: the TTL, or the least hold where that is longer,
+    /// so that the server keeps the key that long even if its holder vanishes.
+    pub(crate) fn grant_ttl(&self) -> Duration {
+        self.hold_at_least
+            .map_or(self.ttl, |least| least.max(self.ttl))
     }
 
     /// The most a lease is held, when set ([`with_hold_at_most`](Self::with_hold_at_most)).
