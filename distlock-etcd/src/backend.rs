@@ -303,7 +303,10 @@ impl EtcdBackend {
 
     /// Sends `txn`, whose puts are attached to leases: its reply, or `None` when a
     /// lease was gone, so that the transaction wrote nothing.
-    async fn txn_on_leases(&self, txn: &Txn) -> Result<Option<etcd_client::TxnResponse>> {
+    pub(crate) async fn txn_on_leases(
+        &self,
+        txn: &Txn,
+    ) -> Result<Option<etcd_client::TxnResponse>> {
         self.request(|c| {
             let put = send_txn(c, txn);
             async move {
@@ -314,6 +317,37 @@ impl EtcdBackend {
             }
         })
         .await
+    }
+
+    /// Sends `txn`, whose puts are attached to leases that the step has just granted
+    /// or kept alive: a lease gone meanwhile (the server or the link stalled past its
+    /// TTL) wrote nothing, and is the retryable [`lease_ran_out`] error, as a waiter's
+    /// next step can cure it.
+    pub(crate) async fn txn_with_live_leases(&self, txn: &Txn) -> Result<etcd_client::TxnResponse> {
+        self.txn_on_leases(txn).await?.ok_or_else(lease_ran_out)
+    }
+
+    /// The lease `id` of an owner for at least `ttl` from now, for a step that attaches
+    /// its keys to it: granted fresh, or, live from an earlier step of the same owner
+    /// (a grant whose reply was lost, a resumed term, a step whose transaction never
+    /// landed), restarted by a keep-alive, so that the expiry the client counts from
+    /// this step is the server's too. A live lease granted shorter than asked is revoked
+    /// and granted again. Where it ran out between the two steps, it is granted again;
+    /// where even that finds it taken, the retryable [`lease_ran_out`] error.
+    pub(crate) async fn restart_lease(&self, id: i64, ttl: Duration) -> Result<()> {
+        if self.grant_lease(id, ttl).await? {
+            return Ok(());
+        }
+        match self.keep_alive_once(id).await? {
+            Some(granted) if granted >= ttl => return Ok(()),
+            Some(_) => self.revoke_now(id).await?,
+            None => {}
+        }
+        if self.grant_lease(id, ttl).await? {
+            Ok(())
+        } else {
+            Err(lease_ran_out())
+        }
     }
 
     /// The lease of `request`'s owner for at least `request.ttl()` from now: granted
@@ -764,7 +798,7 @@ impl EtcdBackend {
                     owner,
                     Some(PutOptions::new().with_lease(place_id)),
                 )]);
-            self.request(|c| send_txn(c, &join)).await?;
+            self.txn_with_live_leases(&join).await?;
         }
         Ok(Grant::Held { remaining: None })
     }

@@ -140,7 +140,10 @@ impl PermitBackend for EtcdBackend {
             format!("{base}t\0{owner}"),
         );
         let id = lease_id(request.owner());
-        let fresh = self.grant_lease(id, request.ttl()).await?;
+        // Granted fresh, or restarted where an earlier step of this owner left it live
+        // (with or without its grant on it): the expiry the client counts from this
+        // step is the server's.
+        self.restart_lease(id, request.ttl()).await?;
         for _ in 0..ATTEMPTS {
             let read = self.read_permits(&base).await?;
             if let Some(mine) = read
@@ -148,11 +151,8 @@ impl PermitBackend for EtcdBackend {
                 .iter()
                 .find(|kv| kv.key() == grant_key.as_bytes())
             {
-                // A retry of a grant whose reply was lost: it is ours already, while
-                // the keep-alive finds its lease; gone, it took the grant with it.
-                if !fresh && self.keep_alive_once(id).await?.is_none() {
-                    return Ok(Grant::Held { remaining: None });
-                }
+                // A retry of a grant whose reply was lost: it is ours already, on the
+                // lease just restarted.
                 return Ok(Grant::Granted(fence(mine.create_revision())?));
             }
             let held_limit = read
@@ -201,7 +201,7 @@ impl PermitBackend for EtcdBackend {
                         claim.count().to_string(),
                         Some(PutOptions::new().with_lease(place_id)),
                     )]);
-                    self.txn(&put).await?;
+                    self.txn_with_live_leases(&put).await?;
                 }
                 return Ok(Grant::Held { remaining: None });
             }
@@ -237,7 +237,7 @@ impl PermitBackend for EtcdBackend {
                 }
             }
             let txn = Txn::new().when([unmoved]).and_then(ops);
-            let reply = self.txn(&txn).await?;
+            let reply = self.txn_with_live_leases(&txn).await?;
             if reply.succeeded() {
                 if place.is_some() {
                     self.revoke_later(place_lease_id(request.owner()));
@@ -339,8 +339,11 @@ impl PermitBackend for EtcdBackend {
                     Compare::lease(grant_key.clone(), CompareOp::Equal, id),
                 ])
                 .and_then(ops);
-            if self.txn(&write).await?.succeeded() {
-                return Ok(Renewal::Renewed);
+            match self.txn_on_leases(&write).await? {
+                Some(reply) if reply.succeeded() => return Ok(Renewal::Renewed),
+                Some(_) => {}
+                // The lease ran out since the read: the grant went with it.
+                None => return Ok(Renewal::NotHeld),
             }
         }
         Ok(Renewal::NotHeld)

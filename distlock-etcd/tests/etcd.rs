@@ -524,3 +524,127 @@ async fn a_renewal_right_after_the_grant_finds_it_on_a_cluster() {
     // A renewal that failed retryably is left out; enough must have answered to judge.
     assert!(answered >= 320, "only {answered} of 640 renewals answered");
 }
+
+/// The lease ID distlock-etcd gives an owner (the token's first 63 bits, never zero).
+fn lease_of(owner: &OwnerToken) -> i64 {
+    let b = owner.as_bytes();
+    let raw = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) & i64::MAX;
+    raw.max(1)
+}
+
+/// A permit step (here an election's resume) of an owner whose lease an earlier step
+/// left live without its grant on it (granted, then the transaction that writes the
+/// grant never landed: here granted from outside) restarts that lease before it grants
+/// on it: the validity the client counts from this step is the server's. It was granted
+/// on the old lease as it stood: 2 s left on the server, 6 s counted by the client, so
+/// a rival was elected while the resumed leader still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_step_on_a_live_lease_of_its_owner_restarts_it() {
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = server.url().replacen("etcd://", "http://", 1);
+    let mut outside = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("a client of its own");
+    let backend = Arc::new(EtcdBackend::connect(&server.url()).await.expect("connect"));
+    let ttl = Duration::from_secs(6);
+    let owner = OwnerToken::random();
+    let id = lease_of(&owner);
+    outside
+        .lease_grant(6, Some(etcd_client::LeaseGrantOptions::new().with_id(id)))
+        .await
+        .expect("the owner's lease, from an earlier step");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let options = LockOptions::new(ttl).with_auto_renew(false);
+    let election = LockClient::with_options(backend.clone(), options)
+        .expect("a client")
+        .election("stale-lease")
+        .expect("an election");
+    let token: distlock_core::ResumeToken = format!("1.{}", owner.to_hex())
+        .parse()
+        .expect("a resume token");
+    let leader = election
+        .resume(&token, "a")
+        .await
+        .expect("an answer")
+        .expect("nobody leads: a new term of this owner");
+    let counted = leader
+        .valid_until()
+        .saturating_duration_since(tokio::time::Instant::now());
+    let on_server = outside
+        .lease_time_to_live(id, None)
+        .await
+        .expect("the lease's time to live")
+        .ttl();
+    let on_server = Duration::from_secs(u64::try_from(on_server).unwrap_or(0));
+    // etcd counts whole seconds: a second's room.
+    assert!(
+        on_server + Duration::from_secs(1) >= counted,
+        "the server keeps the leader's lease {on_server:?}, the client counts {counted:?}"
+    );
+    leader.resign().await.expect("resigned");
+}
+
+/// A permit grant whose lease is gone before its transaction lands (revoked from
+/// outside while the link is slow) is a retryable `Timeout` that leaves nothing held,
+/// as a lock's is: etcd refuses the transaction ("requested lease not found"), which
+/// was a backend error no waiter retried, so a leader loop stopped campaigning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_grant_whose_lease_is_gone_before_its_transaction_is_a_timeout() {
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = server.url().replacen("etcd://", "http://", 1);
+    let mut outside = etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("a client of its own");
+    let target =
+        distlock_testservers::target_on(
+            server,
+            |url| async move { EtcdBackend::connect(&url).await },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (linked, link) = target
+        .linked_client()
+        .await
+        .expect("etcd's target has links")
+        .expect("a linked client");
+    let semaphore = LockClient::with_options(linked, LockOptions::new(Duration::from_secs(5)))
+        .expect("a client")
+        .semaphore("stalled-permit", 2)
+        .expect("a semaphore");
+    // 0.8 s each way: the lease is granted 0.8 s in, the name read 1.6 s later, and the
+    // transaction that writes the grant reaches the server 1.6 s after that.
+    link.set_latency(Duration::from_millis(800))
+        .await
+        .expect("latency");
+    let acquire = tokio::spawn(async move { semaphore.try_acquire().await.map(|g| g.is_ok()) });
+    let mut revoked = 0;
+    let until = Instant::now() + Duration::from_millis(3000);
+    while Instant::now() < until && !acquire.is_finished() {
+        for lease in outside.leases().await.expect("leases").leases() {
+            outside.lease_revoke(lease.id()).await.expect("revoke");
+            revoked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let outcome = acquire.await.expect("the acquisition's task");
+    link.set_latency(Duration::ZERO).await.expect("no latency");
+    assert!(revoked > 0, "no lease was seen to revoke");
+    let err = outcome.expect_err("a grant whose lease was gone");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_retryable(), "{err}");
+    let holders = LockClient::new(target.backend().clone())
+        .semaphore("stalled-permit", 2)
+        .expect("a semaphore")
+        .holders()
+        .await
+        .expect("holders");
+    assert!(
+        holders.is_empty(),
+        "a permit is held after a failed grant: {holders:?}"
+    );
+}

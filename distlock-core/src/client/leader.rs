@@ -147,10 +147,16 @@ impl LeaderLoop {
     ///   so that another candidate may take the next term.
     /// - `shutdown` completes: `lead`'s future is dropped, the loop resigns (another
     ///   candidate is elected at once) and returns `Ok`.
-    /// - The backend down: the campaign waits through the outage, as a
-    ///   [`lock`](crate::LockClient::lock) without a deadline does. An error it
-    ///   returns is retried after the retry delay when it is retryable (an open
-    ///   circuit breaker); otherwise the loop returns it.
+    /// - The backend down, stalled or answering errors a retry can cure (a lost
+    ///   reply, a time-out, a lease that ran out before its grant landed): the
+    ///   campaign waits through it, as a [`lock`](crate::LockClient::lock) without a
+    ///   deadline does, and an error it returns is retried after the retry delay when
+    ///   it is retryable (an open circuit breaker).
+    ///
+    /// What ends the loop: `shutdown`, and an error no retry can cure, which it
+    /// returns ([`Error::is_retryable`](crate::Error::is_retryable) false: wrong
+    /// credentials, a name or options the backend refuses, a backend without the
+    /// election's kind, a server's answer the backend cannot read).
     pub async fn run<F, Fut>(self, mut lead: F, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         F: FnMut(LockGuard) -> Fut,
