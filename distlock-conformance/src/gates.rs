@@ -75,6 +75,19 @@ pub(crate) fn needs_links(t: &Target) -> Option<String> {
     })
 }
 
+pub(crate) fn needs_connection_failing_links(t: &Target) -> Option<String> {
+    needs_links(t).or_else(|| match t.links_fail_connections() {
+        Some(true) => None,
+        Some(false) => Some(
+            "the target's links cannot reset or refuse connections (LinkControl::can_fail_connections)"
+                .into(),
+        ),
+        None => {
+            Some("the target's links were not asked what they offer (Target::probe_links)".into())
+        }
+    })
+}
+
 pub(crate) fn needs_reply_holding_links(t: &Target) -> Option<String> {
     needs_links(t).or_else(|| match t.links_hold_replies() {
         Some(true) => None,

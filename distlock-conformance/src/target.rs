@@ -85,6 +85,30 @@ pub trait LinkControl: Send + Sync + fmt::Debug {
     async fn hold_replies(&self) -> Result<(), BoxError> {
         Err("this link cannot hold the replies alone".into())
     }
+    /// Whether the connection faults are offered:
+    /// [`reset_after_requests`](Self::reset_after_requests),
+    /// [`refuse_connections`](Self::refuse_connections) and
+    /// [`drop_new_connections`](Self::drop_new_connections). The default says they are
+    /// not: the cases that need them then say "not run", with the reason.
+    fn can_fail_connections(&self) -> bool {
+        false
+    }
+    /// Until [`heal`](Self::heal): every request still reaches the server, and then
+    /// its connection is reset before any reply comes back (a request applied whose
+    /// connection dropped). The default refuses, saying so.
+    async fn reset_after_requests(&self) -> Result<(), BoxError> {
+        Err("this link cannot reset its connections".into())
+    }
+    /// Until [`heal`](Self::heal): a new connection is refused (nothing listens),
+    /// while the open ones stay as they are. The default refuses, saying so.
+    async fn refuse_connections(&self) -> Result<(), BoxError> {
+        Err("this link cannot refuse connections".into())
+    }
+    /// Until [`heal`](Self::heal): a new connection is accepted, then closed at once,
+    /// before anything passes. The default refuses, saying so.
+    async fn drop_new_connections(&self) -> Result<(), BoxError> {
+        Err("this link cannot drop new connections".into())
+    }
 }
 
 /// A client of the server under test, and control over its network link.
@@ -135,6 +159,8 @@ pub struct Target {
     pub(crate) server_use: RwLock<()>,
     /// Whether the target's links hold replies alone, once a link was asked.
     links_hold_replies: std::sync::OnceLock<bool>,
+    /// Whether the target's links fail connections, once a link was asked.
+    links_fail_connections: std::sync::OnceLock<bool>,
     /// Whether its grants are asked for without a fence (set by [`Target::unfenced`]).
     unfenced: bool,
 }
@@ -167,6 +193,7 @@ impl Target {
             replicated: false,
             server_use: RwLock::new(()),
             links_hold_replies: std::sync::OnceLock::new(),
+            links_fail_connections: std::sync::OnceLock::new(),
             unfenced: false,
         }
     }
@@ -309,17 +336,26 @@ impl Target {
         self.links_hold_replies.get().copied()
     }
 
+    /// Whether the target's links fail connections
+    /// ([`LinkControl::can_fail_connections`]): `None` until
+    /// [`probe_links`](Self::probe_links) has asked one.
+    pub fn links_fail_connections(&self) -> Option<bool> {
+        self.links_fail_connections.get().copied()
+    }
+
     /// Makes one linked client, once, to learn what its link offers (see
-    /// [`links_hold_replies`](Self::links_hold_replies)); the runners call it before
-    /// they read the gates. A link that cannot be made offers nothing.
+    /// [`links_hold_replies`](Self::links_hold_replies) and
+    /// [`links_fail_connections`](Self::links_fail_connections)); the runners call it
+    /// before they read the gates. A link that cannot be made offers nothing.
     pub async fn probe_links(&self) {
         if self.links_hold_replies.get().is_some() {
             return;
         }
-        let holds = match self.linked_client().await {
-            Some(Ok((_, link))) => link.can_hold_replies(),
-            _ => false,
+        let (holds, fails) = match self.linked_client().await {
+            Some(Ok((_, link))) => (link.can_hold_replies(), link.can_fail_connections()),
+            _ => (false, false),
         };
+        let _ = self.links_fail_connections.set(fails);
         let _ = self.links_hold_replies.set(holds);
     }
 

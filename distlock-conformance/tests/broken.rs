@@ -152,6 +152,10 @@ enum Bug {
     /// Keeps no lease longer than 3 s, whatever it was asked, and declares no such
     /// maximum (a server's own lease limit, clamped silently).
     TtlCappedUndeclared,
+    /// Sends a request again on a new connection when its connection dropped with no
+    /// reply, and reports a refusal of the resend as "not sent", though the first send
+    /// may have been applied: nothing gives back what it took.
+    ResendRefusedIsNotSent,
 }
 
 /// The simulated server's state beyond its data: paused, down, and which generation
@@ -194,6 +198,9 @@ struct Naive {
     link: Arc<watch::Sender<(bool, Duration)>>,
     /// Whether the replies to this client are held (a lost reply).
     replies_held: Arc<watch::Sender<bool>>,
+    /// This client's connection faults: each request reset after it was applied, and
+    /// new connections refused.
+    connection_faults: Arc<watch::Sender<(bool, bool)>>,
     /// The grants whose reply reached this client (for `ReleasesOnlyWhatItHeard`).
     heard: Mutex<Vec<(LockKey, OwnerToken)>>,
 }
@@ -254,6 +261,7 @@ impl Naive {
             connection: AtomicU64::new(0),
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
+            connection_faults: Arc::new(watch::Sender::new((false, false))),
             heard: Mutex::default(),
         })
     }
@@ -283,6 +291,7 @@ impl Naive {
             },
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
+            connection_faults: Arc::new(watch::Sender::new((false, false))),
             heard: Mutex::default(),
         })
     }
@@ -463,7 +472,32 @@ impl LockBackend for Naive {
                 Err(_) => Err(Error::new(ErrorKind::Timeout, "no reply within 100 ms")),
             };
         }
+        let (reset, refused) = *self.connection_faults.borrow();
+        if refused && !reset {
+            return Err(
+                Error::new(ErrorKind::Unavailable, "the connection was refused").with_not_sent(),
+            );
+        }
         let grant = self.grant(r).await;
+        if reset {
+            // Applied, then the connection reset before the reply; sent again on a new
+            // connection, which is refused.
+            if !refused {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "the connection was reset",
+                ));
+            }
+            let resend = Error::new(
+                ErrorKind::Unavailable,
+                "the connection was reset, and the request sent again was refused",
+            );
+            return Err(if self.bug == Bug::ResendRefusedIsNotSent {
+                resend.with_not_sent()
+            } else {
+                resend
+            });
+        }
         // Applied: the reply waits while replies are held.
         let _ = self.replies_held.subscribe().wait_for(|held| !held).await;
         if let Ok(Grant::Granted(_)) = &grant {
@@ -839,6 +873,7 @@ impl ServerControl for NaiveControl {
 struct NaiveLink(
     Arc<watch::Sender<(bool, Duration)>>,
     Arc<watch::Sender<bool>>,
+    Arc<watch::Sender<(bool, bool)>>,
 );
 
 #[async_trait]
@@ -850,10 +885,22 @@ impl LinkControl for NaiveLink {
     async fn heal(&self) -> Result<(), BoxError> {
         self.0.send_modify(|link| link.0 = false);
         self.1.send_replace(false);
+        self.2.send_replace((false, false));
         Ok(())
     }
     fn can_hold_replies(&self) -> bool {
         true
+    }
+    fn can_fail_connections(&self) -> bool {
+        true
+    }
+    async fn reset_after_requests(&self) -> Result<(), BoxError> {
+        self.2.send_modify(|faults| faults.0 = true);
+        Ok(())
+    }
+    async fn refuse_connections(&self) -> Result<(), BoxError> {
+        self.2.send_modify(|faults| faults.1 = true);
+        Ok(())
     }
     async fn hold_replies(&self) -> Result<(), BoxError> {
         self.1.send_replace(true);
@@ -884,8 +931,11 @@ fn target(bug: Bug) -> Target {
         })
         .with_links(move || {
             let client = linked.another_client();
-            let link: Arc<dyn LinkControl> =
-                Arc::new(NaiveLink(client.link.clone(), client.replies_held.clone()));
+            let link: Arc<dyn LinkControl> = Arc::new(NaiveLink(
+                client.link.clone(),
+                client.replies_held.clone(),
+                client.connection_faults.clone(),
+            ));
             let client: Arc<DynLockBackend> = client;
             Box::pin(async move { Ok((client, link)) })
         })
@@ -973,6 +1023,7 @@ caught! {
     blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
     releases_only_what_it_heard: ReleasesOnlyWhatItHeard by an_acquire_dropped_with_its_grant_in_flight_leaves_nothing, saying "was still held 10 s after the link healed";
     ttl_capped_undeclared: TtlCappedUndeclared by a_job_runner_cut_off_mid_job_keeps_its_slot_for_the_least_hold, saying "a late host got the slot";
+    resend_refused_is_not_sent: ResendRefusedIsNotSent by a_grant_applied_then_reset_then_refused_leaves_nothing, saying "was still held 10 s after the link healed";
 }
 
 /// A third party's link from before the lost-reply fault: cut, heal and latency
@@ -1003,6 +1054,7 @@ async fn a_link_that_cannot_hold_replies_says_the_lost_reply_case_was_not_run() 
         let link: Arc<dyn LinkControl> = Arc::new(LinkWithoutHeldReplies(NaiveLink(
             client.link.clone(),
             client.replies_held.clone(),
+            client.connection_faults.clone(),
         )));
         let client: Arc<DynLockBackend> = client;
         Box::pin(async move { Ok((client, link)) })

@@ -20,7 +20,7 @@ use tracing::debug;
 
 use crate::config::RedisConfig;
 use crate::connection::{client, manager_config, Conn, Subscriber};
-use crate::error::{connect_timed_out, from_redis, unexpected};
+use crate::error::{connect_timed_out, from_redis, from_redis_after, unexpected};
 use crate::scripts::{is_noscript, Lua, Scripts, SOURCES};
 
 const NAME: &str = "redis";
@@ -323,7 +323,9 @@ impl RedisBackend {
                     resent = true;
                     debug!(error = %e, "the connection was dropped; sending again");
                 }
-                other => return other.map_err(|e| self.error(e)),
+                // After a drop, the first send may have been applied: whatever the
+                // resend met, the request is not "not sent".
+                other => return other.map_err(|e| from_redis_after(&self.inner.config, e, resent)),
             }
         }
     }
@@ -336,11 +338,14 @@ impl RedisBackend {
         match self.query(&mut conn, cmd, wait).await? {
             Err(e) if e.is_connection_dropped() => {
                 debug!(error = %e, "the connection was dropped; sending again");
-                self.query(&mut conn, cmd, wait).await?
+                // The first send may have been applied: the resend's error is not
+                // "not sent", whatever it met.
+                self.query(&mut conn, cmd, wait)
+                    .await?
+                    .map_err(|e| from_redis_after(&self.inner.config, e, true))
             }
-            other => other,
+            other => other.map_err(|e| self.error(e)),
         }
-        .map_err(|e| self.error(e))
     }
 
     /// One request: `cmd`, and `WAIT` in the same pipeline when `wait` and replicas

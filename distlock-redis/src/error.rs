@@ -8,6 +8,14 @@ use crate::config::RedisConfig;
 /// Maps a driver error to a distlock error of the right kind, keeping the driver's
 /// error as the source and scrubbing the password from the message.
 pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
+    from_redis_after(config, e, false)
+}
+
+/// [`from_redis`] for the error of a request sent again after an earlier send of it
+/// may have been applied (`sent_before`: its connection dropped with no reply): a
+/// resend that was refused is then not "not sent", since the request as a whole may
+/// have been, and whatever it took must be given back.
+pub(crate) fn from_redis_after(config: &RedisConfig, e: RedisError, sent_before: bool) -> Error {
     let code = e.code().unwrap_or_default();
     let kind = match e.kind() {
         _ if distlock_core::backend::is_certificate_refused(&e) => ErrorKind::Configuration,
@@ -44,7 +52,7 @@ pub(crate) fn from_redis(config: &RedisConfig, e: RedisError) -> Error {
         _ => detail,
     };
     let mut error = distlock_core::backend::driver_error(kind, "redis", detail);
-    if e.is_connection_refusal() {
+    if e.is_connection_refusal() && !sent_before {
         // The connection was refused: the request never left this process.
         error = error.with_not_sent();
     }

@@ -24,6 +24,13 @@
 //! one-way fault of a lost reply: the client's bytes still reach the server, and the
 //! server's are held until the heal. Latency delays every byte by the same time in
 //! each direction, keeping their order.
+//!
+//! The connection faults act on TCP itself, until the heal. Reset after requests: a
+//! request still reaches the server, then (50 ms later, so that one split across
+//! reads arrives whole) its connection is reset towards the client and closed towards
+//! the server, and no reply passes meanwhile. Refused connections: the proxy stops
+//! listening, so a connect is refused by the system, and listens again on the same
+//! port at the heal. Dropped connections: a connect is accepted, then reset at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -35,7 +42,7 @@ use distlock_core::BoxError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
@@ -46,6 +53,31 @@ struct Link {
     /// The server's bytes are held, the client's still pass: a lost reply.
     replies_held: bool,
     latency: Duration,
+    /// Each request reaches the server, then its connection is reset.
+    reset_after_requests: bool,
+    /// What becomes of a new connection.
+    accepting: Accepting,
+}
+
+/// What the proxy does with a new connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Accepting {
+    /// Passes it on to the server.
+    #[default]
+    Open,
+    /// Nothing listens: the system refuses it.
+    Refused,
+    /// Accepts it, then resets it at once.
+    Dropped,
+}
+
+/// A listener on 127.0.0.1:`port` (0 for any) that can be bound again on the same
+/// port once closed.
+fn listen(port: u16) -> std::io::Result<TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))?;
+    socket.listen(1024)
 }
 
 /// A proxy for one client; dropping it stops accepting connections.
@@ -82,12 +114,51 @@ impl Proxy {
         count: Arc<AtomicU64>,
         shared_asked: Option<Arc<AtomicBool>>,
     ) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = listen(0)?;
         let port = listener.local_addr()?.port();
         let link = Arc::new(watch::Sender::new(Link::default()));
         let (counter, links) = (count.clone(), link.clone());
         let accept = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
+            let mut state = links.subscribe();
+            let mut listener = Some(listener);
+            loop {
+                let accepting = state.borrow_and_update().accepting;
+                if accepting == Accepting::Refused {
+                    // Closed: a connect is refused until the heal.
+                    listener = None;
+                    if state.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                let open = match &listener {
+                    Some(open) => open,
+                    None => match listen(port) {
+                        Ok(open) => listener.insert(open),
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    },
+                };
+                let client = tokio::select! {
+                    accepted = open.accept() => match accepted {
+                        Ok((client, _)) => client,
+                        Err(_) => return,
+                    },
+                    changed = state.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                // Reset when closed from this side: a fault ends it as a reset does.
+                let _ = client.set_zero_linger();
+                if state.borrow().accepting == Accepting::Dropped {
+                    drop(client);
+                    continue;
+                }
                 let (count, mut link) = (counter.clone(), links.subscribe());
                 let asked = shared_asked
                     .clone()
@@ -141,6 +212,8 @@ impl LinkControl for Proxy {
         self.link.send_modify(|l| {
             l.cut = false;
             l.replies_held = false;
+            l.reset_after_requests = false;
+            l.accepting = Accepting::Open;
         });
         Ok(())
     }
@@ -156,6 +229,25 @@ impl LinkControl for Proxy {
 
     async fn hold_replies(&self) -> Result<(), BoxError> {
         self.link.send_modify(|l| l.replies_held = true);
+        Ok(())
+    }
+
+    fn can_fail_connections(&self) -> bool {
+        true
+    }
+
+    async fn reset_after_requests(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.reset_after_requests = true);
+        Ok(())
+    }
+
+    async fn refuse_connections(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.accepting = Accepting::Refused);
+        Ok(())
+    }
+
+    async fn drop_new_connections(&self) -> Result<(), BoxError> {
+        self.link.send_modify(|l| l.accepting = Accepting::Dropped);
         Ok(())
     }
 }
@@ -270,6 +362,7 @@ async fn write_side(
     mut link: watch::Receiver<Link>,
     asked: Arc<AtomicBool>,
     count: Option<Arc<AtomicU64>>,
+    reset: Arc<Notify>,
 ) {
     // Downstream (the side that counts) carries the server's replies.
     let downstream = count.is_some();
@@ -278,6 +371,18 @@ async fn write_side(
         let passes = |l: &Link| !(l.cut || downstream && l.replies_held);
         if link.wait_for(passes).await.is_err() {
             return;
+        }
+        let resetting = link.borrow().reset_after_requests;
+        if resetting && downstream {
+            // A reply on a connection about to be reset never passes.
+            continue;
+        }
+        if resetting && chunk.message {
+            let reset = reset.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                reset.notify_one();
+            });
         }
         let Some(bytes) = chunk.bytes else {
             let _ = to.shutdown().await;
@@ -313,12 +418,35 @@ async fn pump_pair(
     let protocol = Arc::new(AtomicU8::new(UNKNOWN));
     let (up_tx, up_rx) = mpsc::unbounded_channel();
     let (down_tx, down_rx) = mpsc::unbounded_channel();
-    tokio::join!(
-        read_side(client_read, up_tx, link.clone(), protocol.clone(), true),
-        write_side(server_write, up_rx, link.clone(), asked.clone(), None),
-        read_side(server_read, down_tx, link.clone(), protocol, false),
-        write_side(client_write, down_rx, link, asked, Some(count)),
-    );
+    let reset = Arc::new(Notify::new());
+    let pumps = async {
+        tokio::join!(
+            read_side(client_read, up_tx, link.clone(), protocol.clone(), true),
+            write_side(
+                server_write,
+                up_rx,
+                link.clone(),
+                asked.clone(),
+                None,
+                reset.clone()
+            ),
+            read_side(server_read, down_tx, link.clone(), protocol, false),
+            write_side(
+                client_write,
+                down_rx,
+                link,
+                asked,
+                Some(count),
+                reset.clone()
+            ),
+        )
+    };
+    // Reset: every half is dropped, the client's with no linger (a reset), the
+    // server's closed as a client that went away.
+    tokio::select! {
+        _ = pumps => {}
+        () = reset.notified() => {}
+    }
 }
 
 #[cfg(test)]
@@ -457,5 +585,81 @@ mod tests {
         proxy.heal().await.expect("heal");
         conn.read_exact(&mut buf).await.expect("the held reply");
         assert_eq!(&buf, b"late");
+    }
+
+    #[tokio::test]
+    async fn connection_faults_reset_refuse_and_drop_until_the_heal() {
+        // A server that counts what reaches it, and answers each byte.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let received = Arc::new(AtomicU64::new(0));
+        let counted = received.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        counted.fetch_add(n as u64, Ordering::SeqCst);
+                        if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = Proxy::start(port).await.expect("proxy");
+        assert!(proxy.can_fail_connections());
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        exchange(&mut conn).await;
+
+        // Reset after the request: it reaches the server, no reply comes back, and
+        // the connection ends.
+        proxy.reset_after_requests().await.expect("reset");
+        conn.write_all(b"gone").await.expect("write");
+        let mut buf = [0u8; 4];
+        let ended = tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf))
+            .await
+            .expect("the connection ends");
+        assert!(
+            matches!(ended, Ok(0) | Err(_)),
+            "a reply crossed: {ended:?}"
+        );
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            8,
+            "the request reached the server"
+        );
+
+        // Refused: nothing listens.
+        proxy.refuse_connections().await.expect("refuse");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let refused = TcpStream::connect(("127.0.0.1", proxy.port())).await;
+        assert_eq!(
+            refused.map(drop).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionRefused)
+        );
+
+        // Dropped: accepted, then reset before anything passes.
+        proxy.drop_new_connections().await.expect("drop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut dropped = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("accepted");
+        let _ = dropped.write_all(b"ping").await;
+        let ended = tokio::time::timeout(Duration::from_secs(2), dropped.read(&mut buf))
+            .await
+            .expect("the connection ends");
+        assert!(matches!(ended, Ok(0) | Err(_)), "{ended:?}");
+
+        // Healed: the same port serves again.
+        proxy.heal().await.expect("heal");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut again = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect after the heal");
+        exchange(&mut again).await;
     }
 }

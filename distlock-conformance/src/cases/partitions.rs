@@ -143,6 +143,53 @@ cases! {
         .await
     }
 
+    /// A grant applied whose connection was then reset before its reply, and whose reconnect was refused (the request could not be sent again), is given back once the link heals: the key is free within the cleanup's passes, not held by nobody for its TTL.
+    #[case(Client, needs_connection_failing_links)]
+    pub async fn a_grant_applied_then_reset_then_refused_leaves_nothing(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        // Warmed up by a whole grant, so that the try below is its one request where
+        // the backend takes one (a script the server has yet to load would take more).
+        if let Some(warm) = grant(&linked, &t.key("warm-up"), t.long_ttl()).await? {
+            linked.release_lease(&warm).await?;
+        }
+        let key = t.key("reset-refused");
+        let client = LockClient::with_options(linked, LockOptions::new(t.long_ttl()))?;
+        link.reset_after_requests().await.map_err(link_err("reset connections"))?;
+        link.refuse_connections().await.map_err(link_err("refuse connections"))?;
+        let tried = timeout(Duration::from_secs(30), client.try_lock(key.as_str())).await;
+        let applied = holder_fence(t, &key).await?.is_some();
+        link.heal().await.map_err(link_err("heal"))?;
+        match tried {
+            Ok(Ok(Ok(guard))) => {
+                let fence = guard.fence();
+                let _ = guard.release().await;
+                return fail(format!(
+                    "try_lock() answered granted (fence {fence}) through a link that reset every connection after its request"
+                ));
+            }
+            Ok(Err(e)) if !e.is_retryable() => {
+                return fail(format!("a grant whose connection was reset failed non-retryably: {e}"));
+            }
+            _ => {}
+        }
+        ensure!(
+            applied || t.capabilities().round_trips.acquire > 1,
+            "the server had not applied the grant before its connection was reset: the case proves nothing"
+        );
+        // The attempt's cleanup releases once the link carries it (the lease itself
+        // lasts a minute).
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let (next, _) = acquire_when_free(t, &key, t.long_ttl(), give_up)
+            .await
+            .map_err(|_| {
+                CaseError::Failed(format!(
+                    "the grant applied before its connection was reset (applied: {applied}) was still held 10 s after the link healed"
+                ))
+            })?;
+        t.backend().release_lease(&next).await?;
+        Ok(())
+    }
+
     /// A job's runner cut off mid-job (neither its renewals nor its release reach the server) keeps its slot until its least hold has passed from the grant, however short its TTL: a host that fires the slot late skips it; once the hold has passed the slot is free.
     #[case(Client, needs_links)]
     pub async fn a_job_runner_cut_off_mid_job_keeps_its_slot_for_the_least_hold(t: &Target) -> CaseResult {
