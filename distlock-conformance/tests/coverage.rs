@@ -50,6 +50,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "the cleanup an abandoned attempt arms runs in core, and core stops it when the same owner asks again, whatever the backend (the core test a_resume_retried_after_a_lost_reply_keeps_its_term fails without it)",
     ),
     (
+        "holders_renew_at_a_bounded_rate_beside_a_churning_claimant",
+        "core decides when a holder renews, and coalesces the checks its watch asks for, whatever the backend notifies (the core test holders_renew_at_a_bounded_rate_beside_a_churning_claimant fails without it)",
+    ),
+    (
         "a_cut_off_leader_loop_is_replaced_and_its_work_stopped",
         "the leader loop drops its work on the term's loss signal, which core gives; the broken permit stores have no links to cut",
     ),

@@ -27,6 +27,7 @@ struct LosesReplies {
     inner: MemoryBackend,
     lose: Arc<AtomicU32>,
     refuse_releases: Arc<AtomicU32>,
+    renewals: Arc<AtomicU32>,
 }
 
 impl LosesReplies {
@@ -35,6 +36,7 @@ impl LosesReplies {
             inner,
             lose: Arc::default(),
             refuse_releases: Arc::default(),
+            renewals: Arc::default(),
         }
     }
 
@@ -95,10 +97,14 @@ impl LockBackend for LosesReplies {
         self.inner.release(key, owner).await
     }
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
         self.inner.renew(request).await
     }
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         self.inner.inspect(key).await
+    }
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.inner.watch(key).await
     }
     fn permits(&self) -> Option<&dyn PermitBackend> {
         Some(self)
@@ -117,6 +123,7 @@ impl PermitBackend for LosesReplies {
         inner.release_permits(key, owner).await
     }
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
         let inner = self.inner.permits().expect("memory has permits");
         inner.renew_permits(request).await
     }
@@ -340,4 +347,56 @@ fn a_runner_that_crashes_mid_job_keeps_its_slot_for_the_least_hold() {
         let next = host.try_lock("jobs/slot").await.expect("an answer");
         assert!(next.is_ok(), "the slot was still taken past its least hold");
     });
+}
+
+/// Idle holders of a semaphore's permits renew at a bounded rate however busy the
+/// name: each change to the name (a claimant taking and giving back a permit, here
+/// 800 times in 8 s) wakes every holder's watch, and the checks so asked are coalesced
+/// to at most one per quarter renewal interval. Before, every holder renewed on every
+/// change.
+#[tokio::test(start_paused = true)]
+async fn holders_renew_at_a_bounded_rate_beside_a_churning_claimant() {
+    let memory = MemoryBackend::new();
+    let counted = LosesReplies::new(memory.clone());
+    let options = LockOptions::new(Duration::from_secs(3));
+    let interval = options.renew_interval();
+    let holders_client =
+        LockClient::with_options(Arc::new(counted.clone()), options.clone()).expect("a client");
+    let permits = holders_client.semaphore("busy", 50).expect("a semaphore");
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(permits.acquire(WAIT).await.expect("a permit"));
+    }
+    let churning = LockClient::with_options(Arc::new(memory.clone()), options)
+        .expect("a client")
+        .semaphore("busy", 50)
+        .expect("a semaphore");
+    let run = Duration::from_secs(8);
+    let started = tokio::time::Instant::now();
+    let before = counted.renewals.load(Ordering::SeqCst);
+    let mut cycles = 0u32;
+    while started.elapsed() < run {
+        let permit = churning.acquire(WAIT).await.expect("a permit");
+        permit.release().await.expect("released");
+        cycles += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let renewals = counted.renewals.load(Ordering::SeqCst) - before;
+    let elapsed = started.elapsed().as_secs_f64();
+    let per_holder_per_second = f64::from(renewals) / 20.0 / elapsed;
+    // The bound: one renewal per interval, and one change-asked check per quarter of
+    // it, per holder (and one of each for the edges of the run).
+    let per_interval = 5.0 / interval.as_secs_f64();
+    let bound = 20.0 * (per_interval * elapsed + 2.0);
+    eprintln!(
+        "{cycles} claimant cycles; 20 holders renewed {renewals} times in {elapsed:.1} s: {per_holder_per_second:.2} per holder per second"
+    );
+    assert!(
+        f64::from(renewals) <= bound,
+        "20 idle holders renewed {renewals} times in {elapsed:.1} s beside {cycles} claimant cycles ({per_holder_per_second:.2} per holder per second; the bound is {bound:.0})"
+    );
+    for permit in held {
+        assert!(permit.is_held());
+        permit.release().await.expect("released");
+    }
 }

@@ -3,6 +3,10 @@
 
 use std::sync::atomic::AtomicU64;
 
+use distlock_core::backend::{
+    AcquireRequest, ChangeStream, Claim, ExtendRequest, Grant, LockInfo, PermitBackend,
+    PermitHolder, Renewal, Term,
+};
 use distlock_core::{
     FencedStoreExt as _, FencingToken, LockClient, MemoryStore, Observation, ResumeToken,
 };
@@ -66,7 +70,148 @@ impl Fences {
 /// A wait long enough for any handoff in a case.
 const WAIT: Duration = Duration::from_secs(20);
 
+/// The backend under test, counting the permit renewals sent through it.
+#[derive(Debug)]
+struct CountsRenewals {
+    inner: Arc<DynLockBackend>,
+    renewals: AtomicU64,
+}
+
+impl CountsRenewals {
+    fn permits(&self) -> distlock_core::Result<&dyn PermitBackend> {
+        self.inner.permits().ok_or_else(|| {
+            distlock_core::Error::new(ErrorKind::Unsupported, "the backend has no permits")
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl distlock_core::LockBackend for CountsRenewals {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> &distlock_core::backend::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> distlock_core::Result<Grant> {
+        self.inner.try_grant(request).await
+    }
+    async fn release(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        self.inner.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> distlock_core::Result<Renewal> {
+        self.inner.renew(request).await
+    }
+    async fn inspect(&self, key: &LockKey) -> distlock_core::Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+    async fn watch(&self, key: &LockKey) -> distlock_core::Result<Option<ChangeStream>> {
+        self.inner.watch(key).await
+    }
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl PermitBackend for CountsRenewals {
+    async fn try_grant_permits(
+        &self,
+        request: &AcquireRequest,
+        claim: &Claim,
+    ) -> distlock_core::Result<Grant> {
+        self.permits()?.try_grant_permits(request, claim).await
+    }
+    async fn release_permits(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> distlock_core::Result<ReleaseOutcome> {
+        self.permits()?.release_permits(key, owner).await
+    }
+    async fn renew_permits(&self, request: &ExtendRequest) -> distlock_core::Result<Renewal> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        self.permits()?.renew_permits(request).await
+    }
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> distlock_core::Result<()> {
+        self.permits()?.leave_queue(key, owner).await
+    }
+    async fn proclaim(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        value: &str,
+    ) -> distlock_core::Result<Renewal> {
+        self.permits()?.proclaim(key, owner, value).await
+    }
+    async fn holders(&self, key: &LockKey) -> distlock_core::Result<Vec<PermitHolder>> {
+        self.permits()?.holders(key).await
+    }
+    async fn terms(&self, key: &LockKey, after: u64) -> distlock_core::Result<Vec<Term>> {
+        self.permits()?.terms(key, after).await
+    }
+    async fn watch_permits(&self, key: &LockKey) -> distlock_core::Result<Option<ChangeStream>> {
+        self.permits()?.watch_permits(key).await
+    }
+}
+
 cases! {
+    /// Twenty idle holders of a semaphore's permits renew at a bounded rate while a claimant on another client takes and gives back a permit of the same name for 8 s: at most one renewal per renewal interval and one change-asked check per quarter of it, per holder, however many changes the name sees.
+    #[case(Semaphore, needs_permits)]
+    pub async fn holders_renew_at_a_bounded_rate_beside_a_churning_claimant(t: &Target) -> CaseResult {
+        const HOLDERS: u32 = 20;
+        let name = t.key("busy-name");
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(3));
+        let counted = Arc::new(CountsRenewals {
+            inner: t.backend().clone(),
+            renewals: AtomicU64::new(0),
+        });
+        let holders = LockClient::with_options(counted.clone(), LockOptions::new(ttl))?;
+        let interval = holders.options().renew_interval();
+        let permits = holders.semaphore(name.as_str(), 50)?;
+        let mut held = Vec::new();
+        for _ in 0..HOLDERS {
+            held.push(permits.acquire(WAIT).await?);
+        }
+        let clients = backends(t, 2).await?;
+        let churning = LockClient::with_options(clients[1].clone(), LockOptions::new(ttl))?
+            .semaphore(name.as_str(), 50)?;
+        let run = Duration::from_secs(8);
+        let started = Instant::now();
+        let before = counted.renewals.load(Ordering::SeqCst);
+        let mut cycles = 0u32;
+        while started.elapsed() < run {
+            let permit = churning.acquire(WAIT).await?;
+            permit.release().await?;
+            cycles += 1;
+        }
+        let renewals = counted.renewals.load(Ordering::SeqCst) - before;
+        let elapsed = started.elapsed().as_secs_f64();
+        let lost = held.iter().filter(|p| !p.is_held()).count();
+        for permit in held {
+            let _ = permit.release().await;
+        }
+        ensure!(cycles >= 20, "the claimant cycled only {cycles} times in {elapsed:.1} s: the case proves nothing");
+        ensure!(lost == 0, "{lost} of the idle holders lost their permit");
+        // Per holder: one renewal per interval, four change-asked checks per interval,
+        // and one of each at the edges of the run.
+        let per_holder = 5.0 * elapsed / interval.as_secs_f64() + 2.0;
+        let bound = f64::from(HOLDERS) * per_holder;
+        #[allow(clippy::cast_precision_loss)]
+        let renewals = renewals as f64;
+        ensure!(
+            renewals <= bound,
+            "{HOLDERS} idle holders renewed {renewals} times in {elapsed:.1} s beside {cycles} claimant cycles ({:.1} per holder per second; the bound is {:.1})",
+            renewals / f64::from(HOLDERS) / elapsed,
+            per_holder / elapsed
+        );
+        Ok(())
+    }
+
     /// Tasks on several clients share a semaphore of three permits: never more than three hold, three do at once, and no fence repeats.
     #[case(Semaphore, needs_permits)]
     pub async fn permits_never_exceed_the_limit_across_clients(t: &Target) -> CaseResult {

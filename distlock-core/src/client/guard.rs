@@ -762,6 +762,14 @@ fn supervise_after(options: &LockOptions) -> Duration {
     (options.renew_interval() / 2).min(Duration::from_millis(100))
 }
 
+/// How soon after a check of the lease a change notification asks for another: a
+/// quarter of the renewal interval. A holder so renews at most once per renewal
+/// interval and four times per renewal interval on changes, however busy its key or
+/// name, and learns of a deletion within a quarter interval and a round trip.
+fn change_settle(options: &LockOptions) -> Duration {
+    options.renew_interval() / 4
+}
+
 /// Renews the lease and decides when it is lost. Starts [`supervise_after`] the grant
 /// at `granted`; runs until the loss is recorded or the guard cancels it.
 async fn supervise(shared: Arc<Shared>, granted: Instant) {
@@ -770,6 +778,13 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     let interval = options.renew_interval();
     let retry_delay = (interval / 4).max(Duration::from_millis(5));
     let mut next_renewal = granted + interval;
+    // A change to the key (on a shared kind, to any grant of the name) asks for a
+    // check of the lease; checks so asked come at most once per `settle` after the
+    // last one, the changes in between coalesced into one check at the end of it, so
+    // that a busy name costs each holder a bounded number of renewals.
+    let settle = change_settle(&options);
+    let mut last_check = granted;
+    let mut change_due: Option<Instant> = None;
     // Short holds never pay for a subscription: the watch starts once the lock has
     // been held a while, which is when this task starts. A release notification for
     // our own key means it may have been deleted behind our back, so the lease is
@@ -820,13 +835,20 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             loss_at
         };
         let wake = shared.limit.map_or(wake, |limit| wake.min(limit));
+        let wake = change_due.map_or(wake, |due| wake.min(due));
         tokio::select! {
             () = sleep_until(wake) => {}
             () = status_changed => continue,
             change = next_change(&mut changes) => {
-                // The key may have been deleted behind our back: check at once.
+                // The key may have been deleted behind our back: check at once, or,
+                // checked within `settle`, when that has passed.
                 if change.is_none() {
                     changes = None;
+                    continue;
+                }
+                let earliest = last_check + settle;
+                if Instant::now() < earliest {
+                    change_due = Some(earliest);
                     continue;
                 }
                 debug!("key changed; checking the lease now");
@@ -835,6 +857,9 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
         if !options.auto_renew() || shared.current_loss().is_some() {
             continue;
         }
+        // This check covers every change so far.
+        change_due = None;
+        last_check = Instant::now();
         let (ttl, limited) = shared.renewal_ttl();
         match timeout_at(loss_at, shared.extend(ttl)).await {
             Ok(Ok(())) => {

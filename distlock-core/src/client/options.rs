@@ -98,7 +98,12 @@ impl LockOptions {
         self
     }
 
-    /// How often a held lease is renewed; by default a third of the TTL.
+    /// How often a held lease is renewed; by default a third of the TTL. Where the
+    /// backend notifies changes, a change to the key (on a semaphore, read-write lock
+    /// or election, to any grant of its name) also asks for a check of the lease, at
+    /// most once per quarter of this interval after the last check: a holder renews at
+    /// most five times per interval however busy its name, and learns that its lease
+    /// was deleted within a quarter interval and a round trip.
     pub fn with_renew_interval(mut self, every: Duration) -> Self {
         self.renew_interval = Some(every);
         self
