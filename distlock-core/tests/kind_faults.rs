@@ -400,3 +400,87 @@ async fn holders_renew_at_a_bounded_rate_beside_a_churning_claimant() {
         permit.release().await.expect("released");
     }
 }
+
+/// The memory backend whose renewals take the next of `delays` each (then none) on
+/// their way to the server, and are applied when they arrive: a pooled or proxied
+/// connection on which a later request can overtake an earlier one.
+#[derive(Debug)]
+struct OvertakingRenewals {
+    inner: MemoryBackend,
+    delays: std::sync::Mutex<std::collections::VecDeque<Duration>>,
+}
+
+#[async_trait]
+impl LockBackend for OvertakingRenewals {
+    fn name(&self) -> &str {
+        "memory-overtaking-renewals"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.inner.try_grant(request).await
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let delay = self
+            .delays
+            .lock()
+            .expect("delays")
+            .pop_front()
+            .unwrap_or_default();
+        let (inner, request) = (self.inner.clone(), request.clone());
+        // On its way: applied when it arrives, whether or not the caller still waits.
+        let applied = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            inner.renew(&request).await
+        });
+        applied.await.expect("the renewal's trip")
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+/// An extend whose caller gave up on it (a time-out around it) while its request is on
+/// its way keeps the next extend waiting until it is answered: the next cannot be
+/// applied first and then be overwritten by it, which would leave the client counting
+/// the longer validity the server no longer keeps.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_extend_is_never_overtaken_by_the_next() {
+    let memory = MemoryBackend::new();
+    let backend = Arc::new(OvertakingRenewals {
+        inner: memory.clone(),
+        delays: std::sync::Mutex::new([Duration::from_millis(200)].into()),
+    });
+    let client = LockClient::with_options(
+        backend,
+        LockOptions::new(Duration::from_secs(30)).with_auto_renew(false),
+    )
+    .expect("a client");
+    let guard = client.lock("overtaken", WAIT).await.expect("locked");
+    let (short, long) = (Duration::from_secs(5), Duration::from_secs(60));
+    // The short extend, given up on after 50 ms while its request is on its way.
+    let given_up = tokio::time::timeout(Duration::from_millis(50), guard.extend(short)).await;
+    assert!(given_up.is_err(), "the slow extend answered within 50 ms");
+    guard.extend(long).await.expect("extended");
+    // Past the slow request's arrival.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counted = guard
+        .valid_until()
+        .saturating_duration_since(tokio::time::Instant::now());
+    let key = LockKey::new("overtaken").expect("key");
+    let on_server = memory
+        .inspect(&key)
+        .await
+        .expect("inspect")
+        .map(|info| info.remaining)
+        .unwrap_or_default();
+    assert!(
+        counted <= on_server + Duration::from_millis(10),
+        "the guard counts {counted:?} after extends to {short:?} (given up) and {long:?}; the server keeps {on_server:?}"
+    );
+    guard.release().await.expect("released");
+}

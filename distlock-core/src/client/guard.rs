@@ -350,7 +350,27 @@ impl Shared {
     }
 
     /// One extend round trip, applied to the status, after any other in flight.
-    async fn extend(&self, ttl: Duration) -> Result<()> {
+    async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<()> {
+        // In a task of its own, which holds the one-at-a-time lock until the reply: a
+        // caller that gives up (a time-out around it, a dropped future) leaves its
+        // request on its way, and the next extend must not be sent before it is
+        // answered (or the backend's own time-outs end it), lest it be applied first.
+        let shared = self.clone();
+        let under_way = tokio::spawn(async move { shared.extend_in_turn(ttl).await });
+        match under_way.await {
+            Ok(result) => result,
+            Err(error) => Err(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "the extend of {:?} ended without an answer: {error}",
+                    self.key()
+                ),
+            )),
+        }
+    }
+
+    /// One extend, after any other in flight has been answered.
+    async fn extend_in_turn(&self, ttl: Duration) -> Result<()> {
         let _one_at_a_time = self.extending.lock().await;
         let outcome = self.backend.extend(&self.lease, ttl).await;
         let result = match &outcome {
@@ -762,10 +782,11 @@ fn supervise_after(options: &LockOptions) -> Duration {
     (options.renew_interval() / 2).min(Duration::from_millis(100))
 }
 
-/// How soon after a check of the lease a change notification asks for another: a
-/// quarter of the renewal interval. A holder so renews at most once per renewal
-/// interval and four times per renewal interval on changes, however busy its key or
-/// name, and learns of a deletion within a quarter interval and a round trip.
+/// How soon after a check of the lease that a change notification asked for another
+/// may be asked: a quarter of the renewal interval. A holder so renews at most once per
+/// renewal interval and four times per renewal interval on changes, however busy its
+/// key or name, and learns of a deletion at once after a quiet spell, within a quarter
+/// interval and a round trip on a busy name.
 fn change_settle(options: &LockOptions) -> Duration {
     options.renew_interval() / 4
 }
@@ -779,11 +800,11 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     let retry_delay = (interval / 4).max(Duration::from_millis(5));
     let mut next_renewal = granted + interval;
     // A change to the key (on a shared kind, to any grant of the name) asks for a
-    // check of the lease; checks so asked come at most once per `settle` after the
-    // last one, the changes in between coalesced into one check at the end of it, so
-    // that a busy name costs each holder a bounded number of renewals.
+    // check of the lease: at once, unless a check so asked came within `settle`; then
+    // the changes are coalesced into one check at the end of that, so that a busy
+    // name costs each holder a bounded number of renewals.
     let settle = change_settle(&options);
-    let mut last_check = granted;
+    let mut last_asked: Option<Instant> = None;
     let mut change_due: Option<Instant> = None;
     // Short holds never pay for a subscription: the watch starts once the lock has
     // been held a while, which is when this task starts. A release notification for
@@ -846,20 +867,24 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
                     changes = None;
                     continue;
                 }
-                let earliest = last_check + settle;
-                if Instant::now() < earliest {
-                    change_due = Some(earliest);
-                    continue;
+                if let Some(earliest) = last_asked.map(|at| at + settle) {
+                    if Instant::now() < earliest {
+                        change_due = Some(earliest);
+                        continue;
+                    }
                 }
                 debug!("key changed; checking the lease now");
+                change_due = Some(Instant::now());
             }
         }
         if !options.auto_renew() || shared.current_loss().is_some() {
             continue;
         }
-        // This check covers every change so far.
-        change_due = None;
-        last_check = Instant::now();
+        // This check covers every change so far; one that changes asked for counts
+        // towards the next `settle`.
+        if change_due.take().is_some() {
+            last_asked = Some(Instant::now());
+        }
         let (ttl, limited) = shared.renewal_ttl();
         match timeout_at(loss_at, shared.extend(ttl)).await {
             Ok(Ok(())) => {

@@ -100,10 +100,11 @@ impl LockOptions {
 
     /// How often a held lease is renewed; by default a third of the TTL. Where the
     /// backend notifies changes, a change to the key (on a semaphore, read-write lock
-    /// or election, to any grant of its name) also asks for a check of the lease, at
-    /// most once per quarter of this interval after the last check: a holder renews at
-    /// most five times per interval however busy its name, and learns that its lease
-    /// was deleted within a quarter interval and a round trip.
+    /// or election, to any grant of its name) also asks for a check of the lease: at
+    /// once, unless a check so asked came within a quarter of this interval, and then
+    /// at the end of that quarter. A holder renews at most five times per interval
+    /// however busy its name, and learns that its lease was deleted at once after a
+    /// quiet spell, within a quarter interval and a round trip on a busy name.
     pub fn with_renew_interval(mut self, every: Duration) -> Self {
         self.renew_interval = Some(every);
         self
