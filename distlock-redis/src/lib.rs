@@ -30,7 +30,9 @@
 //!   acquire.lua marks in its own step), so that its release wakes the waiters; a
 //!   waiter told "held" this way learns no remaining TTL. Fair steps and sets of keys
 //!   are fenced always. On a Redlock each master takes the same `SET NX PX GET`, and
-//!   there is no fence to agree on;
+//!   there is no fence to agree on. `SET` takes `NX` and `GET` together from Redis
+//!   7.0 on: the efficiency lock needs Redis 7.0 or later (the test servers run
+//!   Debian bookworm's 7.0; no older server is tested);
 //! - **release** deletes the key only if the owner token matches, and publishes on the
 //!   key's release channel when someone waited for that grant, so waiters wake at once
 //!   (a waiter subscribes before it asks, and its refused ask marks the grant; a

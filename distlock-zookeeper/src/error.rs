@@ -40,6 +40,18 @@ pub(crate) fn from_zk(config: &ZooKeeperConfig, e: ZkError) -> Error {
             )
             .with_backend("zookeeper");
         }
+        // A node the step needed was deleted meanwhile, under every try: a key's node
+        // emptied and deleted by other processes' releases, again and again (churn).
+        // Nothing was granted, and a retry may find the key quiet.
+        ZkError::NoNode => {
+            let detail = config.scrub(e.to_string());
+            return distlock_core::backend::driver_error(
+                ErrorKind::Backend,
+                "zookeeper",
+                format!("{detail}: a node this step needed was deleted under it by other clients, on every try; nothing was granted"),
+            )
+            .with_retryable(true);
+        }
         _ => ErrorKind::Backend,
     };
     let detail = config.scrub(e.to_string());
@@ -64,4 +76,21 @@ pub(crate) fn timed_out(config: &ZooKeeperConfig) -> Error {
         ),
     )
     .with_backend("zookeeper")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A grant that found the key's node deleted on every try (other processes'
+    /// releases deleting it under churn) failed for good, so a leader loop or a
+    /// waiter on it stopped; it is retryable, and says why.
+    #[test]
+    fn a_node_deleted_under_every_try_is_retryable() {
+        let config = ZooKeeperConfig::from_url("zookeeper://127.0.0.1:2181").expect("config");
+        let error = from_zk(&config, ZkError::NoNode);
+        assert!(error.is_retryable(), "{error}");
+        assert_eq!(error.kind(), ErrorKind::Backend);
+        assert!(error.to_string().contains("deleted under it"), "{error}");
+    }
 }
