@@ -28,6 +28,12 @@ struct LosesReplies {
     lose: Arc<AtomicU32>,
     refuse_releases: Arc<AtomicU32>,
     renewals: Arc<AtomicU32>,
+    /// Grant steps to fail retryably before they reach the "server".
+    fail_grants: Arc<AtomicU32>,
+    /// Grant steps to hold 2 s on their way (a stalled server), then apply.
+    stall_grants: Arc<AtomicU32>,
+    /// Lost replies that were a grant's.
+    lost_grants: Arc<AtomicU32>,
 }
 
 impl LosesReplies {
@@ -37,7 +43,29 @@ impl LosesReplies {
             lose: Arc::default(),
             refuse_releases: Arc::default(),
             renewals: Arc::default(),
+            fail_grants: Arc::default(),
+            stall_grants: Arc::default(),
+            lost_grants: Arc::default(),
         }
+    }
+
+    /// Before a grant step reaches the "server": a retryable error for each of the
+    /// failures asked for, then a 2 s stall for each of the stalls.
+    async fn on_the_way(&self) -> Result<()> {
+        let take = |n: &AtomicU32| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if take(&self.fail_grants) {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "the step's lease ran out before its grant was written",
+            ));
+        }
+        if take(&self.stall_grants) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        Ok(())
     }
 
     /// Refuses the next `n` releases (a lock's or a claim's) before they are sent, as
@@ -72,6 +100,9 @@ impl LosesReplies {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         if lost {
+            if matches!(answer, Ok(Grant::Granted(_))) {
+                self.lost_grants.fetch_add(1, Ordering::SeqCst);
+            }
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 "the connection closed before the reply (the request was applied)",
@@ -90,6 +121,7 @@ impl LockBackend for LosesReplies {
         self.inner.capabilities()
     }
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        self.on_the_way().await?;
         self.answer(self.inner.try_grant(request).await)
     }
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -114,6 +146,7 @@ impl LockBackend for LosesReplies {
 #[async_trait]
 impl PermitBackend for LosesReplies {
     async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        self.on_the_way().await?;
         let inner = self.inner.permits().expect("memory has permits");
         self.answer(inner.try_grant_permits(request, claim).await)
     }
@@ -483,4 +516,111 @@ async fn a_cancelled_extend_is_never_overtaken_by_the_next() {
         "the guard counts {counted:?} after extends to {short:?} (given up) and {long:?}; the server keeps {on_server:?}"
     );
     guard.release().await.expect("released");
+}
+
+/// A leader loop whose backend fails its steps retryably, loses a reply and stalls
+/// keeps campaigning through all of it and leads, and never while a rival leads: the
+/// terms never overlap, and each term's fence is above the last. On an election that
+/// records terms and on one over a lease.
+#[tokio::test(start_paused = true)]
+async fn a_leader_loop_campaigns_through_retryable_errors_lost_replies_and_stalls() {
+    use std::sync::Mutex;
+
+    for over_a_lease in [false, true] {
+        let memory = MemoryBackend::new();
+        let name = "loop-through-faults";
+        let faulty = LosesReplies::new(memory.clone());
+        // Held by a rival first, so that the loop's first steps find it held, then
+        // fail, lose their reply and stall.
+        let rival = LockClient::new(as_kind(LosesReplies::new(memory.clone()), over_a_lease))
+            .election(name)
+            .expect("an election");
+        let first = rival.campaign("rival", WAIT).await.expect("elected");
+        let terms: Arc<Mutex<Vec<(u64, tokio::time::Instant, Option<tokio::time::Instant>)>>> =
+            Arc::default();
+        let looped = LockClient::new(as_kind(faulty.clone(), over_a_lease))
+            .election(name)
+            .expect("an election")
+            .leader_loop("looped")
+            .expect("a loop")
+            .with_retry(Duration::from_millis(100));
+        faulty.fail_grants.store(3, Ordering::SeqCst);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(looped.run(
+            {
+                let terms = terms.clone();
+                move |term| {
+                    let terms = terms.clone();
+                    async move {
+                        let n = {
+                            let mut all = terms.lock().expect("terms");
+                            all.push((term.fence().get(), tokio::time::Instant::now(), None));
+                            all.len() - 1
+                        };
+                        let _ = term.lost().await;
+                        terms.lock().expect("terms")[n].2 = Some(tokio::time::Instant::now());
+                    }
+                }
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let rival_fence = first.fence().get();
+        let rival_ended = tokio::time::Instant::now();
+        first.resign().await.expect("resigned");
+        // No await before these: the loop's next step, woken by the resignation, is
+        // the one that stalls and whose grant's reply is lost.
+        assert_eq!(
+            faulty.fail_grants.load(Ordering::SeqCst),
+            0,
+            "every failure was met"
+        );
+        faulty.stall_grants.store(1, Ordering::SeqCst);
+        faulty.lose.store(1, Ordering::SeqCst);
+        // The loop's steps meet every fault, and it leads within a few retries.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            !running.is_finished(),
+            "the loop stopped campaigning: {:?}",
+            running.await
+        );
+        let led = terms.lock().expect("terms").clone();
+        assert!(
+            !led.is_empty(),
+            "the loop never led after the rival resigned (over a lease: {over_a_lease})"
+        );
+        for (fence, started, _) in &led {
+            assert!(
+                *started >= rival_ended,
+                "the loop led (fence {fence}) while the rival's term (fence {rival_fence}) lasted"
+            );
+            assert!(
+                *fence > rival_fence,
+                "fence {fence} after the rival's {rival_fence}"
+            );
+        }
+        assert_eq!(
+            faulty.lost_grants.load(Ordering::SeqCst),
+            1,
+            "the lost reply was a grant's"
+        );
+        assert_eq!(
+            faulty.stall_grants.load(Ordering::SeqCst),
+            0,
+            "the stall was met"
+        );
+        // While the loop leads, a rival is never elected.
+        assert!(
+            rival
+                .try_campaign("rival")
+                .await
+                .expect("an answer")
+                .is_err(),
+            "a rival was elected while the loop led"
+        );
+        stop.send(()).expect("the loop runs");
+        running.await.expect("the loop").expect("shut down");
+    }
 }
