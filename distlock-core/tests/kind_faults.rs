@@ -624,3 +624,30 @@ async fn a_leader_loop_campaigns_through_retryable_errors_lost_replies_and_stall
         running.await.expect("the loop").expect("shut down");
     }
 }
+
+/// What the docs of `Election::resume` warn of: two live processes that resume one
+/// token both lead its term, with one fence. (Not a guarantee to keep: the behaviour a
+/// service must avoid by handing a token to one process only.)
+#[tokio::test(start_paused = true)]
+async fn two_processes_resuming_one_token_both_lead_with_one_fence() {
+    let memory = MemoryBackend::new();
+    let name = "resumed-twice";
+    let token = crashed_term(Arc::new(memory.clone()), name).await;
+    let first = LockClient::new(Arc::new(memory.clone()))
+        .election(name)
+        .expect("an election")
+        .resume(&token, "a")
+        .await
+        .expect("an answer")
+        .expect("resumed");
+    let second = LockClient::new(Arc::new(memory.clone()))
+        .election(name)
+        .expect("an election")
+        .resume(&token, "a")
+        .await
+        .expect("an answer")
+        .expect("resumed again");
+    assert_eq!(first.fence(), second.fence());
+    assert!(first.is_held() && second.is_held());
+    second.resign().await.expect("resigned");
+}

@@ -251,7 +251,7 @@ cases! {
         Ok(())
     }
 
-    /// An election's resume whose grant was applied but whose reply was lost (held on the link), retried by the service, leads: the cleanup the lost attempt armed never deletes the retry's grant under the resumed leader, and no rival is elected while it leads.
+    /// An election's resume whose grant was applied but whose reply was lost (held on the link), retried by the service, leads, counting no more validity than the server keeps: the cleanup the lost attempt armed never deletes the retry's grant under the resumed leader, and no rival is elected while it leads.
     #[case(Election, needs_reply_holding_links)]
     pub async fn a_resume_retried_after_a_lost_reply_keeps_its_term(t: &Target) -> CaseResult {
         let name = t.key("resumed-lost-reply");
@@ -287,6 +287,26 @@ cases! {
             "the retried resume leads fence {}, below its term's {}",
             resumed.fence(),
             token.fence()
+        );
+        // The validity the client counts from the retry is the server's.
+        let counted = resumed.valid_until().saturating_duration_since(Instant::now());
+        let on_server = match t.backend().permits() {
+            Some(permits) => permits
+                .holders(&name)
+                .await?
+                .iter()
+                .filter(|h| h.fence == resumed.fence())
+                .map(|h| h.remaining)
+                .max()
+                .unwrap_or_default(),
+            None => {
+                let lease = LockKey::new(format!("{}{name}", distlock_core::LEASE_ELECTION_PREFIX))?;
+                t.backend().inspect(&lease).await?.map(|i| i.remaining).unwrap_or_default()
+            }
+        };
+        ensure!(
+            counted <= on_server + t.expiry_slack(),
+            "after the retried resume the client counts {counted:?} of its term; the server keeps {on_server:?}"
         );
         // Past every pass of the lost attempt's cleanup (0, 0.25, 1.25 and 6.25 s).
         let rival = client(t, LockOptions::new(t.long_ttl()))?.election(name.as_str())?;

@@ -240,6 +240,12 @@ impl Election {
     /// A resumed term is fenced as any: a write its earlier process made under the
     /// same fence is indistinguishable from its own, so a process that resumes should
     /// hold nothing it did not write down before it stopped.
+    ///
+    /// The token is the term's owner, and whoever presents it is: two live processes
+    /// that resume the same token both lead the same term, with one fence, and
+    /// nothing (not the fence, not the backend) tells them apart. Hand a token to one
+    /// process only, the one that replaces the process that wrote it, and only once
+    /// that process has stopped.
     pub async fn resume(
         &self,
         token: &ResumeToken,
