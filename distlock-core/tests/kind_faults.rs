@@ -518,6 +518,9 @@ async fn a_cancelled_extend_is_never_overtaken_by_the_next() {
     guard.release().await.expect("released");
 }
 
+/// A term a leader loop led: its fence, when it began, and when it ended.
+type LedTerm = (u64, tokio::time::Instant, Option<tokio::time::Instant>);
+
 /// A leader loop whose backend fails its steps retryably, loses a reply and stalls
 /// keeps campaigning through all of it and leads, and never while a rival leads: the
 /// terms never overlap, and each term's fence is above the last. On an election that
@@ -536,8 +539,7 @@ async fn a_leader_loop_campaigns_through_retryable_errors_lost_replies_and_stall
             .election(name)
             .expect("an election");
         let first = rival.campaign("rival", WAIT).await.expect("elected");
-        let terms: Arc<Mutex<Vec<(u64, tokio::time::Instant, Option<tokio::time::Instant>)>>> =
-            Arc::default();
+        let terms: Arc<Mutex<Vec<LedTerm>>> = Arc::default();
         let looped = LockClient::new(as_kind(faulty.clone(), over_a_lease))
             .election(name)
             .expect("an election")
