@@ -55,7 +55,16 @@ print(json.dumps({p["name"]: p["features"] for p in meta["packages"]
 }
 
 # Every crate's rustdoc JSON of the tree at $1, copied to $2.
+#
+# Both trees build into one target directory, and cargo names a workspace crate's
+# artifacts by its path within its workspace, the same in both: it then tells them
+# apart only by the sources' times. So the tree's sources are made newer than
+# anything built before, and each tree's crates are built from its own sources
+# (otherwise this tree's crates were documented against the baseline's, just built,
+# whenever a crate uses another's newer API).
 rustdoc_json() {
+  find "$1" -name target -prune -o -type f \( -name '*.rs' -o -name Cargo.toml \) -print0 |
+    xargs -0 touch
   rm -f "$target"/doc/*.json
   (cd "$1" && CARGO_TARGET_DIR="$target" RUSTC_BOOTSTRAP=1 \
     RUSTDOCFLAGS="--cfg docsrs -Z unstable-options --output-format json" \

@@ -224,6 +224,27 @@ impl LinkControl for Links {
         }
         Ok(())
     }
+    fn can_fail_connections(&self) -> bool {
+        self.0.iter().all(|p| p.can_fail_connections())
+    }
+    async fn reset_after_requests(&self) -> Result<(), BoxError> {
+        for p in &self.0 {
+            p.reset_after_requests().await?;
+        }
+        Ok(())
+    }
+    async fn refuse_connections(&self) -> Result<(), BoxError> {
+        for p in &self.0 {
+            p.refuse_connections().await?;
+        }
+        Ok(())
+    }
+    async fn drop_new_connections(&self) -> Result<(), BoxError> {
+        for p in &self.0 {
+            p.drop_new_connections().await?;
+        }
+        Ok(())
+    }
 }
 
 /// The conformance target for a Redlock backend on `masters`: the backend `connect`
