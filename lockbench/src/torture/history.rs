@@ -424,6 +424,51 @@ impl History {
         }
     }
 
+    /// Holders of one name's permits (one permit each) that believed they held more
+    /// at once than `limit`: each grant that found `limit` others still holding, with
+    /// the excuses a declared fault allows (as an overlap). Also the most held at once.
+    pub(crate) fn over_limit(&self, limit: usize) -> (Vec<String>, BTreeMap<String, usize>, usize) {
+        let mut over = Vec::new();
+        let mut declared = BTreeMap::new();
+        let mut holds: Vec<&Hold> = self.holds.iter().collect();
+        holds.sort_by(|a, b| a.granted.total_cmp(&b.granted));
+        let mut most = 0;
+        for (i, hold) in holds.iter().enumerate() {
+            let along: Vec<&&Hold> = holds[..i]
+                .iter()
+                .filter(|earlier| earlier.ended > hold.granted)
+                .collect();
+            most = most.max(along.len() + 1);
+            if along.len() >= limit {
+                let latest = along.iter().map(|h| h.granted).fold(f64::MIN, f64::max);
+                let others: Vec<String> = along
+                    .iter()
+                    .map(|h| {
+                        format!(
+                            "client {} (fence {}) until {:.3} s",
+                            h.client, h.fence, h.ended
+                        )
+                    })
+                    .collect();
+                let what = format!(
+                    "client {} (fence {}) held a permit from {:.3} s while {} of {limit} still did: {}",
+                    hold.client,
+                    hold.fence,
+                    hold.granted,
+                    along.len(),
+                    others.join(", ")
+                );
+                self.violation(
+                    &mut declared,
+                    &mut over,
+                    (Excusable::Overlap, hold.granted, latest),
+                    what,
+                );
+            }
+        }
+        (over, declared, most)
+    }
+
     fn by_key(&self) -> Vec<Vec<&Hold>> {
         let mut keys: BTreeMap<usize, Vec<&Hold>> = BTreeMap::new();
         for hold in &self.holds {
@@ -489,6 +534,30 @@ mod tests {
         assert!(f.failures().is_empty(), "{:?}", f.failures());
         assert_eq!(f.lock_ops, 4);
         assert_eq!(f.lost_updates_unfenced, 1);
+    }
+
+    #[test]
+    fn permits_over_their_limit_are_found_and_the_most_at_once_counted() {
+        let mut h = clean();
+        h.holds = vec![
+            hold(0, 1, 0.0, 0.01, 0.5),
+            hold(1, 2, 0.0, 0.02, 0.3),
+            // A third while the first two hold: over a limit of two.
+            hold(2, 3, 0.1, 0.2, 0.25),
+            // After the second ended: two at once again.
+            hold(2, 4, 0.3, 0.35, 0.4),
+        ];
+        let (over, declared, most) = h.over_limit(2);
+        assert_eq!(most, 3);
+        assert!(declared.is_empty());
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert!(
+            over[0].contains("client 2 (fence 3) held a permit from 0.200 s while 2 of 2"),
+            "{over:?}"
+        );
+        let (over, _, most) = h.over_limit(3);
+        assert!(over.is_empty());
+        assert_eq!(most, 3);
     }
 
     #[test]

@@ -29,9 +29,14 @@
 //! lists each (see [`history::Excuses`]).
 //! The unfenced control must lose updates: that shows the workload does put stale
 //! holders against newer ones, and that the checker sees it.
+//!
+//! Beside the lock holders, leader loops lead an election's terms and, where the
+//! backend has permits, clients hold a semaphore's permits, on clients of their own
+//! under the same faults, with checks of their own (see [`kinds`]).
 
 mod faults;
 mod history;
+mod kinds;
 mod register;
 mod workload;
 
@@ -48,6 +53,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use self::faults::{FaultScope, Injector};
 use self::history::{Findings, History};
+use self::kinds::{Kinds, KindsReport};
 use self::register::{Control, FencedRegister, Registers};
 use self::workload::Workload;
 use crate::options::RunOptions;
@@ -209,6 +215,8 @@ struct TortureRun {
     /// For faults aimed by role, each one's member, whether it led, and who led next.
     hits: Vec<String>,
     findings: Findings,
+    /// The kinds beside the mutex: permits and leader terms under the same faults.
+    kinds: KindsReport,
     /// Faults that took more than one attempt to inject.
     retried: Vec<String>,
     /// Faults the schedule tried and could not inject, and why: the harness's
@@ -456,6 +464,27 @@ async fn torture(
             clients.push(target.backend().clone());
         }
     }
+    // The kinds' clients, each behind a link of its own where the target has links:
+    // leader loops on every row, permit holders where the backend has permits.
+    let permits_here = target.backend().permits().is_some();
+    let kind_clients = kinds::LEADER_CLIENTS
+        + if permits_here {
+            kinds::PERMIT_CLIENTS
+        } else {
+            0
+        };
+    let mut kind_backends: Vec<Arc<DynLockBackend>> = Vec::new();
+    for _ in 0..kind_clients {
+        if let Some(linked) = target.linked_client().await {
+            let (client, link) = linked?;
+            kind_backends.push(client);
+            links.push(link);
+        } else if let Some(client) = target.another_client().await {
+            kind_backends.push(client?);
+        } else {
+            kind_backends.push(target.backend().clone());
+        }
+    }
     let run_id: u32 = rand::random();
     let keys = (0..plan.keys)
         .map(|k| LockKey::new(format!("lockbench-torture/{run_id:08x}/{k}")))
@@ -483,6 +512,26 @@ async fn torture(
         .enumerate()
         .map(|(i, client)| tokio::spawn(workload::holder(work.clone(), i, client)))
         .collect();
+    let beside = Arc::new(Kinds::new(
+        run_id,
+        ttl,
+        capabilities.clock_drift.allowance(ttl),
+        start,
+    ));
+    let mut kind_tasks = Vec::new();
+    for (i, client) in kind_backends.into_iter().enumerate() {
+        kind_tasks.push(if i < kinds::LEADER_CLIENTS {
+            tokio::spawn(kinds::leader(beside.clone(), i, client))
+        } else {
+            tokio::spawn(kinds::permit_holder(beside.clone(), i, client))
+        });
+    }
+    if permits_here {
+        kind_tasks.push(tokio::spawn(kinds::sampler(
+            beside.clone(),
+            target.backend().clone(),
+        )));
+    }
 
     let (control, scope) = match &opened.faults {
         Some((control, scope)) => (Some(control.clone()), *scope),
@@ -568,8 +617,9 @@ async fn torture(
     // A little calm after the last fault, then the holders finish what they hold.
     sleep(plan.gap).await;
     work.stop.store(true, Ordering::SeqCst);
+    beside.stop.store(true, Ordering::SeqCst);
     let finish = ttl * 8 + Duration::from_secs(30);
-    for holder in holders {
+    for holder in holders.into_iter().chain(kind_tasks) {
         if timeout(finish, holder).await.is_err() {
             run.failures.push(format!(
                 "a holder did not finish within {finish:?} of the stop"
@@ -613,6 +663,8 @@ async fn torture(
             }
         }
     }
+    let aftermath = (ttl * 2 + capabilities.ttl_granularity).as_secs_f64();
+    run.kinds = beside.report(&faults, aftermath, permits_here);
     let holds = std::mem::take(&mut *work.holds.lock().unwrap_or_else(|p| p.into_inner()));
     let (fenced, unfenced, stored_fences) = registers.totals().await?;
     let history = History {
@@ -623,11 +675,13 @@ async fn torture(
         stored_fences,
         unfenced,
         leases_left,
-        aftermath: (ttl * 2 + capabilities.ttl_granularity).as_secs_f64(),
+        aftermath,
     };
     run.findings = history.check();
     run.failures.extend(run.findings.failures());
+    run.failures.extend(run.kinds.failures());
     run.harness.extend(run.findings.proved_nothing());
+    run.harness.extend(run.kinds.proved_nothing());
     run.harness.extend(work.misdirected());
     run.harness
         .extend(short_of_promise(&kinds, &history.faults, plan.rounds));
@@ -720,6 +774,54 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         &mut md,
         "backend | ttl | seconds | lock ops | paused holds | holds over several TTLs (a fault inside) | faults | faults not injected | stale writes accepted | lost updates, fenced | fence regressions | unsignalled past validity | overlapping holders | leases left | declared | lost updates, unfenced control",
         rows,
+    );
+    let _ = writeln!(
+        md,
+        "\nThe kinds beside the mutex, on clients of their own under the same faults: {} leader \
+         loops on one election on every row (each term led up to two TTLs, then resigned); \
+         where the backend has permits, {} clients on a semaphore of {}, whose holders the \
+         server is asked for every 100 ms. A hold ends at the first of its release, its loss \
+         signal and its validity.\n",
+        kinds::LEADER_CLIENTS,
+        kinds::PERMIT_CLIENTS,
+        kinds::PERMIT_LIMIT
+    );
+    let kind_rows = runs.iter().filter(|run| run.started).map(|run| {
+        let k = &run.kinds;
+        let permits = match k.permit_limit {
+            Some(limit) => vec![
+                format!("{} ({})", k.permit_holds, k.permit_holds_faulted),
+                format!(
+                    "{} / {} of {limit} ({} samples)",
+                    k.most_believed, k.most_on_server, k.server_samples
+                ),
+                k.over_limit.len().to_string(),
+                k.over_limit_on_server.len().to_string(),
+            ],
+            None => vec![
+                "not run: the backend has no permits".into(),
+                "—".into(),
+                "—".into(),
+                "—".into(),
+            ],
+        };
+        let mut row = vec![
+            run.backend.clone(),
+            format!("{} ({})", k.terms, k.terms_faulted),
+            k.term_overlaps.len().to_string(),
+            k.term_fence_regressions.len().to_string(),
+            k.terms_unsignalled.len().to_string(),
+            k.loops_ended.len().to_string(),
+        ];
+        row.extend(permits);
+        row.push(list(&k.declared));
+        row.push(k.errors.to_string());
+        row
+    });
+    crate::report::table(
+        &mut md,
+        "backend | terms led (a fault inside) | overlapping leaders | term fence regressions | leaders unsignalled past validity | loops that stopped campaigning | permit holds (a fault inside) | most permits at once, held / listed by the server | over the limit, held | over the limit, listed | declared | failed steps",
+        kind_rows,
     );
     let _ = writeln!(md);
     for run in runs.iter().filter(|r| r.started) {
