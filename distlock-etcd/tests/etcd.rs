@@ -4,11 +4,60 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock_conformance::ServerControl as _;
+use distlock_conformance::{LinkedClient, ServerControl as _, Target};
 use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken};
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_testservers::{Etcd, EtcdCluster, ServerHandle};
+
+/// A client of `server` of the test's own, straight through etcd-client: to act on
+/// the server from outside the backend.
+async fn outside_client(server: &ServerHandle) -> etcd_client::Client {
+    let endpoint = server.url().replacen("etcd://", "http://", 1);
+    etcd_client::Client::connect([endpoint], None)
+        .await
+        .expect("a client of its own")
+}
+
+/// A server of its own: its conformance target, one of the target's clients behind a
+/// link the test controls, and a client acting from outside.
+async fn linked_with_outside() -> (Target, LinkedClient, etcd_client::Client) {
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let outside = outside_client(&server).await;
+    let target =
+        distlock_testservers::target_on(
+            server,
+            |url| async move { EtcdBackend::connect(&url).await },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let linked = target
+        .linked_client()
+        .await
+        .expect("etcd's target has links")
+        .expect("a linked client");
+    (target, linked, outside)
+}
+
+/// Revokes every lease on the server, round after round 20 ms apart, until `until` or
+/// until `done` says so of the count revoked so far: that count.
+async fn revoke_every_lease(
+    outside: &mut etcd_client::Client,
+    until: Instant,
+    done: impl Fn(usize) -> bool,
+) -> usize {
+    let mut revoked = 0;
+    while Instant::now() < until && !done(revoked) {
+        for lease in outside.leases().await.expect("leases").leases() {
+            outside.lease_revoke(lease.id()).await.expect("revoke");
+            revoked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    revoked
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_and_its_fence_survive_the_loss_of_the_leader() {
@@ -248,25 +297,7 @@ async fn fenced_puts_to_the_users_own_keys_keep_a_fixed_width_fence_beside_them(
 /// reported as a backend error that no waiter retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_whose_lease_is_gone_before_its_grant_is_a_timeout() {
-    let server = ServerHandle::start(&Etcd)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let endpoint = server.url().replacen("etcd://", "http://", 1);
-    let mut outside = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("a client of its own");
-    let target =
-        distlock_testservers::target_on(
-            server,
-            |url| async move { EtcdBackend::connect(&url).await },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (linked, link) = target
-        .linked_client()
-        .await
-        .expect("etcd's target has links")
-        .expect("a linked client");
+    let (target, (linked, link), mut outside) = linked_with_outside().await;
     let key = LockKey::new("stalled-grant").expect("key");
     // 0.8 s each way: the lease is granted 0.8 s in, and the transaction that writes
     // the grant reaches the server 1.6 s later. Meanwhile every lease is revoked.
@@ -275,15 +306,8 @@ async fn an_acquisition_whose_lease_is_gone_before_its_grant_is_a_timeout() {
         .expect("latency");
     let acquire =
         tokio::spawn(async move { linked.try_acquire(&key, Duration::from_secs(5)).await });
-    let mut revoked = 0;
     let until = Instant::now() + Duration::from_millis(2000);
-    while Instant::now() < until && revoked == 0 {
-        for lease in outside.leases().await.expect("leases").leases() {
-            outside.lease_revoke(lease.id()).await.expect("revoke");
-            revoked += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let revoked = revoke_every_lease(&mut outside, until, |revoked| revoked > 0).await;
     let outcome = acquire.await.expect("the acquisition's task");
     link.set_latency(Duration::ZERO).await.expect("no latency");
     assert!(revoked > 0, "no lease was seen to revoke");
@@ -543,10 +567,7 @@ async fn a_permit_step_on_a_live_lease_of_its_owner_restarts_it() {
     let server = ServerHandle::start(&Etcd)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let endpoint = server.url().replacen("etcd://", "http://", 1);
-    let mut outside = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("a client of its own");
+    let mut outside = outside_client(&server).await;
     let backend = Arc::new(EtcdBackend::connect(&server.url()).await.expect("connect"));
     let ttl = Duration::from_secs(6);
     let owner = OwnerToken::random();
@@ -593,25 +614,7 @@ async fn a_permit_step_on_a_live_lease_of_its_owner_restarts_it() {
 /// was a backend error no waiter retried, so a leader loop stopped campaigning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_grant_whose_lease_is_gone_before_its_transaction_is_a_timeout() {
-    let server = ServerHandle::start(&Etcd)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let endpoint = server.url().replacen("etcd://", "http://", 1);
-    let mut outside = etcd_client::Client::connect([endpoint], None)
-        .await
-        .expect("a client of its own");
-    let target =
-        distlock_testservers::target_on(
-            server,
-            |url| async move { EtcdBackend::connect(&url).await },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (linked, link) = target
-        .linked_client()
-        .await
-        .expect("etcd's target has links")
-        .expect("a linked client");
+    let (target, (linked, link), mut outside) = linked_with_outside().await;
     let semaphore = LockClient::with_options(linked, LockOptions::new(Duration::from_secs(5)))
         .expect("a client")
         .semaphore("stalled-permit", 2)
@@ -622,15 +625,8 @@ async fn a_permit_grant_whose_lease_is_gone_before_its_transaction_is_a_timeout(
         .await
         .expect("latency");
     let acquire = tokio::spawn(async move { semaphore.try_acquire().await.map(|g| g.is_ok()) });
-    let mut revoked = 0;
     let until = Instant::now() + Duration::from_millis(3000);
-    while Instant::now() < until && !acquire.is_finished() {
-        for lease in outside.leases().await.expect("leases").leases() {
-            outside.lease_revoke(lease.id()).await.expect("revoke");
-            revoked += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let revoked = revoke_every_lease(&mut outside, until, |_| acquire.is_finished()).await;
     let outcome = acquire.await.expect("the acquisition's task");
     link.set_latency(Duration::ZERO).await.expect("no latency");
     assert!(revoked > 0, "no lease was seen to revoke");

@@ -491,13 +491,23 @@ mod tests {
 
     /// An echo server on loopback, for the proxy to stand in front of.
     async fn echo() -> u16 {
+        counting_echo().await.0
+    }
+
+    /// An echo server on loopback that answers each byte and counts the bytes that
+    /// reach it: its port and its count.
+    async fn counting_echo() -> (u16, Arc<AtomicU64>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
+        let received = Arc::new(AtomicU64::new(0));
+        let counted = received.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = counted.clone();
                 tokio::spawn(async move {
                     let mut buf = [0u8; 64];
                     while let Ok(n) = conn.read(&mut buf).await {
+                        counted.fetch_add(n as u64, Ordering::SeqCst);
                         if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
                             break;
                         }
@@ -505,7 +515,7 @@ mod tests {
                 });
             }
         });
-        port
+        (port, received)
     }
 
     async fn exchange(conn: &mut TcpStream) -> Duration {
@@ -546,25 +556,7 @@ mod tests {
 
     #[tokio::test]
     async fn held_replies_let_requests_through_and_hold_what_comes_back() {
-        // A server that counts what reaches it, and answers each byte.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let received = Arc::new(AtomicU64::new(0));
-        let counted = received.clone();
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let counted = counted.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 64];
-                    while let Ok(n) = conn.read(&mut buf).await {
-                        counted.fetch_add(n as u64, Ordering::SeqCst);
-                        if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
+        let (port, received) = counting_echo().await;
         let proxy = Proxy::start(port).await.expect("proxy");
         assert!(proxy.can_hold_replies());
         let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
@@ -589,25 +581,7 @@ mod tests {
 
     #[tokio::test]
     async fn connection_faults_reset_refuse_and_drop_until_the_heal() {
-        // A server that counts what reaches it, and answers each byte.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let received = Arc::new(AtomicU64::new(0));
-        let counted = received.clone();
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let counted = counted.clone();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 64];
-                    while let Ok(n) = conn.read(&mut buf).await {
-                        counted.fetch_add(n as u64, Ordering::SeqCst);
-                        if n == 0 || conn.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
+        let (port, received) = counting_echo().await;
         let proxy = Proxy::start(port).await.expect("proxy");
         assert!(proxy.can_fail_connections());
         let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
