@@ -104,7 +104,9 @@ pub(super) fn spawn<F, Fut>(
     let slot = (key, owner);
     let armed = registry().entry(slot.clone()).or_default().clone();
     let epoch = armed.epoch.load(Ordering::SeqCst);
+    let entry = Entry { slot, armed };
     runtime.spawn(async move {
+        let armed = &entry.armed;
         let mut first = Some(first);
         for at in at {
             tokio::time::sleep_until(armed_at + at).await;
@@ -119,12 +121,27 @@ pub(super) fn spawn<F, Fut>(
                 break;
             }
         }
-        // The last cleanup of this key and owner takes its entry with it.
-        let mut all = registry();
-        if Arc::strong_count(&armed) == 2 {
-            all.remove(&slot);
-        }
+        // Ending, whether done or dropped with its runtime: `entry` goes with it.
+        drop(entry);
     });
+}
+
+/// A cleanup's hold of its registry entry: the last cleanup of a key and owner to
+/// end (its passes done, or its task dropped with its runtime) takes the entry with it.
+struct Entry {
+    slot: (LockKey, OwnerToken),
+    armed: Arc<Armed>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let mut all = registry();
+        // The registry's reference and this one: no other cleanup, and no supersede
+        // under way (it holds a third while it waits).
+        if Arc::strong_count(&self.armed) == 2 {
+            all.remove(&self.slot);
+        }
+    }
 }
 
 /// Called by a grant step as `owner` on `key` that was not made afresh for this
@@ -184,6 +201,36 @@ mod tests {
             "no pass ran after the supersede"
         );
         assert!(registry().get(&(key, owner)).is_none(), "the entry is gone");
+    }
+
+    /// A cleanup whose runtime ends before its last pass (a process shutting down)
+    /// leaves no entry behind in the process-wide registry.
+    #[test]
+    fn a_cleanup_dropped_with_its_runtime_leaves_no_entry() {
+        let key = LockKey::new("dropped-with-its-runtime").expect("key");
+        let owner = OwnerToken::random();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let background = Background::default();
+            spawn(
+                key.clone(),
+                owner,
+                passes(None),
+                background.begin(),
+                || async { Pass::Again },
+            );
+            // Past its first pass, long before its last.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(registry().contains_key(&(key.clone(), owner)));
+        });
+        runtime.shutdown_background();
+        assert!(
+            !registry().contains_key(&(key, owner)),
+            "the entry outlived its cleanup"
+        );
     }
 
     #[tokio::test(start_paused = true)]
