@@ -70,6 +70,8 @@ run_stream() {
     } | flock "$out/print.lock" cat
     if [ "$code" != 0 ]; then
       echo "$name" >>"$out/failed"
+      # Its failures again at the end, where a reader of the run's tail looks.
+      { echo "== $name"; sed -n '/^failures:$/,$p' "$log"; } >>"$out/failures"
     fi
   done <"$out/stream-$stream.tsv"
 }
@@ -92,6 +94,12 @@ fi
 if [ -s "$out/failed" ]; then
   echo "run-tests: these tests failed:" >&2
   sed 's/^/  /' "$out/failed" >&2
+  if [ -s "$out/failures" ]; then
+    echo "run-tests: what they said:" >&2
+    cat "$out/failures" >&2
+    echo "run-tests: these tests failed (above):" >&2
+    sed 's/^/  /' "$out/failed" >&2
+  fi
   exit 1
 fi
 if [ -s "$out/skipped" ]; then

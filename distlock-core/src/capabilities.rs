@@ -15,6 +15,14 @@ pub enum FenceDurability {
     /// After a restart that lost data, the backend either keeps tokens increasing (for
     /// example by anchoring them to the server's clock) or refuses to grant until it
     /// can; it never hands out a token it may have handed out before.
+    ///
+    /// A backend that anchors its tokens to clocks declares this on the conditions its
+    /// docs state: the clock of the server that mints a token never steps back past
+    /// the last token handed out, and, where another server takes over (a failover, a
+    /// Redis Cluster master's replica, a Redlock master restarted empty), that
+    /// server's clock is not behind the old one's by more than the time between the
+    /// last grant it missed and its first. Keep such servers' clocks synchronised
+    /// (NTP, slewing rather than stepping).
     FailsClosed,
     /// Tokens increase while the server keeps its data; after a restart that lost it
     /// they may repeat. Do not rely on them for fencing across such restarts.

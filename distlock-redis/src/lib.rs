@@ -221,6 +221,12 @@
 //!   the torture run's standard row (six faults on the master, five of them
 //!   failovers) saw no fence inversion and one overlap, inside a failover, of the kind
 //!   declared (a lease the failover lost). Write through a fenced store either way.
+//! - **What the declaration rests on.** Behind Sentinel (and on a Redis Cluster, whose
+//!   masters fail over the same way) the capabilities declare
+//!   [`FailsClosed`](distlock_core::backend::FenceDurability) on the conditions above,
+//!   which the backend cannot check from the client: the servers' clocks agree, and
+//!   the servers run with `min-replicas-to-write` (without it a replaced master that
+//!   resumes mints fences beside its successor's, and they can go backwards).
 //! - The Sentinels are reached without credentials or TLS, and the data servers
 //!   without TLS. The conformance suite runs on a master with two replicas and three
 //!   Sentinels (`tests/sentinel.rs`, the fault cases on every server at once; not the

@@ -1,8 +1,9 @@
 //! What the conformance suite does not cover: a held lock through the loss of the
 //! ensemble's leader, fair waiters that each watch only their predecessor (and plain
 //! waiters, who all watch the holder), what a vanished holder leaves, the fixed TTL of
-//! a renewal, an unreachable server, the one-write grant on a fresh key, and the
-//! release that deletes the key's node its grant made.
+//! a renewal, an unreachable server, the one-write grant on a fresh key, the release
+//! that deletes the key's node its grant made, and tries on a key churned by two
+//! processes that never answer an error.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -592,4 +593,58 @@ async fn srvr(port: u16) -> (u64, u64) {
     let zxid = field("Zxid:");
     let zxid = u64::from_str_radix(zxid.trim_start_matches("0x"), 16).expect("Zxid");
     (received, zxid)
+}
+
+/// Many tasks of two processes (two sessions) try one key and release it as fast as
+/// they can. A release deletes the key's node when nothing else is under it, so the
+/// other tries keep finding their key's node gone between learning of it and creating
+/// a lease under it. Each such try is a sign that another made progress: a try answers
+/// a grant or "held", never an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_churned_by_many_tries_answers_each_try_without_an_error() {
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        backends.push(Arc::new(
+            ZooKeeperBackend::connect(&server.url())
+                .await
+                .expect("connect"),
+        ));
+    }
+    let key = LockKey::new("churn/one-key").expect("key");
+    let until = Instant::now() + Duration::from_secs(8);
+    let tasks = (0..48).map(|n| {
+        let (backend, key) = (backends[n % 2].clone(), key.clone());
+        tokio::spawn(async move {
+            let (mut granted, mut errors) = (0u32, Vec::new());
+            while Instant::now() < until {
+                match backend.try_acquire(&key, Duration::from_secs(30)).await {
+                    Ok(AcquireOutcome::Acquired(lease)) => {
+                        granted += 1;
+                        if let Err(e) = backend.release(lease.key(), lease.owner()).await {
+                            errors.push(format!("release: {e}"));
+                        }
+                    }
+                    Ok(AcquireOutcome::Held { .. }) => {}
+                    Err(e) => errors.push(format!("try: {e}")),
+                }
+            }
+            (granted, errors)
+        })
+    });
+    let (mut granted, mut errors) = (0, Vec::new());
+    for task in futures_util::future::join_all(tasks).await {
+        let (g, e) = task.expect("task");
+        granted += g;
+        errors.extend(e);
+    }
+    assert!(granted > 0, "no try was granted in 8 s");
+    assert!(
+        errors.is_empty(),
+        "{} of the tries and releases answered an error ({granted} grants), the first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(3)]
+    );
 }
