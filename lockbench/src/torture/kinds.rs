@@ -18,6 +18,16 @@
 //!   for, no leader past its validity without the loss signal; and a loop that stopped
 //!   campaigning (returned an error) is a violation.
 //!
+//! - **Job slots** (on every row): [`JOB_CLIENTS`] hosts run a job once per slot with
+//!   `run_once`, its least hold the slot's length (three TTLs), trying the current
+//!   slot again and again while it lasts, as hosts whose schedules fire late do. Each
+//!   try runs as a process of its own (a runtime on a thread of its own), and about
+//!   half the runs are killed mid-job as a crash kills them: the runtime is dropped,
+//!   so no release is sent and no renewal either. The check: no slot runs again
+//!   within an earlier run's least hold, counted from that run's try (before its
+//!   grant) less the clock-drift allowance, or until its work ended where that came
+//!   later; and each run's fence is above the slot's earlier runs'.
+//!
 //! A fault whose declarations excuse lost leases excuses only an overlap inside its
 //! window, as for the locks (see [`super::history::Excuses`]).
 
@@ -38,14 +48,21 @@ pub(crate) const PERMIT_LIMIT: u32 = 2;
 pub(crate) const PERMIT_CLIENTS: usize = 3;
 /// How many clients run a leader loop on the election.
 pub(crate) const LEADER_CLIENTS: usize = 2;
+/// How many hosts run the job once per slot.
+pub(crate) const JOB_CLIENTS: usize = 2;
+/// A slot's length, and the job's least hold, in TTLs.
+const SLOT_TTLS: u32 = 3;
 
 /// What every kind's client of one run shares.
 pub(crate) struct Kinds {
     semaphore: String,
     election: String,
+    job: String,
     ttl: Duration,
     /// The backend's clock-drift allowance for a lease of `ttl`.
     drift: Duration,
+    /// The same for a lease of the job's least hold.
+    slot_drift: Duration,
     start: Instant,
     pub(crate) stop: AtomicBool,
     permits: Mutex<Vec<Hold>>,
@@ -60,6 +77,10 @@ pub(crate) struct Kinds {
     errors: AtomicUsize,
     /// Leader loops that returned an error: they stopped campaigning.
     loops_ended: Mutex<Vec<String>>,
+    /// Each job run, its key the slot's number, held until its least hold had passed
+    /// (or its work ended, where that came later).
+    runs: Mutex<Vec<Hold>>,
+    runs_killed: AtomicUsize,
 }
 
 /// The kinds' part of one backend's torture run, as reported.
@@ -86,6 +107,15 @@ pub(crate) struct KindsReport {
     pub(crate) term_fence_regressions: Vec<String>,
     pub(crate) terms_unsignalled: Vec<String>,
     pub(crate) loops_ended: Vec<String>,
+    /// Job runs, and the slots they ran.
+    pub(crate) job_runs: usize,
+    pub(crate) job_slots: usize,
+    /// Of the runs, the ones killed mid-job, and the ones a fault's window fell inside.
+    pub(crate) job_runs_killed: usize,
+    pub(crate) job_runs_faulted: usize,
+    /// Slots run again within an earlier run's least hold.
+    pub(crate) slots_run_again: Vec<String>,
+    pub(crate) slot_fence_regressions: Vec<String>,
     /// Violations a declared fault excused.
     pub(crate) declared: BTreeMap<String, usize>,
 }
@@ -115,6 +145,11 @@ impl KindsReport {
             &self.terms_unsignalled,
         );
         list("leader loops that stopped campaigning", &self.loops_ended);
+        list(
+            "job runs within an earlier run's least hold of the same slot",
+            &self.slots_run_again,
+        );
+        list("job slot fence regressions", &self.slot_fence_regressions);
         out
     }
 
@@ -127,17 +162,31 @@ impl KindsReport {
         if self.permit_limit.is_some() && self.permit_holds == 0 {
             out.push("no permit was held: the permits' checks proved nothing".into());
         }
+        if self.job_runs_killed == 0 {
+            out.push(
+                "no job run was killed mid-job: the slots' check of a crashed runner proved nothing"
+                    .into(),
+            );
+        }
         out
     }
 }
 
 impl Kinds {
-    pub(crate) fn new(run_id: u32, ttl: Duration, drift: Duration, start: Instant) -> Self {
+    /// `drift` gives the backend's clock-drift allowance for a lease of a duration.
+    pub(crate) fn new(
+        run_id: u32,
+        ttl: Duration,
+        drift: impl Fn(Duration) -> Duration,
+        start: Instant,
+    ) -> Self {
         Kinds {
             semaphore: format!("lockbench-torture/{run_id:08x}/semaphore"),
             election: format!("lockbench-torture/{run_id:08x}/election"),
+            job: format!("lockbench-torture/{run_id:08x}/job"),
             ttl,
-            drift,
+            drift: drift(ttl),
+            slot_drift: drift(ttl * SLOT_TTLS),
             start,
             stop: AtomicBool::new(false),
             permits: Mutex::default(),
@@ -148,6 +197,8 @@ impl Kinds {
             most_on_server: AtomicUsize::new(0),
             errors: AtomicUsize::new(0),
             loops_ended: Mutex::default(),
+            runs: Mutex::default(),
+            runs_killed: AtomicUsize::new(0),
         }
     }
 
@@ -302,6 +353,20 @@ impl Kinds {
             declared: checked.declared,
             ..KindsReport::default()
         };
+        let runs = history(take(&self.runs));
+        let checked = runs.check();
+        let mut slots: Vec<usize> = runs.holds.iter().map(|h| h.key).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        report.job_runs = runs.holds.len();
+        report.job_slots = slots.len();
+        report.job_runs_killed = self.runs_killed.load(Ordering::SeqCst);
+        report.job_runs_faulted = faulted(&runs.holds);
+        report.slots_run_again = checked.overlaps;
+        report.slot_fence_regressions = checked.fence_regressions;
+        for (window, n) in checked.declared {
+            *report.declared.entry(window).or_default() += n;
+        }
         if permits {
             let held = history(take(&self.permits));
             let limit = PERMIT_LIMIT as usize;
@@ -449,5 +514,170 @@ pub(crate) async fn leader(kinds: Arc<Kinds>, client: usize, backend: Arc<DynLoc
                 "client {client}'s loop returned at {:.3} s: {e}",
                 kinds.at(Instant::now())
             ));
+    }
+}
+
+/// What became of one try of a job slot.
+enum Try {
+    /// The job ran (to its end, or until its lock was lost): its fence, when it began
+    /// and when its work ended (`None` when the lock was lost first).
+    Ran {
+        fence: u64,
+        began: Instant,
+        ended: Option<Instant>,
+    },
+    /// The job began, then its process was killed.
+    Killed { fence: u64, began: Instant },
+    /// Another host has the slot.
+    Busy,
+    /// The try failed before the job began.
+    Failed,
+}
+
+/// One host's job runner, until the run stops: each slot is tried until this host has
+/// run it or the slot is over, each try as a process of its own, killed mid-job about
+/// half the time.
+pub(crate) async fn job_runner(kinds: Arc<Kinds>, client: usize, backend: Arc<DynLockBackend>) {
+    let slot_len = kinds.ttl * SLOT_TTLS;
+    let mut ran = None;
+    while !kinds.stopped() {
+        let slot = (kinds.start.elapsed().as_nanos() / slot_len.as_nanos()) as usize;
+        if ran == Some(slot) {
+            // The next slot, fired a little late (hosts' schedules differ).
+            let next = kinds.start + slot_len * (slot as u32 + 1);
+            sleep_until_or_stop(&kinds, next + slot_len.mul_f64(rand::random::<f64>() / 4.0)).await;
+            continue;
+        }
+        let sent = Instant::now();
+        let name = format!("{}/slot-{slot}", kinds.job);
+        let (at_least, ttl) = (slot_len, kinds.ttl);
+        let work = slot_len.mul_f64(rand::random::<f64>() / 2.0);
+        let kill = (rand::random::<f64>() < 0.5).then(|| work.mul_f64(rand::random::<f64>()));
+        let (tell, told) = tokio::sync::oneshot::channel();
+        let backend = backend.clone();
+        std::thread::spawn(move || {
+            let _ = tell.send(run_as_process(backend, ttl, name, at_least, work, kill));
+        });
+        let outcome = told.await.unwrap_or(Try::Failed);
+        // The server counts the least hold from its grant, after the try was sent.
+        let least = kinds.at(sent + at_least.saturating_sub(kinds.slot_drift));
+        let record = |fence: u64, began: Instant, ended: f64| Hold {
+            client,
+            key: slot,
+            kind: HoldKind::Guarded,
+            fence,
+            sent: kinds.at(sent),
+            granted: kinds.at(began),
+            ended,
+            unsignalled: None,
+        };
+        let hold = match outcome {
+            Try::Ran {
+                fence,
+                began,
+                ended,
+            } => {
+                let worked = ended.map_or(0.0, |at| kinds.at(at));
+                Some(record(fence, began, least.max(worked)))
+            }
+            Try::Killed { fence, began } => {
+                kinds.runs_killed.fetch_add(1, Ordering::SeqCst);
+                Some(record(fence, began, least))
+            }
+            Try::Busy => {
+                sleep(Duration::from_millis(100 + rand::random::<u64>() % 200)).await;
+                None
+            }
+            Try::Failed => {
+                kinds.failed();
+                sleep(Duration::from_millis(50)).await;
+                None
+            }
+        };
+        if let Some(hold) = hold {
+            ran = Some(slot);
+            kinds
+                .runs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(hold);
+        }
+    }
+}
+
+async fn sleep_until_or_stop(kinds: &Kinds, until: Instant) {
+    while !kinds.stopped() && Instant::now() < until {
+        sleep(Duration::from_millis(20).min(until - Instant::now())).await;
+    }
+}
+
+/// One try of a job slot as a process of its own: a runtime of its own on this
+/// thread, whose client runs `run_once` with a job of `work`. With `kill`, the process
+/// dies that far into the job: its runtime is dropped with every task on it (the job,
+/// the renewals, the release a dropped guard would send), as a crash ends them.
+fn run_as_process(
+    backend: Arc<DynLockBackend>,
+    ttl: Duration,
+    name: String,
+    at_least: Duration,
+    work: Duration,
+    kill: Option<Duration>,
+) -> Try {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return Try::Failed;
+    };
+    // The job's fence and start, once it begins.
+    let began: Arc<Mutex<Option<(u64, Instant)>>> = Arc::default();
+    let (began_tx, began_rx) = tokio::sync::oneshot::channel::<()>();
+    let job = runtime.spawn({
+        let began = began.clone();
+        async move {
+            let client = LockClient::with_options(backend, LockOptions::new(ttl))?;
+            client
+                .run_once(&name, at_least, move |fence| async move {
+                    *began.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((fence.get(), Instant::now()));
+                    let _ = began_tx.send(());
+                    sleep(work).await;
+                    Instant::now()
+                })
+                .await
+        }
+    });
+    let killed = runtime.block_on(async move {
+        let kill_time = async {
+            match (began_rx.await, kill) {
+                (Ok(()), Some(after)) => sleep(after).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = kill_time => None,
+            done = job => Some(done),
+        }
+    });
+    let began = *began.lock().unwrap_or_else(|p| p.into_inner());
+    match (killed, began) {
+        (None, Some((fence, began))) => {
+            // The crash: the job, its renewals and any release die with the runtime.
+            drop(runtime);
+            Try::Killed { fence, began }
+        }
+        (Some(Ok(Ok(Err(_busy)))), _) => Try::Busy,
+        (Some(Ok(Ok(Ok(locked)))), Some((fence, began))) => Try::Ran {
+            fence,
+            began,
+            ended: Some(*locked.output()),
+        },
+        // Lost while the job ran.
+        (Some(Ok(Err(_))), Some((fence, began))) => Try::Ran {
+            fence,
+            began,
+            ended: None,
+        },
+        _ => Try::Failed,
     }
 }

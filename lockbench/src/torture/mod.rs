@@ -465,9 +465,11 @@ async fn torture(
         }
     }
     // The kinds' clients, each behind a link of its own where the target has links:
-    // leader loops on every row, permit holders where the backend has permits.
+    // leader loops and job runners on every row, permit holders where the backend has
+    // permits.
     let permits_here = target.backend().permits().is_some();
     let kind_clients = kinds::LEADER_CLIENTS
+        + kinds::JOB_CLIENTS
         + if permits_here {
             kinds::PERMIT_CLIENTS
         } else {
@@ -512,16 +514,19 @@ async fn torture(
         .enumerate()
         .map(|(i, client)| tokio::spawn(workload::holder(work.clone(), i, client)))
         .collect();
+    let drift = capabilities.clock_drift;
     let beside = Arc::new(Kinds::new(
         run_id,
         ttl,
-        capabilities.clock_drift.allowance(ttl),
+        |lease| drift.allowance(lease),
         start,
     ));
     let mut kind_tasks = Vec::new();
     for (i, client) in kind_backends.into_iter().enumerate() {
         kind_tasks.push(if i < kinds::LEADER_CLIENTS {
             tokio::spawn(kinds::leader(beside.clone(), i, client))
+        } else if i < kinds::LEADER_CLIENTS + kinds::JOB_CLIENTS {
+            tokio::spawn(kinds::job_runner(beside.clone(), i, client))
         } else {
             tokio::spawn(kinds::permit_holder(beside.clone(), i, client))
         });
@@ -779,10 +784,15 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
         md,
         "\nThe kinds beside the mutex, on clients of their own under the same faults: {} leader \
          loops on one election on every row (each term led up to two TTLs, then resigned); \
-         where the backend has permits, {} clients on a semaphore of {}, whose holders the \
-         server is asked for every 100 ms. A hold ends at the first of its release, its loss \
-         signal and its validity.\n",
+         {} hosts running a job once per slot with `run_once` on every row (a slot and the \
+         least hold three TTLs long; each try a process of its own, about half of them \
+         killed mid-job with no release); where the backend has permits, {} clients on a \
+         semaphore of {}, whose holders the server is asked for every 100 ms. A hold ends at \
+         the first of its release, its loss signal and its validity; a job run's at the \
+         end of its least hold, counted from its try less the clock-drift allowance, or of \
+         its work where that came later.\n",
         kinds::LEADER_CLIENTS,
+        kinds::JOB_CLIENTS,
         kinds::PERMIT_CLIENTS,
         kinds::PERMIT_LIMIT
     );
@@ -812,6 +822,12 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
             k.term_fence_regressions.len().to_string(),
             k.terms_unsignalled.len().to_string(),
             k.loops_ended.len().to_string(),
+            format!(
+                "{} in {} slots ({} killed mid-job, {} with a fault inside)",
+                k.job_runs, k.job_slots, k.job_runs_killed, k.job_runs_faulted
+            ),
+            k.slots_run_again.len().to_string(),
+            k.slot_fence_regressions.len().to_string(),
         ];
         row.extend(permits);
         row.push(list(&k.declared));
@@ -820,7 +836,7 @@ fn markdown(mode: &str, plan: Plan, runs: &[TortureRun]) -> String {
     });
     crate::report::table(
         &mut md,
-        "backend | terms led (a fault inside) | overlapping leaders | term fence regressions | leaders unsignalled past validity | loops that stopped campaigning | permit holds (a fault inside) | most permits at once, held / listed by the server | over the limit, held | over the limit, listed | declared | failed steps",
+        "backend | terms led (a fault inside) | overlapping leaders | term fence regressions | leaders unsignalled past validity | loops that stopped campaigning | job runs | slots run again within a least hold | slot fence regressions | permit holds (a fault inside) | most permits at once, held / listed by the server | over the limit, held | over the limit, listed | declared | failed steps",
         kind_rows,
     );
     let _ = writeln!(md);
