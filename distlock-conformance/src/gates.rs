@@ -146,6 +146,10 @@ pub(crate) fn needs_atomic_sets(t: &Target) -> Option<String> {
     })
 }
 
+pub(crate) fn needs_atomic_sets_over_reply_holding_links(t: &Target) -> Option<String> {
+    needs_atomic_sets(t).or_else(|| needs_reply_holding_links(t))
+}
+
 pub(crate) fn needs_terms(t: &Target) -> Option<String> {
     t.backend().permits().is_none().then(|| {
         "the backend records no election terms: its elections run over a lease (LockBackend::permits)".into()

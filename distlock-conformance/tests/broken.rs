@@ -135,6 +135,9 @@ enum Bug {
     /// Refuses an acquire retried by the owner that holds the key (its first reply
     /// lost): the key stays held by nobody working until its TTL.
     RetryRefused,
+    /// Answers a set retried by the owners that hold its keys (its first reply lost)
+    /// "granted" without restarting the keys' expiry.
+    SetRetryKeepsTheExpiry,
     /// Answers a refusal with the asker's TTL as the holder's remaining time (the
     /// request's TTL read where the record's expiry was meant).
     HeldRemainingIsTheTtl,
@@ -447,7 +450,11 @@ impl LockBackend for Naive {
     fn sets(&self) -> Option<&dyn SetBackend> {
         // The clean backend takes a set in one step; so does the bug that gets it
         // wrong. Every other bug takes sets key by key, where the set cases catch it.
-        matches!(self.bug, Bug::None | Bug::AtomicSetKeepsPart).then_some(self)
+        matches!(
+            self.bug,
+            Bug::None | Bug::AtomicSetKeepsPart | Bug::SetRetryKeepsTheExpiry
+        )
+        .then_some(self)
     }
 
     fn operator(&self) -> Option<&dyn OperatorBackend> {
@@ -529,6 +536,16 @@ impl LockBackend for Naive {
 #[async_trait]
 impl SetBackend for Naive {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let answer = self.grant_all(requests).await;
+        // Applied: the reply waits while replies are held.
+        let _ = self.replies_held.subscribe().wait_for(|held| !held).await;
+        answer
+    }
+}
+
+impl Naive {
+    /// The server's side of a set's step.
+    async fn grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         if self.bug == Bug::AtomicSetKeepsPart {
             let mut fences = Vec::with_capacity(requests.len());
             for (index, r) in requests.iter().enumerate() {
@@ -543,6 +560,19 @@ impl SetBackend for Naive {
             return Ok(SetGrant::Granted(fences));
         }
         self.round_trip().await?;
+        if self.bug == Bug::SetRetryKeepsTheExpiry {
+            let own: Option<Vec<FencingToken>> = requests
+                .iter()
+                .map(|r| {
+                    self.holder(r.key())
+                        .filter(|(owner, _)| owner == r.owner())
+                        .map(|(_, fence)| FencingToken::new(fence))
+                })
+                .collect();
+            if let Some(fences) = own {
+                return Ok(SetGrant::Granted(fences));
+            }
+        }
         let held = requests.iter().position(|r| {
             self.holder(r.key())
                 .is_some_and(|(owner, _)| owner != *r.owner())
@@ -1019,6 +1049,7 @@ caught! {
     retry_refused: RetryRefused by a_retried_grant_restarts_the_expiry_it_counts_from, saying "the owner's own retry was refused";
     lost_reply_retry_keeps_the_expiry: RetryKeepsTheExpiry by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "the retry did not restart the expiry";
     lost_reply_retry_refused: RetryRefused by a_grant_whose_reply_was_lost_is_granted_again_to_its_owner, saying "whose reply was lost was refused";
+    lost_set_retry_keeps_the_expiry: SetRetryKeepsTheExpiry by a_set_whose_reply_was_lost_is_granted_again_to_its_owners, saying "the retry did not restart the expiry";
     blocking_steps_on_a_paused_server: BlockingSteps by lock_on_a_paused_server_ends_at_its_deadline, saying "returned Timeout after";
     blocking_steps_over_a_cut_link: BlockingSteps by lock_over_a_cut_link_ends_at_its_deadline, saying "returned Timeout after";
     releases_only_what_it_heard: ReleasesOnlyWhatItHeard by an_acquire_dropped_with_its_grant_in_flight_leaves_nothing, saying "was still held 10 s after the link healed";

@@ -817,25 +817,25 @@ impl FairBackend for EtcdBackend {
 impl SetBackend for EtcdBackend {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         // Each key on its owner's lease, as a single key is, the leases granted side by
-        // side; then one transaction creates every key or, when any exists, none, and
-        // reads them all instead, to name the first one held. Every key created in it
-        // has the transaction's revision as its creation revision: one fence for the
-        // set, above every earlier fence of each of its keys.
+        // side (or, where an earlier step of the same owners left one live, restarted
+        // from this step, as for a single key); then one transaction creates every key
+        // or, when any exists, none, and reads them all instead, to name the first one
+        // held, or to find every key held by its own request's owner already (a retry
+        // whose first reply was lost). Every key created in it has the transaction's
+        // revision as its creation revision: one fence for the set, above every
+        // earlier fence of each of its keys.
         let leases: Vec<i64> = requests.iter().map(|r| lease_id(r.owner())).collect();
-        let granted = futures_util::future::join_all(
-            requests
-                .iter()
-                .zip(&leases)
-                .map(|(request, id)| self.grant_lease(*id, request.ttl())),
-        )
-        .await;
+        let granted =
+            futures_util::future::join_all(requests.iter().map(|request| self.lease_for(request)))
+                .await;
         let mut refused = None;
         let mut failed = None;
         for (n, outcome) in granted.into_iter().enumerate() {
             match outcome {
-                Ok(true) => {}
-                // A live lease of that ID: another acquisition's token shares its bits.
-                Ok(false) => refused = refused.or(Some(n)),
+                Ok(Some(_)) => {}
+                // A live lease of that ID that is not this owner's: another
+                // acquisition's token shares its bits.
+                Ok(None) => refused = refused.or(Some(n)),
                 Err(e) => failed = failed.or(Some((n, e))),
             }
         }
@@ -883,7 +883,7 @@ impl SetBackend for EtcdBackend {
             )
             .or_else(
                 keys.iter()
-                    .map(|key| TxnOp::get(key.clone(), Some(GetOptions::new().with_keys_only())))
+                    .map(|key| TxnOp::get(key.clone(), None))
                     .collect::<Vec<_>>(),
             );
         let revoke_all = || leases.iter().for_each(|id| self.revoke_later(*id));
@@ -902,12 +902,35 @@ impl SetBackend for EtcdBackend {
             let revision = reply.header().map(|h| h.revision()).unwrap_or_default();
             return Ok(SetGrant::Granted(vec![fence(revision)?; requests.len()]));
         }
-        revoke_all();
-        let index = reply
+        let found: Vec<Option<KeyValue>> = reply
             .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+                _ => None,
+            })
+            .collect();
+        // Every key its own request's owner's, on that owner's lease: this set's
+        // earlier step was applied and its reply lost. Granted again, with its fences,
+        // the leases restarted above.
+        let own: Option<Vec<FencingToken>> = requests
             .iter()
-            .position(|op| matches!(op, TxnOpResponse::Get(got) if !got.kvs().is_empty()))
-            .unwrap_or(0);
+            .zip(&leases)
+            .zip(&found)
+            .map(|((request, id), kv)| {
+                kv.as_ref()
+                    .filter(|kv| {
+                        kv.value() == request.owner().to_hex().as_bytes() && kv.lease() == *id
+                    })
+                    .map(|kv| fence(kv.create_revision()))
+            })
+            .collect::<Option<Result<Vec<_>>>>()
+            .transpose()?;
+        if let (Some(fences), true) = (own, found.len() == requests.len()) {
+            return Ok(SetGrant::Granted(fences));
+        }
+        revoke_all();
+        let index = found.iter().position(Option::is_some).unwrap_or(0);
         Ok(SetGrant::Held {
             index,
             remaining: None,

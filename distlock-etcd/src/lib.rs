@@ -27,7 +27,9 @@
 //!   (`LockBackend::sets`): each key's lease is granted as for a single key, the
 //!   grants sent side by side, then one transaction creates every key only if none
 //!   exists. Every key of a set has the same fence, that transaction's revision, above
-//!   every earlier fence of each of its keys. A refused set gives its leases back.
+//!   every earlier fence of each of its keys. A refused set gives its leases back. A
+//!   set retried by its owners after its reply was lost finds every key its own: it
+//!   is granted again with the same fences, each lease restarted from the retry.
 //! - **waiting** watches the key for its deletion (a release, a force release or the
 //!   lease running out) instead of polling.
 //! - **semaphores, read-write locks and elections**

@@ -143,6 +143,52 @@ cases! {
         .await
     }
 
+    /// A set taken in one step whose reply was lost (held on the link after the server applied it), retried by its owners, is granted again, every key, and restarts every key's expiry on the server: the validity the client counts agrees with the server's, and nobody else gets a key before it ends.
+    #[case(Validity, needs_atomic_sets_over_reply_holding_links)]
+    pub async fn a_set_whose_reply_was_lost_is_granted_again_to_its_owners(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let ttl = fault_ttl(t);
+        let mut keys = [t.key("lost-set-a"), t.key("lost-set-b")];
+        keys.sort_by(|x, y| x.as_str().cmp(y.as_str()));
+        let set: Vec<(LockKey, OwnerToken)> =
+            keys.iter().map(|k| (k.clone(), OwnerToken::random())).collect();
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        let lost = timeout(ttl / 4, linked.try_acquire_all(&set, ttl)).await;
+        link.heal().await.map_err(link_err("heal"))?;
+        if let Ok(Ok(SetOutcome::Acquired(_))) = lost {
+            return fail("a set's reply crossed a link that held the replies");
+        }
+        let retried = retry_until_up("the owners' retry", || linked.try_acquire_all(&set, ttl)).await?;
+        let SetOutcome::Acquired(leases) = retried else {
+            for (key, owner) in &set {
+                linked.release(key, owner).await?;
+            }
+            return fail(
+                "the owners' retry of a set whose reply was lost was refused: its keys stay held by nobody working until their ttl",
+            );
+        };
+        ensure!(leases.len() == set.len(), "{} leases for a set of {}", leases.len(), set.len());
+        // Every key but the first: the validity counted is the server's. The first also
+        // waits out its lease, with another owner trying for it meanwhile.
+        for lease in &leases[1..] {
+            let counted = lease.valid_until().saturating_duration_since(Instant::now());
+            let on_server = t.backend().inspect(lease.key()).await?.map(|i| i.remaining).unwrap_or_default();
+            ensure!(
+                on_server + t.expiry_slack() >= counted,
+                "after the retry the server had {on_server:?} left on {} and the client counted {counted:?}: the retry did not restart the expiry",
+                lease.key()
+            );
+        }
+        let first = outlasts_its_retry(t, &leases[0], &mut |key, ttl| {
+            Box::pin(async move { grant(t.backend(), key, ttl).await })
+        })
+        .await;
+        for lease in &leases[1..] {
+            linked.release_lease(lease).await?;
+        }
+        first
+    }
+
     /// A grant applied whose connection was then reset before its reply, and whose reconnect was refused (the request could not be sent again), is given back once the link heals: the key is free within the cleanup's passes, not held by nobody for its TTL.
     #[case(Client, needs_connection_failing_links)]
     pub async fn a_grant_applied_then_reset_then_refused_leaves_nothing(t: &Target) -> CaseResult {
