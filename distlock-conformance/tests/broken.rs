@@ -201,9 +201,9 @@ struct Naive {
     link: Arc<watch::Sender<(bool, Duration)>>,
     /// Whether the replies to this client are held (a lost reply).
     replies_held: Arc<watch::Sender<bool>>,
-    /// This client's connection faults: each request reset after it was applied, and
-    /// new connections refused.
-    connection_faults: Arc<watch::Sender<(bool, bool)>>,
+    /// This client's connection faults: each request reset after it was applied, new
+    /// connections refused, and new connections accepted, then dropped.
+    connection_faults: Arc<watch::Sender<(bool, bool, bool)>>,
     /// The grants whose reply reached this client (for `ReleasesOnlyWhatItHeard`).
     heard: Mutex<Vec<(LockKey, OwnerToken)>>,
 }
@@ -264,7 +264,7 @@ impl Naive {
             connection: AtomicU64::new(0),
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
-            connection_faults: Arc::new(watch::Sender::new((false, false))),
+            connection_faults: Arc::new(watch::Sender::new((false, false, false))),
             heard: Mutex::default(),
         })
     }
@@ -294,7 +294,7 @@ impl Naive {
             },
             link: Arc::new(watch::Sender::new((false, Duration::ZERO))),
             replies_held: Arc::new(watch::Sender::new(false)),
-            connection_faults: Arc::new(watch::Sender::new((false, false))),
+            connection_faults: Arc::new(watch::Sender::new((false, false, false))),
             heard: Mutex::default(),
         })
     }
@@ -326,6 +326,16 @@ impl Naive {
                     Error::new(ErrorKind::Backend, "connection refused").with_retryable(false)
                 }
                 _ => Error::new(ErrorKind::Unavailable, "connection refused").with_not_sent(),
+            });
+        }
+        if self.connection_faults.borrow().2 {
+            // Every connection this client opens is closed as it opens.
+            return Err(match self.bug {
+                Bug::UntypedErrors => {
+                    Error::new(ErrorKind::Backend, "connection closed").with_retryable(false)
+                }
+                _ => Error::new(ErrorKind::Unavailable, "the connection closed as it opened")
+                    .with_not_sent(),
             });
         }
         let current = self.server.generation.load(Ordering::SeqCst);
@@ -479,7 +489,7 @@ impl LockBackend for Naive {
                 Err(_) => Err(Error::new(ErrorKind::Timeout, "no reply within 100 ms")),
             };
         }
-        let (reset, refused) = *self.connection_faults.borrow();
+        let (reset, refused, _) = *self.connection_faults.borrow();
         if refused && !reset {
             return Err(
                 Error::new(ErrorKind::Unavailable, "the connection was refused").with_not_sent(),
@@ -903,7 +913,7 @@ impl ServerControl for NaiveControl {
 struct NaiveLink(
     Arc<watch::Sender<(bool, Duration)>>,
     Arc<watch::Sender<bool>>,
-    Arc<watch::Sender<(bool, bool)>>,
+    Arc<watch::Sender<(bool, bool, bool)>>,
 );
 
 #[async_trait]
@@ -915,7 +925,7 @@ impl LinkControl for NaiveLink {
     async fn heal(&self) -> Result<(), BoxError> {
         self.0.send_modify(|link| link.0 = false);
         self.1.send_replace(false);
-        self.2.send_replace((false, false));
+        self.2.send_replace((false, false, false));
         Ok(())
     }
     fn can_hold_replies(&self) -> bool {
@@ -930,6 +940,10 @@ impl LinkControl for NaiveLink {
     }
     async fn refuse_connections(&self) -> Result<(), BoxError> {
         self.2.send_modify(|faults| faults.1 = true);
+        Ok(())
+    }
+    async fn drop_new_connections(&self) -> Result<(), BoxError> {
+        self.2.send_modify(|faults| faults.2 = true);
         Ok(())
     }
     async fn hold_replies(&self) -> Result<(), BoxError> {
@@ -1035,6 +1049,7 @@ caught! {
     renews_from_cache_when_cut_off: RenewsFromCacheWhenSlow by a_cut_off_holder_is_told_before_another_client_gets_in, saying "did not fire within the ttl plus 2 s of the cut";
     slow_renewal_is_not_held: SlowRenewalIsNotHeld by fault_short_pause_is_not_a_loss, saying "a short pause lost the lock";
     untyped_errors: UntypedErrors by fault_killed_server_gives_typed_errors_then_recovers, saying "a killed server gave a Backend error";
+    untyped_errors_on_dropped_connections: UntypedErrors by connections_accepted_then_dropped_give_typed_errors_then_recover, saying "gave a Backend error";
     no_reconnect: NoReconnect by fault_killed_connections_do_not_stop_renewal, saying "renewal stopped after the connections were killed";
     set_kept_in_part: ReleaseLeavesRecord by set_is_taken_all_or_nothing, saying "a refused try_lock_all left part of the set held";
     atomic_set_kept_in_part: AtomicSetKeepsPart by a_set_in_one_step_is_whole_or_nothing, saying "a refused set left part of the set held";

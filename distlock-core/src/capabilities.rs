@@ -150,10 +150,11 @@ pub struct Capabilities {
     /// The clock drift core allows for when it counts a lease's validity.
     pub clock_drift: ClockDrift,
     /// How long after it was sent a request whose reply never came may still be
-    /// applied, at most: the server's own bound on a statement (PostgreSQL's
-    /// `statement_timeout`, MySQL's `innodb_lock_wait_timeout`). `None` when nothing on
-    /// the server bounds it: a paused server, say, applies what it had read once it
-    /// resumes.
+    /// applied, at most, by a server that kept running: the server's own bound on a
+    /// statement (PostgreSQL's `statement_timeout`). `None` when nothing on the server
+    /// bounds it. No declaration covers a server that was paused or stalled (a
+    /// frozen process, a VM suspended): it applies what waited in its socket once it
+    /// resumes, however late.
     ///
     /// A [`LockClient`](crate::LockClient) releases what an abandoned attempt may have
     /// been granted at once, again 0.25 s, 1.25 s and 6.25 s later, and, where this

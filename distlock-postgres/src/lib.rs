@@ -100,7 +100,8 @@
 //! - **A late grant is given back.** Every statement runs under a `statement_timeout`
 //!   of the response timeout, so a statement the client gave up on (a wait that
 //!   reached its deadline while it waited on the server for the key's row) is applied
-//!   within that time or not at all: the backend declares it
+//!   within that time or not at all, on a server that kept running (a paused server
+//!   applies what waited in its socket once it resumes): the backend declares it
 //!   ([`Capabilities::applied_within`](distlock_core::backend::Capabilities::applied_within)),
 //!   and the client's cleanup releases once more after it. Behind PgBouncer a batch may
 //!   first wait in the pooler's queue (its `query_wait_timeout`), and nothing is

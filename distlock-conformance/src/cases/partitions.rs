@@ -143,6 +143,46 @@ cases! {
         .await
     }
 
+    /// Where every connection a client opens is accepted and then dropped at once (a listener whose server process is gone or stuck, a balancer with no healthy target), and its open connections are reset at their next request, each step answers a typed, retryable error in bounded time, never a hang or an answer it could not have had; once connections hold again the client works, with no restart.
+    #[case(Errors, needs_connection_failing_links)]
+    pub async fn connections_accepted_then_dropped_give_typed_errors_then_recover(t: &Target) -> CaseResult {
+        let (linked, link) = linked(t).await?;
+        let key = t.key("accepted-dropped");
+        link.reset_after_requests().await.map_err(link_err("reset connections"))?;
+        link.drop_new_connections().await.map_err(link_err("drop new connections"))?;
+        // Reads only, so that whatever reaches the server changes nothing: the first
+        // meets the reset of a connection it had, the second a new connection dropped.
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let started = Instant::now();
+            let answer = timeout(Duration::from_secs(20), linked.inspect(&key)).await;
+            answers.push((answer, started.elapsed()));
+        }
+        link.heal().await.map_err(link_err("heal"))?;
+        for (n, (answer, took)) in answers.into_iter().enumerate() {
+            match answer {
+                Err(_) => return fail(format!("step {n} hung for 20 s over connections dropped as they opened")),
+                Ok(Ok(info)) => {
+                    return fail(format!(
+                        "step {n} answered {info:?} after {took:?} over a link that reset or dropped every connection"
+                    ))
+                }
+                Ok(Err(e)) => ensure!(
+                    matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Timeout) && e.is_retryable(),
+                    "step {n} over connections dropped as they opened gave a {:?} error (retryable: {}) after {took:?}: {e}",
+                    e.kind(),
+                    e.is_retryable()
+                ),
+            }
+        }
+        retry_until_up("inspect once connections hold", || linked.inspect(&key)).await?;
+        let Some(lease) = grant(&linked, &key, t.long_ttl()).await? else {
+            return fail("a fresh key was held once connections held again");
+        };
+        linked.release_lease(&lease).await?;
+        Ok(())
+    }
+
     /// A set taken in one step whose reply was lost (held on the link after the server applied it), retried by its owners, is granted again, every key, and restarts every key's expiry on the server: the validity the client counts agrees with the server's, and nobody else gets a key before it ends.
     #[case(Validity, needs_atomic_sets_over_reply_holding_links)]
     pub async fn a_set_whose_reply_was_lost_is_granted_again_to_its_owners(t: &Target) -> CaseResult {
