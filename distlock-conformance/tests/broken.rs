@@ -527,14 +527,17 @@ impl LockBackend for Naive {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.connection_refused()?;
         self.release_step(key, owner).await
     }
 
     async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
+        self.connection_refused()?;
         self.renew_step(r).await
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.connection_refused()?;
         self.inspect_step(key).await
     }
 
@@ -554,6 +557,23 @@ impl SetBackend for Naive {
 }
 
 impl Naive {
+    /// While this client's new connections are refused, a step other than a grant
+    /// (which does its own faults) cannot be sent: its connection was reset or is
+    /// refused. An abandoned grant's cleanup then cannot release it either.
+    fn connection_refused(&self) -> Result<()> {
+        let (reset, refused, _) = *self.connection_faults.borrow();
+        match (reset, refused) {
+            (_, false) => Ok(()),
+            (false, true) => Err(
+                Error::new(ErrorKind::Unavailable, "the connection was refused").with_not_sent(),
+            ),
+            (true, true) => Err(Error::new(
+                ErrorKind::Unavailable,
+                "the connection was reset, and the request sent again was refused",
+            )),
+        }
+    }
+
     /// The server's side of a set's step.
     async fn grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
         if self.bug == Bug::AtomicSetKeepsPart {
