@@ -46,6 +46,13 @@ impl fmt::Debug for ZooKeeperBackend {
     }
 }
 
+/// How many times a grant step tries again when a node it needed was deleted under
+/// it: the key's node emptied and deleted by another client's release, or a lease
+/// node gone between its create and its refresh. Each such try means another client
+/// made progress; under churn from several clients on an ensemble three tries were
+/// not enough (a try answered an error while the key was only busy).
+const CHURN_TRIES: u32 = 10;
+
 impl ZooKeeperBackend {
     /// Connects to the ensemble a `zookeeper://` URL names (see [`ZooKeeperConfig`])
     /// and makes sure the root node exists.
@@ -180,11 +187,11 @@ impl ZooKeeperBackend {
                     let _ = listing.await;
                     match gone(client.set_data(&me, &data, None).await)? {
                         Some(stat) => break (stat, client.list_children(&dir).await?),
-                        None if attempts < 3 => continue,
+                        None if attempts < CHURN_TRIES => continue,
                         None => return Err(ZkError::NoNode),
                     }
                 }
-                Err(ZkError::NoNode) if attempts < 3 => {
+                Err(ZkError::NoNode) if attempts < CHURN_TRIES => {
                     // The key's node went since this backend last saw it (ZooKeeper
                     // deletes an empty container): make it again, next time round.
                     let _ = listing.await;
@@ -526,7 +533,7 @@ impl ZooKeeperBackend {
                     match create.await {
                         // The key's node is there: a grant below need not make it.
                         Ok(_) | Err(ZkError::NodeExists) => inner.remember_dir(&dir),
-                        Err(ZkError::NoNode) if attempts < 3 => {
+                        Err(ZkError::NoNode) if attempts < CHURN_TRIES => {
                             let _ = (refresh.await, listing.await);
                             let options = CreateMode::Container.with_acls(inner.acls());
                             match client.create(&dir, &[], &options).await {
@@ -539,7 +546,7 @@ impl ZooKeeperBackend {
                     match gone(refresh.await)? {
                         Some(stat) => break (stat, listing.await?),
                         // Deleted between the two (a force release of the queue).
-                        None if attempts < 3 => continue,
+                        None if attempts < CHURN_TRIES => continue,
                         None => return Err(ZkError::NoNode),
                     }
                 };
