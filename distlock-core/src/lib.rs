@@ -86,6 +86,7 @@ mod memory;
 mod permits;
 mod redact;
 mod support;
+pub mod testing;
 mod token;
 mod wake;
 

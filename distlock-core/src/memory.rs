@@ -205,6 +205,9 @@ impl MemoryBackend {
             state.permits.clear();
             state.locks.drain().map(|(k, _)| k).collect()
         };
+        // Woken in the keys' order, the same on every run.
+        let mut keys = keys;
+        keys.sort_unstable();
         for key in keys {
             self.shared.waiters.wake(key.as_str());
         }
@@ -782,11 +785,13 @@ impl OperatorBackend for MemoryBackend {
         self.reachable().await?;
         let now = Instant::now();
         let state = self.lock_state();
-        Ok(state
+        let mut found: Vec<(LockKey, LockInfo)> = state
             .locks
             .iter()
             .filter(|(key, h)| key.as_str().starts_with(prefix) && h.expires_at > now)
             .map(|(key, h)| (key.clone(), h.info(now)))
-            .collect())
+            .collect();
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
     }
 }

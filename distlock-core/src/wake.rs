@@ -2,7 +2,7 @@
 //! lock is released. A backend keeps only its transport (pub/sub, LISTEN, an
 //! in-process call) and hands each release it hears of to [`WakeRegistry::wake`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
@@ -43,7 +43,9 @@ pub struct WakeRegistry {
 /// The waiters of one key: untagged, and by tag.
 struct Entry {
     all: watch::Sender<()>,
-    tagged: HashMap<String, watch::Sender<()>>,
+    /// Ordered, so that a wake of every tag wakes them in the same order on every
+    /// run: a run of the client is a function of its inputs.
+    tagged: BTreeMap<String, watch::Sender<()>>,
     /// The number of tags after their last pruning; the next one comes at twice that.
     tags_pruned_at: usize,
 }
@@ -52,7 +54,7 @@ impl Entry {
     fn new() -> Self {
         Entry {
             all: watch::Sender::new(()),
-            tagged: HashMap::new(),
+            tagged: BTreeMap::new(),
             tags_pruned_at: 0,
         }
     }

@@ -1,6 +1,8 @@
-//! Random numbers from the operating system's generator, for owner tokens and jitter.
+//! Random numbers from the operating system's generator, for owner tokens and jitter;
+//! or, on a thread that asked for it ([`crate::testing::SeededRandomness`]), from a
+//! seeded generator, so that a simulation replays a run bit for bit.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,36 @@ struct Pool {
 
 thread_local! {
     static POOLED: RefCell<Pool> = const { RefCell::new(Pool { bytes: [0; POOL], used: POOL }) };
+    /// The state of this thread's seeded generator, while one is set.
+    static SEEDED: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Sets this thread's seeded generator (`Some`) or returns it to the operating
+/// system's (`None`); answers the state it replaced.
+pub(crate) fn set_seeded(state: Option<u64>) -> Option<u64> {
+    SEEDED.with(|seeded| seeded.replace(state))
+}
+
+/// Fills `bytes` from this thread's seeded generator, if it has one (SplitMix64: not
+/// cryptographically secure, and not meant to be).
+fn fill_seeded(bytes: &mut [u8]) -> bool {
+    SEEDED
+        .try_with(|seeded| {
+            let Some(mut state) = seeded.get() else {
+                return false;
+            };
+            for chunk in bytes.chunks_mut(8) {
+                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+            }
+            seeded.set(Some(state));
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// Fills `bytes` with bytes from the operating system's cryptographically secure
@@ -27,6 +59,9 @@ thread_local! {
 /// once, and zeroed in the pool when it is. A process that forks without `exec`
 /// shares its threads' pools with the child (tokio does not support that).
 pub(crate) fn fill(bytes: &mut [u8]) {
+    if fill_seeded(bytes) {
+        return;
+    }
     if bytes.len() > POOL / 4 {
         return fill_from_os(bytes);
     }
@@ -128,6 +163,25 @@ mod tests {
         let mut large = [0u8; POOL];
         fill(&mut large);
         assert_ne!(large, [0u8; POOL]);
+    }
+
+    #[test]
+    fn a_seeded_thread_draws_the_same_bytes_for_the_same_seed() {
+        let draw = |seed| {
+            let before = set_seeded(Some(seed));
+            let mut bytes = [0u8; 24];
+            fill(&mut bytes);
+            let drawn = (bytes, up_to(1_000_000));
+            set_seeded(before);
+            drawn
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        // Unseeded again: the operating system's bytes.
+        let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
+        fill(&mut a);
+        fill(&mut b);
+        assert_ne!(a, b);
     }
 
     #[test]
