@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-crates=(distlock-core distlock-conformance distlock-sql distlock-redis distlock-postgres distlock-mysql distlock-etcd distlock-zookeeper distlock distlock-cli)
+crates=(distlock-core distlock-conformance distlock-sim distlock-sql distlock-redis distlock-postgres distlock-mysql distlock-etcd distlock-zookeeper distlock distlock-cli)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 dir="$(mktemp -d /tmp/distlock-packaged.XXXXXX)"
 trap 'rm -rf "$dir"' EXIT
@@ -38,6 +38,9 @@ $(sed -n '/^\[profile\./,$p' Cargo.toml)
 TOML
 # The versions this workspace is tested with, already fetched by its own build.
 cp Cargo.lock "$dir/"
+# The workspace's build flags (tokio's seeded generator, for the simulation), so that
+# the packaged crates build on the same dependency artifacts as the workspace's.
+cp -r .cargo "$dir/"
 # The workspace's own target directory: the packaged crates are built apart from the
 # workspace's (their sources are elsewhere), their dependencies are shared.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"

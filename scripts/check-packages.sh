@@ -17,7 +17,7 @@ if [ "$claimed" != "$running" ]; then
 fi
 echo "check-packages: rust-version $claimed is the toolchain these tests run on"
 
-published=(distlock-core distlock-redis distlock-sql distlock-postgres distlock-mysql distlock-etcd distlock-zookeeper distlock-conformance distlock distlock-cli)
+published=(distlock-core distlock-redis distlock-sql distlock-postgres distlock-mysql distlock-etcd distlock-zookeeper distlock-conformance distlock-sim distlock distlock-cli)
 for crate in "${published[@]}"; do
   files=$(cargo package --list --allow-dirty --offline -p "$crate")
   for file in README.md LICENSE-MIT LICENSE-APACHE; do

@@ -43,6 +43,9 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/baseline/src" "$work/baseline/json" "$work/current/json"
 git archive "$baseline_rev" | tar -x -C "$work/baseline/src"
+# The baseline's dependencies compiled with this tree's flags, so the docs step's
+# artifacts serve both.
+cp -r .cargo "$work/baseline/src/"
 
 # The published library crates of a tree, and their features, as JSON:
 # {"crate": {"feature": ["what it enables", ...]}}.

@@ -65,6 +65,10 @@ step "tests"
 # but not run again.
 DISTLOCK_PACKAGED_RAN="$packaged_ran" bash scripts/run-tests.sh
 rm -f "$packaged_ran"
+step "the simulation, 10,000 seeds"
+# Every lock kind under every simulated fault, on the in-memory backend, from a release
+# build (scripts/sim.sh; --soak runs a million in the main job's time, not here).
+bash scripts/sim.sh
 step "a user's crate outside the workspace"
 # A user's crate on the packaged crates: with distlock's redis feature alone it builds
 # without protoc; with every backend it builds and runs.

@@ -1,0 +1,67 @@
+//! Which faults a run draws, and how often.
+
+use std::time::Duration;
+
+/// The faults a simulated run draws from its seed, and their rates. Per request: a
+/// latency, a delay (which reorders requests in flight), a request lost, a reply lost
+/// after the server applied the request, a request applied twice. Per run, at times
+/// drawn from the seed: processes cut off both ways or one way, stalled (everything
+/// they send and receive frozen, as a paused process), crashed (their tasks gone with
+/// no release, their link dead) and restarted, the server down for a while with its
+/// state kept, and work and waits dropped at an arbitrary await.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// The one-way latency of each crossing, in milliseconds, low and high.
+    pub latency_ms: (u64, u64),
+    /// Per mille of requests delayed further, by up to `delay_max_ms`, one way.
+    pub delay_per_mille: u32,
+    /// The longest further delay.
+    pub delay_max_ms: u64,
+    /// Per mille of requests lost before the server.
+    pub lose_request_per_mille: u32,
+    /// Per mille of replies lost after the server applied the request.
+    pub lose_reply_per_mille: u32,
+    /// Per mille of requests the server applies twice.
+    pub duplicate_per_mille: u32,
+    /// How long a client waits for a lost reply before its step fails with a timeout.
+    pub response_timeout: Duration,
+    /// How many process-level faults (cuts, stalls, crashes, server restarts) a run
+    /// draws.
+    pub process_faults: u32,
+    /// Whether processes may crash (their leftover leases run out at their TTL).
+    pub crashes: bool,
+}
+
+impl Faults {
+    /// Every fault, at rates that give each run of a few seconds several of each.
+    pub const ALL: Faults = Faults {
+        latency_ms: (1, 5),
+        delay_per_mille: 50,
+        delay_max_ms: 60,
+        lose_request_per_mille: 30,
+        lose_reply_per_mille: 30,
+        duplicate_per_mille: 20,
+        response_timeout: Duration::from_millis(250),
+        process_faults: 6,
+        crashes: true,
+    };
+
+    /// No fault at all: latency only.
+    pub const NONE: Faults = Faults {
+        latency_ms: (1, 5),
+        delay_per_mille: 0,
+        delay_max_ms: 0,
+        lose_request_per_mille: 0,
+        lose_reply_per_mille: 0,
+        duplicate_per_mille: 0,
+        response_timeout: Duration::from_millis(250),
+        process_faults: 0,
+        crashes: false,
+    };
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults::ALL
+    }
+}

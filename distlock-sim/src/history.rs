@@ -1,0 +1,150 @@
+//! What a run did, event by event, by the simulated clock: the input of every checker,
+//! and the bytes the determinism check hashes.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// One simulated process incarnation: its slot, and how many times it had crashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Proc {
+    /// The process's slot.
+    pub slot: usize,
+    /// Its incarnation: 0, then one more after each crash and restart.
+    pub life: u32,
+}
+
+impl fmt::Display for Proc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p{}.{}", self.slot, self.life)
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum What {
+    /// The process holds `key` from now, with `fence` (0 when unfenced).
+    Acquired {
+        /// The key, or the semaphore's or election's name.
+        key: String,
+        /// The grant's fence.
+        fence: u64,
+    },
+    /// The process acts as `key`'s holder now: its guard said it still holds.
+    Working {
+        /// The key.
+        key: String,
+    },
+    /// The process no longer acts as `key`'s holder.
+    Ended {
+        /// The key.
+        key: String,
+        /// Released, lost, dropped, resigned...
+        how: &'static str,
+    },
+    /// A wait for `key` ended after `took`, having been given `wait`.
+    Waited {
+        /// The key.
+        key: String,
+        /// The wait the caller gave.
+        wait: Duration,
+        /// How long it took.
+        took: Duration,
+        /// What it answered.
+        outcome: String,
+    },
+    /// A `run_once` job ran for slot `slot`.
+    Ran {
+        /// The slot's number.
+        slot: u64,
+    },
+    /// A fault began.
+    Fault(String),
+    /// The process crashed: its tasks are gone, nothing more it sends arrives.
+    Crashed,
+    /// The process started (again).
+    Started,
+    /// A check made as the run went broke a promise.
+    Broken(String),
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// When, from the run's start, by the simulated clock.
+    pub at: Duration,
+    /// Which process (the server's and the network's events are process 0's slot
+    /// `usize::MAX`).
+    pub proc: Proc,
+    /// What.
+    pub what: What,
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = if self.proc.slot == usize::MAX {
+            "net".to_owned()
+        } else {
+            self.proc.to_string()
+        };
+        write!(
+            f,
+            "{:>9.3}s {who:>6} {:?}",
+            self.at.as_secs_f64(),
+            self.what
+        )
+    }
+}
+
+/// A run's history, shared by its processes.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorder {
+    start: Instant,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+/// The slot of the network and the fault driver.
+pub(crate) const NET: Proc = Proc {
+    slot: usize::MAX,
+    life: 0,
+};
+
+impl Recorder {
+    pub(crate) fn new() -> Self {
+        Recorder {
+            start: Instant::now(),
+            events: Arc::default(),
+        }
+    }
+
+    fn events(&self) -> MutexGuard<'_, Vec<Event>> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        Instant::now() - self.start
+    }
+
+    pub(crate) fn record(&self, proc: Proc, what: What) {
+        let at = self.now();
+        self.events().push(Event { at, proc, what });
+    }
+
+    pub(crate) fn take(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.events())
+    }
+}
+
+/// The FNV-1a hash of a history's events as printed: equal histories, equal hashes.
+pub fn history_hash(events: &[Event]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for event in events {
+        for byte in event.to_string().bytes().chain([b'\n']) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}

@@ -1,0 +1,147 @@
+//! A deterministic simulation of the distlock client under faults: the real
+//! [`LockClient`](distlock_core::LockClient) and its lock kinds, on several simulated
+//! processes, against one in-process backend behind a simulated network, with the
+//! faults drawn from a seed. One seed is one schedule, replayed bit for bit; a range
+//! of seeds is thousands of schedules a second.
+//!
+//! ```no_run
+//! use distlock_core::MemoryBackend;
+//! use distlock_sim::Simulation;
+//!
+//! let simulation = Simulation::new(MemoryBackend::new);
+//! let summary = simulation.run_seeds(0..1_000, 2);
+//! for failure in &summary.failures {
+//!     eprintln!("{}", failure.explain());
+//! }
+//! assert_eq!(summary.failed, 0);
+//! ```
+//!
+//! # The engine, and why
+//!
+//! Each run is one current-thread tokio runtime on a paused clock: every task of
+//! every simulated process (the client's own renewal, cleanup and timer tasks
+//! included) and the server's steps run on one thread, and time jumps to the next
+//! timer whenever every task waits, so twenty simulated seconds take milliseconds.
+//! A run is then a function of its inputs but for two generators: the client's
+//! random bytes (owner tokens, jitter), which
+//! [`distlock_core::testing::SeededRandomness`] seeds, and tokio's own (which ready
+//! branch of a `select!` goes first, the order in which a watch channel wakes its
+//! receivers), which the runtime's `rng_seed` seeds. That one is behind
+//! `--cfg tokio_unstable`: build with `RUSTFLAGS="--cfg tokio_unstable"` or a
+//! `.cargo/config.toml` that sets it, as this workspace's does ([`DETERMINISTIC`]
+//! says whether it was). So the real client runs unmodified: no `cfg` in its code,
+//! no mock clock, no fork of its logic.
+//!
+//! turmoil, the tokio team's simulator, was the other choice. It simulates hosts
+//! with their own clocks over a simulated TCP, which suits a backend that speaks a
+//! protocol; distlock's client speaks to its backend through a trait, so the network
+//! here is a wrapper of that trait, which needs no socket, fails each step in the
+//! ways a backend's step fails (a typed, retryable error), and hosts any in-process
+//! backend, a third party's included, without a protocol of its own.
+//!
+//! # What a run does
+//!
+//! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing and fair,
+//! the efficiency lock, a semaphore, the leader loop, `run_once` jobs), then runs
+//! four processes for twenty simulated seconds and a quiet tail of six. Every request
+//! meets the faults of [`Faults`]: latency, delays that reorder requests in flight,
+//! requests lost, replies lost after the server applied the request, requests
+//! applied twice. At times drawn from the seed, processes are cut off (both ways, or
+//! their replies only), stalled, or crashed (their tasks dropped with no release,
+//! their link dead, so that nothing they left behind arrives) and restarted, and the
+//! server goes down for a while with its state kept. The processes drop waits and
+//! work at arbitrary awaits.
+//!
+//! # What is checked
+//!
+//! At each step a holder acts as holder, its guard must say it holds and the server,
+//! asked at that instant, must agree (its lease with that fence, its permit within
+//! the limit). Over the whole history ([`Violation`]): one holder at a time (at most
+//! the limit for a semaphore), fences strictly increasing from grant to grant, every
+//! wait ended by its deadline, one `run_once` run per slot (crashed runners
+//! included), and a leader elected again once the faults stop.
+//!
+//! # What is not simulated
+//!
+//! Each process's clock runs at the simulated rate: drift and skew between clocks
+//! are not drawn. A stalled process's own timers keep running (its network stalls,
+//! not its threads). A server restart that loses its leases is not drawn: that
+//! breaks exclusion on a backend that declares it does not keep leases, by design.
+//! Change notifications reach a cut-off process (they are hints: every decision the
+//! client makes on one is checked by a step that crosses the link). Re-entrant holds,
+//! read-write locks, sets of keys and the tower layers are not among the kinds yet.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod check;
+mod faults;
+mod history;
+mod link;
+mod rng;
+mod run;
+mod workload;
+
+pub use check::Violation;
+pub use faults::Faults;
+pub use history::{history_hash, Event, Proc, What};
+pub use link::{Counts, Link};
+pub use run::{MakeServer, SeedReport, Simulation, Summary, DETERMINISTIC};
+pub use workload::Kind;
+
+impl Simulation {
+    /// Runs `seeds` on `threads` threads (each seed on one thread, its own runtime),
+    /// and sums them up. The same seeds give the same summary, whatever the threads.
+    pub fn run_seeds(&self, seeds: std::ops::Range<u64>, threads: usize) -> Summary {
+        let next = std::sync::atomic::AtomicU64::new(seeds.start);
+        let reports = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..threads.max(1) {
+                scope.spawn(|| loop {
+                    let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if seed >= seeds.end {
+                        return;
+                    }
+                    let report = self.run_seed(seed);
+                    let brief = (
+                        seed,
+                        report.kind,
+                        report.history.len() as u64,
+                        report.counts,
+                        (!report.passed()).then_some(report),
+                    );
+                    reports
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(brief);
+                });
+            }
+        });
+        let mut reports = reports.into_inner().unwrap_or_else(|p| p.into_inner());
+        reports.sort_by_key(|r| r.0);
+        let mut summary = Summary {
+            per_kind: self.kinds().into_iter().map(|k| (k, 0)).collect(),
+            ..Summary::default()
+        };
+        for (_, kind, events, counts, failure) in reports {
+            summary.seeds += 1;
+            summary.events += events;
+            if let Some(entry) = summary.per_kind.iter_mut().find(|(k, _)| *k == kind) {
+                entry.1 += 1;
+            }
+            let c = &mut summary.counts;
+            c.sent += counts.sent;
+            c.requests_lost += counts.requests_lost;
+            c.replies_lost += counts.replies_lost;
+            c.duplicated += counts.duplicated;
+            c.stalled += counts.stalled;
+            if let Some(failure) = failure {
+                summary.failed += 1;
+                if summary.failures.len() < 10 {
+                    summary.failures.push(failure);
+                }
+            }
+        }
+        summary
+    }
+}

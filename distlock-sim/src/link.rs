@@ -1,0 +1,550 @@
+//! The simulated network: each process's client reaches the one server through a
+//! [`Link`] of its own, whose every request and reply may be delayed, lost, stalled or
+//! cut off, as this seed's faults draw.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, Handoffs,
+    OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, SetBackend,
+    SetGrant, Term,
+};
+use distlock_core::{Error, ErrorKind, LockBackend, LockInfo, LockKey, Result};
+use tokio::time::Instant;
+
+use crate::faults::Faults;
+use crate::rng::SimRng;
+
+/// The network's state, shared by every link of one run.
+#[derive(Debug)]
+pub(crate) struct Net {
+    faults: Faults,
+    /// Set once the run's faults stop: requests only meet latency from then on.
+    calm: std::sync::atomic::AtomicBool,
+    state: Mutex<NetState>,
+}
+
+#[derive(Debug)]
+struct NetState {
+    rng: SimRng,
+    /// Per process: until when it is cut off (both ways, or replies only), stalled.
+    procs: Vec<ProcNet>,
+    /// Until when the server answers nobody (restarting, its state kept).
+    server_down_until: Instant,
+    /// The requests sent, and what became of them, counted for the report.
+    pub(crate) counts: Counts,
+}
+
+/// What the network did to the requests of one run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests lost on the way to the server (never applied).
+    pub requests_lost: u64,
+    /// Replies lost after the server applied the request.
+    pub replies_lost: u64,
+    /// Requests the server applied twice.
+    pub duplicated: u64,
+    /// Requests that met a stalled process or a server down.
+    pub stalled: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ProcNet {
+    cut_until: Instant,
+    replies_cut_until: Instant,
+    stalled_until: Instant,
+}
+
+/// What the network does to one request, drawn when it is sent.
+struct Fate {
+    out: Duration,
+    back: Duration,
+    lose_request: bool,
+    lose_reply: bool,
+    duplicate: bool,
+}
+
+impl Net {
+    pub(crate) fn new(faults: Faults, rng: SimRng, procs: usize) -> Self {
+        let now = Instant::now();
+        Net {
+            faults,
+            calm: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(NetState {
+                rng,
+                procs: vec![
+                    ProcNet {
+                        cut_until: now,
+                        replies_cut_until: now,
+                        stalled_until: now,
+                    };
+                    procs
+                ],
+                server_down_until: now,
+                counts: Counts::default(),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, NetState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        self.state().counts
+    }
+
+    /// Cuts `proc` off, both ways or its replies only, for `span` from now.
+    pub(crate) fn cut(&self, proc: usize, span: Duration, replies_only: bool) {
+        let until = Instant::now() + span;
+        let mut state = self.state();
+        let p = &mut state.procs[proc];
+        if replies_only {
+            p.replies_cut_until = p.replies_cut_until.max(until);
+        } else {
+            p.cut_until = p.cut_until.max(until);
+        }
+    }
+
+    /// Stalls everything `proc` sends and receives for `span` from now, as a process
+    /// frozen by a pause does.
+    pub(crate) fn stall(&self, proc: usize, span: Duration) {
+        let until = Instant::now() + span;
+        let mut state = self.state();
+        let p = &mut state.procs[proc];
+        p.stalled_until = p.stalled_until.max(until);
+    }
+
+    /// The server answers nobody for `span` (a restart that keeps its state).
+    pub(crate) fn server_down(&self, span: Duration) {
+        let until = Instant::now() + span;
+        let mut state = self.state();
+        state.server_down_until = state.server_down_until.max(until);
+    }
+
+    /// Stops every fault from now on.
+    pub(crate) fn calm(&self) {
+        self.calm.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn fate(&self) -> Fate {
+        let f = if self.calm.load(std::sync::atomic::Ordering::SeqCst) {
+            Faults {
+                latency_ms: self.faults.latency_ms,
+                ..Faults::NONE
+            }
+        } else {
+            self.faults
+        };
+        let mut state = self.state();
+        state.counts.sent += 1;
+        let rng = &mut state.rng;
+        let out = rng.millis(f.latency_ms.0, f.latency_ms.1);
+        let back = rng.millis(f.latency_ms.0, f.latency_ms.1);
+        let slow = rng.chance(f.delay_per_mille);
+        let (out, back) = if slow {
+            let extra = rng.millis(0, f.delay_max_ms);
+            if rng.chance(500) {
+                (out + extra, back)
+            } else {
+                (out, back + extra)
+            }
+        } else {
+            (out, back)
+        };
+        Fate {
+            out,
+            back,
+            lose_request: rng.chance(f.lose_request_per_mille),
+            lose_reply: rng.chance(f.lose_reply_per_mille),
+            duplicate: rng.chance(f.duplicate_per_mille),
+        }
+    }
+
+    fn proc(&self, proc: usize) -> ProcNet {
+        self.state().procs[proc]
+    }
+
+    fn count(&self, what: impl FnOnce(&mut Counts)) {
+        what(&mut self.state().counts);
+    }
+
+    /// Waits while `proc` is stalled or the server is down.
+    async fn through_stalls(&self, proc: usize) {
+        loop {
+            let (stalled, down) = {
+                let state = self.state();
+                (state.procs[proc].stalled_until, state.server_down_until)
+            };
+            let until = stalled.max(down);
+            if until <= Instant::now() {
+                return;
+            }
+            self.count(|c| c.stalled += 1);
+            tokio::time::sleep_until(until).await;
+        }
+    }
+}
+
+/// One process's client of the server, across the simulated network. Each process
+/// incarnation has a link of its own: a crashed one's link is dead, so that what its
+/// leftover tasks send never arrives.
+#[derive(Debug)]
+pub struct Link {
+    server: Arc<dyn LockBackend>,
+    net: Arc<Net>,
+    proc: usize,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+    capabilities: Capabilities,
+}
+
+impl Link {
+    pub(crate) fn new(server: Arc<dyn LockBackend>, net: Arc<Net>, proc: usize) -> Self {
+        let mut capabilities = server.capabilities().clone();
+        // A request can wait on the wire for the longest latency and delay: the bound
+        // on a request applied after its caller gave up.
+        let f = net.faults;
+        let late = Duration::from_millis(f.latency_ms.1 + f.delay_max_ms);
+        capabilities.applied_within = Some(match capabilities.applied_within {
+            Some(bound) => bound + late,
+            None => late,
+        });
+        Link {
+            server,
+            net,
+            proc,
+            dead: Arc::default(),
+            capabilities,
+        }
+    }
+
+    /// Marks this incarnation crashed: nothing it sends from now on arrives.
+    pub(crate) fn kill(&self) {
+        self.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_dead(&self) -> bool {
+        self.dead.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// One request across the network: `apply` runs on the server, in a task of its
+    /// own once the request has crossed, so that a caller that gives up (drops this
+    /// future) does not take back a request already on the wire.
+    async fn call<T, F, Fut>(&self, apply: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<dyn LockBackend>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        if self.is_dead() {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "simulated: this process has crashed",
+            ));
+        }
+        let fate = self.net.fate();
+        let sent_at = Instant::now();
+        let timeout = self.net.faults.response_timeout;
+        self.net.through_stalls(self.proc).await;
+        let lost = fate.lose_request || self.net.proc(self.proc).cut_until > Instant::now();
+        if lost {
+            self.net.count(|c| c.requests_lost += 1);
+            tokio::time::sleep_until(sent_at + timeout).await;
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "simulated: the request was lost on its way",
+            ));
+        }
+        let server = self.server.clone();
+        let net = self.net.clone();
+        let duplicate = fate.duplicate;
+        let out = fate.out;
+        let applied = tokio::spawn(async move {
+            // A request on the wire arrives even if its sender crashes meanwhile.
+            tokio::time::sleep(out).await;
+            let reply = apply(server.clone()).await;
+            if duplicate {
+                net.count(|c| c.duplicated += 1);
+                let _ = apply(server).await;
+            }
+            reply
+        });
+        let reply = match applied.await {
+            Ok(reply) => reply,
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "simulated: the server's task ended",
+                ))
+            }
+        };
+        tokio::time::sleep(fate.back).await;
+        self.net.through_stalls(self.proc).await;
+        let p = self.net.proc(self.proc);
+        let now = Instant::now();
+        if fate.lose_reply || p.cut_until > now || p.replies_cut_until > now || self.is_dead() {
+            self.net.count(|c| c.replies_lost += 1);
+            tokio::time::sleep_until((sent_at + timeout).max(now)).await;
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "simulated: the reply was lost after the server applied the request",
+            ));
+        }
+        reply
+    }
+}
+
+#[async_trait]
+impl LockBackend for Link {
+    fn name(&self) -> &str {
+        self.server.name()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let request = request.clone();
+        self.call(move |s| {
+            let request = request.clone();
+            async move { s.try_grant(&request).await }
+        })
+        .await
+    }
+
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let (key, owner) = (key.clone(), *owner);
+        self.call(move |s| {
+            let key = key.clone();
+            async move { s.release(&key, &owner).await }
+        })
+        .await
+    }
+
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let request = request.clone();
+        self.call(move |s| {
+            let request = request.clone();
+            async move { s.renew(&request).await }
+        })
+        .await
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let key = key.clone();
+        self.call(move |s| {
+            let key = key.clone();
+            async move { s.inspect(&key).await }
+        })
+        .await
+    }
+
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let key = key.clone();
+        self.call(move |s| {
+            let key = key.clone();
+            async move { s.watch(&key).await }
+        })
+        .await
+    }
+
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        self.server.fair().map(|_| self as &dyn FairBackend)
+    }
+
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        self.server.sets().map(|_| self as &dyn SetBackend)
+    }
+
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        self.server.operator().map(|_| self as &dyn OperatorBackend)
+    }
+
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        self.server.permits().map(|_| self as &dyn PermitBackend)
+    }
+}
+
+/// The server's optional feature, which the link forwards only where the server has it.
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("simulated: the server has no {what}"),
+    )
+}
+
+#[async_trait]
+impl FairBackend for Link {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let (key, owner) = (key.clone(), *owner);
+        self.call(move |s| {
+            let key = key.clone();
+            async move {
+                match s.fair() {
+                    Some(fair) => fair.leave_queue(&key, &owner).await,
+                    None => Err(unsupported("fair queue")),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        let (key, owner) = (key.clone(), *owner);
+        self.call(move |s| {
+            let key = key.clone();
+            async move {
+                match s.fair() {
+                    Some(fair) => fair.watch_in_turn(&key, &owner).await,
+                    None => Err(unsupported("fair queue")),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn release_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let (key, owner) = (key.clone(), *owner);
+        self.call(move |s| {
+            let key = key.clone();
+            async move {
+                match s.fair() {
+                    Some(fair) => fair.release_in_turn(&key, &owner).await,
+                    None => Err(unsupported("fair queue")),
+                }
+            }
+        })
+        .await
+    }
+
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        self.server.fair().and_then(|fair| fair.handoffs())
+    }
+}
+
+#[async_trait]
+impl SetBackend for Link {
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        let requests = requests.to_vec();
+        self.call(move |s| {
+            let requests = requests.clone();
+            async move {
+                match s.sets() {
+                    Some(sets) => sets.try_grant_all(&requests).await,
+                    None => Err(unsupported("sets")),
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for Link {
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        let key = key.clone();
+        self.call(move |s| {
+            let key = key.clone();
+            async move {
+                match s.operator() {
+                    Some(op) => op.force_release(&key).await,
+                    None => Err(unsupported("operator steps")),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        let prefix = prefix.to_owned();
+        self.call(move |s| {
+            let prefix = prefix.clone();
+            async move {
+                match s.operator() {
+                    Some(op) => op.scan(&prefix).await,
+                    None => Err(unsupported("operator steps")),
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// Runs one permit step on the server, or fails where it has no permits.
+macro_rules! on_permits {
+    ($self:ident, |$p:ident| $step:expr, [$($capture:ident),*]) => {{
+        $( let $capture = $capture.clone(); )*
+        $self
+            .call(move |s| {
+                $( let $capture = $capture.clone(); )*
+                async move {
+                    match s.permits() {
+                        Some($p) => $step.await,
+                        None => Err(unsupported("permits")),
+                    }
+                }
+            })
+            .await
+    }};
+}
+
+#[async_trait]
+impl PermitBackend for Link {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        let (request, claim) = (request.clone(), claim.clone());
+        on_permits!(
+            self,
+            |p| p.try_grant_permits(&request, &claim),
+            [request, claim]
+        )
+    }
+
+    async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        let (key, owner) = (key.clone(), *owner);
+        on_permits!(self, |p| p.release_permits(&key, &owner), [key, owner])
+    }
+
+    async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let request = request.clone();
+        on_permits!(self, |p| p.renew_permits(&request), [request])
+    }
+
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        let (key, owner) = (key.clone(), *owner);
+        on_permits!(self, |p| p.leave_queue(&key, &owner), [key, owner])
+    }
+
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        let (key, owner, value) = (key.clone(), *owner, value.to_owned());
+        on_permits!(
+            self,
+            |p| p.proclaim(&key, &owner, &value),
+            [key, owner, value]
+        )
+    }
+
+    async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
+        let key = key.clone();
+        on_permits!(self, |p| p.holders(&key), [key])
+    }
+
+    async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>> {
+        let key = key.clone();
+        on_permits!(self, |p| p.terms(&key, after), [key])
+    }
+
+    async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        let key = key.clone();
+        on_permits!(self, |p| p.watch_permits(&key), [key])
+    }
+}

@@ -1,0 +1,331 @@
+//! One run per seed: the processes, the fault driver, and the checks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock_core::testing::SeededRandomness;
+use distlock_core::{LockBackend, LockClient};
+use tokio::task::{JoinHandle, LocalSet};
+use tokio::time::Instant;
+
+use crate::check::{check, Violation};
+use crate::faults::Faults;
+use crate::history::{history_hash, Event, Proc, Recorder, What, NET};
+use crate::link::{Counts, Link, Net};
+use crate::rng::SimRng;
+use crate::workload::{key_of, options, Kind, Process};
+
+/// Whether runs are replayed bit for bit: only where tokio was built with
+/// `--cfg tokio_unstable`, which its seeded generator needs (this workspace's
+/// `.cargo/config.toml` sets it). Without it, a seed still draws the same faults and
+/// the same client randomness, but tokio's own draws (which ready `select!` branch
+/// goes first, the wake order of a watch channel's receivers) differ from run to run.
+pub const DETERMINISTIC: bool = cfg!(tokio_unstable);
+
+/// Makes a fresh server for each run: the backend under test, in this process.
+pub type MakeServer = dyn Fn() -> Arc<dyn LockBackend> + Send + Sync;
+
+/// A deterministic simulation of the real client against one in-process backend.
+///
+/// Each seed is one run: a kind drawn from the seed's, its processes' clients (each a
+/// real [`LockClient`] behind a simulated network link of its own), and the faults
+/// the seed draws, on a current-thread runtime whose clock is paused (time jumps to
+/// the next timer when every task waits), with the client's randomness seeded. The
+/// same seed runs the same schedule, bit for bit: [`SeedReport::hash`] tells.
+#[derive(Clone)]
+pub struct Simulation {
+    make: Arc<MakeServer>,
+    kinds: Vec<Kind>,
+    faults: Faults,
+    processes: usize,
+    length: Duration,
+}
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("kinds", &self.kinds)
+            .field("faults", &self.faults)
+            .field("processes", &self.processes)
+            .field("length", &self.length)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one seed's run did and broke.
+#[derive(Debug, Clone)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// The kind it ran.
+    pub kind: Kind,
+    /// Its history.
+    pub history: Vec<Event>,
+    /// The hash of its history ([`history_hash`]).
+    pub hash: u64,
+    /// Every broken promise, first first.
+    pub violations: Vec<Violation>,
+    /// What the network did.
+    pub counts: Counts,
+}
+
+impl SeedReport {
+    /// Whether every promise held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The failure as a person reads it: the seed, how to replay it, each broken
+    /// promise, and the history around the first.
+    pub fn explain(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "seed {} ({}) broke {} promise(s); replay: DISTLOCK_SIM_SEED={} (or `distlock-sim --seed {}`)",
+            self.seed,
+            self.kind.name(),
+            self.violations.len(),
+            self.seed,
+            self.seed
+        );
+        for v in self.violations.iter().take(5) {
+            let _ = writeln!(out, "  {} at {:?}: {}", v.promise, v.at, v.detail);
+        }
+        if self.violations.len() > 5 {
+            let _ = writeln!(out, "  ... and {} more", self.violations.len() - 5);
+        }
+        if let Some(first) = self.violations.first() {
+            let from = first.at.saturating_sub(Duration::from_secs(3));
+            let to = first.at + Duration::from_millis(500);
+            let _ = writeln!(out, "history from {from:?} to {to:?}:");
+            for event in self.history.iter().filter(|e| e.at >= from && e.at <= to) {
+                let _ = writeln!(out, "  {event}");
+            }
+        }
+        out
+    }
+}
+
+/// What a range of seeds did.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Seeds per kind, in [`Kind::ALL`]'s order.
+    pub per_kind: Vec<(Kind, u64)>,
+    /// The failing seeds' reports (at most the first ten).
+    pub failures: Vec<SeedReport>,
+    /// How many seeds failed.
+    pub failed: u64,
+    /// Network counts over every seed.
+    pub counts: Counts,
+    /// Events recorded over every seed.
+    pub events: u64,
+}
+
+impl Simulation {
+    /// A simulation of the backends `make` returns: one fresh server per run, every
+    /// kind the server supports, every fault ([`Faults::ALL`]), four processes, 20
+    /// simulated seconds of work and 6 more without faults.
+    pub fn new<F, B>(make: F) -> Self
+    where
+        F: Fn() -> B + Send + Sync + 'static,
+        B: LockBackend + 'static,
+    {
+        Simulation {
+            make: Arc::new(move || Arc::new(make()) as Arc<dyn LockBackend>),
+            kinds: Kind::ALL.to_vec(),
+            faults: Faults::ALL,
+            processes: 4,
+            length: Duration::from_secs(20),
+        }
+    }
+
+    /// Runs only `kinds` (those the server supports).
+    pub fn with_kinds(mut self, kinds: &[Kind]) -> Self {
+        self.kinds = kinds.to_vec();
+        self
+    }
+
+    /// Draws `faults` instead of every fault.
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// How many simulated seconds of work each run has (the quiet tail comes after).
+    pub fn with_length(mut self, length: Duration) -> Self {
+        self.length = length;
+        self
+    }
+
+    /// The kinds this simulation runs on its server.
+    pub fn kinds(&self) -> Vec<Kind> {
+        let server = (self.make)();
+        self.kinds
+            .iter()
+            .copied()
+            .filter(|k| k.runs_on(&*server))
+            .collect()
+    }
+
+    /// Runs one seed, on this thread.
+    pub fn run_seed(&self, seed: u64) -> SeedReport {
+        let kinds = self.kinds();
+        let kind = kinds[usize::try_from(seed % kinds.len() as u64).unwrap_or(0)];
+        let seeded = SeededRandomness::new(seed);
+        let mut builder = tokio::runtime::Builder::new_current_thread();
+        builder.enable_time().start_paused(true);
+        #[cfg(tokio_unstable)]
+        builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+        let runtime = builder.build().expect("a current-thread runtime builds");
+        let (history, counts, quiet_from, key) = runtime.block_on(self.run(seed, kind));
+        drop(runtime);
+        drop(seeded);
+        let violations = check(kind, &key, &history, quiet_from);
+        SeedReport {
+            seed,
+            kind,
+            hash: history_hash(&history),
+            history,
+            violations,
+            counts,
+        }
+    }
+
+    async fn run(&self, seed: u64, kind: Kind) -> (Vec<Event>, Counts, Duration, String) {
+        let server = (self.make)();
+        let key = key_of(kind, &*server);
+        let rec = Recorder::new();
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let ns = format!("run{}/", RUNS.fetch_add(1, Ordering::Relaxed));
+        let mut rng = SimRng::new(seed, 0);
+        let net = Arc::new(Net::new(self.faults, SimRng::new(seed, 1), self.processes));
+        let start = Instant::now();
+        let end = start + self.length;
+        let quiet = end + Duration::from_secs(6);
+        let local = LocalSet::new();
+        let lives: Arc<Mutex<Vec<Life>>> = Arc::default();
+        let spawn = {
+            let (server, net, rec, lives, ns) = (
+                server.clone(),
+                net.clone(),
+                rec.clone(),
+                lives.clone(),
+                ns.clone(),
+            );
+            move |slot: usize, life: u32, until: Instant| {
+                let link = Arc::new(Link::new(server.clone(), net.clone(), slot));
+                let client = LockClient::with_options(link.clone(), options(kind))
+                    .expect("the simulation's options are valid");
+                let process = Process {
+                    proc: Proc { slot, life },
+                    client,
+                    server: server.clone(),
+                    rec: rec.clone(),
+                    rng: SimRng::new(seed, 100 + (slot as u64) * 1000 + u64::from(life)),
+                    // A leader loop runs on through the quiet tail, where it must lead.
+                    end: if kind == Kind::LeaderLoop {
+                        quiet
+                    } else {
+                        until
+                    },
+                    ns: ns.clone(),
+                };
+                let task = tokio::task::spawn_local(process.run(kind));
+                let mut lives = lives.lock().unwrap_or_else(|p| p.into_inner());
+                if lives.len() <= slot {
+                    lives.resize_with(slot + 1, || None);
+                }
+                lives[slot] = Some((life, link, task));
+            }
+        };
+        let processes = self.processes;
+        let faults = self.faults;
+        let counted = Arc::new(AtomicU64::new(0));
+        local
+            .run_until(async {
+                for slot in 0..processes {
+                    spawn(slot, 0, end);
+                }
+                // The fault driver: process faults at times drawn from the seed,
+                // during the run's first part only.
+                let mut at = Duration::ZERO;
+                for _ in 0..faults.process_faults {
+                    at += rng.millis(
+                        0,
+                        self.length.as_millis() as u64 / u64::from(faults.process_faults.max(1)),
+                    );
+                    tokio::time::sleep_until(start + at).await;
+                    let slot = usize::try_from(rng.below(processes as u64)).unwrap_or(0);
+                    let span = rng.millis(100, 2500);
+                    match rng.below(if faults.crashes { 5 } else { 4 }) {
+                        0 => {
+                            net.cut(slot, span, false);
+                            rec.record(
+                                NET,
+                                What::Fault(format!("p{slot} cut off both ways for {span:?}")),
+                            );
+                        }
+                        1 => {
+                            net.cut(slot, span, true);
+                            rec.record(
+                                NET,
+                                What::Fault(format!("p{slot}'s replies cut off for {span:?}")),
+                            );
+                        }
+                        2 => {
+                            net.stall(slot, span);
+                            rec.record(NET, What::Fault(format!("p{slot} stalled for {span:?}")));
+                        }
+                        3 => {
+                            net.server_down(span);
+                            rec.record(
+                                NET,
+                                What::Fault(format!(
+                                    "the server down for {span:?}, its state kept"
+                                )),
+                            );
+                        }
+                        _ => {
+                            let taken =
+                                lives.lock().unwrap_or_else(|p| p.into_inner())[slot].take();
+                            if let Some((life, link, task)) = taken {
+                                link.kill();
+                                task.abort();
+                                let _ = task.await;
+                                rec.record(Proc { slot, life }, What::Crashed);
+                                tokio::time::sleep(span).await;
+                                spawn(slot, life + 1, end);
+                            }
+                        }
+                    }
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep_until(end).await;
+                net.calm();
+                // Let every process finish its last step; a leader loop runs on to
+                // the quiet tail's end.
+                tokio::time::sleep_until(quiet).await;
+            })
+            .await;
+        let tasks: Vec<Life> =
+            std::mem::take(&mut *lives.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, link, task) in tasks.into_iter().flatten() {
+            link.kill();
+            task.abort();
+        }
+        drop(local);
+        // A leader must be elected within a few TTLs of the faults' end.
+        (
+            rec.take(),
+            net.counts(),
+            end - start + Duration::from_secs(3),
+            key,
+        )
+    }
+}
+
+type Life = Option<(u32, Arc<Link>, JoinHandle<()>)>;

@@ -1,0 +1,438 @@
+//! What each simulated process does, per lock kind: the real client's calls, each
+//! answer recorded, and the holder's belief checked against the server at each step.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_core::{Error, LockBackend, LockClient, LockGuard, LockKey, LockOptions};
+use tokio::time::Instant;
+
+use crate::history::{Proc, Recorder, What};
+use crate::rng::SimRng;
+
+/// A lock kind the simulation drives, each with its own checkers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Kind {
+    /// The fenced mutex, waiters racing: `lock`, work under the guard, `release` or drop.
+    Mutex,
+    /// The fenced mutex with fair (first come, first served) waits.
+    FairMutex,
+    /// The efficiency lock (no fence): exclusion only.
+    Efficiency,
+    /// A semaphore of two permits over four processes.
+    Semaphore,
+    /// Elections through `LeaderLoop::run`: one leader at a time, terms increasing,
+    /// and a leader again once the faults stop.
+    LeaderLoop,
+    /// Jobs through `run_once`: one run per slot, crashed runners included.
+    RunOnce,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 6] = [
+        Kind::Mutex,
+        Kind::FairMutex,
+        Kind::Efficiency,
+        Kind::Semaphore,
+        Kind::LeaderLoop,
+        Kind::RunOnce,
+    ];
+
+    /// The kind's name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::FairMutex => "fair-mutex",
+            Kind::Efficiency => "efficiency",
+            Kind::Semaphore => "semaphore",
+            Kind::LeaderLoop => "leader-loop",
+            Kind::RunOnce => "run-once",
+        }
+    }
+
+    /// Whether `server` has what this kind needs; a kind it lacks is not run.
+    pub fn runs_on(self, server: &dyn LockBackend) -> bool {
+        match self {
+            Kind::FairMutex => server.fair().is_some(),
+            Kind::Semaphore => server.permits().is_some(),
+            _ => true,
+        }
+    }
+
+    /// The permits a holder of this kind's key shares it with (1 but for semaphores).
+    pub(crate) fn limit(self) -> usize {
+        match self {
+            Kind::Semaphore => SEMAPHORE_LIMIT as usize,
+            _ => 1,
+        }
+    }
+
+    /// Whether this kind's grants carry fences.
+    pub(crate) fn fenced(self) -> bool {
+        !matches!(self, Kind::Efficiency)
+    }
+}
+
+pub(crate) const SEMAPHORE_LIMIT: u32 = 2;
+/// The lease every kind takes.
+pub(crate) const TTL: Duration = Duration::from_millis(1000);
+/// `run_once`'s slots: their interval, how late a process may fire one, and the
+/// least hold.
+pub(crate) const SLOT: Duration = Duration::from_millis(3000);
+pub(crate) const SLOT_SKEW_MS: u64 = 500;
+pub(crate) const AT_LEAST: Duration = Duration::from_millis(2000);
+
+/// One process incarnation's view of the run.
+pub(crate) struct Process {
+    pub(crate) proc: Proc,
+    pub(crate) client: LockClient,
+    pub(crate) server: Arc<dyn LockBackend>,
+    pub(crate) rec: Recorder,
+    pub(crate) rng: SimRng,
+    /// When the processes stop starting new work.
+    pub(crate) end: Instant,
+    /// This run's namespace, before every key it locks: runs of the same seed at
+    /// once in one process (a test's threads) draw the same owner tokens, and the
+    /// client's registry of armed cleanups is per process. Histories leave it out.
+    pub(crate) ns: String,
+}
+
+/// The options every process's client takes for `kind`.
+pub(crate) fn options(kind: Kind) -> LockOptions {
+    LockOptions::new(TTL)
+        .with_fair(kind == Kind::FairMutex)
+        .with_fenced(kind.fenced())
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(200))
+}
+
+/// Records a holder's end when dropped unended: a term's work dropped by the leader
+/// loop, a job cancelled.
+struct EndOnDrop<'a> {
+    process: &'a Process,
+    key: String,
+    ended: bool,
+}
+
+impl EndOnDrop<'_> {
+    fn end(mut self, how: &'static str) {
+        self.ended = true;
+        self.process.rec.record(
+            self.process.proc,
+            What::Ended {
+                key: self.key.clone(),
+                how,
+            },
+        );
+    }
+}
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.process.rec.record(
+                self.process.proc,
+                What::Ended {
+                    key: self.key.clone(),
+                    how: "dropped",
+                },
+            );
+        }
+    }
+}
+
+impl Process {
+    fn record(&self, what: What) {
+        self.rec.record(self.proc, what);
+    }
+
+    /// A key as histories name it: without the run's namespace.
+    fn logical(&self, key: &LockKey) -> String {
+        key.as_str().replacen(&self.ns, "", 1)
+    }
+
+    /// A name in this run's namespace.
+    fn named(&self, name: &str) -> String {
+        format!("{}{name}", self.ns)
+    }
+
+    /// Works under `guard` for a few steps drawn from `rng`: at each, the guard must
+    /// still hold, and the server must agree. Returns whether it still held.
+    async fn work(&self, guard: &LockGuard, kind: Kind, rng: &mut SimRng) -> bool {
+        let key = self.logical(guard.key());
+        for _ in 0..1 + rng.below(5) {
+            // Sometimes longer than the TTL: renewal keeps the hold.
+            tokio::time::sleep(rng.millis(5, 700)).await;
+            if !guard.is_held() {
+                return false;
+            }
+            self.record(What::Working { key: key.clone() });
+            if let Some(broken) = self.server_disagrees(guard, kind).await {
+                self.record(What::Broken(broken));
+            }
+        }
+        true
+    }
+
+    /// The server's truth at this instant against a holder that believes it holds:
+    /// what is wrong, if anything. Asked of the server directly, not across the
+    /// network, and at the same simulated instant.
+    async fn server_disagrees(&self, guard: &LockGuard, kind: Kind) -> Option<String> {
+        let name = self.logical(guard.key());
+        let key = guard.key();
+        let fence = guard.fence();
+        if let Some(permits) = self.server.permits().filter(|_| {
+            matches!(kind, Kind::Semaphore)
+                || kind == Kind::LeaderLoop && self.server.permits().is_some()
+        }) {
+            let holders = match permits.holders(key).await {
+                Ok(holders) => holders,
+                Err(error) => return Some(format!("the server's holders of {name}: {error}")),
+            };
+            let count: u32 = holders.iter().map(|h| h.count).sum();
+            let limit = u32::try_from(kind.limit()).unwrap_or(u32::MAX);
+            if count > limit {
+                return Some(format!(
+                    "the server has {count} permits of {name} out, over its limit of {limit}"
+                ));
+            }
+            if !holders.iter().any(|h| h.fence == fence) {
+                return Some(format!(
+                    "a holder of {name} with fence {fence} believes it holds; the server's holders are {:?}",
+                    holders.iter().map(|h| h.fence.get()).collect::<Vec<_>>()
+                ));
+            }
+            return None;
+        }
+        match self.server.inspect(key).await {
+            Ok(Some(info)) if !kind.fenced() || info.fence == fence => None,
+            Ok(Some(info)) => Some(format!(
+                "a holder of {name} with fence {fence} believes it holds; the server has fence {}",
+                info.fence
+            )),
+            Ok(None) => Some(format!(
+                "a holder of {name} with fence {fence} believes it holds; the server has no lease"
+            )),
+            Err(error) => Some(format!("the server's lease of {name}: {error}")),
+        }
+    }
+
+    /// Runs `wait` for `key`, sometimes dropped at an await before it ends, and
+    /// records how long it took against its deadline.
+    async fn waited<T, Fut>(
+        &self,
+        key: &str,
+        wait: Duration,
+        rng: &mut SimRng,
+        acquire: Fut,
+    ) -> Option<Result<T, Error>>
+    where
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let started = Instant::now();
+        let answer = if rng.chance(100) {
+            let cut = rng.millis(0, 600);
+            match tokio::time::timeout(cut, acquire).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    self.record(What::Waited {
+                        key: key.to_owned(),
+                        wait,
+                        took: started.elapsed(),
+                        outcome: "dropped".to_owned(),
+                    });
+                    return None;
+                }
+            }
+        } else {
+            acquire.await
+        };
+        self.record(What::Waited {
+            key: key.to_owned(),
+            wait,
+            took: started.elapsed(),
+            outcome: match &answer {
+                Ok(_) => "ok".to_owned(),
+                Err(error) => format!("{:?}", error.kind()),
+            },
+        });
+        Some(answer)
+    }
+
+    /// Holds what `acquire` answered, works under it, then releases or drops it.
+    async fn hold(&self, kind: Kind, guard: LockGuard, rng: &mut SimRng) {
+        let key = self.logical(guard.key());
+        self.record(What::Acquired {
+            key: key.clone(),
+            fence: guard.fence().get(),
+        });
+        let end = EndOnDrop {
+            process: self,
+            key,
+            ended: false,
+        };
+        // Sometimes the work is dropped at an await, the guard with it.
+        let held = if rng.chance(80) {
+            let cut = rng.millis(0, 1500);
+            match tokio::time::timeout(cut, self.work(&guard, kind, rng)).await {
+                Ok(held) => held,
+                Err(_) => {
+                    drop(guard);
+                    end.end("dropped");
+                    return;
+                }
+            }
+        } else {
+            self.work(&guard, kind, rng).await
+        };
+        if !held {
+            end.end("lost");
+            drop(guard);
+        } else if rng.chance(850) {
+            end.end("released");
+            let _ = guard.release().await;
+        } else {
+            end.end("dropped");
+            drop(guard);
+        }
+    }
+
+    /// The process's life for `kind`, until the run's end.
+    pub(crate) async fn run(mut self, kind: Kind) {
+        self.record(What::Started);
+        let mut rng = self.rng.clone();
+        match kind {
+            Kind::Mutex | Kind::FairMutex | Kind::Efficiency => {
+                while Instant::now() < self.end {
+                    let wait = rng.millis(0, 1500);
+                    let key = self.named("m");
+                    if let Some(Ok(guard)) = self
+                        .waited("m", wait, &mut rng, self.client.lock(&key, wait))
+                        .await
+                    {
+                        self.hold(kind, guard, &mut rng).await;
+                    }
+                    tokio::time::sleep(rng.millis(0, 300)).await;
+                }
+            }
+            Kind::Semaphore => {
+                let Ok(semaphore) = self.client.semaphore(&self.named("s"), SEMAPHORE_LIMIT) else {
+                    self.record(What::Broken("a semaphore of 2 was refused".to_owned()));
+                    return;
+                };
+                while Instant::now() < self.end {
+                    let wait = rng.millis(0, 1500);
+                    if let Some(Ok(guard)) = self
+                        .waited("s", wait, &mut rng, semaphore.acquire(wait))
+                        .await
+                    {
+                        self.hold(kind, guard, &mut rng).await;
+                    }
+                    tokio::time::sleep(rng.millis(0, 300)).await;
+                }
+            }
+            Kind::LeaderLoop => self.lead(&mut rng).await,
+            Kind::RunOnce => self.jobs(&mut rng).await,
+        }
+        self.rng = rng;
+    }
+
+    async fn lead(&self, rng: &mut SimRng) {
+        let looped = self
+            .client
+            .election(&self.named("leader"))
+            .and_then(|election| election.leader_loop(&self.proc.to_string()));
+        let leader_loop = match looped {
+            Ok(leader_loop) => leader_loop.with_retry(Duration::from_millis(200)),
+            Err(error) => {
+                self.record(What::Broken(format!(
+                    "the leader loop was refused: {error}"
+                )));
+                return;
+            }
+        };
+        let terms = std::cell::RefCell::new(rng.clone());
+        let outcome = leader_loop
+            .run(
+                |hold| {
+                    let terms = &terms;
+                    async move {
+                        let mut rng = terms.borrow_mut().clone();
+                        terms.borrow_mut().next();
+                        let key = self.logical(hold.key());
+                        self.record(What::Acquired {
+                            key: key.clone(),
+                            fence: hold.fence().get(),
+                        });
+                        let end = EndOnDrop {
+                            process: self,
+                            key,
+                            ended: false,
+                        };
+                        // A term of a few steps, or longer; the loop drops it on a loss.
+                        for _ in 0..1 + rng.below(12) {
+                            tokio::time::sleep(rng.millis(5, 700)).await;
+                            if !hold.is_held() {
+                                end.end("lost");
+                                // The loop must notice the loss itself; wait for it.
+                                std::future::pending::<()>().await;
+                                return;
+                            }
+                            self.record(What::Working {
+                                key: self.logical(hold.key()),
+                            });
+                            if let Some(broken) =
+                                self.server_disagrees(&hold, Kind::LeaderLoop).await
+                            {
+                                self.record(What::Broken(broken));
+                            }
+                        }
+                        end.end("resigned");
+                    }
+                },
+                tokio::time::sleep_until(self.end),
+            )
+            .await;
+        if let Err(error) = outcome {
+            self.record(What::Broken(format!("the leader loop failed: {error}")));
+        }
+    }
+
+    async fn jobs(&self, rng: &mut SimRng) {
+        let start = Instant::now() - self.rec.now();
+        loop {
+            let elapsed = self.rec.now();
+            let slot = elapsed.as_millis() as u64 / SLOT.as_millis() as u64 + 1;
+            let fire = start
+                + SLOT * u32::try_from(slot).unwrap_or(u32::MAX)
+                + rng.millis(0, SLOT_SKEW_MS);
+            if fire >= self.end {
+                return;
+            }
+            tokio::time::sleep_until(fire).await;
+            let work = rng.millis(0, 1000);
+            let _ = self
+                .client
+                .run_once(&self.named("job"), AT_LEAST, |_fence| async move {
+                    self.record(What::Ran { slot });
+                    tokio::time::sleep(work).await;
+                })
+                .await;
+        }
+    }
+}
+
+/// The key a kind's holders hold, as the guards name it.
+pub(crate) fn key_of(kind: Kind, server: &dyn LockBackend) -> String {
+    match kind {
+        Kind::Mutex | Kind::FairMutex | Kind::Efficiency => "m".to_owned(),
+        Kind::Semaphore => "s".to_owned(),
+        Kind::LeaderLoop if server.permits().is_some() => "leader".to_owned(),
+        Kind::LeaderLoop => LockKey::new(format!("{}leader", distlock_core::LEASE_ELECTION_PREFIX))
+            .map(|k| k.as_str().to_owned())
+            .unwrap_or_default(),
+        Kind::RunOnce => "job".to_owned(),
+    }
+}

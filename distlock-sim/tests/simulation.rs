@@ -1,0 +1,314 @@
+//! The simulation on the in-memory backend: determinism, a range of seeds, and
+//! mutants of a backend that each break one promise, each caught within a budget of
+//! seeds. The full CI run (10,000 seeds) is the release binary's, in scripts/test.sh;
+//! the soak (a million) is `scripts/sim.sh --soak`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use distlock_core::backend::{
+    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, Handoffs,
+    OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, SetBackend,
+    SetGrant, Term,
+};
+use distlock_core::{FencingToken, LockBackend, LockInfo, LockKey, MemoryBackend, Result};
+use distlock_sim::{Kind, Simulation, DETERMINISTIC};
+
+/// Seeds each test may spend (a debug build runs about 35 a second per core).
+const BUDGET: u64 = 240;
+
+#[test]
+fn the_build_can_replay_a_seed() {
+    // Read at run time, so that the check is not folded away: it fails a build
+    // without the flag.
+    let deterministic = std::hint::black_box(DETERMINISTIC);
+    assert!(
+        deterministic,
+        "tokio was built without --cfg tokio_unstable (the workspace's .cargo/config.toml \
+         sets it; a RUSTFLAGS variable overrides that file): seeds cannot be replayed"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_history_twice() {
+    let simulation = Simulation::new(MemoryBackend::new);
+    for seed in 0..12 {
+        let (a, b) = (simulation.run_seed(seed), simulation.run_seed(seed));
+        assert!(a.history.len() > 5, "seed {seed} did almost nothing");
+        assert_eq!(
+            a.hash,
+            b.hash,
+            "seed {seed} ({}) ran two different histories",
+            a.kind.name()
+        );
+        assert_eq!(a.history, b.history);
+    }
+    // And different seeds, different schedules.
+    let hashes: std::collections::BTreeSet<u64> =
+        (0..12).map(|s| simulation.run_seed(s).hash).collect();
+    assert_eq!(hashes.len(), 12);
+}
+
+#[test]
+fn every_kind_keeps_its_promises_on_the_memory_backend() {
+    let simulation = Simulation::new(MemoryBackend::new);
+    let summary = simulation.run_seeds(0..BUDGET, 2);
+    for failure in &summary.failures {
+        eprintln!("{}", failure.explain());
+    }
+    assert_eq!(
+        summary.failed, 0,
+        "{} seeds broke a promise",
+        summary.failed
+    );
+    assert_eq!(
+        summary.per_kind.len(),
+        Kind::ALL.len(),
+        "a kind did not run"
+    );
+    assert!(summary.per_kind.iter().all(|(_, n)| *n > 0));
+    let c = summary.counts;
+    assert!(
+        c.requests_lost > 0 && c.replies_lost > 0 && c.duplicated > 0 && c.stalled > 0,
+        "a fault was never drawn: {c:?}"
+    );
+}
+
+#[test]
+fn a_history_shows_holds_checks_and_faults() {
+    // The checkers read something: holds, steps under them, and faults.
+    let simulation = Simulation::new(MemoryBackend::new).with_kinds(&[Kind::Mutex]);
+    let report = simulation.run_seed(3);
+    let text: Vec<String> = report.history.iter().map(|e| e.to_string()).collect();
+    for needle in ["Acquired", "Working", "Ended", "Waited", "Fault"] {
+        assert!(
+            text.iter().any(|l| l.contains(needle)),
+            "no {needle} in seed 3's history:\n{}",
+            text.join("\n")
+        );
+    }
+}
+
+/// How a mutant backend breaks the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Twist {
+    /// Every grant carries fence 1: fences do not increase.
+    StaleFence,
+    /// A release frees the key whoever asks.
+    ReleasesForAnyOwner,
+    /// The server keeps a lease half as long as the client asked.
+    HalfLease,
+    /// A permit is granted against a limit one higher than the claim's.
+    RaisesPermitLimit,
+}
+
+#[derive(Debug)]
+struct Mutant {
+    inner: MemoryBackend,
+    twist: Twist,
+}
+
+impl Mutant {
+    fn new(twist: Twist) -> Self {
+        Mutant {
+            inner: MemoryBackend::new(),
+            twist,
+        }
+    }
+
+    /// Frees `key` at half `ttl` from now, if the same grant still holds it.
+    fn cut_short(&self, key: &LockKey, fence: FencingToken, ttl: Duration) {
+        let inner = self.inner.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl / 2).await;
+            if let Ok(Some(info)) = inner.inspect(&key).await {
+                if info.fence == fence {
+                    let _ = inner.force_release(&key).await;
+                }
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl LockBackend for Mutant {
+    fn name(&self) -> &str {
+        "mutant"
+    }
+    fn capabilities(&self) -> &Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
+        let grant = self.inner.try_grant(request).await?;
+        match (self.twist, &grant) {
+            (Twist::StaleFence, Grant::Granted(_)) => {
+                return Ok(Grant::Granted(FencingToken::new(1)))
+            }
+            (Twist::HalfLease, Grant::Granted(fence)) => {
+                self.cut_short(request.key(), *fence, request.ttl());
+            }
+            _ => {}
+        }
+        Ok(grant)
+    }
+    async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        if self.twist == Twist::ReleasesForAnyOwner {
+            let freed = self.inner.force_release(key).await?;
+            return Ok(if freed {
+                ReleaseOutcome::Released
+            } else {
+                ReleaseOutcome::NotHeld
+            });
+        }
+        self.inner.release(key, owner).await
+    }
+    async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
+        let renewal = self.inner.renew(request).await?;
+        if self.twist == Twist::HalfLease && matches!(renewal, Renewal::Renewed) {
+            self.cut_short(request.key(), request.fence(), request.ttl());
+        }
+        Ok(renewal)
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+    async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.inner.watch(key).await
+    }
+    fn fair(&self) -> Option<&dyn FairBackend> {
+        Some(self)
+    }
+    fn sets(&self) -> Option<&dyn SetBackend> {
+        Some(self)
+    }
+    fn operator(&self) -> Option<&dyn OperatorBackend> {
+        Some(self)
+    }
+    fn permits(&self) -> Option<&dyn PermitBackend> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FairBackend for Mutant {
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        FairBackend::leave_queue(&self.inner, key, owner).await
+    }
+    async fn watch_in_turn(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+    ) -> Result<Option<ChangeStream>> {
+        self.inner.watch_in_turn(key, owner).await
+    }
+    async fn release_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        if self.twist == Twist::ReleasesForAnyOwner {
+            return self.release(key, owner).await;
+        }
+        self.inner.release_in_turn(key, owner).await
+    }
+    fn handoffs(&self) -> Option<&dyn Handoffs> {
+        self.inner.handoffs()
+    }
+}
+
+#[async_trait]
+impl SetBackend for Mutant {
+    async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
+        self.inner.try_grant_all(requests).await
+    }
+}
+
+#[async_trait]
+impl OperatorBackend for Mutant {
+    async fn force_release(&self, key: &LockKey) -> Result<bool> {
+        self.inner.force_release(key).await
+    }
+    async fn scan(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
+        self.inner.scan(prefix).await
+    }
+}
+
+#[async_trait]
+impl PermitBackend for Mutant {
+    async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
+        if self.twist == Twist::RaisesPermitLimit {
+            let raised = Claim::new(claim.count(), claim.limit() + 1)?;
+            return self.inner.try_grant_permits(request, &raised).await;
+        }
+        self.inner.try_grant_permits(request, claim).await
+    }
+    async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
+        self.inner.release_permits(key, owner).await
+    }
+    async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
+        self.inner.renew_permits(request).await
+    }
+    async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        PermitBackend::leave_queue(&self.inner, key, owner).await
+    }
+    async fn proclaim(&self, key: &LockKey, owner: &OwnerToken, value: &str) -> Result<Renewal> {
+        self.inner.proclaim(key, owner, value).await
+    }
+    async fn holders(&self, key: &LockKey) -> Result<Vec<PermitHolder>> {
+        self.inner.holders(key).await
+    }
+    async fn terms(&self, key: &LockKey, after: u64) -> Result<Vec<Term>> {
+        self.inner.terms(key, after).await
+    }
+    async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
+        self.inner.watch_permits(key).await
+    }
+}
+
+/// Runs `twist`'s mutant on `kinds` until a seed breaks a promise: that seed, and
+/// the promise, within the budget.
+fn first_catch(twist: Twist, kinds: &[Kind]) -> (u64, &'static str) {
+    let simulation = Simulation::new(move || Mutant::new(twist)).with_kinds(kinds);
+    for seed in 0..BUDGET {
+        let report = simulation.run_seed(seed);
+        if let Some(first) = report.violations.first() {
+            eprintln!("{twist:?}: first caught by {}", report.explain());
+            return (seed, first.promise);
+        }
+    }
+    panic!("{twist:?} was not caught by {BUDGET} seeds of {kinds:?}");
+}
+
+#[test]
+fn a_fence_that_does_not_increase_is_caught() {
+    let (seed, promise) = first_catch(Twist::StaleFence, &[Kind::Mutex, Kind::LeaderLoop]);
+    eprintln!("StaleFence: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_release_for_any_owner_is_caught() {
+    let (seed, promise) = first_catch(
+        Twist::ReleasesForAnyOwner,
+        &[Kind::Mutex, Kind::Efficiency, Kind::RunOnce],
+    );
+    eprintln!("ReleasesForAnyOwner: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_lease_kept_shorter_than_asked_is_caught() {
+    let (seed, promise) = first_catch(Twist::HalfLease, &[Kind::Mutex, Kind::RunOnce]);
+    eprintln!("HalfLease: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_permit_over_the_limit_is_caught() {
+    let (seed, promise) = first_catch(Twist::RaisesPermitLimit, &[Kind::Semaphore]);
+    eprintln!("RaisesPermitLimit: seed {seed}, {promise}");
+}
+
+/// Every `Arc<dyn LockBackend>` is a backend too: a third party's in-process backend
+/// runs the same way.
+#[test]
+fn a_boxed_backend_runs_as_its_own() {
+    let simulation = Simulation::new(|| Arc::new(MemoryBackend::new()) as Arc<dyn LockBackend>);
+    let report = simulation.run_seed(7);
+    assert!(report.passed(), "{}", report.explain());
+}
