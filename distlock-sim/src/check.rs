@@ -22,72 +22,41 @@ pub struct Violation {
 struct Holding {
     proc: Proc,
     fence: u64,
+    shared: bool,
     from: Duration,
     last: Duration,
-    open: bool,
+    /// When the holder stopped acting as holder (released, lost, dropped, crashed).
+    ended: Option<Duration>,
 }
 
-/// Every promise of `kind` checked over `events`; `quiet_from` is when the faults
-/// stopped (a leader must be elected again after it).
+/// Every promise of `kind` checked over `events`, for each of `keys`; `quiet_from`
+/// is when a leader must lead again, the faults having stopped.
 pub(crate) fn check(
     kind: Kind,
-    key: &str,
+    keys: &[String],
     events: &[Event],
     quiet_from: Duration,
 ) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut holdings: Vec<Holding> = Vec::new();
-    let mut open: BTreeMap<Proc, usize> = BTreeMap::new();
+    for key in keys {
+        holds(kind, key, events, &mut found);
+    }
     let mut runs: BTreeMap<u64, Vec<(Proc, Duration)>> = BTreeMap::new();
     let mut led_after_quiet = false;
     for event in events {
         match &event.what {
-            What::Acquired { key: k, fence } if k == key => {
-                if open.contains_key(&event.proc) {
-                    found.push(Violation {
-                        promise: "one hold per holder",
-                        at: event.at,
-                        detail: format!("{} was granted {k} again while it held it", event.proc),
-                    });
-                }
-                open.insert(event.proc, holdings.len());
-                holdings.push(Holding {
-                    proc: event.proc,
-                    fence: *fence,
-                    from: event.at,
-                    last: event.at,
-                    open: true,
-                });
-            }
-            What::Working { key: k } if k == key => {
-                if let Some(&i) = open.get(&event.proc) {
-                    holdings[i].last = event.at;
-                }
-                if kind == Kind::LeaderLoop && event.at >= quiet_from {
-                    led_after_quiet = true;
-                }
-            }
-            What::Ended { key: k, .. } if k == key => {
-                if let Some(i) = open.remove(&event.proc) {
-                    holdings[i].open = false;
-                }
-            }
-            What::Crashed => {
-                if let Some(i) = open.remove(&event.proc) {
-                    holdings[i].open = false;
-                }
-            }
+            What::Working { .. } if event.at >= quiet_from => led_after_quiet = true,
             What::Waited {
-                key: k,
+                key,
                 wait,
                 took,
                 outcome,
-            } if k == key && outcome != "dropped" && took > wait => {
+            } if outcome != "dropped" && took > wait => {
                 found.push(Violation {
                     promise: "a wait ends by its deadline",
                     at: event.at,
                     detail: format!(
-                        "{} waited {took:?} for {k}, given {wait:?} (answer {outcome})",
+                        "{} waited {took:?} for {key}, given {wait:?} (answer {outcome})",
                         event.proc
                     ),
                 });
@@ -99,55 +68,6 @@ pub(crate) fn check(
                 detail: format!("{}: {detail}", event.proc),
             }),
             _ => {}
-        }
-    }
-
-    // At most `limit` holders act as holders at once: a holder acts from its grant
-    // to its last step, so two holds overlap where one began inside the other.
-    let limit = kind.limit();
-    for (i, h) in holdings.iter().enumerate() {
-        let others: Vec<&Holding> = holdings
-            .iter()
-            .enumerate()
-            .filter(|(j, o)| *j != i && o.proc != h.proc && o.from <= h.from && h.from <= o.last)
-            .map(|(_, o)| o)
-            .collect();
-        if others.len() >= limit {
-            found.push(Violation {
-                promise: if limit == 1 {
-                    "one holder at a time"
-                } else {
-                    "at most the limit of permits at once"
-                },
-                at: h.from,
-                detail: format!(
-                    "{} was granted {key} (fence {}) while {} still acted as holder",
-                    h.proc,
-                    h.fence,
-                    others
-                        .iter()
-                        .map(|o| format!("{} (fence {}, until {:?})", o.proc, o.fence, o.last))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        }
-    }
-
-    // Fences strictly increase from one grant to the next (a semaphore's permits
-    // share theirs among concurrent holders, so only exclusive kinds).
-    if kind.fenced() && limit == 1 {
-        for pair in holdings.windows(2) {
-            if pair[1].fence <= pair[0].fence {
-                found.push(Violation {
-                    promise: "fences strictly increase",
-                    at: pair[1].from,
-                    detail: format!(
-                        "{} was granted {key} with fence {} after {} had fence {}",
-                        pair[1].proc, pair[1].fence, pair[0].proc, pair[0].fence
-                    ),
-                });
-            }
         }
     }
 
@@ -167,8 +87,7 @@ pub(crate) fn check(
                 promise: "one run per slot",
                 at: ran[1].1,
                 detail: format!(
-                    "slot {slot} (from {:?}) ran {} times: {}",
-                    SLOT * u32::try_from(*slot).unwrap_or(u32::MAX),
+                    "slot {slot} (from {slot_start:?}) ran {} times: {}",
                     ran.len(),
                     ran.iter()
                         .map(|(p, at)| format!("{p} at {at:?}"))
@@ -187,4 +106,117 @@ pub(crate) fn check(
         });
     }
     found
+}
+
+/// The promises about the holds of `key`: who held it when, and with which fences.
+fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
+    let mut holdings: Vec<Holding> = Vec::new();
+    let mut open: BTreeMap<Proc, usize> = BTreeMap::new();
+    for event in events {
+        match &event.what {
+            What::Acquired {
+                key: k,
+                fence,
+                shared,
+            } if k == key => {
+                if open.contains_key(&event.proc) {
+                    found.push(Violation {
+                        promise: "one hold per holder",
+                        at: event.at,
+                        detail: format!("{} was granted {k} again while it held it", event.proc),
+                    });
+                }
+                open.insert(event.proc, holdings.len());
+                holdings.push(Holding {
+                    proc: event.proc,
+                    fence: *fence,
+                    shared: *shared,
+                    from: event.at,
+                    last: event.at,
+                    ended: None,
+                });
+            }
+            What::Working { key: k } if k == key => {
+                if let Some(&i) = open.get(&event.proc) {
+                    holdings[i].last = event.at;
+                }
+            }
+            What::Ended { key: k, .. } if k == key => {
+                if let Some(i) = open.remove(&event.proc) {
+                    holdings[i].ended = Some(event.at);
+                }
+            }
+            What::Crashed => {
+                if let Some(i) = open.remove(&event.proc) {
+                    holdings[i].ended = Some(event.at);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // A holder acts as holder from its grant to its last step, so two holds overlap
+    // where one began inside the other. A hold alone overlaps none; shared holds
+    // overlap only shared ones, at most the limit at once.
+    let limit = kind.limit();
+    for (i, h) in holdings.iter().enumerate() {
+        let others: Vec<&Holding> = holdings
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| *j != i && o.proc != h.proc && o.from <= h.from && h.from <= o.last)
+            .map(|(_, o)| o)
+            .collect();
+        let alone_broken = !others.is_empty() && (!h.shared || others.iter().any(|o| !o.shared));
+        let limit_broken = h.shared && others.len() as u64 >= limit;
+        if alone_broken || limit_broken {
+            found.push(Violation {
+                promise: if limit_broken {
+                    "at most the limit of permits at once"
+                } else {
+                    "one holder at a time"
+                },
+                at: h.from,
+                detail: format!(
+                    "{} was granted {key} (fence {}{}) while {} still acted as holder",
+                    h.proc,
+                    h.fence,
+                    if h.shared { ", shared" } else { "" },
+                    others
+                        .iter()
+                        .map(|o| format!(
+                            "{} (fence {}{}, until {:?})",
+                            o.proc,
+                            o.fence,
+                            if o.shared { ", shared" } else { "" },
+                            o.last
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
+
+    // Fences strictly increase from a hold to every hold that began after it ended
+    // (the efficiency lock has none). Two shared holds may be granted in one order
+    // and answered in the other, so they are not ordered by when they began.
+    if kind.fenced() {
+        for (i, h) in holdings.iter().enumerate() {
+            if let Some(earlier) = holdings[..i]
+                .iter()
+                .filter(|o| !(o.shared && h.shared))
+                .filter(|o| o.ended.is_some_and(|end| end < h.from) && o.fence >= h.fence)
+                .max_by_key(|o| o.fence)
+            {
+                found.push(Violation {
+                    promise: "fences strictly increase",
+                    at: h.from,
+                    detail: format!(
+                        "{} was granted {key} with fence {} after {} had held it with fence {}",
+                        h.proc, h.fence, earlier.proc, earlier.fence
+                    ),
+                });
+            }
+        }
+    }
 }

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 /// The faults a simulated run draws from its seed, and their rates. Per request: a
-/// latency, a delay (which reorders requests in flight), a request lost, a reply lost
-/// after the server applied the request, a request applied twice. Per run, at times
+/// latency, a delay (which reorders requests in flight), a pause of the process while
+/// the request is in flight, a request lost, a reply lost after the server applied
+/// the request, a request applied twice. Per run, at times
 /// drawn from the seed: processes cut off both ways or one way, stalled (everything
 /// they send and receive frozen, as a paused process), crashed (their tasks gone with
 /// no release, their link dead) and restarted, the server down for a while with its
@@ -17,6 +18,11 @@ pub struct Faults {
     pub delay_per_mille: u32,
     /// The longest further delay.
     pub delay_max_ms: u64,
+    /// Per mille of requests whose process pauses while they are in flight (a GC
+    /// pause, a VM descheduled): the reply is read `pause_ms` late.
+    pub pause_per_mille: u32,
+    /// How long such a pause lasts, in milliseconds, low and high.
+    pub pause_ms: (u64, u64),
     /// Per mille of requests lost before the server.
     pub lose_request_per_mille: u32,
     /// Per mille of replies lost after the server applied the request.
@@ -26,7 +32,7 @@ pub struct Faults {
     /// How long a client waits for a lost reply before its step fails with a timeout.
     pub response_timeout: Duration,
     /// How many process-level faults (cuts, stalls, crashes, server restarts) a run
-    /// draws.
+    /// draws per 20 simulated seconds, at random times.
     pub process_faults: u32,
     /// Whether processes may crash (their leftover leases run out at their TTL).
     pub crashes: bool,
@@ -38,6 +44,8 @@ impl Faults {
         latency_ms: (1, 5),
         delay_per_mille: 50,
         delay_max_ms: 60,
+        pause_per_mille: 5,
+        pause_ms: (300, 2500),
         lose_request_per_mille: 30,
         lose_reply_per_mille: 30,
         duplicate_per_mille: 20,
@@ -51,6 +59,8 @@ impl Faults {
         latency_ms: (1, 5),
         delay_per_mille: 0,
         delay_max_ms: 0,
+        pause_per_mille: 0,
+        pause_ms: (0, 0),
         lose_request_per_mille: 0,
         lose_reply_per_mille: 0,
         duplicate_per_mille: 0,

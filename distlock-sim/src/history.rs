@@ -27,10 +27,12 @@ impl fmt::Display for Proc {
 pub enum What {
     /// The process holds `key` from now, with `fence` (0 when unfenced).
     Acquired {
-        /// The key, or the semaphore's or election's name.
+        /// The key, or the semaphore's, read-write lock's or election's name.
         key: String,
         /// The grant's fence.
         fence: u64,
+        /// Whether the grant shares the key (a permit, a read), or holds it alone.
+        shared: bool,
     },
     /// The process acts as `key`'s holder now: its guard said it still holds.
     Working {

@@ -42,11 +42,12 @@
 //! # What a run does
 //!
 //! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing and fair,
-//! the efficiency lock, a semaphore, the leader loop, `run_once` jobs), then runs
-//! four processes for twenty simulated seconds and a quiet tail of six. Every request
-//! meets the faults of [`Faults`]: latency, delays that reorder requests in flight,
-//! requests lost, replies lost after the server applied the request, requests
-//! applied twice. At times drawn from the seed, processes are cut off (both ways, or
+//! the efficiency lock, a semaphore, a read-write lock, sets of keys, the leader
+//! loop, `run_once` jobs), then runs four processes for twenty simulated seconds and
+//! a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
+//! that reorder requests in flight, a pause of its process while it is in flight (the
+//! reply read up to 2.5 s late), requests lost, replies lost after the server applied
+//! the request, requests applied twice. At times drawn from the seed, processes are cut off (both ways, or
 //! their replies only), stalled, or crashed (their tasks dropped with no release,
 //! their link dead, so that nothing they left behind arrives) and restarted, and the
 //! server goes down for a while with its state kept. The processes drop waits and
@@ -57,9 +58,12 @@
 //! At each step a holder acts as holder, its guard must say it holds and the server,
 //! asked at that instant, must agree (its lease with that fence, its permit within
 //! the limit). Over the whole history ([`Violation`]): one holder at a time (at most
-//! the limit for a semaphore), fences strictly increasing from grant to grant, every
-//! wait ended by its deadline, one `run_once` run per slot (crashed runners
-//! included), and a leader elected again once the faults stop.
+//! the limit for a semaphore, readers only beside readers), fences strictly
+//! increasing from a hold to every hold granted after it ended, every wait ended by
+//! its deadline, one `run_once` run per slot (crashed runners included), and a leader
+//! elected again once the faults stop. A failure's report names the seed, and
+//! [`Simulation::shortest_failing`] the shortest prefix of its schedule that still
+//! fails.
 //!
 //! # What is not simulated
 //!
@@ -68,8 +72,8 @@
 //! not its threads). A server restart that loses its leases is not drawn: that
 //! breaks exclusion on a backend that declares it does not keep leases, by design.
 //! Change notifications reach a cut-off process (they are hints: every decision the
-//! client makes on one is checked by a step that crosses the link). Re-entrant holds,
-//! read-write locks, sets of keys and the tower layers are not among the kinds yet.
+//! client makes on one is checked by a step that crosses the link). Re-entrant holds
+//! and the tower layers are not among the kinds yet.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -92,7 +96,11 @@ pub use workload::Kind;
 impl Simulation {
     /// Runs `seeds` on `threads` threads (each seed on one thread, its own runtime),
     /// and sums them up. The same seeds give the same summary, whatever the threads.
+    ///
+    /// With the environment variable `DISTLOCK_SIM_SEED` set to a seed, it runs that
+    /// seed alone instead: the replay of a failure a test printed, from the same test.
     pub fn run_seeds(&self, seeds: std::ops::Range<u64>, threads: usize) -> Summary {
+        let seeds = seeds_to_run(seeds, std::env::var("DISTLOCK_SIM_SEED").ok().as_deref());
         let next = std::sync::atomic::AtomicU64::new(seeds.start);
         let reports = std::sync::Mutex::new(Vec::new());
         std::thread::scope(|scope| {
@@ -135,6 +143,7 @@ impl Simulation {
             c.replies_lost += counts.replies_lost;
             c.duplicated += counts.duplicated;
             c.stalled += counts.stalled;
+            c.paused += counts.paused;
             if let Some(failure) = failure {
                 summary.failed += 1;
                 if summary.failures.len() < 10 {
@@ -143,5 +152,27 @@ impl Simulation {
             }
         }
         summary
+    }
+}
+
+/// The seeds `run_seeds` runs: `seeds`, or the one `replay` names.
+fn seeds_to_run(seeds: std::ops::Range<u64>, replay: Option<&str>) -> std::ops::Range<u64> {
+    match replay.and_then(|s| s.trim().parse::<u64>().ok()) {
+        Some(seed) => seed..seed.saturating_add(1),
+        None => seeds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seeds_to_run;
+
+    #[test]
+    fn a_seed_in_the_environment_replaces_the_range() {
+        assert_eq!(seeds_to_run(0..500, None), 0..500);
+        assert_eq!(seeds_to_run(0..500, Some("874")), 874..875);
+        assert_eq!(seeds_to_run(0..500, Some(" 7 ")), 7..8);
+        // Not a seed: the range, as if unset.
+        assert_eq!(seeds_to_run(0..500, Some("x")), 0..500);
     }
 }

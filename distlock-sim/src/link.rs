@@ -51,6 +51,8 @@ pub struct Counts {
     pub duplicated: u64,
     /// Requests that met a stalled process or a server down.
     pub stalled: u64,
+    /// Replies read late, by a process paused while its request was in flight.
+    pub paused: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -157,13 +159,22 @@ impl Net {
         } else {
             (out, back)
         };
-        Fate {
+        // The process paused while its request was in flight: it reads the reply
+        // once it resumes, by when its clock has moved on.
+        let pause = rng
+            .chance(f.pause_per_mille)
+            .then(|| rng.millis(f.pause_ms.0, f.pause_ms.1));
+        let fate = Fate {
             out,
-            back,
+            back: back + pause.unwrap_or_default(),
             lose_request: rng.chance(f.lose_request_per_mille),
             lose_reply: rng.chance(f.lose_reply_per_mille),
             duplicate: rng.chance(f.duplicate_per_mille),
+        };
+        if pause.is_some() {
+            state.counts.paused += 1;
         }
+        fate
     }
 
     fn proc(&self, proc: usize) -> ProcNet {

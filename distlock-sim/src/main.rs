@@ -1,18 +1,41 @@
 //! `distlock-sim`: runs the simulation on the in-memory backend from the command line.
 //!
-//! `distlock-sim --seeds N [--from S] [--threads T]` runs seeds S..S+N and prints a
-//! summary (seeds per second, per kind, what the network did) and each failure;
-//! `distlock-sim --seed S [--history]` replays one seed and prints its verdict (and
-//! its whole history). Exits 1 if a seed broke a promise, 64 on bad arguments.
+//! `distlock-sim --seeds N [--from S] [--threads T] [--kinds K,K]` runs seeds S..S+N
+//! and prints a summary (seeds per second, per kind, what the network did) and each
+//! failure; with `--first` it runs them in order and stops at the first failure;
+//! `distlock-sim --seed S [--history] [--length SECS]` replays one seed and prints its
+//! verdict (and its whole history); a failing seed also prints the shortest prefix
+//! of its schedule that still fails. Exits 1 if a seed broke a promise, 64 on bad
+//! arguments.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use distlock_core::MemoryBackend;
-use distlock_sim::Simulation;
+use distlock_sim::{Kind, Simulation};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let valued = [
+        "--seed",
+        "--seeds",
+        "--from",
+        "--threads",
+        "--length",
+        "--kinds",
+    ];
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if valued.contains(&arg.as_str()) {
+            rest.next();
+        } else if arg != "--history" && arg != "--first" {
+            eprintln!(
+                "distlock-sim: unknown argument {arg:?}; takes --seeds N [--from S] [--threads T] \
+                 [--kinds K,K] [--first], or --seed S [--history] [--length SECS]"
+            );
+            return ExitCode::from(64);
+        }
+    }
     let value = |name: &str| -> Result<Option<u64>, String> {
         match args.iter().position(|a| a == name) {
             None => Ok(None),
@@ -38,7 +61,34 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let simulation = Simulation::new(MemoryBackend::new);
+    let length = match value("--length") {
+        Ok(length) => length,
+        Err(error) => {
+            eprintln!("distlock-sim: {error}");
+            return ExitCode::from(64);
+        }
+    };
+    let mut simulation = Simulation::new(MemoryBackend::new);
+    if let Some(i) = args.iter().position(|a| a == "--kinds") {
+        let names = args.get(i + 1).map_or("", String::as_str);
+        let mut kinds = Vec::new();
+        for name in names.split(',') {
+            match Kind::ALL.iter().find(|k| k.name() == name) {
+                Some(kind) => kinds.push(*kind),
+                None => {
+                    eprintln!(
+                        "distlock-sim: no kind {name:?}; the kinds are {}",
+                        Kind::ALL.map(Kind::name).join(", ")
+                    );
+                    return ExitCode::from(64);
+                }
+            }
+        }
+        simulation = simulation.with_kinds(&kinds);
+    }
+    if let Some(secs) = length {
+        simulation = simulation.with_length(std::time::Duration::from_secs(secs.max(1)));
+    }
     if let Some(seed) = seed {
         let report = simulation.run_seed(seed);
         if args.iter().any(|a| a == "--history") {
@@ -59,6 +109,15 @@ fn main() -> ExitCode {
         );
         if !report.passed() {
             println!("{}", report.explain());
+            if length.is_none() {
+                if let Some((prefix, _)) = simulation.shortest_failing(seed) {
+                    println!(
+                        "the shortest failing prefix: the first {prefix:?} of the schedule \
+                         (`distlock-sim --seed {seed} --length {} --history`)",
+                        prefix.as_secs()
+                    );
+                }
+            }
             return ExitCode::from(1);
         }
         return ExitCode::SUCCESS;
@@ -70,6 +129,29 @@ fn main() -> ExitCode {
         |t| usize::try_from(t).unwrap_or(1),
     );
     let started = Instant::now();
+    if args.iter().any(|a| a == "--first") {
+        // Seeds in order, until the first that breaks a promise.
+        for seed in from..from.saturating_add(count) {
+            let report = simulation.run_seed(seed);
+            if !report.passed() {
+                println!(
+                    "first failing seed: {seed}, after {} seeds in {:.1} s",
+                    seed - from + 1,
+                    started.elapsed().as_secs_f64()
+                );
+                println!("{}", report.explain());
+                if let Some((prefix, _)) = simulation.shortest_failing(seed) {
+                    println!("the shortest failing prefix: the first {prefix:?} of the schedule");
+                }
+                return ExitCode::from(1);
+            }
+        }
+        println!(
+            "no seed of {from}..{} broke a promise",
+            from.saturating_add(count)
+        );
+        return ExitCode::SUCCESS;
+    }
     let summary = simulation.run_seeds(from..from.saturating_add(count), threads);
     let took = started.elapsed();
     println!(
@@ -85,8 +167,8 @@ fn main() -> ExitCode {
     }
     let c = summary.counts;
     println!(
-        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} stalled",
-        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.stalled
+        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} read after a pause, {} stalled",
+        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.paused, c.stalled
     );
     for failure in &summary.failures {
         println!("{}", failure.explain());

@@ -14,7 +14,7 @@ use crate::faults::Faults;
 use crate::history::{history_hash, Event, Proc, Recorder, What, NET};
 use crate::link::{Counts, Link, Net};
 use crate::rng::SimRng;
-use crate::workload::{key_of, options, Kind, Process};
+use crate::workload::{keys_of, options, Kind, Process};
 
 /// Whether runs are replayed bit for bit: only where tokio was built with
 /// `--cfg tokio_unstable`, which its seeded generator needs (this workspace's
@@ -83,7 +83,8 @@ impl SeedReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "seed {} ({}) broke {} promise(s); replay: DISTLOCK_SIM_SEED={} (or `distlock-sim --seed {}`)",
+            "seed {} ({}) broke {} promise(s); replay it with DISTLOCK_SIM_SEED={} \
+             (run_seeds then runs that seed alone) or Simulation::run_seed({})",
             self.seed,
             self.kind.name(),
             self.violations.len(),
@@ -181,10 +182,11 @@ impl Simulation {
         #[cfg(tokio_unstable)]
         builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
         let runtime = builder.build().expect("a current-thread runtime builds");
-        let (history, counts, quiet_from, key) = runtime.block_on(self.run(seed, kind));
+        let (history, counts, quiet_from, keys) = runtime.block_on(self.run(seed, kind));
         drop(runtime);
         drop(seeded);
-        let violations = check(kind, &key, &history, quiet_from);
+        let mut violations = check(kind, &keys, &history, quiet_from);
+        violations.sort_by_key(|v| v.at);
         SeedReport {
             seed,
             kind,
@@ -195,9 +197,23 @@ impl Simulation {
         }
     }
 
-    async fn run(&self, seed: u64, kind: Kind) -> (Vec<Event>, Counts, Duration, String) {
+    /// The shortest prefix of `seed`'s schedule that still breaks a promise: the
+    /// seed run with its work cut off after 1 s, 2 s, ... up to this simulation's
+    /// length, the first that fails (`None` if the whole run passes). A run cut off
+    /// earlier draws the same faults and the same workload up to its end, so the
+    /// failure shows in the fewest events.
+    pub fn shortest_failing(&self, seed: u64) -> Option<(Duration, SeedReport)> {
+        let whole = self.length.as_secs().max(1);
+        (1..=whole).find_map(|secs| {
+            let length = Duration::from_secs(secs);
+            let report = self.clone().with_length(length).run_seed(seed);
+            (!report.passed()).then_some((length, report))
+        })
+    }
+
+    async fn run(&self, seed: u64, kind: Kind) -> (Vec<Event>, Counts, Duration, Vec<String>) {
         let server = (self.make)();
-        let key = key_of(kind, &*server);
+        let keys = keys_of(kind, &*server);
         let rec = Recorder::new();
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let ns = format!("run{}/", RUNS.fetch_add(1, Ordering::Relaxed));
@@ -250,14 +266,16 @@ impl Simulation {
                 for slot in 0..processes {
                     spawn(slot, 0, end);
                 }
-                // The fault driver: process faults at times drawn from the seed,
-                // during the run's first part only.
+                // The fault driver: process faults at times drawn from the seed, at
+                // their rate, until the work ends. The gaps do not depend on the
+                // run's length, so a shorter run is a prefix of a longer one.
                 let mut at = Duration::ZERO;
-                for _ in 0..faults.process_faults {
-                    at += rng.millis(
-                        0,
-                        self.length.as_millis() as u64 / u64::from(faults.process_faults.max(1)),
-                    );
+                let mean_gap = 20_000 / u64::from(faults.process_faults.max(1));
+                loop {
+                    at += rng.millis(0, 2 * mean_gap);
+                    if faults.process_faults == 0 || at >= self.length {
+                        break;
+                    }
                     tokio::time::sleep_until(start + at).await;
                     let slot = usize::try_from(rng.below(processes as u64)).unwrap_or(0);
                     let span = rng.millis(100, 2500);
@@ -323,7 +341,7 @@ impl Simulation {
             rec.take(),
             net.counts(),
             end - start + Duration::from_secs(3),
-            key,
+            keys,
         )
     }
 }

@@ -28,17 +28,23 @@ pub enum Kind {
     LeaderLoop,
     /// Jobs through `run_once`: one run per slot, crashed runners included.
     RunOnce,
+    /// A read-write lock: readers share, a writer holds alone.
+    RwLock,
+    /// Sets of keys through `lock_all`: each key of a set held alone.
+    Sets,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Mutex,
         Kind::FairMutex,
         Kind::Efficiency,
         Kind::Semaphore,
         Kind::LeaderLoop,
         Kind::RunOnce,
+        Kind::RwLock,
+        Kind::Sets,
     ];
 
     /// The kind's name, as reports print it.
@@ -50,6 +56,8 @@ impl Kind {
             Kind::Semaphore => "semaphore",
             Kind::LeaderLoop => "leader-loop",
             Kind::RunOnce => "run-once",
+            Kind::RwLock => "rw-lock",
+            Kind::Sets => "sets",
         }
     }
 
@@ -57,15 +65,17 @@ impl Kind {
     pub fn runs_on(self, server: &dyn LockBackend) -> bool {
         match self {
             Kind::FairMutex => server.fair().is_some(),
-            Kind::Semaphore => server.permits().is_some(),
+            Kind::Semaphore | Kind::RwLock => server.permits().is_some(),
+            Kind::Sets => server.sets().is_some(),
             _ => true,
         }
     }
 
     /// The permits a holder of this kind's key shares it with (1 but for semaphores).
-    pub(crate) fn limit(self) -> usize {
+    pub(crate) fn limit(self) -> u64 {
         match self {
-            Kind::Semaphore => SEMAPHORE_LIMIT as usize,
+            Kind::Semaphore => u64::from(SEMAPHORE_LIMIT),
+            Kind::RwLock => u64::from(distlock_core::RwLock::PERMITS),
             _ => 1,
         }
     }
@@ -183,16 +193,17 @@ impl Process {
         let name = self.logical(guard.key());
         let key = guard.key();
         let fence = guard.fence();
-        if let Some(permits) = self.server.permits().filter(|_| {
-            matches!(kind, Kind::Semaphore)
-                || kind == Kind::LeaderLoop && self.server.permits().is_some()
-        }) {
+        if let Some(permits) = self
+            .server
+            .permits()
+            .filter(|_| matches!(kind, Kind::Semaphore | Kind::RwLock | Kind::LeaderLoop))
+        {
             let holders = match permits.holders(key).await {
                 Ok(holders) => holders,
                 Err(error) => return Some(format!("the server's holders of {name}: {error}")),
             };
-            let count: u32 = holders.iter().map(|h| h.count).sum();
-            let limit = u32::try_from(kind.limit()).unwrap_or(u32::MAX);
+            let count: u64 = holders.iter().map(|h| u64::from(h.count)).sum();
+            let limit = kind.limit();
             if count > limit {
                 return Some(format!(
                     "the server has {count} permits of {name} out, over its limit of {limit}"
@@ -262,11 +273,12 @@ impl Process {
     }
 
     /// Holds what `acquire` answered, works under it, then releases or drops it.
-    async fn hold(&self, kind: Kind, guard: LockGuard, rng: &mut SimRng) {
+    async fn hold(&self, kind: Kind, guard: LockGuard, shared: bool, rng: &mut SimRng) {
         let key = self.logical(guard.key());
         self.record(What::Acquired {
             key: key.clone(),
             fence: guard.fence().get(),
+            shared,
         });
         let end = EndOnDrop {
             process: self,
@@ -312,7 +324,7 @@ impl Process {
                         .waited("m", wait, &mut rng, self.client.lock(&key, wait))
                         .await
                     {
-                        self.hold(kind, guard, &mut rng).await;
+                        self.hold(kind, guard, false, &mut rng).await;
                     }
                     tokio::time::sleep(rng.millis(0, 300)).await;
                 }
@@ -328,7 +340,46 @@ impl Process {
                         .waited("s", wait, &mut rng, semaphore.acquire(wait))
                         .await
                     {
-                        self.hold(kind, guard, &mut rng).await;
+                        self.hold(kind, guard, true, &mut rng).await;
+                    }
+                    tokio::time::sleep(rng.millis(0, 300)).await;
+                }
+            }
+            Kind::RwLock => {
+                let Ok(rw) = self.client.rw_lock(&self.named("rw")) else {
+                    self.record(What::Broken("a read-write lock was refused".to_owned()));
+                    return;
+                };
+                while Instant::now() < self.end {
+                    let wait = rng.millis(0, 1500);
+                    let read = rng.chance(700);
+                    let acquire = async {
+                        if read {
+                            rw.read(wait).await
+                        } else {
+                            rw.write(wait).await
+                        }
+                    };
+                    if let Some(Ok(guard)) = self.waited("rw", wait, &mut rng, acquire).await {
+                        self.hold(kind, guard, read, &mut rng).await;
+                    }
+                    tokio::time::sleep(rng.millis(0, 300)).await;
+                }
+            }
+            Kind::Sets => {
+                while Instant::now() < self.end {
+                    let wait = rng.millis(0, 1500);
+                    let keys: Vec<String> = ["a", "b", "c"]
+                        .into_iter()
+                        .filter(|_| rng.chance(600))
+                        .map(|k| self.named(k))
+                        .collect();
+                    if keys.is_empty() {
+                        continue;
+                    }
+                    let acquire = self.client.lock_all(keys.iter().map(String::as_str), wait);
+                    if let Some(Ok(set)) = self.waited("a", wait, &mut rng, acquire).await {
+                        self.hold_set(set, &mut rng).await;
                     }
                     tokio::time::sleep(rng.millis(0, 300)).await;
                 }
@@ -337,6 +388,65 @@ impl Process {
             Kind::RunOnce => self.jobs(&mut rng).await,
         }
         self.rng = rng;
+    }
+
+    /// Holds a set of keys: each key's hold recorded and checked as a mutex's, then
+    /// the set released or dropped whole.
+    async fn hold_set(&self, set: distlock_core::MultiGuard, rng: &mut SimRng) {
+        let keys: Vec<LockKey> = set.keys().cloned().collect();
+        let mut ends = Vec::new();
+        for key in &keys {
+            let name = self.logical(key);
+            self.record(What::Acquired {
+                key: name.clone(),
+                fence: set.fence(key.as_str()).map_or(0, |f| f.get()),
+                shared: false,
+            });
+            ends.push(EndOnDrop {
+                process: self,
+                key: name,
+                ended: false,
+            });
+        }
+        let cut = rng.chance(80).then(|| rng.millis(0, 1500));
+        let mut steps = rng.clone();
+        rng.next();
+        let work = async {
+            let rng = &mut steps;
+            for _ in 0..1 + rng.below(4) {
+                tokio::time::sleep(rng.millis(5, 700)).await;
+                if !set.is_held() {
+                    return false;
+                }
+                for key in &keys {
+                    self.record(What::Working {
+                        key: self.logical(key),
+                    });
+                    if let Some(guard) = set.guard(key.as_str()) {
+                        if let Some(broken) = self.server_disagrees(guard, Kind::Sets).await {
+                            self.record(What::Broken(broken));
+                        }
+                    }
+                }
+            }
+            true
+        };
+        let held = match cut {
+            Some(cut) => tokio::time::timeout(cut, work).await.ok(),
+            None => Some(work.await),
+        };
+        let how = match held {
+            None => "dropped",
+            Some(false) => "lost",
+            Some(true) if rng.chance(850) => "released",
+            Some(true) => "dropped",
+        };
+        for end in ends {
+            end.end(how);
+        }
+        if how == "released" {
+            let _ = set.release().await;
+        }
     }
 
     async fn lead(&self, rng: &mut SimRng) {
@@ -365,21 +475,18 @@ impl Process {
                         self.record(What::Acquired {
                             key: key.clone(),
                             fence: hold.fence().get(),
+                            shared: false,
                         });
                         let end = EndOnDrop {
                             process: self,
                             key,
                             ended: false,
                         };
-                        // A term of a few steps, or longer; the loop drops it on a loss.
+                        // A term of a few steps, or longer. The work trusts the loop to
+                        // drop it on a loss, as a leader's work does: it does not ask
+                        // its guard, so a step after a loss is the loop's fault.
                         for _ in 0..1 + rng.below(12) {
                             tokio::time::sleep(rng.millis(5, 700)).await;
-                            if !hold.is_held() {
-                                end.end("lost");
-                                // The loop must notice the loss itself; wait for it.
-                                std::future::pending::<()>().await;
-                                return;
-                            }
                             self.record(What::Working {
                                 key: self.logical(hold.key()),
                             });
@@ -424,15 +531,16 @@ impl Process {
     }
 }
 
-/// The key a kind's holders hold, as the guards name it.
-pub(crate) fn key_of(kind: Kind, server: &dyn LockBackend) -> String {
+/// The keys a kind's holders hold, as the guards name them.
+pub(crate) fn keys_of(kind: Kind, server: &dyn LockBackend) -> Vec<String> {
+    let one = |k: &str| vec![k.to_owned()];
     match kind {
-        Kind::Mutex | Kind::FairMutex | Kind::Efficiency => "m".to_owned(),
-        Kind::Semaphore => "s".to_owned(),
-        Kind::LeaderLoop if server.permits().is_some() => "leader".to_owned(),
-        Kind::LeaderLoop => LockKey::new(format!("{}leader", distlock_core::LEASE_ELECTION_PREFIX))
-            .map(|k| k.as_str().to_owned())
-            .unwrap_or_default(),
-        Kind::RunOnce => "job".to_owned(),
+        Kind::Mutex | Kind::FairMutex | Kind::Efficiency => one("m"),
+        Kind::Semaphore => one("s"),
+        Kind::LeaderLoop if server.permits().is_some() => one("leader"),
+        Kind::LeaderLoop => one(&format!("{}leader", distlock_core::LEASE_ELECTION_PREFIX)),
+        Kind::RunOnce => one("job"),
+        Kind::RwLock => one("rw"),
+        Kind::Sets => ["a", "b", "c"].map(str::to_owned).to_vec(),
     }
 }

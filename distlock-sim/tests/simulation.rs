@@ -51,6 +51,29 @@ fn the_same_seed_gives_the_same_history_twice() {
 }
 
 #[test]
+fn a_shorter_run_is_a_prefix_of_a_longer_one() {
+    // What `shortest_failing` rests on: cut off after 8 s, a seed runs the same
+    // schedule as its whole run up to then.
+    let whole = Simulation::new(MemoryBackend::new);
+    let cut = whole.clone().with_length(Duration::from_secs(8));
+    for seed in 0..8 {
+        let before = |events: Vec<distlock_sim::Event>| -> Vec<distlock_sim::Event> {
+            events
+                .into_iter()
+                .filter(|e| e.at < Duration::from_secs(8))
+                .collect()
+        };
+        let (a, b) = (whole.run_seed(seed), cut.run_seed(seed));
+        assert!(a.history.len() > b.history.len() / 2);
+        assert_eq!(
+            before(a.history),
+            before(b.history),
+            "seed {seed}'s first 8 s differ"
+        );
+    }
+}
+
+#[test]
 fn every_kind_keeps_its_promises_on_the_memory_backend() {
     let simulation = Simulation::new(MemoryBackend::new);
     let summary = simulation.run_seeds(0..BUDGET, 2);
@@ -70,7 +93,11 @@ fn every_kind_keeps_its_promises_on_the_memory_backend() {
     assert!(summary.per_kind.iter().all(|(_, n)| *n > 0));
     let c = summary.counts;
     assert!(
-        c.requests_lost > 0 && c.replies_lost > 0 && c.duplicated > 0 && c.stalled > 0,
+        c.requests_lost > 0
+            && c.replies_lost > 0
+            && c.duplicated > 0
+            && c.stalled > 0
+            && c.paused > 0,
         "a fault was never drawn: {c:?}"
     );
 }
