@@ -279,7 +279,12 @@
 //! down to 10 ms, so that masters starting a key's counter together usually agree). The grant's
 //! fence is the largest proposal of the majority that granted; where some of them
 //! proposed less, a second round trip writes it to them, so that a majority holds it
-//! before the grant is returned. Any two majorities share a master, so the next grant
+//! before the grant is returned. A master that grants after that (the acquire returns at
+//! a majority and lets the rest finish) is then given the agreed fence too, so that a
+//! retry by the same owner (a lost reply, a leader resuming its term) answers the fence
+//! the holder was given whichever masters answer it (`tests/redlock.rs`); should that
+//! master be unreachable by then, it keeps its proposal, and a retry it answers takes
+//! the larger fence, still above every fence granted before. Any two majorities share a master, so the next grant
 //! reads a counter at least as high: fences strictly increase per key across grants on
 //! different majorities (the suite's `quorum_fences_increase_across_different_majorities`
 //! proves it on real masters, a minority cut off or killed each round). While the

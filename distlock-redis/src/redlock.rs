@@ -376,6 +376,32 @@ impl RedlockBackend {
             .await;
         agreeing + committed >= quorum
     }
+
+    /// Reads, in the background, the answers of the masters still granting after a
+    /// majority agreed on `fence`, and writes `fence` to each that granted with a
+    /// proposal of its own: otherwise a retry by the owner (a lost reply, a leader
+    /// resuming its term) answered by such a master and one of the majority would
+    /// take the larger of the two, a fence the holder was never given.
+    fn commit_late(&self, replies: Replies<Grant>, request: Arc<AcquireRequest>, fence: u64) {
+        if replies.pending.is_empty() {
+            return;
+        }
+        let backend = self.clone();
+        let mut replies = replies;
+        tokio::spawn(async move {
+            let timeout = backend.inner.config.node_timeout(request.ttl());
+            while let Some((i, reply)) = replies.next().await {
+                if matches!(reply, Ok(Grant::Granted(proposed)) if proposed.get() != fence) {
+                    let member = &backend.inner.members[i];
+                    // A master that cannot be reached now keeps its proposal: a
+                    // retry it answers takes the larger fence, still above every
+                    // fence granted before.
+                    let _ =
+                        tokio::time::timeout(timeout, member.commit_fence(&request, fence)).await;
+                }
+            }
+        });
+    }
 }
 
 #[async_trait]
@@ -428,8 +454,9 @@ impl LockBackend for RedlockBackend {
             if self.commit(request, fence, &proposals).await {
                 // Left to finish: the masters still granting take the lease too, so
                 // that the holder keeps a majority should one of the first to answer
-                // restart empty.
-                replies.detach();
+                // restart empty, and with the agreed fence, so that a retry by the
+                // owner that such a master answers finds the same one.
+                self.commit_late(replies, shared, fence);
                 return Ok(Grant::Granted(FencingToken::new(fence)));
             }
             drop(replies);

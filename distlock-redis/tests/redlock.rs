@@ -2,7 +2,7 @@
 //! critics describe, shown happening, with what still holds; how the masters agree on
 //! a fence; connecting with a master down; the validity it leaves for clock drift;
 //! operations that end by the node time-out with a majority of masters paused; and a
-//! grant that lands on a late master after the acquire returned.
+//! grant that lands on a late master after the acquire returned, with the agreed fence.
 //! Each test has masters of its own.
 
 use std::time::Duration;
@@ -547,5 +547,69 @@ async fn a_grant_still_under_way_lands_after_the_acquire_returns() {
         matches!(refused, distlock_core::backend::AcquireOutcome::Held { .. }),
         "a second client got the key from a holder of two masters of three: {refused:?}"
     );
+    backend.release_lease(&lease).await.expect("release");
+}
+
+/// A master that grants after the acquire returned takes the fence the majority agreed
+/// on, not its own proposal: here its counter is far ahead, so its proposal differs.
+/// A retry by the same owner (a lost reply, a leader resuming its term) that this late
+/// master answers, with one of the first two, still answers the agreed fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_master_takes_the_agreed_fence_so_a_retry_answers_it() {
+    let masters = masters(3).await;
+    let [_m0, m1, m2] = masters.members() else {
+        panic!("three masters")
+    };
+    let url = format!("{}?node_timeout_ms=5000", masters.url());
+    let backend = RedlockBackend::connect(&url).await.expect("connect");
+    let ahead: u64 = 9_000_000_000_000_000;
+    let () = redis::cmd("SET")
+        .arg("distlock:{retried}:fence")
+        .arg(ahead)
+        .query_async(&mut admin(m2).await)
+        .await
+        .expect("raise the late master's counter");
+    m2.pause().await.expect("pause");
+    let key = LockKey::new("retried").expect("key");
+    let ttl = Duration::from_secs(30);
+    let lease = backend
+        .acquire_once("retried", ttl)
+        .await
+        .expect("acquire on the two awake masters")
+        .expect("free");
+    assert!(
+        lease.fence().get() < ahead,
+        "the majority agreed on its own fence"
+    );
+    m2.unpause().await.expect("unpause");
+    let expected = format!("{}:{}/", lease.owner().to_hex(), lease.fence());
+    let landed_by = Instant::now() + Duration::from_secs(3);
+    loop {
+        let stored = get(m2, "distlock:{retried}").await.unwrap_or_default();
+        if stored.starts_with(&expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < landed_by,
+            "the late master holds {stored:?}, not the agreed fence {}",
+            lease.fence()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The retry reaches the first master and the late one only.
+    m1.pause().await.expect("pause");
+    let retried = backend
+        .try_acquire_as(&key, ttl, *lease.owner())
+        .await
+        .expect("retry by owner");
+    m1.unpause().await.expect("unpause");
+    match retried {
+        distlock_core::backend::AcquireOutcome::Acquired(again) => assert_eq!(
+            again.fence(),
+            lease.fence(),
+            "the retry by the owner answered another fence"
+        ),
+        other => panic!("the retry by the owner was refused: {other:?}"),
+    }
     backend.release_lease(&lease).await.expect("release");
 }
