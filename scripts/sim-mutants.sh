@@ -32,6 +32,12 @@ leader-work-kept-on-loss|distlock-core/src/client/leader.rs|leader-loop
 wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphore,rw-lock,sets
     now.checked_add(wait.min(CENTURY))
     now.checked_add(wait.min(CENTURY) + Duration::from_millis(50))
+inner-hold-releases-the-lease|distlock-core/src/client/guard.rs|mutex
+        self.hold.count.fetch_sub(1, Ordering::AcqRel) == 1
+        self.hold.count.fetch_sub(1, Ordering::AcqRel) >= 1
+bound-counted-from-first-renewal|distlock-core/src/client/guard.rs|bounded
+        let limit = options.hold_at_most().map(|most| granted + most);
+        let limit = options.hold_at_most().map(|most| granted + most + options.ttl() / 3);
 MUTANTS
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::history::{Event, Proc, What};
-use crate::workload::{Kind, AT_LEAST, SLOT};
+use crate::workload::{Kind, AT_LEAST, AT_MOST, SLOT};
 
 /// A broken promise: which, when, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,6 +192,22 @@ fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
                         ))
                         .collect::<Vec<_>>()
                         .join(", ")
+                ),
+            });
+        }
+    }
+
+    // A bounded hold: no step as holder past the bound, counted from the grant's
+    // reply (the hold's start here).
+    if kind == Kind::Bounded {
+        for h in holdings.iter().filter(|h| h.last > h.from + AT_MOST) {
+            found.push(Violation {
+                promise: "a hold ends by its bound",
+                at: h.from + AT_MOST,
+                detail: format!(
+                    "{} acted as holder of {key} (fence {}) until {:?}, granted at {:?} \
+                     for at most {AT_MOST:?}",
+                    h.proc, h.fence, h.last, h.from
                 ),
             });
         }

@@ -41,9 +41,9 @@
 //!
 //! # What a run does
 //!
-//! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing and fair,
-//! the efficiency lock, a semaphore, a read-write lock, sets of keys, the leader
-//! loop, `run_once` jobs), then runs four processes for twenty simulated seconds and
+//! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing (with
+//! re-entrant holds), fair, and bounded by `hold_at_most`, the efficiency lock, a
+//! semaphore, a read-write lock, sets of keys, the leader loop, `run_once` jobs), then runs four processes for twenty simulated seconds and
 //! a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
 //! that reorder requests in flight, a pause of its process while it is in flight (the
 //! reply read up to 2.5 s late), requests lost, replies lost after the server applied
@@ -60,8 +60,9 @@
 //! the limit). Over the whole history ([`Violation`]): one holder at a time (at most
 //! the limit for a semaphore, readers only beside readers), fences strictly
 //! increasing from a hold to every hold granted after it ended, every wait ended by
-//! its deadline, one `run_once` run per slot (crashed runners included), and a leader
-//! elected again once the faults stop. A failure's report names the seed, and
+//! its deadline, one `run_once` run per slot (crashed runners included), no step as
+//! holder past a hold's bound, a re-entry answered at once with the lease's own fence
+//! (its end leaving the lease held), and a leader elected again once the faults stop. A failure's report names the seed, and
 //! [`Simulation::shortest_failing`] the shortest prefix of its schedule that still
 //! fails.
 //!
@@ -72,8 +73,10 @@
 //! not its threads). A server restart that loses its leases is not drawn: that
 //! breaks exclusion on a backend that declares it does not keep leases, by design.
 //! Change notifications reach a cut-off process (they are hints: every decision the
-//! client makes on one is checked by a step that crosses the link). Re-entrant holds
-//! and the tower layers are not among the kinds yet.
+//! client makes on one is checked by a step that crosses the link). The tower layers
+//! are not among the kinds yet. Of a bounded hold, the client's side is checked (no
+//! step past the bound), not when the server frees the lease: a renewal stalled in
+//! the process's network lands late.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

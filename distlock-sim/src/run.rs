@@ -114,7 +114,8 @@ impl SeedReport {
 pub struct Summary {
     /// Seeds run.
     pub seeds: u64,
-    /// Seeds per kind, in [`Kind::ALL`]'s order.
+    /// Seeds per kind, for each kind the simulation runs, in the order it was given
+    /// ([`Kind::ALL`]'s by default).
     pub per_kind: Vec<(Kind, u64)>,
     /// The failing seeds' reports (at most the first ten).
     pub failures: Vec<SeedReport>,

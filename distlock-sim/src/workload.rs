@@ -15,7 +15,8 @@ use crate::rng::SimRng;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Kind {
-    /// The fenced mutex, waiters racing: `lock`, work under the guard, `release` or drop.
+    /// The fenced mutex, waiters racing: `lock` in a re-entrant scope, work under the
+    /// guard (re-entering it now and then), `release` or drop.
     Mutex,
     /// The fenced mutex with fair (first come, first served) waits.
     FairMutex,
@@ -32,11 +33,15 @@ pub enum Kind {
     RwLock,
     /// Sets of keys through `lock_all`: each key of a set held alone.
     Sets,
+    /// The fenced mutex with a bound on every hold (`with_hold_at_most`): no step as
+    /// holder past the bound, and the server frees the lease by the bound plus the
+    /// loss margin.
+    Bounded,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Mutex,
         Kind::FairMutex,
         Kind::Efficiency,
@@ -45,6 +50,7 @@ impl Kind {
         Kind::RunOnce,
         Kind::RwLock,
         Kind::Sets,
+        Kind::Bounded,
     ];
 
     /// The kind's name, as reports print it.
@@ -58,6 +64,7 @@ impl Kind {
             Kind::RunOnce => "run-once",
             Kind::RwLock => "rw-lock",
             Kind::Sets => "sets",
+            Kind::Bounded => "bounded",
         }
     }
 
@@ -94,6 +101,10 @@ pub(crate) const TTL: Duration = Duration::from_millis(1000);
 pub(crate) const SLOT: Duration = Duration::from_millis(3000);
 pub(crate) const SLOT_SKEW_MS: u64 = 500;
 pub(crate) const AT_LEAST: Duration = Duration::from_millis(2000);
+/// The `Bounded` kind's bound on a hold, and the margin after it by which the lease
+/// is given back.
+pub(crate) const AT_MOST: Duration = Duration::from_millis(1200);
+pub(crate) const LOSS_MARGIN: Duration = Duration::from_millis(100);
 
 /// One process incarnation's view of the run.
 pub(crate) struct Process {
@@ -112,10 +123,17 @@ pub(crate) struct Process {
 
 /// The options every process's client takes for `kind`.
 pub(crate) fn options(kind: Kind) -> LockOptions {
-    LockOptions::new(TTL)
+    let options = LockOptions::new(TTL)
         .with_fair(kind == Kind::FairMutex)
         .with_fenced(kind.fenced())
-        .with_backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(200));
+    if kind == Kind::Bounded {
+        options
+            .with_hold_at_most(AT_MOST)
+            .with_loss_margin(LOSS_MARGIN)
+    } else {
+        options
+    }
 }
 
 /// Records a holder's end when dropped unended: a term's work dropped by the leader
@@ -182,8 +200,52 @@ impl Process {
             if let Some(broken) = self.server_disagrees(guard, kind).await {
                 self.record(What::Broken(broken));
             }
+            // The mutex's holds run in a re-entrant scope: asking for the key again
+            // answers another hold of the same lease at once, and ending that hold
+            // leaves the lease held (the next step's check asks the server).
+            if kind == Kind::Mutex && rng.chance(300) {
+                if let Some(broken) = self.reenter(guard, rng).await {
+                    self.record(What::Broken(broken));
+                }
+            }
         }
         true
+    }
+
+    /// Asks for `guard`'s key again inside the re-entrant scope it was granted in,
+    /// then ends that hold: what is wrong, if anything.
+    async fn reenter(&self, guard: &LockGuard, rng: &mut SimRng) -> Option<String> {
+        let name = self.logical(guard.key());
+        if !guard.is_held() {
+            // Asking now would go to the server: a new hold, not a re-entry.
+            return None;
+        }
+        let started = Instant::now();
+        let answer = self.client.try_lock(guard.key().as_str()).await;
+        let fence = guard.fence();
+        match answer {
+            Ok(Ok(inner)) if inner.fence() == fence && started.elapsed().is_zero() => {
+                if rng.chance(500) {
+                    let _ = inner.release().await;
+                } else {
+                    drop(inner);
+                }
+                None
+            }
+            Ok(Ok(inner)) => Some(format!(
+                "re-entering {name} (fence {fence}) answered fence {} after {:?}",
+                inner.fence(),
+                started.elapsed()
+            )),
+            // A hold lost just now cannot be re-entered; one still held must be.
+            _ if !guard.is_held() => None,
+            Ok(Err(busy)) => Some(format!(
+                "re-entering {name} while holding it was refused: {busy:?}"
+            )),
+            Err(error) => Some(format!(
+                "re-entering {name} while holding it failed: {error}"
+            )),
+        }
     }
 
     /// The server's truth at this instant against a holder that believes it holds:
@@ -316,15 +378,22 @@ impl Process {
         self.record(What::Started);
         let mut rng = self.rng.clone();
         match kind {
-            Kind::Mutex | Kind::FairMutex | Kind::Efficiency => {
+            Kind::Mutex | Kind::FairMutex | Kind::Efficiency | Kind::Bounded => {
                 while Instant::now() < self.end {
                     let wait = rng.millis(0, 1500);
                     let key = self.named("m");
-                    if let Some(Ok(guard)) = self
-                        .waited("m", wait, &mut rng, self.client.lock(&key, wait))
-                        .await
-                    {
-                        self.hold(kind, guard, false, &mut rng).await;
+                    let cycle = async {
+                        if let Some(Ok(guard)) = self
+                            .waited("m", wait, &mut rng, self.client.lock(&key, wait))
+                            .await
+                        {
+                            self.hold(kind, guard, false, &mut rng).await;
+                        }
+                    };
+                    if kind == Kind::Mutex {
+                        self.client.reentrant(cycle).await;
+                    } else {
+                        cycle.await;
                     }
                     tokio::time::sleep(rng.millis(0, 300)).await;
                 }
@@ -535,7 +604,7 @@ impl Process {
 pub(crate) fn keys_of(kind: Kind, server: &dyn LockBackend) -> Vec<String> {
     let one = |k: &str| vec![k.to_owned()];
     match kind {
-        Kind::Mutex | Kind::FairMutex | Kind::Efficiency => one("m"),
+        Kind::Mutex | Kind::FairMutex | Kind::Efficiency | Kind::Bounded => one("m"),
         Kind::Semaphore => one("s"),
         Kind::LeaderLoop if server.permits().is_some() => one("leader"),
         Kind::LeaderLoop => one(&format!("{}leader", distlock_core::LEASE_ELECTION_PREFIX)),
