@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::history::{Event, Proc, What};
-use crate::workload::{Kind, AT_LEAST, AT_MOST, SLOT};
+use crate::workload::{Kind, AT_LEAST, AT_MOST, SLOT, TTL};
 
 /// A broken promise: which, when, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,12 +17,38 @@ pub struct Violation {
     pub detail: String,
 }
 
+/// The server's restarts without its state, and what the backend keeps across one.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Restarts {
+    /// Whether leases survive a restart (then a restart excuses nothing).
+    pub(crate) leases_kept: bool,
+    /// Whether fences keep increasing across a restart.
+    pub(crate) fences_kept: bool,
+    /// When the server restarted.
+    pub(crate) at: Vec<Duration>,
+}
+
+impl Restarts {
+    /// Whether a restart that lost leases came in `from..=to`.
+    fn lost_leases_within(&self, from: Duration, to: Duration) -> bool {
+        !self.leases_kept && self.at.iter().any(|r| from <= *r && *r <= to)
+    }
+
+    /// Whether a restart that may have lost fences came in `from..=to`.
+    fn lost_fences_within(&self, from: Duration, to: Duration) -> bool {
+        !self.fences_kept && self.at.iter().any(|r| from <= *r && *r <= to)
+    }
+}
+
 /// One holder's hold of a key: from its grant to the last instant it acted as holder.
 #[derive(Debug, Clone)]
 struct Holding {
     proc: Proc,
     fence: u64,
     shared: bool,
+    /// When the holder asked for it (its wait's start; where the history has no wait,
+    /// a TTL before the grant, as no grant answered later than that is kept).
+    asked: Duration,
     from: Duration,
     last: Duration,
     /// When the holder stopped acting as holder (released, lost, dropped, crashed).
@@ -31,15 +57,23 @@ struct Holding {
 
 /// Every promise of `kind` checked over `events`, for each of `keys`; `quiet_from`
 /// is when a leader must lead again, the faults having stopped.
+///
+/// Where the server restarted without its leases, a lease granted before the
+/// restart (or by a request it applied just before) may be held by its holder until
+/// its validity runs out, at most a TTL after the restart, while a holder granted
+/// after it also acts: those overlaps, and the server's disagreeing with such a
+/// holder, are what a backend that keeps no leases across a restart declares. Past a
+/// TTL after the restart, a holder the server disagrees with was not told of its loss.
 pub(crate) fn check(
     kind: Kind,
     keys: &[String],
     events: &[Event],
     quiet_from: Duration,
+    restarts: &Restarts,
 ) -> Vec<Violation> {
     let mut found = Vec::new();
     for key in keys {
-        holds(kind, key, events, &mut found);
+        holds(kind, key, events, restarts, &mut found);
     }
     let mut runs: BTreeMap<u64, Vec<(Proc, Duration)>> = BTreeMap::new();
     let mut led_after_quiet = false;
@@ -67,6 +101,15 @@ pub(crate) fn check(
                 at: event.at,
                 detail: format!("{}: {detail}", event.proc),
             }),
+            What::Disagreed(detail)
+                if !restarts.lost_leases_within(event.at.saturating_sub(TTL), event.at) =>
+            {
+                found.push(Violation {
+                    promise: "a holder's belief matches the server",
+                    at: event.at,
+                    detail: format!("{}: {detail}", event.proc),
+                });
+            }
             _ => {}
         }
     }
@@ -82,7 +125,8 @@ pub(crate) fn check(
             .iter()
             .filter(|(_, at)| *at < slot_start + AT_LEAST)
             .collect();
-        if ran.len() > 1 {
+        // A restart that lost the first run's lease frees the slot.
+        if ran.len() > 1 && !restarts.lost_leases_within(ran[0].1.saturating_sub(TTL), ran[1].1) {
             found.push(Violation {
                 promise: "one run per slot",
                 at: ran[1].1,
@@ -109,11 +153,15 @@ pub(crate) fn check(
 }
 
 /// The promises about the holds of `key`: who held it when, and with which fences.
-fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
+fn holds(kind: Kind, key: &str, events: &[Event], restarts: &Restarts, found: &mut Vec<Violation>) {
     let mut holdings: Vec<Holding> = Vec::new();
     let mut open: BTreeMap<Proc, usize> = BTreeMap::new();
-    for event in events {
+    let mut answered: BTreeMap<Proc, Duration> = BTreeMap::new();
+    for (index, event) in events.iter().enumerate() {
         match &event.what {
+            What::Waited { took, outcome, .. } if outcome == "ok" => {
+                answered.insert(event.proc, event.at - *took);
+            }
             What::Acquired {
                 key: k,
                 fence,
@@ -127,10 +175,22 @@ fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
                     });
                 }
                 open.insert(event.proc, holdings.len());
+                // The wait that answered at this instant, if one did.
+                let waited = events[..index]
+                    .iter()
+                    .rev()
+                    .take_while(|e| e.at == event.at)
+                    .any(|e| e.proc == event.proc && matches!(&e.what, What::Waited { .. }));
+                let asked = answered
+                    .get(&event.proc)
+                    .copied()
+                    .filter(|_| waited)
+                    .unwrap_or(event.at.saturating_sub(TTL));
                 holdings.push(Holding {
                     proc: event.proc,
                     fence: *fence,
                     shared: *shared,
+                    asked,
                     from: event.at,
                     last: event.at,
                     ended: None,
@@ -165,6 +225,9 @@ fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
             .enumerate()
             .filter(|(j, o)| *j != i && o.proc != h.proc && o.from <= h.from && h.from <= o.last)
             .map(|(_, o)| o)
+            // A restart that lost the earlier lease (granted before it, or by a
+            // request applied just before it) lets another in.
+            .filter(|o| !restarts.lost_leases_within(o.from.saturating_sub(TTL), h.from))
             .collect();
         let alone_broken = !others.is_empty() && (!h.shared || others.iter().any(|o| !o.shared));
         let limit_broken = h.shared && others.len() as u64 >= limit;
@@ -222,6 +285,11 @@ fn holds(kind: Kind, key: &str, events: &[Event], found: &mut Vec<Violation>) {
                 .iter()
                 .filter(|o| !(o.shared && h.shared))
                 .filter(|o| o.ended.is_some_and(|end| end < h.from) && o.fence >= h.fence)
+                .filter(|o| !restarts.lost_fences_within(o.from, h.from))
+                // A restart that lost the leases, after this hold was asked for and
+                // before the earlier one was granted: this one's fence may have been
+                // minted before the restart and answered after the earlier hold.
+                .filter(|o| !restarts.lost_leases_within(h.asked, o.from))
                 .max_by_key(|o| o.fence)
             {
                 found.push(Violation {

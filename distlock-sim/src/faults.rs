@@ -9,7 +9,9 @@ use std::time::Duration;
 /// drawn from the seed: processes cut off both ways or one way, stalled (everything
 /// they send and receive frozen, as a paused process), crashed (their tasks gone with
 /// no release, their link dead) and restarted, the server down for a while with its
-/// state kept, and work and waits dropped at an arbitrary await.
+/// state kept, the server restarted without its state (where the simulation was given
+/// a way to restart it: [`Simulation::restartable`](crate::Simulation::restartable)),
+/// and work and waits dropped at an arbitrary await.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Faults {
     /// The one-way latency of each crossing, in milliseconds, low and high.
@@ -36,6 +38,9 @@ pub struct Faults {
     pub process_faults: u32,
     /// Whether processes may crash (their leftover leases run out at their TTL).
     pub crashes: bool,
+    /// Whether the server may restart without its state, where the simulation can
+    /// restart it ([`Simulation::restartable`](crate::Simulation::restartable)).
+    pub restarts: bool,
 }
 
 impl Faults {
@@ -52,6 +57,7 @@ impl Faults {
         response_timeout: Duration::from_millis(250),
         process_faults: 6,
         crashes: true,
+        restarts: true,
     };
 
     /// No fault at all: latency only.
@@ -67,6 +73,7 @@ impl Faults {
         response_timeout: Duration::from_millis(250),
         process_faults: 0,
         crashes: false,
+        restarts: false,
     };
 }
 

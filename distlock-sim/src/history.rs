@@ -66,10 +66,16 @@ pub enum What {
     Fault(String),
     /// The process crashed: its tasks are gone, nothing more it sends arrives.
     Crashed,
+    /// The server restarted without its state: the leases (and whatever else the
+    /// backend does not keep across a restart) are gone.
+    Restarted,
     /// The process started (again).
     Started,
     /// A check made as the run went broke a promise.
     Broken(String),
+    /// The server, asked at the instant a holder acted as holder, disagreed: no lease
+    /// (or permit) with the holder's fence, or too many permits out.
+    Disagreed(String),
 }
 
 /// One event.

@@ -43,15 +43,16 @@
 //!
 //! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing (with
 //! re-entrant holds), fair, and bounded by `hold_at_most`, the efficiency lock, a
-//! semaphore, a read-write lock, sets of keys, the leader loop, `run_once` jobs), then runs four processes for twenty simulated seconds and
-//! a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
+//! semaphore, a read-write lock, sets of keys, the leader loop, `run_once` jobs),
+//! then runs four processes for twenty simulated seconds and a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
 //! that reorder requests in flight, a pause of its process while it is in flight (the
 //! reply read up to 2.5 s late), requests lost, replies lost after the server applied
 //! the request, requests applied twice. At times drawn from the seed, processes are cut off (both ways, or
 //! their replies only), stalled, or crashed (their tasks dropped with no release,
-//! their link dead, so that nothing they left behind arrives) and restarted, and the
-//! server goes down for a while with its state kept. The processes drop waits and
-//! work at arbitrary awaits.
+//! their link dead, so that nothing they left behind arrives) and restarted; the
+//! server goes down for a while with its state kept, or, where the simulation was
+//! told how ([`Simulation::restartable`]), restarts without it. The processes drop
+//! waits and work at arbitrary awaits.
 //!
 //! # What is checked
 //!
@@ -62,17 +63,19 @@
 //! increasing from a hold to every hold granted after it ended, every wait ended by
 //! its deadline, one `run_once` run per slot (crashed runners included), no step as
 //! holder past a hold's bound, a re-entry answered at once with the lease's own fence
-//! (its end leaving the lease held), and a leader elected again once the faults stop. A failure's report names the seed, and
-//! [`Simulation::shortest_failing`] the shortest prefix of its schedule that still
-//! fails.
+//! (its end leaving the lease held), and a leader elected again once the faults stop.
+//! Across a restart without state, what the backend's capabilities say it loses is
+//! excused (a holder from before it may overlap one after it until its validity has
+//! run out, a TTL at most), and nothing else: past that TTL, a holder whose lease is
+//! gone must have been told, and fences must still increase. A failure's report names
+//! the seed, and [`Simulation::shortest_failing`] the shortest prefix of its schedule
+//! that still fails.
 //!
 //! # What is not simulated
 //!
 //! Each process's clock runs at the simulated rate: drift and skew between clocks
 //! are not drawn. A stalled process's own timers keep running (its network stalls,
-//! not its threads). A server restart that loses its leases is not drawn: that
-//! breaks exclusion on a backend that declares it does not keep leases, by design.
-//! Change notifications reach a cut-off process (they are hints: every decision the
+//! not its threads). Change notifications reach a cut-off process (they are hints: every decision the
 //! client makes on one is checked by a step that crosses the link). The tower layers
 //! are not among the kinds yet. Of a bounded hold, the client's side is checked (no
 //! step past the bound), not when the server frees the lease: a renewal stalled in
@@ -93,7 +96,7 @@ pub use check::Violation;
 pub use faults::Faults;
 pub use history::{history_hash, Event, Proc, What};
 pub use link::{Counts, Link};
-pub use run::{MakeServer, SeedReport, Simulation, Summary, DETERMINISTIC};
+pub use run::{SeedReport, Simulation, Summary, DETERMINISTIC};
 pub use workload::Kind;
 
 impl Simulation {
@@ -147,6 +150,7 @@ impl Simulation {
             c.duplicated += counts.duplicated;
             c.stalled += counts.stalled;
             c.paused += counts.paused;
+            c.restarts += counts.restarts;
             if let Some(failure) = failure {
                 summary.failed += 1;
                 if summary.failures.len() < 10 {

@@ -53,6 +53,8 @@ pub struct Counts {
     pub stalled: u64,
     /// Replies read late, by a process paused while its request was in flight.
     pub paused: u64,
+    /// Restarts of the server without its state.
+    pub restarts: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +129,11 @@ impl Net {
         let until = Instant::now() + span;
         let mut state = self.state();
         state.server_down_until = state.server_down_until.max(until);
+    }
+
+    /// Counts a restart of the server without its state.
+    pub(crate) fn count_restart(&self) {
+        self.count(|c| c.restarts += 1);
     }
 
     /// Stops every fault from now on.

@@ -68,7 +68,7 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let mut simulation = Simulation::new(MemoryBackend::new);
+    let mut simulation = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart);
     if let Some(i) = args.iter().position(|a| a == "--kinds") {
         let names = args.get(i + 1).map_or("", String::as_str);
         let mut kinds = Vec::new();
@@ -167,8 +167,8 @@ fn main() -> ExitCode {
     }
     let c = summary.counts;
     println!(
-        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} read after a pause, {} stalled",
-        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.paused, c.stalled
+        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} read after a pause, {} stalled; {} server restarts without state",
+        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.paused, c.stalled, c.restarts
     );
     for failure in &summary.failures {
         println!("{}", failure.explain());

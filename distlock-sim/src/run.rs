@@ -4,12 +4,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use distlock_core::backend::FenceDurability;
 use distlock_core::testing::SeededRandomness;
 use distlock_core::{LockBackend, LockClient};
 use tokio::task::{JoinHandle, LocalSet};
 use tokio::time::Instant;
 
-use crate::check::{check, Violation};
+use crate::check::{check, Restarts, Violation};
 use crate::faults::Faults;
 use crate::history::{history_hash, Event, Proc, Recorder, What, NET};
 use crate::link::{Counts, Link, Net};
@@ -23,8 +24,14 @@ use crate::workload::{keys_of, options, Kind, Process};
 /// goes first, the wake order of a watch channel's receivers) differ from run to run.
 pub const DETERMINISTIC: bool = cfg!(tokio_unstable);
 
-/// Makes a fresh server for each run: the backend under test, in this process.
-pub type MakeServer = dyn Fn() -> Arc<dyn LockBackend> + Send + Sync;
+/// A fresh server for one run: the backend under test, in this process, and how to
+/// restart it without its state, where the simulation was given a way.
+struct Server {
+    backend: Arc<dyn LockBackend>,
+    restart: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+type MakeServer = dyn Fn() -> Server + Send + Sync;
 
 /// A deterministic simulation of the real client against one in-process backend.
 ///
@@ -130,14 +137,52 @@ pub struct Summary {
 impl Simulation {
     /// A simulation of the backends `make` returns: one fresh server per run, every
     /// kind the server supports, every fault ([`Faults::ALL`]), four processes, 20
-    /// simulated seconds of work and 6 more without faults.
+    /// simulated seconds of work and 6 more without faults. The server is never
+    /// restarted without its state: [`restartable`](Self::restartable) says how.
     pub fn new<F, B>(make: F) -> Self
     where
         F: Fn() -> B + Send + Sync + 'static,
         B: LockBackend + 'static,
     {
+        Self::made(Arc::new(move || Server {
+            backend: Arc::new(make()),
+            restart: None,
+        }))
+    }
+
+    /// As [`new`](Self::new), and the server also restarts without its state at times
+    /// drawn from the seed, by `restart` (for the in-memory backend,
+    /// [`MemoryBackend::restart`](distlock_core::MemoryBackend::restart)). What is
+    /// checked across such a restart follows the backend's capabilities: where leases
+    /// do not survive a restart ([`Capabilities::leases_survive_restart`]), a holder
+    /// from before it may overlap a holder granted after it, until its validity, at
+    /// most a TTL after the restart, has run out; past that, a holder whose lease is
+    /// gone must have been told. Fences must still increase across it unless the
+    /// backend declares them best effort ([`FenceDurability::BestEffort`]).
+    ///
+    /// [`Capabilities::leases_survive_restart`]: distlock_core::backend::Capabilities::leases_survive_restart
+    /// [`FenceDurability::BestEffort`]: distlock_core::backend::FenceDurability::BestEffort
+    pub fn restartable<F, B, R>(make: F, restart: R) -> Self
+    where
+        F: Fn() -> B + Send + Sync + 'static,
+        B: LockBackend + 'static,
+        R: Fn(&B) + Send + Sync + 'static,
+    {
+        let restart = Arc::new(restart);
+        Self::made(Arc::new(move || {
+            let backend = Arc::new(make());
+            let restart = restart.clone();
+            let restarted = backend.clone();
+            Server {
+                backend,
+                restart: Some(Box::new(move || restart(&restarted))),
+            }
+        }))
+    }
+
+    fn made(make: Arc<MakeServer>) -> Self {
         Simulation {
-            make: Arc::new(move || Arc::new(make()) as Arc<dyn LockBackend>),
+            make,
             kinds: Kind::ALL.to_vec(),
             faults: Faults::ALL,
             processes: 4,
@@ -165,7 +210,7 @@ impl Simulation {
 
     /// The kinds this simulation runs on its server.
     pub fn kinds(&self) -> Vec<Kind> {
-        let server = (self.make)();
+        let server = (self.make)().backend;
         self.kinds
             .iter()
             .copied()
@@ -183,10 +228,10 @@ impl Simulation {
         #[cfg(tokio_unstable)]
         builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
         let runtime = builder.build().expect("a current-thread runtime builds");
-        let (history, counts, quiet_from, keys) = runtime.block_on(self.run(seed, kind));
+        let (history, counts, quiet_from, keys, restarts) = runtime.block_on(self.run(seed, kind));
         drop(runtime);
         drop(seeded);
-        let mut violations = check(kind, &keys, &history, quiet_from);
+        let mut violations = check(kind, &keys, &history, quiet_from, &restarts);
         violations.sort_by_key(|v| v.at);
         SeedReport {
             seed,
@@ -212,9 +257,19 @@ impl Simulation {
         })
     }
 
-    async fn run(&self, seed: u64, kind: Kind) -> (Vec<Event>, Counts, Duration, Vec<String>) {
-        let server = (self.make)();
+    async fn run(&self, seed: u64, kind: Kind) -> Ran {
+        let Server {
+            backend: server,
+            restart,
+        } = (self.make)();
         let keys = keys_of(kind, &*server);
+        let caps = server.capabilities().clone();
+        let restarts = Restarts {
+            leases_kept: caps.leases_survive_restart,
+            fences_kept: caps.fence_durability != FenceDurability::BestEffort,
+            at: Vec::new(),
+        };
+        let restart = restart.filter(|_| self.faults.restarts);
         let rec = Recorder::new();
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let ns = format!("run{}/", RUNS.fetch_add(1, Ordering::Relaxed));
@@ -262,6 +317,7 @@ impl Simulation {
         let processes = self.processes;
         let faults = self.faults;
         let counted = Arc::new(AtomicU64::new(0));
+        let restarts = Mutex::new(restarts);
         local
             .run_until(async {
                 for slot in 0..processes {
@@ -280,7 +336,14 @@ impl Simulation {
                     tokio::time::sleep_until(start + at).await;
                     let slot = usize::try_from(rng.below(processes as u64)).unwrap_or(0);
                     let span = rng.millis(100, 2500);
-                    match rng.below(if faults.crashes { 5 } else { 4 }) {
+                    // A crash, or where the server can restart without its state,
+                    // one of the two at even odds.
+                    let choices = if faults.crashes || restart.is_some() {
+                        5
+                    } else {
+                        4
+                    };
+                    match rng.below(choices) {
                         0 => {
                             net.cut(slot, span, false);
                             rec.record(
@@ -307,6 +370,18 @@ impl Simulation {
                                     "the server down for {span:?}, its state kept"
                                 )),
                             );
+                        }
+                        4.. if !faults.crashes || restart.is_some() && rng.chance(500) => {
+                            if let Some(restart) = &restart {
+                                restart();
+                                restarts
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .at
+                                    .push(rec.now());
+                                net.count_restart();
+                                rec.record(NET, What::Restarted);
+                            }
                         }
                         _ => {
                             let taken =
@@ -343,8 +418,13 @@ impl Simulation {
             net.counts(),
             end - start + Duration::from_secs(3),
             keys,
+            restarts.into_inner().unwrap_or_else(|p| p.into_inner()),
         )
     }
 }
 
 type Life = Option<(u32, Arc<Link>, JoinHandle<()>)>;
+
+/// A run's history, network counts, when a leader must lead again, the keys its
+/// holders hold, and the server's restarts without its state.
+type Ran = (Vec<Event>, Counts, Duration, Vec<String>, Restarts);

@@ -197,8 +197,8 @@ impl Process {
                 return false;
             }
             self.record(What::Working { key: key.clone() });
-            if let Some(broken) = self.server_disagrees(guard, kind).await {
-                self.record(What::Broken(broken));
+            if let Some(disagreed) = self.server_disagrees(guard, kind).await {
+                self.record(What::Disagreed(disagreed));
             }
             // The mutex's holds run in a re-entrant scope: asking for the key again
             // answers another hold of the same lease at once, and ending that hold
@@ -492,8 +492,8 @@ impl Process {
                         key: self.logical(key),
                     });
                     if let Some(guard) = set.guard(key.as_str()) {
-                        if let Some(broken) = self.server_disagrees(guard, Kind::Sets).await {
-                            self.record(What::Broken(broken));
+                        if let Some(disagreed) = self.server_disagrees(guard, Kind::Sets).await {
+                            self.record(What::Disagreed(disagreed));
                         }
                     }
                 }
@@ -559,10 +559,10 @@ impl Process {
                             self.record(What::Working {
                                 key: self.logical(hold.key()),
                             });
-                            if let Some(broken) =
+                            if let Some(disagreed) =
                                 self.server_disagrees(&hold, Kind::LeaderLoop).await
                             {
-                                self.record(What::Broken(broken));
+                                self.record(What::Disagreed(disagreed));
                             }
                         }
                         end.end("resigned");

@@ -32,7 +32,7 @@ fn the_build_can_replay_a_seed() {
 
 #[test]
 fn the_same_seed_gives_the_same_history_twice() {
-    let simulation = Simulation::new(MemoryBackend::new);
+    let simulation = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart);
     for seed in 0..12 {
         let (a, b) = (simulation.run_seed(seed), simulation.run_seed(seed));
         assert!(a.history.len() > 5, "seed {seed} did almost nothing");
@@ -75,7 +75,7 @@ fn a_shorter_run_is_a_prefix_of_a_longer_one() {
 
 #[test]
 fn every_kind_keeps_its_promises_on_the_memory_backend() {
-    let simulation = Simulation::new(MemoryBackend::new);
+    let simulation = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart);
     let summary = simulation.run_seeds(0..BUDGET, 2);
     for failure in &summary.failures {
         eprintln!("{}", failure.explain());
@@ -97,7 +97,8 @@ fn every_kind_keeps_its_promises_on_the_memory_backend() {
             && c.replies_lost > 0
             && c.duplicated > 0
             && c.stalled > 0
-            && c.paused > 0,
+            && c.paused > 0
+            && c.restarts > 0,
         "a fault was never drawn: {c:?}"
     );
 }
@@ -128,12 +129,23 @@ enum Twist {
     HalfLease,
     /// A permit is granted against a limit one higher than the claim's.
     RaisesPermitLimit,
+    /// A restart loses the fencing counter too, while the capabilities declare it
+    /// durable: the fences of single keys go back after a restart.
+    ForgetsFencesOnRestart,
+    /// A renewal of a lease the server no longer has answers `Renewed`.
+    RenewsALostLease,
 }
+
+/// Where `ForgetsFencesOnRestart`'s fences start before its first restart (after it,
+/// from the memory backend's own counter, below them).
+const FORGOTTEN: u64 = 1_000_000;
 
 #[derive(Debug)]
 struct Mutant {
     inner: MemoryBackend,
     twist: Twist,
+    /// What `ForgetsFencesOnRestart` adds to the fences of single keys.
+    fence_base: std::sync::atomic::AtomicU64,
 }
 
 impl Mutant {
@@ -141,7 +153,26 @@ impl Mutant {
         Mutant {
             inner: MemoryBackend::new(),
             twist,
+            fence_base: std::sync::atomic::AtomicU64::new(
+                if twist == Twist::ForgetsFencesOnRestart {
+                    FORGOTTEN
+                } else {
+                    0
+                },
+            ),
         }
+    }
+
+    /// Restarts the server without its leases (and, with `ForgetsFencesOnRestart`,
+    /// its fences start lower).
+    fn restart(&self) {
+        self.fence_base
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+        self.inner.restart();
+    }
+
+    fn fence(&self, fence: FencingToken) -> FencingToken {
+        FencingToken::new(fence.get() + self.fence_base.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Frees `key` at half `ttl` from now, if the same grant still holds it.
@@ -176,6 +207,9 @@ impl LockBackend for Mutant {
             (Twist::HalfLease, Grant::Granted(fence)) => {
                 self.cut_short(request.key(), *fence, request.ttl());
             }
+            (Twist::ForgetsFencesOnRestart, Grant::Granted(fence)) => {
+                return Ok(Grant::Granted(self.fence(*fence)));
+            }
             _ => {}
         }
         Ok(grant)
@@ -193,13 +227,20 @@ impl LockBackend for Mutant {
     }
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         let renewal = self.inner.renew(request).await?;
+        if self.twist == Twist::RenewsALostLease {
+            return Ok(Renewal::Renewed);
+        }
         if self.twist == Twist::HalfLease && matches!(renewal, Renewal::Renewed) {
             self.cut_short(request.key(), request.fence(), request.ttl());
         }
         Ok(renewal)
     }
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
+        let mut info = self.inner.inspect(key).await?;
+        if let Some(info) = &mut info {
+            info.fence = self.fence(info.fence);
+        }
+        Ok(info)
     }
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.inner.watch(key).await
@@ -271,7 +312,11 @@ impl PermitBackend for Mutant {
         self.inner.release_permits(key, owner).await
     }
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
-        self.inner.renew_permits(request).await
+        let renewal = self.inner.renew_permits(request).await?;
+        if self.twist == Twist::RenewsALostLease {
+            return Ok(Renewal::Renewed);
+        }
+        Ok(renewal)
     }
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         PermitBackend::leave_queue(&self.inner, key, owner).await
@@ -291,9 +336,11 @@ impl PermitBackend for Mutant {
 }
 
 /// Runs `twist`'s mutant on `kinds` until a seed breaks a promise: that seed, and
-/// the promise, within the budget.
+/// the promise, within the budget. The server restarts without its leases among the
+/// faults, as the memory backend's does.
 fn first_catch(twist: Twist, kinds: &[Kind]) -> (u64, &'static str) {
-    let simulation = Simulation::new(move || Mutant::new(twist)).with_kinds(kinds);
+    let simulation =
+        Simulation::restartable(move || Mutant::new(twist), Mutant::restart).with_kinds(kinds);
     for seed in 0..BUDGET {
         let report = simulation.run_seed(seed);
         if let Some(first) = report.violations.first() {
@@ -329,6 +376,18 @@ fn a_lease_kept_shorter_than_asked_is_caught() {
 fn a_permit_over_the_limit_is_caught() {
     let (seed, promise) = first_catch(Twist::RaisesPermitLimit, &[Kind::Semaphore]);
     eprintln!("RaisesPermitLimit: seed {seed}, {promise}");
+}
+
+#[test]
+fn fences_that_go_back_after_a_restart_are_caught() {
+    let (seed, promise) = first_catch(Twist::ForgetsFencesOnRestart, &[Kind::Mutex, Kind::Bounded]);
+    eprintln!("ForgetsFencesOnRestart: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_renewal_of_a_lost_lease_answered_renewed_is_caught() {
+    let (seed, promise) = first_catch(Twist::RenewsALostLease, &[Kind::Mutex, Kind::Semaphore]);
+    eprintln!("RenewsALostLease: seed {seed}, {promise}");
 }
 
 /// Every `Arc<dyn LockBackend>` is a backend too: a third party's in-process backend
