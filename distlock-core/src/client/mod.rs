@@ -87,23 +87,35 @@ where
 
 /// `options` with its least hold ([`LockOptions::with_hold_at_least`]) fitted to
 /// what `backend` grants, as the TTL is: every grant is asked for at least that long,
-/// so a holder that vanishes keeps the key until then on the server. A configuration
-/// error when it is above the backend's maximum TTL, or above the most a lease is held.
+/// so a holder that vanishes keeps the key until then on the server. The hold is kept
+/// by the client's clock: where the server's may run fast by the declared clock drift
+/// ([`Capabilities::clock_drift`](crate::backend::Capabilities::clock_drift)), the
+/// server is asked for the drift's allowance more. A configuration error when that is
+/// above the backend's maximum TTL, or above the most a lease is held.
 fn fit_hold_at_least(backend: &DynLockBackend, options: LockOptions) -> Result<LockOptions> {
     let Some(least) = options.hold_at_least() else {
         return Ok(options);
     };
-    let fitted = backend.capabilities().fit_ttl(least).map_err(|e| {
-        Error::new(
-            ErrorKind::Configuration,
-            format!(
-                "the least hold {least:?} cannot be granted by the {} backend: {}",
-                backend.name(),
-                e.message()
-            ),
-        )
-        .with_source(e)
-    })?;
+    let drift = backend.capabilities().clock_drift.allowance(least);
+    let fitted = backend
+        .capabilities()
+        .fit_ttl(least.saturating_add(drift))
+        .map_err(|e| {
+            let allowing = if drift.is_zero() {
+                String::new()
+            } else {
+                format!(" (with {drift:?} for the clock drift it declares)")
+            };
+            Error::new(
+                ErrorKind::Configuration,
+                format!(
+                    "the least hold {least:?}{allowing} cannot be granted by the {} backend: {}",
+                    backend.name(),
+                    e.message()
+                ),
+            )
+            .with_source(e)
+        })?;
     let options = options.with_hold_at_least(fitted);
     options.validate()?;
     Ok(options)

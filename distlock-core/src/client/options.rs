@@ -228,7 +228,11 @@ impl LockOptions {
     /// granularity; a configuration error above its maximum TTL or above
     /// [`with_hold_at_most`](Self::with_hold_at_most)). The time is counted from when
     /// the grant's reply arrived on the client, so the lease lasts at least that long
-    /// from the grant on the server. A backend that renews only to the granted TTL
+    /// from the grant on the server, by the client's clock: where the backend declares
+    /// a clock drift ([`Capabilities::clock_drift`](crate::backend::Capabilities::clock_drift)),
+    /// the server is asked for the drift's allowance more, and
+    /// [`LockClient::options`](crate::LockClient::options) shows the least hold so
+    /// widened. A backend that renews only to the granted TTL
     /// ([`Capabilities::extend_any_ttl`](crate::backend::Capabilities::extend_any_ttl)
     /// false: etcd, ZooKeeper) grants for `at_least` where it is the longer, and renews to it
     /// while the lease is held: there a holder that vanishes keeps the key up to
