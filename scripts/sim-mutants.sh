@@ -35,6 +35,9 @@ wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphor
 inner-hold-releases-the-lease|distlock-core/src/client/guard.rs|mutex
         self.hold.count.fetch_sub(1, Ordering::AcqRel) == 1
         self.hold.count.fetch_sub(1, Ordering::AcqRel) >= 1
+clock-drift-left-out-of-validity|distlock-core/src/backend/ext.rs|mutex,efficiency,semaphore,sets
+    let drift = backend.capabilities().clock_drift.allowance(ttl);
+    let drift = Duration::ZERO;
 bound-counted-from-first-renewal|distlock-core/src/client/guard.rs|bounded
         let limit = options.hold_at_most().map(|most| granted + most);
         let limit = options.hold_at_most().map(|most| granted + most + options.ttl() / 3);

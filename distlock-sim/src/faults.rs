@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use distlock_core::backend::ClockDrift;
+
 /// The faults a simulated run draws from its seed, and their rates. Per request: a
 /// latency, a delay (which reorders requests in flight), a pause of the process while
 /// the request is in flight, a request lost, a reply lost after the server applied
@@ -11,7 +13,9 @@ use std::time::Duration;
 /// no release, their link dead) and restarted, the server down for a while with its
 /// state kept, the server restarted without its state (where the simulation was given
 /// a way to restart it: [`Simulation::restartable`](crate::Simulation::restartable)),
-/// and work and waits dropped at an arbitrary await.
+/// and work and waits dropped at an arbitrary await. And each process's clock runs
+/// slow against the server's, by a share of `clock_drift` drawn per process: the
+/// server lets a lease go that much before the holder's clock says its TTL has run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Faults {
     /// The one-way latency of each crossing, in milliseconds, low and high.
@@ -41,6 +45,12 @@ pub struct Faults {
     /// Whether the server may restart without its state, where the simulation can
     /// restart it ([`Simulation::restartable`](crate::Simulation::restartable)).
     pub restarts: bool,
+    /// How far each process's clock may run slow against the server's: a lease or
+    /// permit granted or renewed for a TTL ends on the server a share of this
+    /// allowance early (the share drawn per process, from none to all of it). The
+    /// links declare it in their capabilities, on top of the server's own, so that the
+    /// client leaves it out of every validity.
+    pub clock_drift: ClockDrift,
 }
 
 impl Faults {
@@ -58,6 +68,7 @@ impl Faults {
         process_faults: 6,
         crashes: true,
         restarts: true,
+        clock_drift: ClockDrift::new(100_000, Duration::from_millis(10)),
     };
 
     /// No fault at all: latency only.
@@ -74,6 +85,7 @@ impl Faults {
         process_faults: 0,
         crashes: false,
         restarts: false,
+        clock_drift: ClockDrift::NONE,
     };
 }
 

@@ -51,8 +51,10 @@
 //! their replies only), stalled, or crashed (their tasks dropped with no release,
 //! their link dead, so that nothing they left behind arrives) and restarted; the
 //! server goes down for a while with its state kept, or, where the simulation was
-//! told how ([`Simulation::restartable`]), restarts without it. The processes drop
-//! waits and work at arbitrary awaits.
+//! told how ([`Simulation::restartable`]), restarts without it. Each process's clock
+//! runs slow against the server's by a share of the declared drift drawn per process
+//! ([`Faults::clock_drift`]: the server lets a lease go that much early). The
+//! processes drop waits and work at arbitrary awaits.
 //!
 //! # What is checked
 //!
@@ -73,8 +75,9 @@
 //!
 //! # What is not simulated
 //!
-//! Each process's clock runs at the simulated rate: drift and skew between clocks
-//! are not drawn. A stalled process's own timers keep running (its network stalls,
+//! Clock drift is simulated as the server letting leases go early, within the drift
+//! the links declare: a process's timers all run at one rate, and a clock that steps
+//! is not drawn. A stalled process's own timers keep running (its network stalls,
 //! not its threads). Change notifications reach a cut-off process (they are hints: every decision the
 //! client makes on one is checked by a step that crosses the link). The tower layers
 //! are not among the kinds yet. Of a bounded hold, the client's side is checked (no
@@ -151,6 +154,7 @@ impl Simulation {
             c.stalled += counts.stalled;
             c.paused += counts.paused;
             c.restarts += counts.restarts;
+            c.drifted += counts.drifted;
             if let Some(failure) = failure {
                 summary.failed += 1;
                 if summary.failures.len() < 10 {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use distlock_core::backend::{
-    AcquireRequest, Capabilities, ChangeStream, Claim, ExtendRequest, FairBackend, Grant, Handoffs,
-    OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome, Renewal, SetBackend,
-    SetGrant, Term,
+    AcquireRequest, Capabilities, ChangeStream, Claim, ClockDrift, ExtendRequest, FairBackend,
+    Grant, Handoffs, OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome,
+    Renewal, SetBackend, SetGrant, Term,
 };
 use distlock_core::{Error, ErrorKind, LockBackend, LockInfo, LockKey, Result};
 use tokio::time::Instant;
@@ -34,6 +34,9 @@ struct NetState {
     procs: Vec<ProcNet>,
     /// Until when the server answers nobody (restarting, its state kept).
     server_down_until: Instant,
+    /// Per key and owner, how many times the server granted or renewed it: an early
+    /// end scheduled for a drifting clock applies only if none came since.
+    grants: std::collections::BTreeMap<(LockKey, [u8; 16]), u64>,
     /// The requests sent, and what became of them, counted for the report.
     pub(crate) counts: Counts,
 }
@@ -55,6 +58,8 @@ pub struct Counts {
     pub paused: u64,
     /// Restarts of the server without its state.
     pub restarts: u64,
+    /// Leases and permits the server let go early, the holder's clock running slow.
+    pub drifted: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +67,9 @@ struct ProcNet {
     cut_until: Instant,
     replies_cut_until: Instant,
     stalled_until: Instant,
+    /// How much of the clock-drift allowance this process's clock runs slow by, in
+    /// thousandths.
+    drift_per_mille: u32,
 }
 
 /// What the network does to one request, drawn when it is sent.
@@ -74,25 +82,76 @@ struct Fate {
 }
 
 impl Net {
-    pub(crate) fn new(faults: Faults, rng: SimRng, procs: usize) -> Self {
+    pub(crate) fn new(faults: Faults, mut rng: SimRng, procs: usize) -> Self {
         let now = Instant::now();
+        let procs = (0..procs)
+            .map(|_| ProcNet {
+                cut_until: now,
+                replies_cut_until: now,
+                stalled_until: now,
+                drift_per_mille: u32::try_from(rng.below(1001)).unwrap_or(1000),
+            })
+            .collect();
         Net {
             faults,
             calm: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(NetState {
                 rng,
-                procs: vec![
-                    ProcNet {
-                        cut_until: now,
-                        replies_cut_until: now,
-                        stalled_until: now,
-                    };
-                    procs
-                ],
+                procs,
                 server_down_until: now,
+                grants: std::collections::BTreeMap::new(),
                 counts: Counts::default(),
             }),
         }
+    }
+
+    /// After the server granted or renewed `owner`'s lease (or permit) of `key` for
+    /// `ttl` at `proc`'s request: where `proc`'s clock runs slow, ends it on the server
+    /// that much before `ttl` has passed, unless granted or renewed again by then.
+    fn drift(
+        self: &Arc<Self>,
+        server: Arc<dyn LockBackend>,
+        proc: usize,
+        key: &LockKey,
+        owner: OwnerToken,
+        ttl: Duration,
+        permit: bool,
+    ) {
+        let share = self.proc(proc).drift_per_mille;
+        let early = self
+            .faults
+            .clock_drift
+            .allowance(ttl)
+            .mul_f64(f64::from(share) / 1000.0);
+        let generation = {
+            let mut state = self.state();
+            let generation = state
+                .grants
+                .entry((key.clone(), *owner.as_bytes()))
+                .or_default();
+            *generation += 1;
+            *generation
+        };
+        if early.is_zero() {
+            return;
+        }
+        let (net, key) = (self.clone(), key.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl.saturating_sub(early)).await;
+            let current = net
+                .state()
+                .grants
+                .get(&(key.clone(), *owner.as_bytes()))
+                .copied();
+            if current != Some(generation) {
+                return;
+            }
+            net.count(|c| c.drifted += 1);
+            let _ = match (permit, server.permits()) {
+                (true, Some(permits)) => permits.release_permits(&key, &owner).await,
+                _ => server.release(&key, &owner).await,
+            };
+        });
     }
 
     fn state(&self) -> MutexGuard<'_, NetState> {
@@ -224,6 +283,13 @@ pub struct Link {
 impl Link {
     pub(crate) fn new(server: Arc<dyn LockBackend>, net: Arc<Net>, proc: usize) -> Self {
         let mut capabilities = server.capabilities().clone();
+        // The processes' clocks run slow by up to the simulated drift: declared on top
+        // of the server's own.
+        let (declared, simulated) = (capabilities.clock_drift, net.faults.clock_drift);
+        capabilities.clock_drift = ClockDrift::new(
+            declared.per_million.saturating_add(simulated.per_million),
+            declared.fixed + simulated.fixed,
+        );
         // A request can wait on the wire for the longest latency and delay: the bound
         // on a request applied after its caller gave up.
         let f = net.faults;
@@ -328,10 +394,17 @@ impl LockBackend for Link {
     }
 
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
-        let request = request.clone();
+        let (request, net, proc) = (request.clone(), self.net.clone(), self.proc);
         self.call(move |s| {
-            let request = request.clone();
-            async move { s.try_grant(&request).await }
+            let (request, net) = (request.clone(), net.clone());
+            async move {
+                let grant = s.try_grant(&request).await;
+                if let Ok(Grant::Granted(_)) = &grant {
+                    let (key, owner) = (request.key(), *request.owner());
+                    net.drift(s, proc, key, owner, request.ttl(), false);
+                }
+                grant
+            }
         })
         .await
     }
@@ -346,10 +419,17 @@ impl LockBackend for Link {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let request = request.clone();
+        let (request, net, proc) = (request.clone(), self.net.clone(), self.proc);
         self.call(move |s| {
-            let request = request.clone();
-            async move { s.renew(&request).await }
+            let (request, net) = (request.clone(), net.clone());
+            async move {
+                let renewal = s.renew(&request).await;
+                if let Ok(Renewal::Renewed) = &renewal {
+                    let (key, owner) = (request.key(), *request.owner());
+                    net.drift(s, proc, key, owner, request.ttl(), false);
+                }
+                renewal
+            }
         })
         .await
     }
@@ -453,14 +533,21 @@ impl FairBackend for Link {
 #[async_trait]
 impl SetBackend for Link {
     async fn try_grant_all(&self, requests: &[AcquireRequest]) -> Result<SetGrant> {
-        let requests = requests.to_vec();
+        let (requests, net, proc) = (requests.to_vec(), self.net.clone(), self.proc);
         self.call(move |s| {
-            let requests = requests.clone();
+            let (requests, net) = (requests.clone(), net.clone());
             async move {
-                match s.sets() {
+                let grant = match s.sets() {
                     Some(sets) => sets.try_grant_all(&requests).await,
                     None => Err(unsupported("sets")),
+                };
+                if let Ok(SetGrant::Granted(_)) = &grant {
+                    for request in &requests {
+                        let (key, owner) = (request.key(), *request.owner());
+                        net.drift(s.clone(), proc, key, owner, request.ttl(), false);
+                    }
                 }
+                grant
             }
         })
         .await
@@ -519,12 +606,23 @@ macro_rules! on_permits {
 #[async_trait]
 impl PermitBackend for Link {
     async fn try_grant_permits(&self, request: &AcquireRequest, claim: &Claim) -> Result<Grant> {
-        let (request, claim) = (request.clone(), claim.clone());
-        on_permits!(
-            self,
-            |p| p.try_grant_permits(&request, &claim),
-            [request, claim]
-        )
+        let (request, claim, net, proc) =
+            (request.clone(), claim.clone(), self.net.clone(), self.proc);
+        self.call(move |s| {
+            let (request, claim, net) = (request.clone(), claim.clone(), net.clone());
+            async move {
+                let grant = match s.permits() {
+                    Some(p) => p.try_grant_permits(&request, &claim).await,
+                    None => Err(unsupported("permits")),
+                };
+                if let Ok(Grant::Granted(_)) = &grant {
+                    let (key, owner) = (request.key(), *request.owner());
+                    net.drift(s, proc, key, owner, request.ttl(), true);
+                }
+                grant
+            }
+        })
+        .await
     }
 
     async fn release_permits(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
@@ -533,8 +631,22 @@ impl PermitBackend for Link {
     }
 
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let request = request.clone();
-        on_permits!(self, |p| p.renew_permits(&request), [request])
+        let (request, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        self.call(move |s| {
+            let (request, net) = (request.clone(), net.clone());
+            async move {
+                let renewal = match s.permits() {
+                    Some(p) => p.renew_permits(&request).await,
+                    None => Err(unsupported("permits")),
+                };
+                if let Ok(Renewal::Renewed) = &renewal {
+                    let (key, owner) = (request.key(), *request.owner());
+                    net.drift(s, proc, key, owner, request.ttl(), true);
+                }
+                renewal
+            }
+        })
+        .await
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {

@@ -167,8 +167,8 @@ fn main() -> ExitCode {
     }
     let c = summary.counts;
     println!(
-        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} read after a pause, {} stalled; {} server restarts without state",
-        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.paused, c.stalled, c.restarts
+        "  network: {} requests, {} lost on the way, {} replies lost, {} applied twice, {} read after a pause, {} stalled; {} server restarts without state; {} leases ended early by a slow clock",
+        c.sent, c.requests_lost, c.replies_lost, c.duplicated, c.paused, c.stalled, c.restarts, c.drifted
     );
     for failure in &summary.failures {
         println!("{}", failure.explain());

@@ -398,3 +398,15 @@ fn a_boxed_backend_runs_as_its_own() {
     let report = simulation.run_seed(7);
     assert!(report.passed(), "{}", report.explain());
 }
+
+/// Each seed that found a bug in the client, replayed: seed 6098 ran a `run_once`
+/// slot twice, the least hold not allowing for the declared clock drift.
+#[test]
+fn the_seeds_that_found_bugs_pass() {
+    let simulation = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart);
+    let found: &[u64] = &[6098];
+    for &seed in found {
+        let report = simulation.run_seed(seed);
+        assert!(report.passed(), "{}", report.explain());
+    }
+}
