@@ -138,7 +138,7 @@ pub struct Case<T = Target> {
     doc: &'static str,
     point: ContractPoint,
     fault: bool,
-    gate: Gate<T>,
+    pub(crate) gate: Gate<T>,
     pub(crate) run: CaseFn<T>,
 }
 
@@ -189,13 +189,6 @@ impl<T> Case<T> {
     /// Whether it faults the server, and so must have it alone.
     pub fn fault(&self) -> bool {
         self.fault
-    }
-}
-
-impl<T: crate::suite::SuiteTarget> Case<T> {
-    /// Why the case cannot run on `target`, or `None` when it can.
-    pub fn skip_reason(&self, target: &T) -> Option<String> {
-        (self.gate)(target).or_else(|| target.excludes(self))
     }
 }
 

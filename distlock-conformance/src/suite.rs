@@ -50,6 +50,13 @@ pub trait SuiteTarget: Send + Sync + Sized + 'static {
     }
 }
 
+impl<T: SuiteTarget> Case<T> {
+    /// Why the case cannot run on `target`, or `None` when it can.
+    pub fn skip_reason(&self, target: &T) -> Option<String> {
+        (self.gate)(target).or_else(|| target.excludes(self))
+    }
+}
+
 impl SuiteTarget for Target {
     fn suite() -> Vec<&'static Case<Self>> {
         cases().collect()
