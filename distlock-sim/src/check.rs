@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::history::{Event, Proc, What};
-use crate::workload::{Kind, AT_LEAST, AT_MOST, SLOT, TTL};
+use crate::kind::{Kind, AT_LEAST, AT_MOST, SLOT, TTL};
 
 /// A broken promise: which, when, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]

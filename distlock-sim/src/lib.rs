@@ -90,100 +90,15 @@
 mod check;
 mod faults;
 mod history;
+mod kind;
 mod link;
+mod process;
 mod rng;
 mod run;
-mod workload;
 
 pub use check::Violation;
 pub use faults::Faults;
 pub use history::{history_hash, Event, Proc, What};
+pub use kind::Kind;
 pub use link::{Counts, Link};
 pub use run::{SeedReport, Simulation, Summary, DETERMINISTIC};
-pub use workload::Kind;
-
-impl Simulation {
-    /// Runs `seeds` on `threads` threads (each seed on one thread, its own runtime),
-    /// and sums them up. The same seeds give the same summary, whatever the threads.
-    ///
-    /// With the environment variable `DISTLOCK_SIM_SEED` set to a seed, it runs that
-    /// seed alone instead: the replay of a failure a test printed, from the same test.
-    pub fn run_seeds(&self, seeds: std::ops::Range<u64>, threads: usize) -> Summary {
-        let seeds = seeds_to_run(seeds, std::env::var("DISTLOCK_SIM_SEED").ok().as_deref());
-        let next = std::sync::atomic::AtomicU64::new(seeds.start);
-        let reports = std::sync::Mutex::new(Vec::new());
-        std::thread::scope(|scope| {
-            for _ in 0..threads.max(1) {
-                scope.spawn(|| loop {
-                    let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if seed >= seeds.end {
-                        return;
-                    }
-                    let report = self.run_seed(seed);
-                    let brief = (
-                        seed,
-                        report.kind,
-                        report.history.len() as u64,
-                        report.counts,
-                        (!report.passed()).then_some(report),
-                    );
-                    reports
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(brief);
-                });
-            }
-        });
-        let mut reports = reports.into_inner().unwrap_or_else(|p| p.into_inner());
-        reports.sort_by_key(|r| r.0);
-        let mut summary = Summary {
-            per_kind: self.kinds().into_iter().map(|k| (k, 0)).collect(),
-            ..Summary::default()
-        };
-        for (_, kind, events, counts, failure) in reports {
-            summary.seeds += 1;
-            summary.events += events;
-            if let Some(entry) = summary.per_kind.iter_mut().find(|(k, _)| *k == kind) {
-                entry.1 += 1;
-            }
-            let c = &mut summary.counts;
-            c.sent += counts.sent;
-            c.requests_lost += counts.requests_lost;
-            c.replies_lost += counts.replies_lost;
-            c.duplicated += counts.duplicated;
-            c.stalled += counts.stalled;
-            c.paused += counts.paused;
-            c.restarts += counts.restarts;
-            c.drifted += counts.drifted;
-            if let Some(failure) = failure {
-                summary.failed += 1;
-                if summary.failures.len() < 10 {
-                    summary.failures.push(failure);
-                }
-            }
-        }
-        summary
-    }
-}
-
-/// The seeds `run_seeds` runs: `seeds`, or the one `replay` names.
-fn seeds_to_run(seeds: std::ops::Range<u64>, replay: Option<&str>) -> std::ops::Range<u64> {
-    match replay.and_then(|s| s.trim().parse::<u64>().ok()) {
-        Some(seed) => seed..seed.saturating_add(1),
-        None => seeds,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::seeds_to_run;
-
-    #[test]
-    fn a_seed_in_the_environment_replaces_the_range() {
-        assert_eq!(seeds_to_run(0..500, None), 0..500);
-        assert_eq!(seeds_to_run(0..500, Some("874")), 874..875);
-        assert_eq!(seeds_to_run(0..500, Some(" 7 ")), 7..8);
-        // Not a seed: the range, as if unset.
-        assert_eq!(seeds_to_run(0..500, Some("x")), 0..500);
-    }
-}
