@@ -29,6 +29,9 @@ least-hold-only-at-release|distlock-core/src/client/options.rs|run-once
 leader-work-kept-on-loss|distlock-core/src/client/leader.rs|leader-loop
             Some(reason) = lost => Ended::Lost(reason),
             Some(reason) = lost, if false => Ended::Lost(reason),
+leader-term-kept-on-shutdown|distlock-core/src/client/leader.rs|leader-loop
+                if let Err(error) = leadership.resign().await {
+                if let Err(error) = async { if matches!(ended, Ended::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
 wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphore,rw-lock,sets
     now.checked_add(wait.min(CENTURY))
     now.checked_add(wait.min(CENTURY) + Duration::from_millis(50))

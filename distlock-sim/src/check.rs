@@ -101,6 +101,11 @@ pub(crate) fn check(
                 at: event.at,
                 detail: format!("{}: {detail}", event.proc),
             }),
+            What::NotResigned(detail) => found.push(Violation {
+                promise: "a leader resigns on shutdown",
+                at: event.at,
+                detail: detail.clone(),
+            }),
             What::Disagreed(detail)
                 if !restarts.lost_leases_within(event.at.saturating_sub(TTL), event.at) =>
             {

@@ -73,6 +73,9 @@ pub enum What {
     Started,
     /// A check made as the run went broke a promise.
     Broken(String),
+    /// The leader loops were shut down, and the election, asked directly, still had a
+    /// leader: a term not resigned on shutdown.
+    NotResigned(String),
     /// The server, asked at the instant a holder acted as holder, disagreed: no lease
     /// (or permit) with the holder's fence, or too many permits out.
     Disagreed(String),

@@ -65,7 +65,8 @@
 //! increasing from a hold to every hold granted after it ended, every wait ended by
 //! its deadline, one `run_once` run per slot (crashed runners included), no step as
 //! holder past a hold's bound, a re-entry answered at once with the lease's own fence
-//! (its end leaving the lease held), and a leader elected again once the faults stop.
+//! (its end leaving the lease held), a leader elected again once the faults stop, and
+//! no leader left once the leader loops are shut down (each resigns).
 //! Across a restart without state, what the backend's capabilities say it loses is
 //! excused (a holder from before it may overlap one after it until its validity has
 //! run out, a TTL at most), and nothing else: past that TTL, a holder whose lease is

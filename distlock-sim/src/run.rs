@@ -299,9 +299,10 @@ impl Simulation {
                     server: server.clone(),
                     rec: rec.clone(),
                     rng: SimRng::new(seed, 100 + (slot as u64) * 1000 + u64::from(life)),
-                    // A leader loop runs on through the quiet tail, where it must lead.
+                    // A leader loop runs on through the quiet tail, where it must lead,
+                    // and is shut down a second before its end.
                     end: if kind == Kind::LeaderLoop {
-                        quiet
+                        quiet - SHUT_DOWN_BEFORE_QUIET_ENDS
                     } else {
                         until
                     },
@@ -401,8 +402,26 @@ impl Simulation {
                 }
                 tokio::time::sleep_until(end).await;
                 net.calm();
-                // Let every process finish its last step; a leader loop runs on to
-                // the quiet tail's end.
+                // Let every process finish its last step; a leader loop runs on
+                // nearly to the quiet tail's end, and resigns when it is shut down.
+                if kind == Kind::LeaderLoop {
+                    tokio::time::sleep_until(quiet - SHUT_DOWN_BEFORE_QUIET_ENDS / 2).await;
+                    // The election's key: its name, or the lease it runs over.
+                    let key = match server.permits() {
+                        Some(_) => format!("{ns}leader"),
+                        None => format!("{}{ns}leader", distlock_core::LEASE_ELECTION_PREFIX),
+                    };
+                    if let Some(holders) = leaders(&*server, &key).await {
+                        rec.record(
+                            NET,
+                            What::NotResigned(format!(
+                                "the leader loops were shut down {:?} ago, and the election \
+                                 still has {holders}",
+                                SHUT_DOWN_BEFORE_QUIET_ENDS / 2
+                            )),
+                        );
+                    }
+                }
                 tokio::time::sleep_until(quiet).await;
             })
             .await;
@@ -425,6 +444,31 @@ impl Simulation {
 }
 
 type Life = Option<(u32, Arc<Link>, JoinHandle<()>)>;
+
+/// How long before the quiet tail ends the leader loops are shut down: half of it
+/// later, the election must have no leader (a loop resigns when shut down).
+const SHUT_DOWN_BEFORE_QUIET_ENDS: Duration = Duration::from_secs(1);
+
+/// Who leads the election `key` on `server`, asked directly: `None` when nobody
+/// does.
+async fn leaders(server: &dyn LockBackend, key: &str) -> Option<String> {
+    let key = distlock_core::LockKey::new(key).ok()?;
+    match server.permits() {
+        Some(permits) => match permits.holders(&key).await {
+            Ok(holders) if holders.is_empty() => None,
+            Ok(holders) => Some(format!(
+                "holders with fences {:?}",
+                holders.iter().map(|h| h.fence.get()).collect::<Vec<_>>()
+            )),
+            Err(error) => Some(format!("no answer to who leads: {error}")),
+        },
+        None => match server.inspect(&key).await {
+            Ok(None) => None,
+            Ok(Some(info)) => Some(format!("a lease with fence {}", info.fence)),
+            Err(error) => Some(format!("no answer to who leads: {error}")),
+        },
+    }
+}
 
 /// A run's history, network counts, when a leader must lead again, the keys its
 /// holders hold, and the server's restarts without its state.
