@@ -53,6 +53,9 @@ struct Holding {
     last: Duration,
     /// When the holder stopped acting as holder (released, lost, dropped, crashed).
     ended: Option<Duration>,
+    /// Whether it resumed a term an earlier incarnation of its slot held, with the
+    /// same fence.
+    resumes: bool,
 }
 
 /// Every promise of `kind` checked over `events`, for each of `keys`; `quiet_from`
@@ -162,10 +165,14 @@ fn holds(kind: Kind, key: &str, events: &[Event], restarts: &Restarts, found: &m
     let mut holdings: Vec<Holding> = Vec::new();
     let mut open: BTreeMap<Proc, usize> = BTreeMap::new();
     let mut answered: BTreeMap<Proc, Duration> = BTreeMap::new();
+    let mut resuming: BTreeMap<Proc, u64> = BTreeMap::new();
     for (index, event) in events.iter().enumerate() {
         match &event.what {
             What::Waited { took, outcome, .. } if outcome == "ok" => {
                 answered.insert(event.proc, event.at - *took);
+            }
+            What::Resumed { key: k, fence } if k == key => {
+                resuming.insert(event.proc, *fence);
             }
             What::Acquired {
                 key: k,
@@ -196,6 +203,7 @@ fn holds(kind: Kind, key: &str, events: &[Event], restarts: &Restarts, found: &m
                     fence: *fence,
                     shared: *shared,
                     asked,
+                    resumes: resuming.remove(&event.proc) == Some(*fence),
                     from: event.at,
                     last: event.at,
                     ended: None,
@@ -290,6 +298,8 @@ fn holds(kind: Kind, key: &str, events: &[Event], restarts: &Restarts, found: &m
                 .iter()
                 .filter(|o| !(o.shared && h.shared))
                 .filter(|o| o.ended.is_some_and(|end| end < h.from) && o.fence >= h.fence)
+                // A resumed term is the same term as its slot's earlier hold.
+                .filter(|o| !(h.resumes && o.fence == h.fence && o.proc.slot == h.proc.slot))
                 .filter(|o| !restarts.lost_fences_within(o.from, h.from))
                 // A restart that lost the leases, after this hold was asked for and
                 // before the earlier one was granted: this one's fence may have been

@@ -34,6 +34,14 @@ pub enum What {
         /// Whether the grant shares the key (a permit, a read), or holds it alone.
         shared: bool,
     },
+    /// The next hold of `key` is a resumed term, of the fence its token names: the
+    /// same term as an earlier incarnation's, not a new one.
+    Resumed {
+        /// The key.
+        key: String,
+        /// The term's fence.
+        fence: u64,
+    },
     /// The process acts as `key`'s holder now: its guard said it still holds.
     Working {
         /// The key.

@@ -19,7 +19,9 @@ pub enum Kind {
     /// A semaphore of two permits over four processes.
     Semaphore,
     /// Elections through `LeaderLoop::run`: one leader at a time, terms increasing,
-    /// and a leader again once the faults stop.
+    /// a leader again once the faults stop, and none once the loops are shut down. A
+    /// leader writes its term's resume token down; restarted after a crash, it
+    /// resumes that term (retrying a resume that failed), the same fence.
     LeaderLoop,
     /// Jobs through `run_once`: one run per slot, crashed runners included.
     RunOnce,

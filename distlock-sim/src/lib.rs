@@ -43,7 +43,8 @@
 //!
 //! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing (with
 //! re-entrant holds), fair, and bounded by `hold_at_most`, the efficiency lock, a
-//! semaphore, a read-write lock, sets of keys, the leader loop, `run_once` jobs),
+//! semaphore, a read-write lock, sets of keys, the leader loop (a crashed leader
+//! resuming its term from the token it wrote down), `run_once` jobs),
 //! then runs four processes for twenty simulated seconds and a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
 //! that reorder requests in flight, a pause of its process while it is in flight (the
 //! reply read up to 2.5 s late), requests lost, replies lost after the server applied

@@ -281,13 +281,15 @@ impl Simulation {
         let quiet = end + Duration::from_secs(6);
         let local = LocalSet::new();
         let lives: Arc<Mutex<Vec<Life>>> = Arc::default();
+        let disk: crate::process::Disk = Arc::new(Mutex::new(vec![None; self.processes]));
         let spawn = {
-            let (server, net, rec, lives, ns) = (
+            let (server, net, rec, lives, ns, disk) = (
                 server.clone(),
                 net.clone(),
                 rec.clone(),
                 lives.clone(),
                 ns.clone(),
+                disk.clone(),
             );
             move |slot: usize, life: u32, until: Instant| {
                 let link = Arc::new(Link::new(server.clone(), net.clone(), slot));
@@ -307,6 +309,7 @@ impl Simulation {
                         until
                     },
                     ns: ns.clone(),
+                    disk: disk.clone(),
                 };
                 let task = tokio::task::spawn_local(process.run(kind));
                 let mut lives = lives.lock().unwrap_or_else(|p| p.into_inner());

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use distlock_core::{Election, ResumeToken};
+
 use crate::history::What;
 use crate::kind::Kind;
 use crate::rng::SimRng;
@@ -12,11 +14,20 @@ impl Process {
     /// Leads through `LeaderLoop::run` until the run's end (the quiet tail included):
     /// each term recorded as a hold, its steps checked against the server.
     pub(super) async fn lead(&self, rng: &mut SimRng) {
-        let looped = self
-            .client
-            .election(&self.named("leader"))
-            .and_then(|election| election.leader_loop(&self.proc.to_string()));
-        let leader_loop = match looped {
+        let election = match self.client.election(&self.named("leader")) {
+            Ok(election) => election,
+            Err(error) => {
+                self.record(What::Broken(format!("the election was refused: {error}")));
+                return;
+            }
+        };
+        // After a crash, the term the last incarnation wrote down is resumed, and the
+        // resume tried again after an error a retry may cure, as a service does.
+        let written = self.disk.lock().unwrap_or_else(|p| p.into_inner())[self.proc.slot];
+        if let Some(token) = written {
+            let _ = tokio::time::timeout_at(self.end, self.resume(&election, token, rng)).await;
+        }
+        let leader_loop = match election.leader_loop(&self.proc.to_string()) {
             Ok(leader_loop) => leader_loop.with_retry(Duration::from_millis(200)),
             Err(error) => {
                 self.record(What::Broken(format!(
@@ -25,14 +36,16 @@ impl Process {
                 return;
             }
         };
+        let health = leader_loop.health();
         let terms = std::cell::RefCell::new(rng.clone());
         let outcome = leader_loop
             .run(
                 |hold| {
-                    let terms = &terms;
+                    let (terms, health) = (&terms, &health);
                     async move {
                         let mut rng = terms.borrow_mut().clone();
                         terms.borrow_mut().next();
+                        self.write_down(health.resume_token());
                         let key = self.logical(hold.key());
                         self.record(What::Acquired {
                             key: key.clone(),
@@ -66,6 +79,39 @@ impl Process {
             .await;
         if let Err(error) = outcome {
             self.record(What::Broken(format!("the leader loop failed: {error}")));
+        }
+    }
+
+    /// Writes the term's resume token down where the next incarnation finds it.
+    fn write_down(&self, token: Option<ResumeToken>) {
+        self.disk.lock().unwrap_or_else(|p| p.into_inner())[self.proc.slot] = token;
+    }
+
+    /// Resumes the term `token` names, up to three tries: where it still lives, leads
+    /// it for a few steps (the same term: the same fence) and resigns; where another
+    /// leads or nobody does, gives up or leads a new term as a campaign would.
+    async fn resume(&self, election: &Election, token: ResumeToken, rng: &mut SimRng) {
+        let value = self.proc.to_string();
+        for _ in 0..3 {
+            match election.resume(&token, &value).await {
+                Ok(Ok(leadership)) => {
+                    let guard = leadership.into_guard();
+                    let key = self.logical(guard.key());
+                    if guard.fence() == token.fence() {
+                        self.record(What::Resumed {
+                            key,
+                            fence: token.fence().get(),
+                        });
+                    }
+                    self.hold(Kind::LeaderLoop, guard, false, rng).await;
+                    return;
+                }
+                Ok(Err(_busy)) => return,
+                Err(error) if error.is_retryable() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => return,
+            }
         }
     }
 }

@@ -32,7 +32,13 @@ pub(crate) struct Process {
     /// once in one process (a test's threads) draw the same owner tokens, and the
     /// client's registry of armed cleanups is per process. Histories leave it out.
     pub(crate) ns: String,
+    /// What each slot's process writes down to outlive a crash: the resume token of
+    /// the term it leads.
+    pub(crate) disk: Disk,
 }
+
+/// Per slot, the resume token its last incarnation wrote down.
+pub(crate) type Disk = Arc<std::sync::Mutex<Vec<Option<distlock_core::ResumeToken>>>>;
 
 /// Records a holder's end when dropped unended: a term's work dropped by the leader
 /// loop, a job cancelled.
