@@ -67,12 +67,11 @@ DISTLOCK_PACKAGED_RAN="$packaged_ran" bash scripts/run-tests.sh
 rm -f "$packaged_ran"
 step "the simulation, 10,000 seeds"
 # Every lock kind under every simulated fault, on the in-memory backend, from a release
-# build (scripts/sim.sh; `scripts/sim.sh --soak` runs a million, about 30 minutes).
+# build (scripts/sim.sh; `scripts/sim.sh --soak` runs a million, about 20 minutes).
 bash scripts/sim.sh
-# And the proof that it finds bugs: four mutants of the client (validity counted
-# from the reply, the least hold kept only at release, leader work kept after a loss,
-# a wait past its deadline), each built into a copy of distlock-core and caught within
-# CI's 10,000 seeds (scripts/sim-mutants.sh).
+# And the proof that it finds bugs: eight mutants of the client (scripts/sim-mutants.sh
+# lists them), each built into a copy of distlock-core and caught within CI's 10,000
+# seeds.
 bash scripts/sim-mutants.sh
 step "a user's crate outside the workspace"
 # A user's crate on the packaged crates: with distlock's redis feature alone it builds
