@@ -104,6 +104,11 @@ pub(crate) fn check(
                 at: event.at,
                 detail: format!("{}: {detail}", event.proc),
             }),
+            What::Answered(detail) => found.push(Violation {
+                promise: "every answer is one the contract allows",
+                at: event.at,
+                detail: detail.clone(),
+            }),
             What::NotResigned(detail) => found.push(Violation {
                 promise: "a leader resigns on shutdown",
                 at: event.at,

@@ -81,6 +81,11 @@ pub enum What {
     Started,
     /// A check made as the run went broke a promise.
     Broken(String),
+    /// The server answered a step in a way the server, asked at that instant,
+    /// contradicts (a grant whose lease is not there, a key answered held that is
+    /// free, a renewal of a lease that is gone, a lease answered not held that is
+    /// there).
+    Answered(String),
     /// The leader loops were shut down, and the election, asked directly, still had a
     /// leader: a term not resigned on shutdown.
     NotResigned(String),

@@ -59,8 +59,11 @@
 //!
 //! # What is checked
 //!
-//! At each step a holder acts as holder, its guard must say it holds and the server,
-//! asked at that instant, must agree (its lease with that fence, its permit within
+//! Every answer the server gives to a grant or renewal must agree with the server
+//! asked at that same instant, before anything else runs (a grant's lease there with
+//! its fence, a key answered held indeed held, a renewed lease there, a lease answered
+//! not held gone). At each step a holder acts as holder, its guard must say it holds
+//! and the server, asked at that instant, must agree (its lease with that fence, its permit within
 //! the limit). Over the whole history ([`Violation`]): one holder at a time (at most
 //! the limit for a semaphore, readers only beside readers), fences strictly
 //! increasing from a hold to every hold granted after it ended, every wait ended by

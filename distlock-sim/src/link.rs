@@ -16,12 +16,15 @@ use distlock_core::{Error, ErrorKind, LockBackend, LockInfo, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::faults::Faults;
+use crate::history::{Recorder, What, NET};
 use crate::rng::SimRng;
 
 /// The network's state, shared by every link of one run.
 #[derive(Debug)]
 pub(crate) struct Net {
     faults: Faults,
+    /// Where a server's answer that the server, asked at once, contradicts is told.
+    rec: Recorder,
     /// Set once the run's faults stop: requests only meet latency from then on.
     calm: std::sync::atomic::AtomicBool,
     state: Mutex<NetState>,
@@ -82,7 +85,7 @@ struct Fate {
 }
 
 impl Net {
-    pub(crate) fn new(faults: Faults, mut rng: SimRng, procs: usize) -> Self {
+    pub(crate) fn new(faults: Faults, mut rng: SimRng, procs: usize, rec: Recorder) -> Self {
         let now = Instant::now();
         let procs = (0..procs)
             .map(|_| ProcNet {
@@ -94,6 +97,7 @@ impl Net {
             .collect();
         Net {
             faults,
+            rec,
             calm: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(NetState {
                 rng,
@@ -188,6 +192,57 @@ impl Net {
         let until = Instant::now() + span;
         let mut state = self.state();
         state.server_down_until = state.server_down_until.max(until);
+    }
+
+    /// Checks a lease step's answer against the server, asked at the same instant
+    /// (before anything else runs): a grant's lease must be there with its fence, a
+    /// key answered held must be held, a renewal's lease there with its fence, and a
+    /// lease answered not held must not be. A contradiction is recorded.
+    async fn check_answer(
+        &self,
+        server: &dyn LockBackend,
+        key: &LockKey,
+        answer: Answer,
+        permit: bool,
+    ) {
+        let fence = match answer {
+            Answer::Granted(fence) | Answer::Renewed(fence) | Answer::NotHeld(fence) => fence,
+            Answer::Held => 0,
+        };
+        let found = match server.permits().filter(|_| permit) {
+            Some(permits) => match permits.holders(key).await {
+                Ok(holders) => Some(holders.iter().map(|h| h.fence.get()).collect::<Vec<_>>()),
+                Err(_) => return,
+            },
+            None => match server.inspect(key).await {
+                Ok(info) => Some(info.map(|i| i.fence.get()).into_iter().collect()),
+                Err(_) => return,
+            },
+        }
+        .unwrap_or_default();
+        let holds = |f: u64| found.contains(&f);
+        let wrong = match answer {
+            // An unfenced grant's fence says nothing: the key must be held.
+            Answer::Granted(0) | Answer::Renewed(0) | Answer::Held => found.is_empty(),
+            Answer::Granted(_) | Answer::Renewed(_) => !holds(fence),
+            Answer::NotHeld(0) => false,
+            Answer::NotHeld(_) => holds(fence),
+        };
+        if wrong {
+            self.rec.record(
+                NET,
+                What::Answered(format!(
+                    "the server answered {} for {}, and at that instant it had {}",
+                    answer.name(fence),
+                    logical(key),
+                    if found.is_empty() {
+                        "no holder".to_owned()
+                    } else {
+                        format!("holders with fences {found:?}")
+                    }
+                )),
+            );
+        }
     }
 
     /// Counts a restart of the server without its state.
@@ -399,9 +454,18 @@ impl LockBackend for Link {
             let (request, net) = (request.clone(), net.clone());
             async move {
                 let grant = s.try_grant(&request).await;
-                if let Ok(Grant::Granted(_)) = &grant {
-                    let (key, owner) = (request.key(), *request.owner());
-                    net.drift(s, proc, key, owner, request.ttl(), false);
+                let key = request.key();
+                match &grant {
+                    Ok(Grant::Granted(fence)) => {
+                        net.check_answer(&*s, key, Answer::Granted(fence.get()), false)
+                            .await;
+                        net.drift(s, proc, key, *request.owner(), request.ttl(), false);
+                    }
+                    // A fair step is held while others are queued ahead, too.
+                    Ok(Grant::Held { .. }) if request.place().is_none() => {
+                        net.check_answer(&*s, key, Answer::Held, false).await;
+                    }
+                    _ => {}
                 }
                 grant
             }
@@ -424,9 +488,18 @@ impl LockBackend for Link {
             let (request, net) = (request.clone(), net.clone());
             async move {
                 let renewal = s.renew(&request).await;
-                if let Ok(Renewal::Renewed) = &renewal {
-                    let (key, owner) = (request.key(), *request.owner());
-                    net.drift(s, proc, key, owner, request.ttl(), false);
+                let (key, fence) = (request.key(), request.fence().get());
+                match &renewal {
+                    Ok(Renewal::Renewed) => {
+                        net.check_answer(&*s, key, Answer::Renewed(fence), false)
+                            .await;
+                        net.drift(s, proc, key, *request.owner(), request.ttl(), false);
+                    }
+                    Ok(Renewal::NotHeld) => {
+                        net.check_answer(&*s, key, Answer::NotHeld(fence), false)
+                            .await;
+                    }
+                    _ => {}
                 }
                 renewal
             }
@@ -615,9 +688,17 @@ impl PermitBackend for Link {
                     Some(p) => p.try_grant_permits(&request, &claim).await,
                     None => Err(unsupported("permits")),
                 };
-                if let Ok(Grant::Granted(_)) = &grant {
-                    let (key, owner) = (request.key(), *request.owner());
-                    net.drift(s, proc, key, owner, request.ttl(), true);
+                let key = request.key();
+                match &grant {
+                    Ok(Grant::Granted(fence)) => {
+                        net.check_answer(&*s, key, Answer::Granted(fence.get()), true)
+                            .await;
+                        net.drift(s, proc, key, *request.owner(), request.ttl(), true);
+                    }
+                    Ok(Grant::Held { .. }) if request.place().is_none() => {
+                        net.check_answer(&*s, key, Answer::Held, true).await;
+                    }
+                    _ => {}
                 }
                 grant
             }
@@ -639,9 +720,18 @@ impl PermitBackend for Link {
                     Some(p) => p.renew_permits(&request).await,
                     None => Err(unsupported("permits")),
                 };
-                if let Ok(Renewal::Renewed) = &renewal {
-                    let (key, owner) = (request.key(), *request.owner());
-                    net.drift(s, proc, key, owner, request.ttl(), true);
+                let (key, fence) = (request.key(), request.fence().get());
+                match &renewal {
+                    Ok(Renewal::Renewed) => {
+                        net.check_answer(&*s, key, Answer::Renewed(fence), true)
+                            .await;
+                        net.drift(s, proc, key, *request.owner(), request.ttl(), true);
+                    }
+                    Ok(Renewal::NotHeld) => {
+                        net.check_answer(&*s, key, Answer::NotHeld(fence), true)
+                            .await;
+                    }
+                    _ => {}
                 }
                 renewal
             }
@@ -676,5 +766,46 @@ impl PermitBackend for Link {
     async fn watch_permits(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         let key = key.clone();
         on_permits!(self, |p| p.watch_permits(&key), [key])
+    }
+}
+
+/// A server's answer to a lease or permit step, to check against the server.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// Granted with this fence.
+    Granted(u64),
+    /// The key held by someone else.
+    Held,
+    /// Renewed the lease of this fence.
+    Renewed(u64),
+    /// The lease of this fence is not held.
+    NotHeld(u64),
+}
+
+impl Answer {
+    fn name(self, fence: u64) -> String {
+        match self {
+            Answer::Granted(_) => format!("granted (fence {fence})"),
+            Answer::Held => "held".to_owned(),
+            Answer::Renewed(_) => format!("renewed (fence {fence})"),
+            Answer::NotHeld(_) => format!("not held (fence {fence})"),
+        }
+    }
+}
+
+/// A key as histories name it: without the run's namespace (`run<N>/`).
+fn logical(key: &LockKey) -> String {
+    let key = key.as_str();
+    match key.find("run") {
+        Some(at) => {
+            let rest = &key[at + 3..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if digits > 0 && rest[digits..].starts_with('/') {
+                format!("{}{}", &key[..at], &rest[digits + 1..])
+            } else {
+                key.to_owned()
+            }
+        }
+        None => key.to_owned(),
     }
 }

@@ -275,7 +275,12 @@ impl Simulation {
         static RUNS: AtomicU64 = AtomicU64::new(0);
         let ns = format!("run{}/", RUNS.fetch_add(1, Ordering::Relaxed));
         let mut rng = SimRng::new(seed, 0);
-        let net = Arc::new(Net::new(self.faults, SimRng::new(seed, 1), self.processes));
+        let net = Arc::new(Net::new(
+            self.faults,
+            SimRng::new(seed, 1),
+            self.processes,
+            rec.clone(),
+        ));
         let start = Instant::now();
         let end = start + self.length;
         let quiet = end + Duration::from_secs(6);

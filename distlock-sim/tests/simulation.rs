@@ -134,6 +134,9 @@ enum Twist {
     ForgetsFencesOnRestart,
     /// A renewal of a lease the server no longer has answers `Renewed`.
     RenewsALostLease,
+    /// One grant in four of a free key is taken back and answered `Held`: no holder
+    /// is ever two, but the answer is one the contract does not allow.
+    HeldWhenFree,
 }
 
 /// Where `ForgetsFencesOnRestart`'s fences start before its first restart (after it,
@@ -209,6 +212,12 @@ impl LockBackend for Mutant {
             }
             (Twist::ForgetsFencesOnRestart, Grant::Granted(fence)) => {
                 return Ok(Grant::Granted(self.fence(*fence)));
+            }
+            (Twist::HeldWhenFree, Grant::Granted(fence)) if fence.get() % 4 == 0 => {
+                self.inner.release(request.key(), request.owner()).await?;
+                return Ok(Grant::Held {
+                    remaining: Some(request.ttl()),
+                });
             }
             _ => {}
         }
@@ -388,6 +397,13 @@ fn fences_that_go_back_after_a_restart_are_caught() {
 fn a_renewal_of_a_lost_lease_answered_renewed_is_caught() {
     let (seed, promise) = first_catch(Twist::RenewsALostLease, &[Kind::Mutex, Kind::Semaphore]);
     eprintln!("RenewsALostLease: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_key_answered_held_while_free_is_caught() {
+    let (seed, promise) = first_catch(Twist::HeldWhenFree, &[Kind::Mutex]);
+    assert_eq!(promise, "every answer is one the contract allows");
+    eprintln!("HeldWhenFree: seed {seed}, {promise}");
 }
 
 /// Every `Arc<dyn LockBackend>` is a backend too: a third party's in-process backend
