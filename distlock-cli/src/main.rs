@@ -16,12 +16,10 @@ mod run;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use distlock::backend::LockBackendExt;
-use distlock::{parse_duration, DynLockBackend, Error, ErrorKind, LockInfo, LockKey};
+use distlock::{parse_duration, Error, ErrorKind, LockClient, LockInfo, LockKey};
 
 /// The exit codes `distlock` gives of its own. `run` otherwise exits with its
 /// command's code.
@@ -314,11 +312,15 @@ async fn dispatch(cli: Cli) -> u8 {
         Ok(backend) => backend,
         Err(e) => return failed(&e),
     };
+    // An operator's calls go through a client, as a service's would.
+    let operator = || LockClient::new(backend.clone());
     let result = match (cli.command, key) {
         (Command::Run(args), _) => return run::run(backend, args).await,
-        (Command::Inspect { json, .. }, Some(key)) => inspect(&backend, &key, json).await,
-        (Command::List { prefix, json }, _) => list(&backend, prefix.as_deref(), json).await,
-        (Command::ForceRelease { yes, .. }, Some(key)) => force_release(&backend, &key, yes).await,
+        (Command::Inspect { json, .. }, Some(key)) => inspect(&operator(), &key, json).await,
+        (Command::List { prefix, json }, _) => list(&operator(), prefix.as_deref(), json).await,
+        (Command::ForceRelease { yes, .. }, Some(key)) => {
+            force_release(&operator(), &key, yes).await
+        }
         (Command::Health { .. } | Command::Migrate { .. } | Command::Completions { .. }, _) => {
             unreachable!("answered before connecting")
         }
@@ -475,8 +477,8 @@ fn utc(at: SystemTime) -> String {
     )
 }
 
-async fn inspect(backend: &Arc<DynLockBackend>, key: &LockKey, json: bool) -> Result<u8, Error> {
-    let info = backend.inspect(key).await?;
+async fn inspect(client: &LockClient, key: &LockKey, json: bool) -> Result<u8, Error> {
+    let info = client.inspect(key.as_str()).await?;
     if json {
         println!("{}", held_json(key, info.as_ref()));
     } else {
@@ -493,12 +495,8 @@ async fn inspect(backend: &Arc<DynLockBackend>, key: &LockKey, json: bool) -> Re
     Ok(0)
 }
 
-async fn list(
-    backend: &Arc<DynLockBackend>,
-    prefix: Option<&str>,
-    json: bool,
-) -> Result<u8, Error> {
-    let held = backend.list(prefix.unwrap_or("")).await?;
+async fn list(client: &LockClient, prefix: Option<&str>, json: bool) -> Result<u8, Error> {
+    let held = client.list(prefix.unwrap_or("")).await?;
     if json {
         let all: Vec<_> = held.iter().map(|(k, i)| held_json(k, Some(i))).collect();
         println!("{}", serde_json::Value::Array(all));
@@ -515,19 +513,16 @@ async fn list(
     Ok(0)
 }
 
-async fn force_release(
-    backend: &Arc<DynLockBackend>,
-    key: &LockKey,
-    yes: bool,
-) -> Result<u8, Error> {
-    let Some(operator) = backend.operator() else {
+async fn force_release(client: &LockClient, key: &LockKey, yes: bool) -> Result<u8, Error> {
+    let backend = client.backend();
+    if backend.operator().is_none() {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!("the {} backend cannot force a release", backend.name()),
         ));
-    };
+    }
     if !yes {
-        let Some(info) = backend.inspect(key).await? else {
+        let Some(info) = client.inspect(key.as_str()).await? else {
             say(format_args!("{key} is not held"));
             return Ok(exit::BUSY);
         };
@@ -559,7 +554,7 @@ async fn force_release(
             return Ok(exit::BUSY);
         }
     }
-    if operator.force_release(key).await? {
+    if client.force_release(key.as_str()).await? {
         say(format_args!("broke {key}"));
         Ok(0)
     } else {

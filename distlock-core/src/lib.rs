@@ -90,7 +90,7 @@ pub mod testing;
 mod token;
 mod wake;
 
-pub use backend::{DynLockBackend, LockBackend, LockInfo};
+pub use backend::{DynLockBackend, LockBackend, LockInfo, PermitHolder};
 pub use client::{
     BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, LeaderHealth,
     LeaderLoop, Leadership, LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason,

@@ -1738,3 +1738,81 @@ async fn a_least_hold_leaves_room_for_the_declared_clock_drift() {
          its drift allowance"
     );
 }
+
+/// An operator's calls, on the client a service already has: who holds a key, which
+/// keys are held, and breaking a stuck lock (its holder told at its next renewal).
+#[tokio::test(start_paused = true)]
+async fn an_operator_inspects_lists_and_breaks_locks_from_the_client() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let a = client
+        .try_lock("jobs/a")
+        .await
+        .expect("answers")
+        .expect("free");
+    let b = client
+        .try_lock("jobs/b")
+        .await
+        .expect("answers")
+        .expect("free");
+    let _other = client
+        .try_lock("other")
+        .await
+        .expect("answers")
+        .expect("free");
+
+    let held = client
+        .inspect("jobs/a")
+        .await
+        .expect("inspect")
+        .expect("held");
+    assert_eq!(held.fence, a.fence());
+    assert!(client
+        .inspect("jobs/free")
+        .await
+        .expect("inspect")
+        .is_none());
+    assert_eq!(
+        client.inspect("").await.map(drop).map_err(|e| e.kind()),
+        Err(ErrorKind::InvalidKey)
+    );
+
+    let listed: Vec<(String, u64)> = client
+        .list("jobs/")
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|(k, i)| (k.as_str().to_owned(), i.fence.get()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("jobs/a".to_owned(), a.fence().get()),
+            ("jobs/b".to_owned(), b.fence().get())
+        ]
+    );
+
+    assert!(client.force_release("jobs/a").await.expect("force"));
+    assert!(
+        !client.force_release("jobs/a").await.expect("force"),
+        "already free"
+    );
+    let reason = tokio::time::timeout(TTL, a.lost())
+        .await
+        .expect("the holder is told within a TTL");
+    assert!(reason.is_some(), "the broken lock's holder was told");
+    assert!(client.inspect("jobs/a").await.expect("inspect").is_none());
+    assert_eq!(client.list("jobs/").await.expect("list").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn listing_and_breaking_need_operator_steps() {
+    let client = LockClient::new(Arc::new(NoNotify::new(MemoryBackend::new())));
+    for answer in [
+        client.list("").await.map(drop),
+        client.force_release("x").await.map(drop),
+    ] {
+        assert_eq!(answer.map_err(|e| e.kind()), Err(ErrorKind::Unsupported));
+    }
+    // Inspecting needs no more than the contract.
+    assert!(client.inspect("x").await.expect("inspect").is_none());
+}

@@ -17,6 +17,7 @@ mod locked;
 #[cfg(feature = "metrics")]
 mod metered;
 mod multi;
+mod operator;
 mod options;
 mod reentrant;
 mod rwlock;

@@ -135,6 +135,20 @@ async fn jobs(backend: Arc<DynLockBackend>) -> Outcome {
     Ok(())
 }
 
+async fn who_holds(client: LockClient) -> distlock::Result<()> {
+    // begin: who-holds
+    if let Some(held) = client.inspect("reports/hourly").await? {
+        println!("fence {}, {:?} left, held by {:?}", held.fence, held.remaining, held.holder);
+    }
+    for (key, held) in client.list("reports/").await? {
+        println!("{key}: fence {}", held.fence);
+    }
+    // An operator's last resort: the holder is told at its next renewal.
+    client.force_release("reports/hourly").await?;
+    // end
+    Ok(())
+}
+
 async fn build_reports(fence: distlock::FencingToken) -> usize {
     0
 }
