@@ -1816,3 +1816,31 @@ async fn listing_and_breaking_need_operator_steps() {
     // Inspecting needs no more than the contract.
     assert!(client.inspect("x").await.expect("inspect").is_none());
 }
+
+/// Messages name keys as a person typed them, not as the type prints in `Debug`.
+#[tokio::test(start_paused = true)]
+async fn busy_and_timeout_messages_name_the_key_as_typed() {
+    let (_memory, client) = setup(LockOptions::new(TTL));
+    let other = LockClient::new(client.backend().clone());
+    let _held = client
+        .try_lock("jobs/a")
+        .await
+        .expect("answers")
+        .expect("free");
+    let busy = other
+        .try_lock("jobs/a")
+        .await
+        .expect("answers")
+        .expect_err("held");
+    let timeout = other
+        .lock("jobs/a", Duration::from_millis(50))
+        .await
+        .map(drop)
+        .expect_err("held");
+    for message in [busy.to_string(), timeout.to_string()] {
+        assert!(
+            message.contains("\"jobs/a\"") && !message.contains("LockKey"),
+            "{message}"
+        );
+    }
+}

@@ -95,7 +95,7 @@ impl Busy {
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.reason {
-            BusyReason::Held => write!(f, "{:?} is held by another owner", self.key)?,
+            BusyReason::Held => write!(f, "{:?} is held by another owner", self.key.as_str())?,
             BusyReason::ThisClient => write!(
                 f,
                 "{:?} is held, waited for or tried by another task of this client",

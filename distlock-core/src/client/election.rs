@@ -397,7 +397,7 @@ impl Leadership {
                 ErrorKind::NotHeld,
                 format!(
                     "the term of {:?} with fence {} is over",
-                    self.guard.key(),
+                    self.guard.key().as_str(),
                     self.guard.fence()
                 ),
             )

@@ -399,7 +399,10 @@ impl Shared {
 fn not_held(key: &LockKey) -> Error {
     Error::new(
         ErrorKind::NotHeld,
-        format!("the lock {key:?} is no longer held by this guard"),
+        format!(
+            "the lock {:?} is no longer held by this guard",
+            key.as_str()
+        ),
     )
 }
 
@@ -633,7 +636,7 @@ impl LockGuard {
         if let Some(reason) = self.loss() {
             return Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("the lock {:?} was lost: {reason}", self.hold.key()),
+                format!("the lock {:?} was lost: {reason}", self.hold.key().as_str()),
             ));
         }
         let span =
@@ -655,7 +658,7 @@ impl LockGuard {
                 None => Ok(()),
                 Some(reason) => Err(Error::new(
                     ErrorKind::NotHeld,
-                    format!("the lock {:?} had been lost: {reason}", self.key()),
+                    format!("the lock {:?} had been lost: {reason}", self.key().as_str()),
                 )),
             };
         }

@@ -78,7 +78,7 @@ where
             drop(guard);
             return Err(Error::new(
                 ErrorKind::LockLost,
-                format!("the lock {key:?} was lost while work ran under it: {reason}"),
+                format!("the lock {:?} was lost while work ran under it: {reason}", key.as_str()),
             ));
         }
         output = work(fence) => output,
@@ -318,7 +318,10 @@ fn timed_out(
 ) -> Error {
     let mut error = Error::new(
         ErrorKind::Timeout,
-        format!("could not acquire {key:?} before the deadline ({attempts} attempts)"),
+        format!(
+            "could not acquire {:?} before the deadline ({attempts} attempts)",
+            key.as_str()
+        ),
     );
     if let Some(last) = last_error {
         error = error.with_source(last);
@@ -654,7 +657,7 @@ impl LockClient {
             Waiter::racing(turn.map_err(|_| {
                 Error::new(
                     ErrorKind::Timeout,
-                    format!("could not acquire {key:?} before the deadline: other tasks of this process were ahead"),
+                    format!("could not acquire {:?} before the deadline: other tasks of this process were ahead", key.as_str()),
                 )
             })?)
         };

@@ -189,7 +189,7 @@ where
             ErrorKind::InvalidInput,
             format!(
                 "the key {:?} is named twice in one set: name each key once",
-                pair[0]
+                pair[0].as_str()
             ),
         ));
     }
@@ -333,7 +333,7 @@ impl LockClient {
                 drop(guard);
                 return Err(Error::new(
                     ErrorKind::LockLost,
-                    format!("the lock {key:?} of a set was lost while work ran under it: {reason}"),
+                    format!("the lock {:?} of a set was lost while work ran under it: {reason}", key.as_str()),
                 ));
             }
             output = work(guard.fences()) => output,
@@ -520,7 +520,7 @@ impl LockClient {
                                 format!(
                                     "could not acquire every key of a set of {} before the deadline ({passes} passes): {:?} was held",
                                     keys.len(),
-                                    keys[i]
+                                    keys[i].as_str()
                                 ),
                             )
                             .with_source(error)
