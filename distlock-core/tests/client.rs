@@ -119,8 +119,9 @@ async fn a_holder_whose_renewal_task_cannot_run_is_told_when_it_asks() {
     }
 }
 
-/// The memory backend without its fair step, and with whatever else `strip` turns
-/// off in its capabilities (change notification, to make a polling backend).
+/// The memory backend without its fair step, and with whatever else `strip` changes
+/// in its capabilities (change notification off, to make a polling backend; a clock
+/// drift declared).
 #[derive(Debug)]
 struct NoNotify {
     inner: MemoryBackend,
@@ -1650,49 +1651,10 @@ async fn bounds_on_a_hold_that_cannot_fit_are_configuration_errors() {
     );
 }
 
-/// The memory backend, declaring that its clock may run fast against the client's by
-/// 10% of a TTL plus 10 ms.
-#[derive(Debug)]
-struct DeclaresDrift {
-    inner: MemoryBackend,
-    capabilities: Capabilities,
-}
-
-impl DeclaresDrift {
-    const DRIFT: distlock_core::backend::ClockDrift =
-        distlock_core::backend::ClockDrift::new(100_000, Duration::from_millis(10));
-
-    fn new(inner: MemoryBackend) -> Self {
-        let mut capabilities = inner.capabilities().clone();
-        capabilities.clock_drift = Self::DRIFT;
-        DeclaresDrift {
-            inner,
-            capabilities,
-        }
-    }
-}
-
-#[async_trait]
-impl LockBackend for DeclaresDrift {
-    fn name(&self) -> &str {
-        "memory-declaring-drift"
-    }
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    async fn try_grant(&self, r: &AcquireRequest) -> Result<Grant> {
-        self.inner.try_grant(r).await
-    }
-    async fn release(&self, k: &LockKey, o: &OwnerToken) -> Result<ReleaseOutcome> {
-        self.inner.release(k, o).await
-    }
-    async fn renew(&self, r: &ExtendRequest) -> Result<Renewal> {
-        self.inner.renew(r).await
-    }
-    async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(k).await
-    }
-}
+/// The drift the memory backend declares in the least hold's test: its clock may run
+/// fast against the client's by 10% of a TTL plus 10 ms.
+const DRIFT: distlock_core::backend::ClockDrift =
+    distlock_core::backend::ClockDrift::new(100_000, Duration::from_millis(10));
 
 /// A least hold is kept by the client's clock: where the server's clock may run fast
 /// by the declared drift, the server is asked to keep the key that much longer, early
@@ -1701,10 +1663,12 @@ impl LockBackend for DeclaresDrift {
 #[tokio::test(start_paused = true)]
 async fn a_least_hold_leaves_room_for_the_declared_clock_drift() {
     let least = Duration::from_secs(2);
-    let widened = least + DeclaresDrift::DRIFT.allowance(least);
+    let widened = least + DRIFT.allowance(least);
     let memory = MemoryBackend::new();
     let client = LockClient::with_options(
-        Arc::new(DeclaresDrift::new(memory.clone())),
+        Arc::new(NoNotify::stripped(memory.clone(), |caps| {
+            caps.clock_drift = DRIFT;
+        })),
         LockOptions::new(Duration::from_secs(1)).with_hold_at_least(least),
     )
     .expect("valid options");
