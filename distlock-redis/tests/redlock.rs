@@ -561,23 +561,8 @@ async fn a_late_master_takes_the_agreed_fence_so_a_retry_answers_it() {
     let [_m0, m1, m2] = masters.members() else {
         panic!("three masters")
     };
-    let url = format!("{}?node_timeout_ms=5000", masters.url());
-    let backend = RedlockBackend::connect(&url).await.expect("connect");
-    let ahead: u64 = 9_000_000_000_000_000;
-    let () = redis::cmd("SET")
-        .arg("distlock:{retried}:fence")
-        .arg(ahead)
-        .query_async(&mut admin(m2).await)
-        .await
-        .expect("raise the late master's counter");
-    m2.pause().await.expect("pause");
-    let key = LockKey::new("retried").expect("key");
     let ttl = Duration::from_secs(30);
-    let lease = backend
-        .acquire_once("retried", ttl)
-        .await
-        .expect("acquire on the two awake masters")
-        .expect("free");
+    let (backend, key, lease, ahead) = granted_past_a_late_master(&masters, "retried", ttl).await;
     assert!(
         lease.fence().get() < ahead,
         "the majority agreed on its own fence"
@@ -625,23 +610,8 @@ async fn a_retry_that_finds_the_masters_disagreeing_waits_for_a_majority_on_one_
     let [_m0, m1, m2] = masters.members() else {
         panic!("three masters")
     };
-    let url = format!("{}?node_timeout_ms=5000", masters.url());
-    let backend = RedlockBackend::connect(&url).await.expect("connect");
-    let ahead: u64 = 9_000_000_000_000_000;
-    let () = redis::cmd("SET")
-        .arg("distlock:{raced}:fence")
-        .arg(ahead)
-        .query_async(&mut admin(m2).await)
-        .await
-        .expect("raise the late master's counter");
-    m2.pause().await.expect("pause");
-    let key = LockKey::new("raced").expect("key");
     let ttl = Duration::from_secs(30);
-    let lease = backend
-        .acquire_once("raced", ttl)
-        .await
-        .expect("acquire on the two awake masters")
-        .expect("free");
+    let (backend, key, lease, _) = granted_past_a_late_master(&masters, "raced", ttl).await;
     // The retry goes out while the late master has not granted yet, and the second
     // master of the majority is paused.
     m1.pause().await.expect("pause");
@@ -663,4 +633,34 @@ async fn a_retry_that_finds_the_masters_disagreeing_waits_for_a_majority_on_one_
         other => panic!("the retry by the owner was refused: {other:?}"),
     }
     backend.release_lease(&lease).await.expect("release");
+}
+
+/// A grant of `name` for `ttl` on the first two of three masters, the third paused
+/// (and left paused) with its fence counter far ahead (the counter is returned last),
+/// so that its proposal, once it grants, differs from the agreed fence.
+async fn granted_past_a_late_master(
+    masters: &RedisMasters,
+    name: &str,
+    ttl: Duration,
+) -> (RedlockBackend, LockKey, Lease, u64) {
+    let [_, _, late] = masters.members() else {
+        panic!("three masters")
+    };
+    let url = format!("{}?node_timeout_ms=5000", masters.url());
+    let backend = RedlockBackend::connect(&url).await.expect("connect");
+    let ahead: u64 = 9_000_000_000_000_000;
+    let () = redis::cmd("SET")
+        .arg(format!("distlock:{{{name}}}:fence"))
+        .arg(ahead)
+        .query_async(&mut admin(late).await)
+        .await
+        .expect("raise the late master's counter");
+    late.pause().await.expect("pause");
+    let key = LockKey::new(name).expect("key");
+    let lease = backend
+        .acquire_once(name, ttl)
+        .await
+        .expect("acquire on the two awake masters")
+        .expect("free");
+    (backend, key, lease, ahead)
 }
