@@ -553,3 +553,37 @@ fn spans_carry_key_backend_fence_and_outcome_and_grants_and_losses_are_reported(
         Some("memory")
     );
 }
+
+#[test]
+fn a_lock_broken_by_force_is_logged_at_warn_with_its_key() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let backend = Arc::new(MemoryBackend::new());
+    tracing::subscriber::with_default(subscriber, || {
+        runtime().block_on(async move {
+            let (client, operator) = clients(&backend, LockOptions::new(TTL));
+            let _guard = client
+                .lock("ledger", Duration::from_secs(1))
+                .await
+                .expect("free");
+            assert!(operator.force_release("ledger").await.expect("force"));
+            // Nothing broken, nothing logged.
+            assert!(!operator.force_release("ledger").await.expect("force"));
+        })
+    });
+    let events = capture.events.lock().expect("lock").clone();
+    let broken: Vec<&Seen> = events
+        .iter()
+        .filter(|e| {
+            e.fields
+                .get("message")
+                .is_some_and(|m| m.contains("broken by force"))
+        })
+        .collect();
+    assert_eq!(broken.len(), 1, "{events:?}");
+    assert_eq!(broken[0].level, Some(Level::WARN));
+    assert_eq!(
+        broken[0].fields.get("key").map(String::as_str),
+        Some("ledger")
+    );
+}
