@@ -277,14 +277,15 @@
 //! **Fences.** Each master proposes the next fence from its own counter (one more
 //! than the counter; where the counter is gone, the clock in microseconds rounded
 //! down to 10 ms, so that masters starting a key's counter together usually agree). The grant's
-//! fence is the one a majority of the masters proposed; where the first majority to grant
-//! disagrees, the acquire waits for the remaining answers, and takes the largest proposal
-//! when still no majority agrees. A second round trip writes the fence to the masters
-//! that proposed another, so that a majority holds it before the grant is returned. A
-//! master that grants after that (the acquire returns at a majority and lets the rest
-//! finish) is given the agreed fence too. So a retry by the same owner (a lost reply, a
-//! leader resuming its term) answers the fence the holder was given, whichever masters
-//! answer it and whether or not the late master has been given it yet (`tests/redlock.rs`).
+//! fence is the largest proposal of the majority that granted; where some of them
+//! proposed less, a second round trip writes it to them, so that a majority holds it
+//! before the grant is returned. A master that grants after that (the acquire returns at
+//! a majority and lets the rest finish) is then given the agreed fence too, so that a
+//! retry by the same owner (a lost reply, a leader resuming its term) answers the fence
+//! the holder was given whichever masters answer it (`tests/redlock.rs`). A retry that
+//! reaches such a master before it was given the agreed fence, or while it cannot be
+//! reached, may answer the larger fence: still above every fence granted before, but
+//! not the one the holder had.
 //! Any two majorities share a master, so the next grant
 //! reads a counter at least as high: fences strictly increase per key across grants on
 //! different majorities (the suite's `quorum_fences_increase_across_different_majorities`

@@ -118,14 +118,6 @@ fn holder_of_majority(holders: &[(LockInfo, String)], quorum: usize) -> Option<L
     )
 }
 
-/// The fence that `quorum` of the masters' `proposals` share, if one is.
-fn agreed_fence(proposals: &[(usize, u64)], quorum: usize) -> Option<u64> {
-    proposals
-        .iter()
-        .map(|(_, f)| *f)
-        .find(|f| proposals.iter().filter(|(_, p)| p == f).count() >= quorum)
-}
-
 /// How the masters answered, where a majority decides.
 struct Tally {
     masters: usize,
@@ -449,22 +441,14 @@ impl LockBackend for RedlockBackend {
                 ),
                 Err(e) => tally.errors.push(e),
             }
-            // A majority that granted with different fences waits for the rest: a
-            // retry by the owner finds the agreed fence on a majority, and a master
-            // that granted late and kept its own proposal on the others.
-            if agreed_fence(&proposals, tally.quorum).is_some()
-                || tally.lost(held.len() + tally.errors.len())
-            {
+            if proposals.len() >= tally.quorum || tally.lost(held.len() + tally.errors.len()) {
                 break;
             }
         }
         if proposals.len() >= tally.quorum {
-            // The fence a majority proposed, else the largest proposal: either is above
-            // every fence committed to a majority before, since any two majorities
-            // share a master, whose counter is at least that fence.
-            let fence = agreed_fence(&proposals, tally.quorum)
-                .or_else(|| proposals.iter().map(|(_, f)| *f).max())
-                .unwrap_or(0);
+            // The largest proposal of the majority: above every fence committed to a
+            // majority before, since any two majorities share a master.
+            let fence = proposals.iter().map(|(_, f)| *f).max().unwrap_or(0);
             // An efficiency lock's grants carry no fence (every proposal is 0): there
             // is nothing to agree on, and no second step.
             if self.commit(request, fence, &proposals).await {
