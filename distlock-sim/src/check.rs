@@ -109,6 +109,11 @@ pub(crate) fn check(
                 at: event.at,
                 detail: detail.clone(),
             }),
+            What::Unfair(detail) => found.push(Violation {
+                promise: "first come, first served among live fair waiters",
+                at: event.at,
+                detail: detail.clone(),
+            }),
             What::NotResigned(detail) => found.push(Violation {
                 promise: "a leader resigns on shutdown",
                 at: event.at,

@@ -86,6 +86,9 @@ pub enum What {
     /// free, a renewal of a lease that is gone, a lease answered not held that is
     /// there).
     Answered(String),
+    /// The server granted a fair waiter's step, or handed the key over at a release,
+    /// while a waiter queued before it still had its place.
+    Unfair(String),
     /// The leader loops were shut down, and the election, asked directly, still had a
     /// leader: a term not resigned on shutdown.
     NotResigned(String),

@@ -62,7 +62,12 @@
 //! Every answer the server gives to a grant or renewal must agree with the server
 //! asked at that same instant, before anything else runs (a grant's lease there with
 //! its fence, a key answered held indeed held, a renewed lease there, a lease answered
-//! not held gone). At each step a holder acts as holder, its guard must say it holds
+//! not held gone). Where the backend keeps holders (so that a handoff's recipient can
+//! be told), each key's fair queue is kept as the server's applied steps say it must
+//! be, and every grant to a fair waiter, by its own step or handed over at a release,
+//! must go to the first waiter whose place is live: none queued before it may still
+//! have its place for certain, and a waiter that left the queue is never handed the
+//! key. At each step a holder acts as holder, its guard must say it holds
 //! and the server, asked at that instant, must agree (its lease with that fence, its permit within
 //! the limit). Over the whole history ([`Violation`]): one holder at a time (at most
 //! the limit for a semaphore, readers only beside readers), fences strictly
@@ -98,6 +103,7 @@ mod history;
 mod kind;
 mod link;
 mod process;
+mod queue;
 mod rng;
 mod run;
 

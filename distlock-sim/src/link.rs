@@ -9,14 +9,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use distlock_core::backend::{
     AcquireRequest, Capabilities, ChangeStream, Claim, ClockDrift, ExtendRequest, FairBackend,
-    Grant, Handoffs, OperatorBackend, OwnerToken, PermitBackend, PermitHolder, ReleaseOutcome,
-    Renewal, SetBackend, SetGrant, Term,
+    Grant, Handoffs, HolderRecords, OperatorBackend, OwnerToken, PermitBackend, PermitHolder,
+    ReleaseOutcome, Renewal, SetBackend, SetGrant, Term,
 };
 use distlock_core::{Error, ErrorKind, LockBackend, LockInfo, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::faults::Faults;
 use crate::history::{Recorder, What, NET};
+use crate::queue::{Queues, Timers};
 use crate::rng::SimRng;
 
 /// The network's state, shared by every link of one run.
@@ -27,6 +28,9 @@ pub(crate) struct Net {
     rec: Recorder,
     /// Set once the run's faults stop: requests only meet latency from then on.
     calm: std::sync::atomic::AtomicBool,
+    /// The server's timers, where fair queues are modelled: where the server keeps
+    /// holders, so that a handoff's recipient can be told.
+    timers: Option<Timers>,
     state: Mutex<NetState>,
 }
 
@@ -40,6 +44,8 @@ struct NetState {
     /// Per key and owner, how many times the server granted or renewed it: an early
     /// end scheduled for a drifting clock applies only if none came since.
     grants: std::collections::BTreeMap<(LockKey, [u8; 16]), u64>,
+    /// The fair queues as the server's applied steps say they must be.
+    queues: Queues,
     /// The requests sent, and what became of them, counted for the report.
     pub(crate) counts: Counts,
 }
@@ -75,6 +81,20 @@ struct ProcNet {
     drift_per_mille: u32,
 }
 
+/// The key as a release (or a queue left) found it: its fence, and when the step
+/// began.
+#[derive(Debug, Clone, Copy)]
+struct Release {
+    began: Instant,
+    fence: Option<u64>,
+}
+
+/// The process slot a holder identity names (`p<slot>.<life>`, as each process's
+/// client stores it).
+fn slot_of(holder: &str) -> Option<usize> {
+    holder.strip_prefix('p')?.split('.').next()?.parse().ok()
+}
+
 /// What the network does to one request, drawn when it is sent.
 struct Fate {
     out: Duration,
@@ -85,7 +105,13 @@ struct Fate {
 }
 
 impl Net {
-    pub(crate) fn new(faults: Faults, mut rng: SimRng, procs: usize, rec: Recorder) -> Self {
+    pub(crate) fn new(
+        faults: Faults,
+        mut rng: SimRng,
+        procs: usize,
+        rec: Recorder,
+        server: &Capabilities,
+    ) -> Self {
         let now = Instant::now();
         let procs = (0..procs)
             .map(|_| ProcNet {
@@ -99,11 +125,13 @@ impl Net {
             faults,
             rec,
             calm: std::sync::atomic::AtomicBool::new(false),
+            timers: (server.holder_records != HolderRecords::NotKept).then(|| Timers::new(server)),
             state: Mutex::new(NetState {
                 rng,
                 procs,
                 server_down_until: now,
                 grants: std::collections::BTreeMap::new(),
+                queues: Queues::default(),
                 counts: Counts::default(),
             }),
         }
@@ -151,10 +179,18 @@ impl Net {
                 return;
             }
             net.count(|c| c.drifted += 1);
-            let _ = match (permit, server.permits()) {
-                (true, Some(permits)) => permits.release_permits(&key, &owner).await,
-                _ => server.release(&key, &owner).await,
-            };
+            match (permit, server.permits()) {
+                (true, Some(permits)) => {
+                    let _ = permits.release_permits(&key, &owner).await;
+                }
+                _ => {
+                    let before = net.before_release(&*server, &key).await;
+                    let released = server.release(&key, &owner).await;
+                    if let Ok(ReleaseOutcome::Released) = released {
+                        net.released(&*server, &key, owner, before).await;
+                    }
+                }
+            }
         });
     }
 
@@ -245,9 +281,96 @@ impl Net {
         }
     }
 
-    /// Counts a restart of the server without its state.
+    /// Counts a restart of the server without its state, whose queues are gone too.
     pub(crate) fn count_restart(&self) {
-        self.count(|c| c.restarts += 1);
+        let mut state = self.state();
+        state.counts.restarts += 1;
+        state.queues.clear();
+    }
+
+    /// A fair step applied by the server for `proc`, begun at `began`: kept in the
+    /// queues' model, and a grant checked against it.
+    fn fair_stepped(&self, request: &AcquireRequest, proc: usize, began: Instant, grant: &Grant) {
+        let (Some(timers), Some(place)) = (&self.timers, request.place()) else {
+            return;
+        };
+        let granted = match grant {
+            Grant::Granted(_) => true,
+            Grant::Held { .. } => false,
+            _ => return,
+        };
+        let unfair = self.state().queues.stepped(
+            timers,
+            request.key(),
+            *request.owner(),
+            proc,
+            place,
+            (began, Instant::now()),
+            granted,
+        );
+        self.unfair(request.key(), unfair);
+    }
+
+    /// What a release (or a queue left) may hand over is judged against: the key's
+    /// fence before the step, and when the step began.
+    async fn before_release(&self, server: &dyn LockBackend, key: &LockKey) -> Release {
+        let fence = match server.inspect(key).await {
+            Ok(info) => info.map(|i| i.fence.get()),
+            Err(_) => None,
+        };
+        Release {
+            began: Instant::now(),
+            fence,
+        }
+    }
+
+    /// After `owner` released `key`, or left its queue: where the server handed the
+    /// key over (it is held now, by a new grant), whether to the first live waiter.
+    async fn released(
+        &self,
+        server: &dyn LockBackend,
+        key: &LockKey,
+        owner: OwnerToken,
+        before: Release,
+    ) {
+        let Some(timers) = &self.timers else {
+            return;
+        };
+        let to = match server.inspect(key).await {
+            Ok(Some(info)) if Some(info.fence.get()) != before.fence => Some(
+                info.holder
+                    .as_ref()
+                    .and_then(|h| slot_of(h.id()))
+                    .unwrap_or(usize::MAX),
+            ),
+            Ok(_) => None,
+            Err(_) => return,
+        };
+        let unfair =
+            self.state()
+                .queues
+                .released(timers, key, owner, (before.began, Instant::now()), to);
+        self.unfair(key, unfair);
+    }
+
+    /// `owner` left `key`'s queue, in a step begun as `before` says: its place is
+    /// gone, and a grant handed to it was handed on.
+    async fn left(
+        &self,
+        server: &dyn LockBackend,
+        key: &LockKey,
+        owner: OwnerToken,
+        before: Release,
+    ) {
+        self.state().queues.left(key, owner);
+        self.released(server, key, owner, before).await;
+    }
+
+    fn unfair(&self, key: &LockKey, unfair: Option<String>) {
+        if let Some(detail) = unfair {
+            self.rec
+                .record(NET, What::Unfair(format!("{}: {detail}", logical(key))));
+        }
     }
 
     /// Stops every fault from now on.
@@ -453,8 +576,12 @@ impl LockBackend for Link {
         self.call(move |s| {
             let (request, net) = (request.clone(), net.clone());
             async move {
+                let began = Instant::now();
                 let grant = s.try_grant(&request).await;
                 let key = request.key();
+                if let Ok(grant) = &grant {
+                    net.fair_stepped(&request, proc, began, grant);
+                }
                 match &grant {
                     Ok(Grant::Granted(fence)) => {
                         net.check_answer(&*s, key, Answer::Granted(fence.get()), false)
@@ -474,10 +601,17 @@ impl LockBackend for Link {
     }
 
     async fn release(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let (key, owner) = (key.clone(), *owner);
+        let (key, owner, net) = (key.clone(), *owner, self.net.clone());
         self.call(move |s| {
-            let key = key.clone();
-            async move { s.release(&key, &owner).await }
+            let (key, net) = (key.clone(), net.clone());
+            async move {
+                let before = net.before_release(&*s, &key).await;
+                let released = s.release(&key, &owner).await;
+                if let Ok(ReleaseOutcome::Released) = released {
+                    net.released(&*s, &key, owner, before).await;
+                }
+                released
+            }
         })
         .await
     }
@@ -553,14 +687,19 @@ fn unsupported(what: &str) -> Error {
 #[async_trait]
 impl FairBackend for Link {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
-        let (key, owner) = (key.clone(), *owner);
+        let (key, owner, net) = (key.clone(), *owner, self.net.clone());
         self.call(move |s| {
-            let key = key.clone();
+            let (key, net) = (key.clone(), net.clone());
             async move {
-                match s.fair() {
-                    Some(fair) => fair.leave_queue(&key, &owner).await,
-                    None => Err(unsupported("fair queue")),
+                let Some(fair) = s.fair() else {
+                    return Err(unsupported("fair queue"));
+                };
+                let before = net.before_release(&*s, &key).await;
+                let left = fair.leave_queue(&key, &owner).await;
+                if left.is_ok() {
+                    net.left(&*s, &key, owner, before).await;
                 }
+                left
             }
         })
         .await
@@ -585,14 +724,19 @@ impl FairBackend for Link {
     }
 
     async fn release_in_turn(&self, key: &LockKey, owner: &OwnerToken) -> Result<ReleaseOutcome> {
-        let (key, owner) = (key.clone(), *owner);
+        let (key, owner, net) = (key.clone(), *owner, self.net.clone());
         self.call(move |s| {
-            let key = key.clone();
+            let (key, net) = (key.clone(), net.clone());
             async move {
-                match s.fair() {
-                    Some(fair) => fair.release_in_turn(&key, &owner).await,
-                    None => Err(unsupported("fair queue")),
+                let Some(fair) = s.fair() else {
+                    return Err(unsupported("fair queue"));
+                };
+                let before = net.before_release(&*s, &key).await;
+                let released = fair.release_in_turn(&key, &owner).await;
+                if let Ok(ReleaseOutcome::Released) = released {
+                    net.released(&*s, &key, owner, before).await;
                 }
+                released
             }
         })
         .await

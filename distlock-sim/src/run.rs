@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use distlock_core::backend::FenceDurability;
 use distlock_core::testing::SeededRandomness;
-use distlock_core::{LockBackend, LockClient};
+use distlock_core::{Holder, LockBackend, LockClient};
 use tokio::task::{JoinHandle, LocalSet};
 use tokio::time::Instant;
 
@@ -280,6 +280,7 @@ impl Simulation {
             SimRng::new(seed, 1),
             self.processes,
             rec.clone(),
+            &caps,
         ));
         let start = Instant::now();
         let end = start + self.length;
@@ -298,8 +299,13 @@ impl Simulation {
             );
             move |slot: usize, life: u32, until: Instant| {
                 let link = Arc::new(Link::new(server.clone(), net.clone(), slot));
-                let client = LockClient::with_options(link.clone(), options(kind))
-                    .expect("the simulation's options are valid");
+                // Each incarnation stores its own holder identity, by which a handoff's
+                // recipient is told.
+                let holder = Holder::new(format!("p{slot}.{life}"))
+                    .expect("a process's holder identity is valid");
+                let client =
+                    LockClient::with_options(link.clone(), options(kind).with_holder(holder))
+                        .expect("the simulation's options are valid");
                 let process = Process {
                     proc: Proc { slot, life },
                     client,

@@ -137,6 +137,11 @@ enum Twist {
     /// One grant in four of a free key is taken back and answered `Held`: no holder
     /// is ever two, but the answer is one the contract does not allow.
     HeldWhenFree,
+    /// A fair step finding the key free takes it, whoever is queued ahead.
+    JumpsTheQueue,
+    /// A waiter that leaves the queue keeps its place: a release may hand the key to
+    /// a waiter that left.
+    KeepsWaitersThatLeft,
 }
 
 /// Where `ForgetsFencesOnRestart`'s fences start before its first restart (after it,
@@ -204,6 +209,13 @@ impl LockBackend for Mutant {
     async fn try_grant(&self, request: &AcquireRequest) -> Result<Grant> {
         let grant = self.inner.try_grant(request).await?;
         match (self.twist, &grant) {
+            (Twist::JumpsTheQueue, Grant::Held { .. })
+                if request.place().is_some()
+                    && self.inner.inspect(request.key()).await?.is_none() =>
+            {
+                FairBackend::leave_queue(&self.inner, request.key(), request.owner()).await?;
+                return self.inner.try_grant(&request.with_place(None)).await;
+            }
             (Twist::StaleFence, Grant::Granted(_)) => {
                 return Ok(Grant::Granted(FencingToken::new(1)))
             }
@@ -271,6 +283,9 @@ impl LockBackend for Mutant {
 #[async_trait]
 impl FairBackend for Mutant {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
+        if self.twist == Twist::KeepsWaitersThatLeft {
+            return Ok(());
+        }
         FairBackend::leave_queue(&self.inner, key, owner).await
     }
     async fn watch_in_turn(
@@ -404,6 +419,20 @@ fn a_key_answered_held_while_free_is_caught() {
     let (seed, promise) = first_catch(Twist::HeldWhenFree, &[Kind::Mutex]);
     assert_eq!(promise, "every answer is one the contract allows");
     eprintln!("HeldWhenFree: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_fair_step_that_jumps_the_queue_is_caught() {
+    let (seed, promise) = first_catch(Twist::JumpsTheQueue, &[Kind::FairMutex]);
+    assert_eq!(promise, "first come, first served among live fair waiters");
+    eprintln!("JumpsTheQueue: seed {seed}, {promise}");
+}
+
+#[test]
+fn a_handoff_to_a_waiter_that_left_is_caught() {
+    let (seed, promise) = first_catch(Twist::KeepsWaitersThatLeft, &[Kind::FairMutex]);
+    assert_eq!(promise, "first come, first served among live fair waiters");
+    eprintln!("KeepsWaitersThatLeft: seed {seed}, {promise}");
 }
 
 /// Every `Arc<dyn LockBackend>` is a backend too: a third party's in-process backend
