@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Mutants of the client: each one a bug that lock libraries have shipped, built into a
-# copy of this tree's distlock-core, and run through the simulation (distlock-sim) on
+# copy of this tree's distlock-core (or of the facade's tower layers), and run through the simulation (distlock-sim) on
 # the kinds whose promise it breaks, seed by seed from 0, until a seed catches it.
 # Each must be caught within the budget (SIM_MUTANT_SEEDS, 10,000 by default: what
 # CI's simulation run covers); the script prints each mutant's first catching seed,
 # the promise that seed broke, and fails if a mutant survived the budget.
 #
 # The copy is the tree's tracked files (git ls-files) in a temporary folder; its
-# builds share target/mutants, so only distlock-core and distlock-sim rebuild per
+# builds share target/mutants, so only the mutated crate and those above it rebuild per
 # mutant (about 30 s each on two cores once the dependencies are built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +47,12 @@ clock-drift-left-out-of-validity|distlock-core/src/backend/ext.rs|mutex,efficien
 bound-counted-from-first-renewal|distlock-core/src/client/guard.rs|bounded
         let limit = options.hold_at_most().map(|most| granted + most);
         let limit = options.hold_at_most().map(|most| granted + most + options.ttl() / 3);
+least-hold-without-drift|distlock-core/src/client/mod.rs|run-once
+    let drift = backend.capabilities().clock_drift.allowance(least);
+    let drift = Duration::ZERO;
+handler-kept-on-loss|distlock/src/tower.rs|limit-layer,lock-layer
+    let lost = Box::pin(guard.lost());
+    let lost = Box::pin({ let lost = guard.lost(); async move { let reason = lost.await; std::future::pending::<()>().await; reason } });
 MUTANTS
 }
 

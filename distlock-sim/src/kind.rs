@@ -33,11 +33,20 @@ pub enum Kind {
     /// holder past the bound, and the server frees the lease by the bound plus the
     /// loss margin.
     Bounded,
+    /// Requests to an in-process service through `distlock::tower::LimitLayer`, two
+    /// permits across the processes: at most that many handlers run at once, each
+    /// dropped by the layer on a loss, and each wait (`Acquire::Wait`) ended by its
+    /// deadline.
+    LimitLayer,
+    /// Requests to an in-process service through `distlock::tower::LockLayer`, each
+    /// under the lock of the key its request names (one of two): one handler per key
+    /// at a time, fences increasing, a handler dropped by the layer on a loss.
+    LockLayer,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Mutex,
         Kind::FairMutex,
         Kind::Efficiency,
@@ -47,6 +56,8 @@ impl Kind {
         Kind::RwLock,
         Kind::Sets,
         Kind::Bounded,
+        Kind::LimitLayer,
+        Kind::LockLayer,
     ];
 
     /// The kind's name, as reports print it.
@@ -61,6 +72,8 @@ impl Kind {
             Kind::RwLock => "rw-lock",
             Kind::Sets => "sets",
             Kind::Bounded => "bounded",
+            Kind::LimitLayer => "limit-layer",
+            Kind::LockLayer => "lock-layer",
         }
     }
 
@@ -68,7 +81,7 @@ impl Kind {
     pub fn runs_on(self, server: &dyn LockBackend) -> bool {
         match self {
             Kind::FairMutex => server.fair().is_some(),
-            Kind::Semaphore | Kind::RwLock => server.permits().is_some(),
+            Kind::Semaphore | Kind::RwLock | Kind::LimitLayer => server.permits().is_some(),
             Kind::Sets => server.sets().is_some(),
             _ => true,
         }
@@ -77,10 +90,19 @@ impl Kind {
     /// The permits a holder of this kind's key shares it with (1 but for semaphores).
     pub(crate) fn limit(self) -> u64 {
         match self {
-            Kind::Semaphore => u64::from(SEMAPHORE_LIMIT),
+            Kind::Semaphore | Kind::LimitLayer => u64::from(SEMAPHORE_LIMIT),
             Kind::RwLock => u64::from(distlock_core::RwLock::PERMITS),
             _ => 1,
         }
+    }
+
+    /// Whether this kind's holders hold permits (where the server has them, for an
+    /// election), not leases.
+    pub(crate) fn on_permits(self) -> bool {
+        matches!(
+            self,
+            Kind::Semaphore | Kind::RwLock | Kind::LeaderLoop | Kind::LimitLayer
+        )
     }
 
     /// Whether this kind's grants carry fences.
@@ -128,5 +150,7 @@ pub(crate) fn keys_of(kind: Kind, server: &dyn LockBackend) -> Vec<String> {
         Kind::RunOnce => one("job"),
         Kind::RwLock => one("rw"),
         Kind::Sets => ["a", "b", "c"].map(str::to_owned).to_vec(),
+        Kind::LimitLayer => one("svc"),
+        Kind::LockLayer => ["a", "b"].map(str::to_owned).to_vec(),
     }
 }

@@ -1,9 +1,11 @@
 //! Every Rust block of the docs is code built here: README.md, CONTRIBUTING.md,
 //! docs/*.md and each crate's README.md show only a block of `tests/readme/*.rs`
 //! (between `// begin: NAME` and `// end`, word for word) or a whole example file of
-//! that folder. Those files are compiled: `guides.rs` here, `configure.rs` by
-//! `tests/configure.rs`, the quick starts by `tests/readme.rs`, which also runs them.
-//! So a stale example in the docs fails the tests.
+//! that folder, or a block of `distlock-sim/tests/readme.rs` (the simulation's, which
+//! this crate does not depend on). Those files are compiled: `guides.rs` here,
+//! `configure.rs` by `tests/configure.rs`, the quick starts by `tests/readme.rs`,
+//! which also runs them, the simulation's by its crate's tests. So a stale example in
+//! the docs fails the tests.
 
 use std::path::{Path, PathBuf};
 
@@ -86,6 +88,7 @@ fn every_rust_block_of_the_docs_is_built_here() {
         .expect("tests/readme")
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .chain([root().join("distlock-sim/tests/readme.rs")])
         .map(|p| std::fs::read_to_string(p).expect("a source"))
         .collect();
     let marked: Vec<String> = sources.iter().flat_map(|s| marked_blocks(s)).collect();

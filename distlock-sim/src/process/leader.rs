@@ -52,11 +52,7 @@ impl Process {
                             fence: hold.fence().get(),
                             shared: false,
                         });
-                        let end = EndOnDrop {
-                            process: self,
-                            key,
-                            ended: false,
-                        };
+                        let end = EndOnDrop::new(&self.rec, self.proc, key);
                         // A term of a few steps, or longer. The work trusts the loop to
                         // drop it on a loss, as a leader's work does: it does not ask
                         // its guard, so a step after a loss is the loop's fault.

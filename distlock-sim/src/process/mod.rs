@@ -4,6 +4,7 @@
 //! server); each kind's life is in a file of its own.
 
 mod jobs;
+mod layers;
 mod leader;
 mod locks;
 mod sets;
@@ -12,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_core::{Error, LockBackend, LockClient, LockGuard, LockKey};
+use distlock_core::{Error, FencingToken, LockBackend, LockClient, LockGuard, LockKey};
 use tokio::time::Instant;
 
 use crate::history::{Proc, Recorder, What};
@@ -41,18 +42,28 @@ pub(crate) struct Process {
 pub(crate) type Disk = Arc<std::sync::Mutex<Vec<Option<distlock_core::ResumeToken>>>>;
 
 /// Records a holder's end when dropped unended: a term's work dropped by the leader
-/// loop, a job cancelled.
-struct EndOnDrop<'a> {
-    process: &'a Process,
+/// loop, a job cancelled, a request's handler dropped by its layer.
+struct EndOnDrop {
+    rec: Recorder,
+    proc: Proc,
     key: String,
     ended: bool,
 }
 
-impl EndOnDrop<'_> {
+impl EndOnDrop {
+    fn new(rec: &Recorder, proc: Proc, key: String) -> Self {
+        EndOnDrop {
+            rec: rec.clone(),
+            proc,
+            key,
+            ended: false,
+        }
+    }
+
     fn end(mut self, how: &'static str) {
         self.ended = true;
-        self.process.rec.record(
-            self.process.proc,
+        self.rec.record(
+            self.proc,
             What::Ended {
                 key: self.key.clone(),
                 how,
@@ -61,16 +72,69 @@ impl EndOnDrop<'_> {
     }
 }
 
-impl Drop for EndOnDrop<'_> {
+impl Drop for EndOnDrop {
     fn drop(&mut self) {
         if !self.ended {
-            self.process.rec.record(
-                self.process.proc,
+            self.rec.record(
+                self.proc,
                 What::Ended {
                     key: self.key.clone(),
                     how: "dropped",
                 },
             );
+        }
+    }
+}
+
+/// What a holder needs to ask the server for its truth, apart from its process: a
+/// request's handler owns one.
+#[derive(Clone)]
+pub(crate) struct Truth {
+    server: Arc<dyn LockBackend>,
+    ns: String,
+}
+
+impl Truth {
+    /// A key as histories name it: without the run's namespace.
+    fn logical(&self, key: &LockKey) -> String {
+        key.as_str().replacen(&self.ns, "", 1)
+    }
+
+    /// The server's truth at this instant against a holder of `key` with `fence`
+    /// that believes it holds: what is wrong, if anything. Asked of the server
+    /// directly, not across the network, and at the same simulated instant.
+    async fn disagrees(&self, key: &LockKey, fence: FencingToken, kind: Kind) -> Option<String> {
+        let name = self.logical(key);
+        if let Some(permits) = self.server.permits().filter(|_| kind.on_permits()) {
+            let holders = match permits.holders(key).await {
+                Ok(holders) => holders,
+                Err(error) => return Some(format!("the server's holders of {name}: {error}")),
+            };
+            let count: u64 = holders.iter().map(|h| u64::from(h.count)).sum();
+            let limit = kind.limit();
+            if count > limit {
+                return Some(format!(
+                    "the server has {count} permits of {name} out, over its limit of {limit}"
+                ));
+            }
+            if !holders.iter().any(|h| h.fence == fence) {
+                return Some(format!(
+                    "a holder of {name} with fence {fence} believes it holds; the server's holders are {:?}",
+                    holders.iter().map(|h| h.fence.get()).collect::<Vec<_>>()
+                ));
+            }
+            return None;
+        }
+        match self.server.inspect(key).await {
+            Ok(Some(info)) if !kind.fenced() || info.fence == fence => None,
+            Ok(Some(info)) => Some(format!(
+                "a holder of {name} with fence {fence} believes it holds; the server has fence {}",
+                info.fence
+            )),
+            Ok(None) => Some(format!(
+                "a holder of {name} with fence {fence} believes it holds; the server has no lease"
+            )),
+            Err(error) => Some(format!("the server's lease of {name}: {error}")),
         }
     }
 }
@@ -152,48 +216,19 @@ impl Process {
         }
     }
 
-    /// The server's truth at this instant against a holder that believes it holds:
-    /// what is wrong, if anything. Asked of the server directly, not across the
-    /// network, and at the same simulated instant.
+    /// The server's truth, as a holder asks it.
+    fn truth(&self) -> Truth {
+        Truth {
+            server: self.server.clone(),
+            ns: self.ns.clone(),
+        }
+    }
+
+    /// The server's truth at this instant against `guard`, which believes it holds.
     async fn server_disagrees(&self, guard: &LockGuard, kind: Kind) -> Option<String> {
-        let name = self.logical(guard.key());
-        let key = guard.key();
-        let fence = guard.fence();
-        if let Some(permits) = self
-            .server
-            .permits()
-            .filter(|_| matches!(kind, Kind::Semaphore | Kind::RwLock | Kind::LeaderLoop))
-        {
-            let holders = match permits.holders(key).await {
-                Ok(holders) => holders,
-                Err(error) => return Some(format!("the server's holders of {name}: {error}")),
-            };
-            let count: u64 = holders.iter().map(|h| u64::from(h.count)).sum();
-            let limit = kind.limit();
-            if count > limit {
-                return Some(format!(
-                    "the server has {count} permits of {name} out, over its limit of {limit}"
-                ));
-            }
-            if !holders.iter().any(|h| h.fence == fence) {
-                return Some(format!(
-                    "a holder of {name} with fence {fence} believes it holds; the server's holders are {:?}",
-                    holders.iter().map(|h| h.fence.get()).collect::<Vec<_>>()
-                ));
-            }
-            return None;
-        }
-        match self.server.inspect(key).await {
-            Ok(Some(info)) if !kind.fenced() || info.fence == fence => None,
-            Ok(Some(info)) => Some(format!(
-                "a holder of {name} with fence {fence} believes it holds; the server has fence {}",
-                info.fence
-            )),
-            Ok(None) => Some(format!(
-                "a holder of {name} with fence {fence} believes it holds; the server has no lease"
-            )),
-            Err(error) => Some(format!("the server's lease of {name}: {error}")),
-        }
+        self.truth()
+            .disagrees(guard.key(), guard.fence(), kind)
+            .await
     }
 
     /// Runs `wait` for `key`, sometimes dropped at an await before it ends, and
@@ -246,11 +281,7 @@ impl Process {
             fence: guard.fence().get(),
             shared,
         });
-        let end = EndOnDrop {
-            process: self,
-            key,
-            ended: false,
-        };
+        let end = EndOnDrop::new(&self.rec, self.proc, key);
         // Sometimes the work is dropped at an await, the guard with it.
         let held = if rng.chance(80) {
             let cut = rng.millis(0, 1500);
@@ -288,6 +319,7 @@ impl Process {
             Kind::Semaphore => self.semaphore(&mut rng).await,
             Kind::RwLock => self.rw_lock(&mut rng).await,
             Kind::Sets => self.sets(&mut rng).await,
+            Kind::LimitLayer | Kind::LockLayer => self.layers(kind, &mut rng).await,
             Kind::LeaderLoop => self.lead(&mut rng).await,
             Kind::RunOnce => self.jobs(&mut rng).await,
         }

@@ -42,11 +42,7 @@ impl Process {
                 fence: set.fence(key.as_str()).map_or(0, |f| f.get()),
                 shared: false,
             });
-            ends.push(EndOnDrop {
-                process: self,
-                key: name,
-                ended: false,
-            });
+            ends.push(EndOnDrop::new(&self.rec, self.proc, name));
         }
         let cut = rng.chance(80).then(|| rng.millis(0, 1500));
         let mut steps = rng.clone();

@@ -188,35 +188,6 @@ mod my_backend {
     }
 }
 
-mod my_sim_backend {
-    pub(super) struct MyBackend;
-
-    impl MyBackend {
-        /// An in-process backend, fresh for each simulated run.
-        #[allow(clippy::new_ret_no_self)]
-        pub(super) fn new() -> distlock::MemoryBackend {
-            distlock::MemoryBackend::new()
-        }
-    }
-}
-
-mod simulation_readme {
-    use super::my_sim_backend as my_backend;
-
-    // begin: simulation-readme
-    // tests/simulation.rs
-    #[test]
-    fn every_kind_keeps_its_promises_under_faults() {
-        let simulation = distlock_sim::Simulation::new(my_backend::MyBackend::new);
-        let summary = simulation.run_seeds(0..500, 2);
-        for failure in &summary.failures {
-            eprintln!("{}", failure.explain());
-        }
-        assert_eq!(summary.failed, 0);
-    }
-    // end
-}
-
 mod contributing_suite {
     use super::my_backend;
 
