@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The deterministic simulation (distlock-sim) on the in-memory backend, from a
-# release build: 10,000 seeds across every lock kind (about 12 s on two cores), or
+# release build: 10,000 seeds across every lock kind (about 14 s on two cores), or
 # with --soak a million (about 20 minutes). Any other arguments go to distlock-sim:
 # `scripts/sim.sh --seed 29 --history` replays one seed and prints its history,
 # `scripts/sim.sh --seeds 50000 --from 1000000` runs another range.

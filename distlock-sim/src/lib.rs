@@ -44,7 +44,8 @@
 //! A run draws its kind from its seed ([`Kind`]: the fenced mutex racing (with
 //! re-entrant holds), fair, and bounded by `hold_at_most`, the efficiency lock, a
 //! semaphore, a read-write lock, sets of keys, the leader loop (a crashed leader
-//! resuming its term from the token it wrote down), `run_once` jobs),
+//! resuming its term from the token it wrote down), `run_once` jobs, and requests
+//! to an in-process service through the tower layers `LimitLayer` and `LockLayer`),
 //! then runs four processes for twenty simulated seconds and a quiet tail of six. Every request meets the faults of [`Faults`]: latency, delays
 //! that reorder requests in flight, a pause of its process while it is in flight (the
 //! reply read up to 2.5 s late), requests lost, replies lost after the server applied
@@ -73,7 +74,9 @@
 //! the limit for a semaphore, readers only beside readers), fences strictly
 //! increasing from a hold to every hold granted after it ended, every wait ended by
 //! its deadline, one `run_once` run per slot (crashed runners included), no step as
-//! holder past a hold's bound, a re-entry answered at once with the lease's own fence
+//! holder past a hold's bound, every step of a request's handler made under what its
+//! layer holds (at most the limit in flight through `LimitLayer`, one handler per key
+//! through `LockLayer`), a re-entry answered at once with the lease's own fence
 //! (its end leaving the lease held), a leader elected again once the faults stop, and
 //! no leader left once the leader loops are shut down (each resigns).
 //! Across a restart without state, what the backend's capabilities say it loses is
@@ -86,11 +89,13 @@
 //! # What is not simulated
 //!
 //! Clock drift is simulated as the server letting leases go early, within the drift
-//! the links declare: a process's timers all run at one rate, and a clock that steps
-//! is not drawn. A stalled process's own timers keep running (its network stalls,
+//! the links declare: a process's timers all run at one rate. A clock that steps is
+//! not drawn: the client times every lease, wait and bound by the monotonic clock
+//! (tokio's `Instant`), which does not step, and the wall clock only stamps holder
+//! records, which no decision reads; skew between processes' wall clocks shows only in
+//! when each fires a `run_once` slot, drawn as up to 500 ms late. A stalled process's own timers keep running (its network stalls,
 //! not its threads). Change notifications reach a cut-off process (they are hints: every decision the
-//! client makes on one is checked by a step that crosses the link). The tower layers
-//! are not among the kinds yet. Of a bounded hold, the client's side is checked (no
+//! client makes on one is checked by a step that crosses the link). Of a bounded hold, the client's side is checked (no
 //! step past the bound), not when the server frees the lease: a renewal stalled in
 //! the process's network lands late.
 
