@@ -434,6 +434,36 @@ async fn holders_renew_at_a_bounded_rate_beside_a_churning_claimant() {
     }
 }
 
+/// A hold bounded by `hold_at_most` renews no more once a renewal has ended its lease
+/// at the bound: later renewals could only ask for the same end. Before, the renewal
+/// loop's "try again by halfway" ran on toward the validity's end, renewing at halving
+/// intervals (seven renewals in the last 30 ms of one hold, found by the simulation).
+#[tokio::test(start_paused = true)]
+async fn a_bounded_hold_stops_renewing_once_its_lease_ends_at_the_bound() {
+    let counted = LosesReplies::new(MemoryBackend::new());
+    let ttl = Duration::from_secs(3);
+    let most = Duration::from_millis(2500);
+    let options = LockOptions::new(ttl).with_hold_at_most(most);
+    let interval = options.renew_interval();
+    let client = LockClient::with_options(Arc::new(counted.clone()), options).expect("a client");
+    let guard = client.lock("bounded", WAIT).await.expect("the lock");
+    let granted = tokio::time::Instant::now();
+    let lost = guard.lost().await;
+    let held = granted.elapsed();
+    let renewals = counted.renewals.load(Ordering::SeqCst);
+    // One renewal per interval up to the bound; the one that reached it cut short.
+    let scheduled = u32::try_from(most.as_millis() / interval.as_millis()).unwrap_or(u32::MAX);
+    assert!(
+        renewals <= scheduled,
+        "a hold bounded at {most:?} (renewal interval {interval:?}) renewed {renewals} times \
+         before its loss ({lost:?}) after {held:?}; at most {scheduled} are of use"
+    );
+    assert!(
+        held <= most,
+        "the hold was told of its bound only after {held:?}"
+    );
+}
+
 /// The memory backend whose renewals take the next of `delays` each (then none) on
 /// their way to the server, and are applied when they arrive: a pooled or proxied
 /// connection on which a later request can overtake an earlier one.

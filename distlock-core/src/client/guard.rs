@@ -852,7 +852,10 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             // It ran out since the check above: the check records it.
             continue;
         }
-        let wake = if options.auto_renew() {
+        // A lease a renewal has ended at the hold's limit cannot be renewed further:
+        // later renewals would ask for the same end. Only a change asks for a check.
+        let renews = options.auto_renew() && !status.limited;
+        let wake = if renews {
             // Never let one slow attempt use up the time left: try again by halfway.
             next_renewal.min(now + (loss_at - now) / 2)
         } else {
@@ -881,6 +884,9 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
             }
         }
         if !options.auto_renew() || shared.current_loss().is_some() {
+            continue;
+        }
+        if !renews && change_due.is_none() {
             continue;
         }
         // This check covers every change so far; one that changes asked for counts
