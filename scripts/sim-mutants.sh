@@ -50,6 +50,12 @@ bound-counted-from-first-renewal|distlock-core/src/client/guard.rs|bounded
 least-hold-without-drift|distlock-core/src/client/mod.rs|run-once
     let drift = backend.capabilities().clock_drift.allowance(least);
     let drift = Duration::ZERO;
+renewal-on-every-change|distlock-core/src/client/guard.rs|semaphore,rw-lock,limit-layer
+    options.renew_interval() / 4
+    options.renew_interval() * 0
+bounded-hold-renews-to-its-end|distlock-core/src/client/guard.rs|bounded
+        let renews = options.auto_renew() && !status.limited;
+        let renews = options.auto_renew();
 handler-kept-on-loss|distlock/src/tower.rs|limit-layer,lock-layer
     let lost = Box::pin(guard.lost());
     let lost = Box::pin({ let lost = guard.lost(); async move { let reason = lost.await; std::future::pending::<()>().await; reason } });

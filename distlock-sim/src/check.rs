@@ -114,6 +114,11 @@ pub(crate) fn check(
                 at: event.at,
                 detail: detail.clone(),
             }),
+            What::Costly(detail) => found.push(Violation {
+                promise: "a holder's renewals are bounded per renewal interval",
+                at: event.at,
+                detail: detail.clone(),
+            }),
             What::NotResigned(detail) => found.push(Violation {
                 promise: "a leader resigns on shutdown",
                 at: event.at,

@@ -89,6 +89,9 @@ pub enum What {
     /// The server granted a fair waiter's step, or handed the key over at a release,
     /// while a waiter queued before it still had its place.
     Unfair(String),
+    /// A holder renewed more often than its renewal interval and the changes to its
+    /// key allow: renewal traffic that grows with the traffic on its name.
+    Costly(String),
     /// The leader loops were shut down, and the election, asked directly, still had a
     /// leader: a term not resigned on shutdown.
     NotResigned(String),

@@ -63,7 +63,9 @@
 //! Every answer the server gives to a grant or renewal must agree with the server
 //! asked at that same instant, before anything else runs (a grant's lease there with
 //! its fence, a key answered held indeed held, a renewed lease there, a lease answered
-//! not held gone). Where the backend keeps holders (so that a handoff's recipient can
+//! not held gone). A holder renews at most six times in any third of a second (its
+//! scheduled renewal, and a check per quarter interval that changes to its key ask
+//! for), whatever the traffic on its key. Where the backend keeps holders (so that a handoff's recipient can
 //! be told), each key's fair queue is kept as the server's applied steps say it must
 //! be, and every grant to a fair waiter, by its own step or handed over at a release,
 //! must go to the first waiter whose place is live: none queued before it may still

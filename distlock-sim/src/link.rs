@@ -46,6 +46,8 @@ struct NetState {
     grants: std::collections::BTreeMap<(LockKey, [u8; 16]), u64>,
     /// The fair queues as the server's applied steps say they must be.
     queues: Queues,
+    /// Per owner, when its renewals answered `Renewed` within the last window.
+    renewals: std::collections::BTreeMap<[u8; 16], std::collections::VecDeque<Instant>>,
     /// The requests sent, and what became of them, counted for the report.
     pub(crate) counts: Counts,
 }
@@ -80,6 +82,14 @@ struct ProcNet {
     /// thousandths.
     drift_per_mille: u32,
 }
+
+/// The window over which a holder's renewals are counted: the renewal interval of
+/// the shortest TTL the kinds take (a third of it).
+const RENEWAL_WINDOW: Duration = Duration::from_millis(333);
+/// The most renewals answered `Renewed` a holder may make in one window: the one it
+/// schedules, and one check per quarter interval that changes to its key or name ask
+/// for (so at most four), with one more for a window that straddles two intervals.
+const RENEWALS_PER_WINDOW: usize = 6;
 
 /// The key as a release (or a queue left) found it: its fence, and when the step
 /// began.
@@ -132,6 +142,7 @@ impl Net {
                 server_down_until: now,
                 grants: std::collections::BTreeMap::new(),
                 queues: Queues::default(),
+                renewals: std::collections::BTreeMap::new(),
                 counts: Counts::default(),
             }),
         }
@@ -364,6 +375,31 @@ impl Net {
     ) {
         self.state().queues.left(key, owner);
         self.released(server, key, owner, before).await;
+    }
+
+    /// `owner`'s renewal of `key` was answered `Renewed`: more than
+    /// [`RENEWALS_PER_WINDOW`] such in one [`RENEWAL_WINDOW`] is recorded, once per
+    /// burst.
+    fn renewed(&self, key: &LockKey, owner: &OwnerToken) {
+        let now = Instant::now();
+        let count = {
+            let mut state = self.state();
+            let times = state.renewals.entry(*owner.as_bytes()).or_default();
+            times.push_back(now);
+            while times.front().is_some_and(|t| *t + RENEWAL_WINDOW <= now) {
+                times.pop_front();
+            }
+            times.len()
+        };
+        if count == RENEWALS_PER_WINDOW + 1 {
+            self.rec.record(
+                NET,
+                What::Costly(format!(
+                    "a holder of {} renewed {count} times within {RENEWAL_WINDOW:?}",
+                    logical(key)
+                )),
+            );
+        }
     }
 
     fn unfair(&self, key: &LockKey, unfair: Option<String>) {
@@ -617,28 +653,33 @@ impl LockBackend for Link {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let (request, net, proc) = (request.clone(), self.net.clone(), self.proc);
-        self.call(move |s| {
-            let (request, net) = (request.clone(), net.clone());
-            async move {
-                let renewal = s.renew(&request).await;
-                let (key, fence) = (request.key(), request.fence().get());
-                match &renewal {
-                    Ok(Renewal::Renewed) => {
-                        net.check_answer(&*s, key, Answer::Renewed(fence), false)
-                            .await;
-                        net.drift(s, proc, key, *request.owner(), request.ttl(), false);
+        let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        let renewal = self
+            .call(move |s| {
+                let (request, net) = (sent.clone(), net.clone());
+                async move {
+                    let renewal = s.renew(&request).await;
+                    let (key, fence) = (request.key(), request.fence().get());
+                    match &renewal {
+                        Ok(Renewal::Renewed) => {
+                            net.check_answer(&*s, key, Answer::Renewed(fence), false)
+                                .await;
+                            net.drift(s, proc, key, *request.owner(), request.ttl(), false);
+                        }
+                        Ok(Renewal::NotHeld) => {
+                            net.check_answer(&*s, key, Answer::NotHeld(fence), false)
+                                .await;
+                        }
+                        _ => {}
                     }
-                    Ok(Renewal::NotHeld) => {
-                        net.check_answer(&*s, key, Answer::NotHeld(fence), false)
-                            .await;
-                    }
-                    _ => {}
+                    renewal
                 }
-                renewal
-            }
-        })
-        .await
+            })
+            .await;
+        if let Ok(Renewal::Renewed) = &renewal {
+            self.net.renewed(request.key(), request.owner());
+        }
+        renewal
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
@@ -856,31 +897,36 @@ impl PermitBackend for Link {
     }
 
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let (request, net, proc) = (request.clone(), self.net.clone(), self.proc);
-        self.call(move |s| {
-            let (request, net) = (request.clone(), net.clone());
-            async move {
-                let renewal = match s.permits() {
-                    Some(p) => p.renew_permits(&request).await,
-                    None => Err(unsupported("permits")),
-                };
-                let (key, fence) = (request.key(), request.fence().get());
-                match &renewal {
-                    Ok(Renewal::Renewed) => {
-                        net.check_answer(&*s, key, Answer::Renewed(fence), true)
-                            .await;
-                        net.drift(s, proc, key, *request.owner(), request.ttl(), true);
+        let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        let renewal = self
+            .call(move |s| {
+                let (request, net) = (sent.clone(), net.clone());
+                async move {
+                    let renewal = match s.permits() {
+                        Some(p) => p.renew_permits(&request).await,
+                        None => Err(unsupported("permits")),
+                    };
+                    let (key, fence) = (request.key(), request.fence().get());
+                    match &renewal {
+                        Ok(Renewal::Renewed) => {
+                            net.check_answer(&*s, key, Answer::Renewed(fence), true)
+                                .await;
+                            net.drift(s, proc, key, *request.owner(), request.ttl(), true);
+                        }
+                        Ok(Renewal::NotHeld) => {
+                            net.check_answer(&*s, key, Answer::NotHeld(fence), true)
+                                .await;
+                        }
+                        _ => {}
                     }
-                    Ok(Renewal::NotHeld) => {
-                        net.check_answer(&*s, key, Answer::NotHeld(fence), true)
-                            .await;
-                    }
-                    _ => {}
+                    renewal
                 }
-                renewal
-            }
-        })
-        .await
+            })
+            .await;
+        if let Ok(Renewal::Renewed) = &renewal {
+            self.net.renewed(request.key(), request.owner());
+        }
+        renewal
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {

@@ -447,7 +447,9 @@ fn a_boxed_backend_runs_as_its_own() {
 /// Each seed that found a bug in the client, replayed on the kind it ran: seed 6098
 /// ran a `run_once` slot twice, the least hold not allowing for the declared clock
 /// drift, and seed 1709 is the first `run_once` seed that catches that bug put back
-/// (`scripts/sim-mutants.sh`, `least-hold-without-drift`, which CI runs).
+/// (`scripts/sim-mutants.sh`, `least-hold-without-drift`, which CI runs); seed 8 of
+/// the bounded hold found renewals that could not extend it
+/// (`bounded-hold-renews-to-its-end`).
 #[test]
 fn the_seeds_that_found_bugs_pass() {
     let simulation = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart)
@@ -457,4 +459,10 @@ fn the_seeds_that_found_bugs_pass() {
         let report = simulation.run_seed(seed);
         assert!(report.passed(), "{}", report.explain());
     }
+    // Seed 8, on a server that never restarts without its state: a hold bounded by
+    // `hold_at_most` renewed seven times in 12 ms as it neared its bound, each renewal
+    // asking for the same end.
+    let bounded = Simulation::new(MemoryBackend::new).with_kinds(&[Kind::Bounded]);
+    let report = bounded.run_seed(8);
+    assert!(report.passed(), "{}", report.explain());
 }
