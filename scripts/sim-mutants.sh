@@ -26,10 +26,10 @@ validity-from-reply|distlock-core/src/backend/ext.rs|mutex,efficiency,run-once
 least-hold-only-at-release|distlock-core/src/client/options.rs|run-once
             .map_or(self.ttl, |least| least.max(self.ttl))
             .map_or(self.ttl, |_least| self.ttl)
-leader-work-kept-on-loss|distlock-core/src/client/leader.rs|leader-loop
+leader-work-kept-on-loss|distlock-core/src/kinds/leader.rs|leader-loop
             Some(reason) = lost => Ended::Lost(reason),
             Some(reason) = lost, if false => Ended::Lost(reason),
-leader-term-kept-on-shutdown|distlock-core/src/client/leader.rs|leader-loop
+leader-term-kept-on-shutdown|distlock-core/src/kinds/leader.rs|leader-loop
                 if let Err(error) = leadership.resign().await {
                 if let Err(error) = async { if matches!(ended, Ended::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
 regrant-undone-by-an-armed-cleanup|distlock-core/src/client/mod.rs|leader-loop

@@ -81,6 +81,7 @@ mod fenced;
 mod handoff;
 mod holder;
 mod key;
+mod kinds;
 mod lease;
 mod memory;
 mod permits;
@@ -92,9 +93,8 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo, PermitHolder};
 pub use client::{
-    BreakerOptions, BreakerState, Busy, BusyReason, Election, Fences, Health, Leader, LeaderHealth,
-    LeaderLoop, Leadership, LeaseEnd, LockClient, LockGuard, LockOptions, Locked, LossReason,
-    MultiGuard, Observation, Observations, ResumeToken, RwLock, Semaphore, LEASE_ELECTION_PREFIX,
+    BreakerOptions, BreakerState, Busy, BusyReason, Health, LeaseEnd, LockClient, LockGuard,
+    LockOptions, Locked, LossReason,
 };
 pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};
@@ -104,5 +104,9 @@ pub use fenced::{
 };
 pub use holder::{Holder, MAX_HOLDER_ID, MAX_HOLDER_PAYLOAD};
 pub use key::LockKey;
+pub use kinds::{
+    Election, Fences, Leader, LeaderHealth, LeaderLoop, Leadership, MultiGuard, Observation,
+    Observations, ResumeToken, RwLock, Semaphore, LEASE_ELECTION_PREFIX,
+};
 pub use memory::MemoryBackend;
 pub use token::FencingToken;

@@ -31,14 +31,14 @@ pub(super) type PerKey<T> = SmallVec<[T; 1]>;
 /// of its own from before its request is sent until an answer settles it; an owner
 /// the wait already covers (a queued waiter, or the owner of an earlier attempt whose
 /// outcome is unknown) is asked as again under the wait's cover.
-pub(super) struct Attempt<'a> {
+pub(crate) struct Attempt<'a> {
     client: &'a LockClient,
     owners: PerKey<(&'a LockKey, OwnerToken)>,
     fresh: PerKey<PendingGrant<'a>>,
 }
 
 /// What the server answered an attempt.
-pub(super) enum Answer {
+pub(crate) enum Answer {
     /// A lease for each owner, in the order they were added, and the clock reading
     /// that found them valid, where one did.
     Granted(PerKey<Lease>, Option<Instant>),
@@ -50,7 +50,7 @@ pub(super) enum Answer {
 }
 
 /// How an attempt ended.
-pub(super) enum Settled {
+pub(crate) enum Settled {
     /// One guard per owner, in the order they were added.
     Guards(PerKey<LockGuard>),
     /// Nothing is held: the key at `index` was held by another lease for about
@@ -70,7 +70,7 @@ pub(super) enum Settled {
 }
 
 impl<'a> Attempt<'a> {
-    pub(super) fn new(client: &'a LockClient) -> Self {
+    pub(crate) fn new(client: &'a LockClient) -> Self {
         Attempt {
             client,
             owners: PerKey::new(),
@@ -79,7 +79,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Asks for `key` as a fresh owner, covered from now on: its token.
-    pub(super) fn fresh(&mut self, key: &'a LockKey) -> OwnerToken {
+    pub(crate) fn fresh(&mut self, key: &'a LockKey) -> OwnerToken {
         let owner = OwnerToken::random();
         self.fresh_as(key, owner);
         owner
@@ -103,7 +103,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Each key with the owner it is asked as, in order.
-    pub(super) fn owners(&self) -> Vec<(LockKey, OwnerToken)> {
+    pub(crate) fn owners(&self) -> Vec<(LockKey, OwnerToken)> {
         self.owners
             .iter()
             .map(|(key, owner)| ((*key).clone(), *owner))
@@ -116,7 +116,7 @@ impl<'a> Attempt<'a> {
     /// The fresh owners' cleanups are disarmed by any answer, and kept for a failure
     /// that may hide a success: not for input the backend refused, nor for a request
     /// that never left this process.
-    pub(super) async fn settle(
+    pub(crate) async fn settle(
         mut self,
         answer: Result<Answer>,
         mut turns: impl FnMut() -> Option<LocalTurn> + Send,

@@ -691,7 +691,7 @@ impl LockGuard {
 
 impl LockGuard {
     /// Releases the lock after work ran under it: what became of the lease.
-    pub(super) async fn release_after_work(self) -> LeaseEnd {
+    pub(crate) async fn release_after_work(self) -> LeaseEnd {
         let shared = self.hold.clone();
         match self.release().await {
             Ok(()) => LeaseEnd::Released,

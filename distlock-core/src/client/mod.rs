@@ -1,28 +1,22 @@
 //! [`LockClient`]: waiting with a deadline, guards, auto-renewal and the loss signal,
 //! on top of any [`LockBackend`](crate::LockBackend).
 
-mod attempt;
-mod background;
+pub(crate) mod attempt;
+pub(crate) mod background;
 mod backoff;
-mod breaker;
+pub(crate) mod breaker;
 mod busy;
-mod claim;
 mod cleanup;
-mod deferred;
-mod election;
-mod guard;
-mod leader;
-mod local;
+pub(crate) mod deferred;
+pub(crate) mod guard;
+pub(crate) mod local;
 mod locked;
 #[cfg(feature = "metrics")]
 mod metered;
-mod multi;
 mod operator;
 mod options;
-mod reentrant;
-mod rwlock;
-mod semaphore;
-mod telemetry;
+pub(crate) mod reentrant;
+pub(crate) mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,17 +42,10 @@ pub use self::breaker::BreakerState;
 use self::breaker::{Breaker, Breaking};
 pub use self::busy::{Busy, BusyReason};
 use self::deferred::Starts;
-pub use self::election::{
-    Election, Leader, Leadership, Observation, Observations, ResumeToken, LEASE_ELECTION_PREFIX,
-};
 pub use self::guard::LockGuard;
-pub use self::leader::{LeaderHealth, LeaderLoop};
 use self::local::{LocalQueues, LocalTurn};
 pub use self::locked::{LeaseEnd, Locked};
-pub use self::multi::{Fences, MultiGuard};
 pub use self::options::{BreakerOptions, LockOptions};
-pub use self::rwlock::RwLock;
-pub use self::semaphore::Semaphore;
 use self::telemetry::Outcome;
 pub use crate::lease::LossReason;
 
@@ -124,7 +111,7 @@ fn fit_hold_at_least(backend: &DynLockBackend, options: LockOptions) -> Result<L
 
 /// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
 /// wait of a century, never an overflow.
-fn deadline_after(wait: Duration) -> Instant {
+pub(crate) fn deadline_after(wait: Duration) -> Instant {
     const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
     let now = Instant::now();
     now.checked_add(wait.min(CENTURY))
@@ -179,13 +166,13 @@ pub(crate) fn within_deadline<T>(
 pub struct LockClient {
     /// The backend as given, for the shared kinds' claims, each of which layers its
     /// own view of it as [`backend`](Self::backend) is layered.
-    raw: Arc<DynLockBackend>,
+    pub(crate) raw: Arc<DynLockBackend>,
     backend: Arc<DynLockBackend>,
     options: LockOptions,
-    local: Arc<LocalQueues>,
-    starts: Starts,
-    background: Background,
-    breaker: Option<Arc<Breaker>>,
+    pub(crate) local: Arc<LocalQueues>,
+    pub(crate) starts: Starts,
+    pub(crate) background: Background,
+    pub(crate) breaker: Option<Arc<Breaker>>,
 }
 
 /// What [`LockClient::health`] found: the backend answered one round trip.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::claim::Claims;
-use super::{Busy, LockClient, LockGuard};
+use crate::client::{Busy, LockClient, LockGuard};
 use crate::error::Result;
 use crate::key::LockKey;
 use crate::permits::{Claim, PermitHolder};

@@ -12,8 +12,8 @@ use tracing::debug;
 
 use super::claim::permits_of;
 use super::claim::Claims;
-use super::{Busy, LockClient, LockGuard};
 use crate::backend::{next_change, ChangeStream, DynLockBackend};
+use crate::client::{Busy, LockClient, LockGuard};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::LockKey;
@@ -187,7 +187,7 @@ impl LockClient {
                 lease: None,
             });
         }
-        let claims = Claims::sharing(self, name, self.options.clone())?;
+        let claims = Claims::sharing(self, name, self.options().clone())?;
         let lease = LockKey::new(format!("{LEASE_ELECTION_PREFIX}{name}"))?;
         Ok(Election {
             claims,

@@ -19,13 +19,13 @@ use futures_util::future::{join_all, select_all};
 use tokio::time::Instant;
 use tracing::{debug, Instrument};
 
-use super::attempt::{Answer, Attempt, Settled};
-use super::telemetry::{self, Outcome, Stopwatch};
-use super::{
+use crate::backend::{acquire_all_as, SetOutcome};
+use crate::client::attempt::{Answer, Attempt, Settled};
+use crate::client::telemetry::{self, Outcome, Stopwatch};
+use crate::client::{
     deadline_after, reentrant, within_deadline, Busy, LeaseEnd, LockClient, LockGuard, Locked,
     LossReason,
 };
-use crate::backend::{acquire_all_as, SetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::token::FencingToken;
@@ -354,7 +354,7 @@ impl LockClient {
         I: IntoIterator<Item = K>,
         K: AsRef<str>,
     {
-        if self.options.fair() {
+        if self.options().fair() {
             return Err(Error::new(
                 ErrorKind::Configuration,
                 "lock_all on a client in fair mode: a set gives back its keys while it waits, \
@@ -375,7 +375,7 @@ impl LockClient {
         mut waited: Option<LockGuard>,
         waiting: bool,
     ) -> Result<Pass> {
-        if self.backend.sets().is_some() {
+        if self.backend().sets().is_some() {
             match self.pass_at_once(keys, waited, waiting).await {
                 Ok(pass) => return pass,
                 Err(handed_back) => waited = handed_back,
@@ -458,16 +458,27 @@ impl LockClient {
             attempt.fresh(key);
         }
         let owners = attempt.owners();
-        let holder = self.options.holder();
-        let answer = acquire_all_as(&*self.backend, &owners, self.options.grant_ttl(), &holder)
-            .await
-            .map(|outcome| match outcome {
-                SetOutcome::Acquired(leases) => Answer::Granted(leases.into(), None),
-                SetOutcome::Held { index, remaining } => Answer::Held { index, remaining },
-            });
+        let holder = self.options().holder();
+        let answer = acquire_all_as(
+            &**self.backend(),
+            &owners,
+            self.options().grant_ttl(),
+            &holder,
+        )
+        .await
+        .map(|outcome| match outcome {
+            SetOutcome::Acquired(leases) => Answer::Granted(leases.into(), None),
+            SetOutcome::Held { index, remaining } => Answer::Held { index, remaining },
+        });
         let record = |outcome: Outcome| {
             for (key, _) in &owners {
-                telemetry::acquisition(self.backend.name(), key, &self.options, outcome, started);
+                telemetry::acquisition(
+                    self.backend().name(),
+                    key,
+                    self.options(),
+                    outcome,
+                    started,
+                );
             }
         };
         let mut turns = turns.into_iter();

@@ -9,7 +9,8 @@ use futures_util::StreamExt as _;
 use tracing::{debug, info, warn};
 
 use super::election::{Election, Leader, Leadership, Observation, ResumeToken};
-use super::guard::{Holds, LockGuard};
+use crate::client::guard::Holds;
+use crate::client::LockGuard;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::LossReason;
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::background::Background;
-use super::breaker::Breaker;
-use super::deferred::Starts;
-use super::{Busy, LockClient, LockGuard, LockOptions};
 use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
 use crate::capabilities::Capabilities;
+use crate::client::background::Background;
+use crate::client::breaker::Breaker;
+use crate::client::deferred::Starts;
+use crate::client::{Busy, LockClient, LockGuard, LockOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
 use crate::key::LockKey;
@@ -132,7 +132,7 @@ impl Claims {
     /// and that the backend has permits.
     pub(crate) fn new(client: &LockClient, name: &str) -> Result<Self> {
         // Every wait keeps a place (point 4 of the permit contract).
-        let claims = Self::sharing(client, name, client.options.clone().with_fair(true))?;
+        let claims = Self::sharing(client, name, client.options().clone().with_fair(true))?;
         claims.client(Claim::new(1, 1)?)?;
         Ok(claims)
     }
@@ -156,8 +156,9 @@ impl Claims {
     /// A client of the backend's locks whose grants store `holder`, sharing what the
     /// claims' clients share.
     pub(crate) fn lease_client(&self, holder: Holder) -> Result<LockClient> {
-        let options = self.options.clone().with_holder(holder);
-        let mut client = LockClient::assemble(self.backend.clone(), options, self.breaker.clone())?;
+        let options = self.options().clone().with_holder(holder);
+        let mut client =
+            LockClient::assemble(self.backend().clone(), options, self.breaker.clone())?;
         client.starts = self.starts.clone();
         client.background = self.background.clone();
         Ok(client)
@@ -165,8 +166,8 @@ impl Claims {
 
     /// A client whose every grant is `claim` on the name.
     pub(crate) fn client(&self, claim: Claim) -> Result<LockClient> {
-        let view = Arc::new(ClaimView::new(self.backend.clone(), claim)?);
-        let mut client = LockClient::assemble(view, self.options.clone(), self.breaker.clone())?;
+        let view = Arc::new(ClaimView::new(self.backend().clone(), claim)?);
+        let mut client = LockClient::assemble(view, self.options().clone(), self.breaker.clone())?;
         client.starts = self.starts.clone();
         client.background = self.background.clone();
         Ok(client)
