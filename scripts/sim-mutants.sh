@@ -56,6 +56,9 @@ renewal-on-every-change|distlock-core/src/client/guard.rs|semaphore,rw-lock,limi
 bounded-hold-renews-to-its-end|distlock-core/src/client/guard.rs|bounded
         let renews = options.auto_renew() && !status.limited;
         let renews = options.auto_renew();
+stopped-leading-unheard-on-loss|distlock-core/src/kinds/leader.rs|leader-loop
+                warn!(election = %name, %reason, "the term was lost; campaigning again");
+                warn!(election = %name, %reason, "the term was lost; campaigning again"); return None;
 handler-kept-on-loss|distlock/src/tower.rs|limit-layer,lock-layer
     let lost = Box::pin(guard.lost());
     let lost = Box::pin({ let lost = guard.lost(); async move { let reason = lost.await; std::future::pending::<()>().await; reason } });

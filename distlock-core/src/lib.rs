@@ -106,7 +106,7 @@ pub use holder::{Holder, MAX_HOLDER_ID, MAX_HOLDER_PAYLOAD};
 pub use key::LockKey;
 pub use kinds::{
     Election, Fences, Leader, LeaderHealth, LeaderLoop, Leadership, MultiGuard, Observation,
-    Observations, ResumeToken, RwLock, Semaphore, LEASE_ELECTION_PREFIX,
+    Observations, ResumeToken, RwLock, Semaphore, TermEnd, TermOutcome, LEASE_ELECTION_PREFIX,
 };
 pub use memory::MemoryBackend;
 pub use token::FencingToken;

@@ -278,6 +278,109 @@ async fn a_leader_loop_leads_hands_over_and_resigns_on_shutdown() {
     assert_eq!(heard.lock().expect("heard").as_slice(), ["a", "b"]);
 }
 
+/// Every term a leader loop leads ends with a call of its stopped-leading callback,
+/// the term's fence and why: work that fails ends its term (resigned, so the
+/// election has no leader until the loop campaigns again after its retry delay), a
+/// lease lost under the term (the server restarted without it) and the loop's
+/// shutdown each say so.
+#[tokio::test(start_paused = true)]
+async fn a_leader_loop_reports_each_term_end_and_resigns_a_failed_term() {
+    use std::sync::Mutex;
+
+    let memory = MemoryBackend::new();
+    let options = distlock_core::LockOptions::new(Duration::from_secs(1));
+    let client = LockClient::with_options(Arc::new(memory.clone()), options).expect("a client");
+    let election = client.election("reported").expect("an election");
+    let ended: Arc<Mutex<Vec<(u64, String)>>> = Arc::default();
+    let leader = election
+        .leader_loop("a")
+        .expect("a leader loop")
+        .with_retry(Duration::from_secs(2))
+        .on_stopped_leading({
+            let ended = ended.clone();
+            move |fence, end| {
+                let what = match end {
+                    distlock_core::TermEnd::Failed(error) => format!("failed: {error}"),
+                    distlock_core::TermEnd::Lost(_) => "lost".to_owned(),
+                    distlock_core::TermEnd::Shutdown => "shutdown".to_owned(),
+                    other => other.to_string(),
+                };
+                ended.lock().expect("ended").push((fence.get(), what));
+            }
+        });
+    let health = leader.health();
+    let terms = Arc::new(Mutex::new(0u32));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(leader.run(
+        {
+            let terms = terms.clone();
+            move |term: distlock_core::LockGuard| {
+                let terms = terms.clone();
+                async move {
+                    let first = {
+                        let mut terms = terms.lock().expect("terms");
+                        *terms += 1;
+                        *terms == 1
+                    };
+                    if first {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return Err("the disk is full");
+                    }
+                    term.lost().await;
+                    Ok(())
+                }
+            }
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first term failed: reported, and resigned at once.
+    assert!(!health.is_leading());
+    assert_eq!(
+        election.leader().await.expect("asked"),
+        None,
+        "the failed term was not resigned"
+    );
+    {
+        let ended = ended.lock().expect("ended");
+        assert_eq!(ended.len(), 1, "{ended:?}");
+        assert_eq!(ended[0].1, "failed: the disk is full");
+    }
+    // After the retry delay the loop leads again; the server then loses the lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(health.is_leading(), "the loop did not lead again");
+    memory.restart();
+    let mut waited = Duration::ZERO;
+    while ended.lock().expect("ended").len() < 2 {
+        assert!(
+            waited < Duration::from_secs(5),
+            "the lost term was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    // It campaigns again and leads; shutting down reports the last term.
+    while !health.is_leading() {
+        assert!(
+            waited < Duration::from_secs(10),
+            "the loop did not lead a third time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    stop.send(()).expect("the loop runs");
+    running.await.expect("joined").expect("shut down");
+    let ended = ended.lock().expect("ended").clone();
+    let reasons: Vec<&str> = ended.iter().map(|(_, why)| why.as_str()).collect();
+    assert_eq!(reasons, ["failed: the disk is full", "lost", "shutdown"]);
+    assert!(
+        ended.windows(2).all(|w| w[0].0 < w[1].0),
+        "each term has a fence of its own, rising: {ended:?}"
+    );
+}
+
 /// A leader loop started while the backend is down campaigns through the outage, and
 /// leads once it is back.
 #[tokio::test(start_paused = true)]

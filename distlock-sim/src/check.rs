@@ -119,6 +119,11 @@ pub(crate) fn check(
                 at: event.at,
                 detail: detail.clone(),
             }),
+            What::Unreported(detail) => found.push(Violation {
+                promise: "a leader loop reports each term's end",
+                at: event.at,
+                detail: detail.clone(),
+            }),
             What::NotResigned(detail) => found.push(Violation {
                 promise: "a leader resigns on shutdown",
                 at: event.at,

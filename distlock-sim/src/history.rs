@@ -92,6 +92,9 @@ pub enum What {
     /// A holder renewed more often than its renewal interval and the changes to its
     /// key allow: renewal traffic that grows with the traffic on its name.
     Costly(String),
+    /// A leader loop, shut down, had not reported each term its work led as ended
+    /// (once, in order, a failed one as failed) to its `on_stopped_leading` callback.
+    Unreported(String),
     /// The leader loops were shut down, and the election, asked directly, still had a
     /// leader: a term not resigned on shutdown.
     NotResigned(String),

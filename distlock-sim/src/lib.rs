@@ -79,7 +79,9 @@
 //! holder past a hold's bound, every step of a request's handler made under what its
 //! layer holds (at most the limit in flight through `LimitLayer`, one handler per key
 //! through `LockLayer`), a re-entry answered at once with the lease's own fence
-//! (its end leaving the lease held), a leader elected again once the faults stop, and
+//! (its end leaving the lease held), every term a leader loop led reported ended once
+//! and in order by its `on_stopped_leading` callback (a term whose work failed, as
+//! failed), a leader elected again once the faults stop, and
 //! no leader left once the leader loops are shut down (each resigns).
 //! Across a restart without state, what the backend's capabilities say it loses is
 //! excused (a holder from before it may overlap one after it until its validity has

@@ -1,6 +1,7 @@
 //! [`LeaderLoop`]: a service's leader loop over an [`Election`], with client-go's
 //! leader-election semantics.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,11 +12,62 @@ use tracing::{debug, info, warn};
 use super::election::{Election, Leader, Leadership, Observation, ResumeToken};
 use crate::client::guard::Holds;
 use crate::client::LockGuard;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{BoxError, Error, ErrorKind, Result};
 use crate::lease::LossReason;
+use crate::token::FencingToken;
 
 /// What the loop calls for each new leader it observes.
 type OnNewLeader = Arc<dyn Fn(&Leader) + Send + Sync>;
+/// What the loop calls when one of its own terms ends.
+type OnStoppedLeading = Arc<dyn Fn(FencingToken, &TermEnd) + Send + Sync>;
+
+/// Why a term of a [`LeaderLoop`] ended, as
+/// [`on_stopped_leading`](LeaderLoop::on_stopped_leading) hears it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TermEnd {
+    /// The term's lease was lost under it (it ran out, was broken, or reached a hold
+    /// limit): the work was dropped, and the loop campaigns again.
+    Lost(LossReason),
+    /// The work returned: the loop resigned, and campaigns again after its retry
+    /// delay.
+    Returned,
+    /// The work failed with this error: the loop resigned, and campaigns again after
+    /// its retry delay.
+    Failed(BoxError),
+    /// The loop was shut down: the work was dropped and the loop resigned.
+    Shutdown,
+}
+
+impl fmt::Display for TermEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TermEnd::Lost(reason) => write!(f, "lost: {reason}"),
+            TermEnd::Returned => f.write_str("the work returned"),
+            TermEnd::Failed(error) => write!(f, "the work failed: {error}"),
+            TermEnd::Shutdown => f.write_str("the loop was shut down"),
+        }
+    }
+}
+
+/// What a leader's work may return: nothing (`()`), or a `Result` whose error ends
+/// the term as a failure ([`TermEnd::Failed`]). Either way the loop resigns the term.
+pub trait TermOutcome: Send {
+    /// The error the work ended with, if it failed.
+    fn failure(self) -> Option<BoxError>;
+}
+
+impl TermOutcome for () {
+    fn failure(self) -> Option<BoxError> {
+        None
+    }
+}
+
+impl<E: Into<BoxError> + Send> TermOutcome for std::result::Result<(), E> {
+    fn failure(self) -> Option<BoxError> {
+        self.err().map(Into::into)
+    }
+}
 
 /// A leader loop: campaigns, runs the leader's work for each term it wins, and
 /// campaigns again when the term ends, until its shutdown future completes. Made by
@@ -67,6 +119,7 @@ pub struct LeaderLoop {
     election: Election,
     value: String,
     on_new_leader: Option<OnNewLeader>,
+    on_stopped_leading: Option<OnStoppedLeading>,
     retry: Duration,
     resume: Option<ResumeToken>,
     state: Arc<LeaderState>,
@@ -97,6 +150,7 @@ impl Election {
             election: self.clone(),
             value: value.to_owned(),
             on_new_leader: None,
+            on_stopped_leading: None,
             retry: Duration::from_secs(1),
             resume: None,
             state: Arc::default(),
@@ -110,6 +164,19 @@ impl LeaderLoop {
     /// them). It runs on a task of its own; a slow callback delays only the next call.
     pub fn on_new_leader(mut self, callback: impl Fn(&Leader) + Send + Sync + 'static) -> Self {
         self.on_new_leader = Some(Arc::new(callback));
+        self
+    }
+
+    /// Calls `callback` when a term this loop led ends, with the term's fence and
+    /// why it ended (client-go's `OnStoppedLeading`, with the reason): after the work
+    /// was dropped or returned, and, where the loop resigns, after the resignation.
+    /// It runs on the loop's task, before the loop campaigns again or returns: keep
+    /// it short.
+    pub fn on_stopped_leading(
+        mut self,
+        callback: impl Fn(FencingToken, &TermEnd) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_stopped_leading = Some(Arc::new(callback));
         self
     }
 
@@ -145,7 +212,10 @@ impl LeaderLoop {
     ///   [hold limit](crate::LockOptions::with_hold_at_most)): `lead`'s future is
     ///   dropped at its next await point, and the loop campaigns again.
     /// - `lead` returns: the loop resigns, and campaigns again after the retry delay,
-    ///   so that another candidate may take the next term.
+    ///   so that another candidate may take the next term. `lead` may return `()` or
+    ///   a `Result` ([`TermOutcome`]): an error is logged at warn and handed to
+    ///   [`on_stopped_leading`](Self::on_stopped_leading) as [`TermEnd::Failed`], and
+    ///   the term is resigned all the same.
     /// - `shutdown` completes: `lead`'s future is dropped, the loop resigns (another
     ///   candidate is elected at once) and returns `Ok`.
     /// - The backend down, stalled or answering errors a retry can cure (a lost
@@ -161,7 +231,8 @@ impl LeaderLoop {
     pub async fn run<F, Fut>(self, mut lead: F, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         F: FnMut(LockGuard) -> Fut,
-        Fut: Future<Output = ()>,
+        Fut: Future,
+        Fut::Output: TermOutcome,
     {
         let _observer = self.on_new_leader.clone().map(|callback| {
             let mut observations = self.election.observe();
@@ -239,9 +310,11 @@ impl LeaderLoop {
     ) -> Option<Result<()>>
     where
         F: FnMut(LockGuard) -> Fut,
-        Fut: Future<Output = ()>,
+        Fut: Future,
+        Fut::Output: TermOutcome,
     {
-        info!(election = %name, fence = %leadership.fence(), "leading");
+        let fence = leadership.fence();
+        info!(election = %name, fence = %fence, "leading");
         let Ok(hold) = leadership.reenter() else {
             // Lost as soon as it was won: campaign again.
             warn!(election = %name, "the term was lost as it began; campaigning again");
@@ -253,24 +326,37 @@ impl LeaderLoop {
         let lost = leadership.lost();
         let ended = tokio::select! {
             biased;
-            () = shutdown.as_mut() => Ended::Shutdown,
+            () = shutdown.as_mut() => TermEnd::Shutdown,
             // `None` (the hold ended without a loss) cannot come while the
             // leadership is here.
-            Some(reason) = lost => Ended::Lost(reason),
-            () = lead(hold) => Ended::Returned,
+            Some(reason) = lost => TermEnd::Lost(reason),
+            outcome = lead(hold) => match outcome.failure() {
+                None => TermEnd::Returned,
+                Some(error) => TermEnd::Failed(error),
+            },
         };
         self.state.set(None, name);
+        let stopped = |end: &TermEnd| {
+            if let Some(callback) = &self.on_stopped_leading {
+                callback(fence, end);
+            }
+        };
         match ended {
-            Ended::Lost(reason) => {
+            TermEnd::Lost(reason) => {
                 warn!(election = %name, %reason, "the term was lost; campaigning again");
                 drop(leadership);
+                stopped(&ended);
                 None
             }
-            Ended::Returned | Ended::Shutdown => {
+            _ => {
+                if let TermEnd::Failed(error) = &ended {
+                    warn!(%error, election = %name, "the leader's work failed; resigning");
+                }
                 if let Err(error) = leadership.resign().await {
                     debug!(%error, election = %name, "the resignation found the term over");
                 }
-                if matches!(ended, Ended::Shutdown) {
+                stopped(&ended);
+                if matches!(ended, TermEnd::Shutdown) {
                     return Some(Ok(()));
                 }
                 tokio::select! {
@@ -280,13 +366,6 @@ impl LeaderLoop {
             }
         }
     }
-}
-
-/// How a term of the loop ended.
-enum Ended {
-    Shutdown,
-    Lost(LossReason),
-    Returned,
 }
 
 impl LeaderState {

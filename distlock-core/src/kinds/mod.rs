@@ -16,7 +16,7 @@ mod sets;
 pub use self::election::{
     Election, Leader, Leadership, Observation, Observations, ResumeToken, LEASE_ELECTION_PREFIX,
 };
-pub use self::leader::{LeaderHealth, LeaderLoop};
+pub use self::leader::{LeaderHealth, LeaderLoop, TermEnd, TermOutcome};
 pub use self::rwlock::RwLock;
 pub use self::semaphore::Semaphore;
 pub use self::sets::{Fences, MultiGuard};
