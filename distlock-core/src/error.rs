@@ -42,6 +42,12 @@ pub enum ErrorKind {
     /// Retryable. A server that could not be reached or did not answer within the
     /// backend's own response time-out is [`ErrorKind::Unavailable`] instead.
     Timeout,
+    /// A single try found the key taken (by another owner, or another task of this
+    /// client) and did not wait: a [`Busy`](crate::Busy) turned into an error by `?`.
+    /// Retryable: a later try may find it free; [`Error::retry_after`] is the
+    /// holder's remaining time where the backend told it. A wait that ran out is
+    /// [`ErrorKind::Timeout`] instead.
+    Busy,
     /// The server could not be reached or did not answer in time. A retry may help.
     Unavailable,
     /// The server refused the credentials.
@@ -70,6 +76,7 @@ impl ErrorKind {
             ErrorKind::LockLost => "lock lost",
             ErrorKind::StaleFence => "stale fence",
             ErrorKind::Timeout => "timed out",
+            ErrorKind::Busy => "busy",
             ErrorKind::Unavailable => "backend unavailable",
             ErrorKind::Authentication => "authentication failed",
             ErrorKind::Configuration => "configuration error",
@@ -83,7 +90,7 @@ impl ErrorKind {
     fn retryable_by_default(self) -> bool {
         matches!(
             self,
-            ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::CircuitOpen
+            ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Busy | ErrorKind::CircuitOpen
         )
     }
 }
@@ -156,14 +163,14 @@ impl Error {
     ///
     /// | kind | status |
     /// | --- | --- |
-    /// | [`Timeout`](ErrorKind::Timeout) (the key was held until the wait ran out) | 423 Locked |
+    /// | [`Timeout`](ErrorKind::Timeout) (the key was held until the wait ran out), [`Busy`](ErrorKind::Busy) (a try found it held) | 423 Locked |
     /// | [`LockLost`](ErrorKind::LockLost), [`NotHeld`](ErrorKind::NotHeld), [`StaleFence`](ErrorKind::StaleFence) | 409 Conflict |
     /// | [`CircuitOpen`](ErrorKind::CircuitOpen), [`Unavailable`](ErrorKind::Unavailable) | 503 Service Unavailable |
     /// | the configuration, the input, the credentials, an unsupported call | 500 Internal Server Error |
     /// | anything else: retryable, 503; otherwise 500 |
     pub fn http_status(&self) -> u16 {
         match self.kind {
-            ErrorKind::Timeout => 423,
+            ErrorKind::Timeout | ErrorKind::Busy => 423,
             ErrorKind::LockLost | ErrorKind::NotHeld | ErrorKind::StaleFence => 409,
             ErrorKind::CircuitOpen | ErrorKind::Unavailable => 503,
             ErrorKind::InvalidKey

@@ -1413,10 +1413,14 @@ async fn a_try_says_why_it_did_not_take_the_key() {
         "{remaining:?}"
     );
     assert!(busy.to_string().contains("held by another owner"), "{busy}");
-    // As an error: a timeout to retry after the holder's remaining time.
+    // As an error: busy (not a wait that ran out), to retry after the holder's
+    // remaining time, answered 423 by a service.
     let error = Error::from(busy);
-    assert_eq!(error.kind(), ErrorKind::Timeout);
+    assert_eq!(error.kind(), ErrorKind::Busy, "{error}");
+    assert!(error.is_retryable());
+    assert_eq!(error.http_status(), 423);
     assert_eq!(error.retry_after(), Some(remaining));
+    assert!(error.to_string().starts_with("busy"), "{error}");
     held.release().await.expect("released");
 
     // Another task of this client waits for the key, held elsewhere: this try does not

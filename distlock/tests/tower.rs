@@ -202,6 +202,7 @@ async fn an_error_is_a_response() {
 
     for (kind, status) in [
         (ErrorKind::Timeout, StatusCode::LOCKED),
+        (ErrorKind::Busy, StatusCode::LOCKED),
         (ErrorKind::LockLost, StatusCode::CONFLICT),
         (ErrorKind::StaleFence, StatusCode::CONFLICT),
         (ErrorKind::CircuitOpen, StatusCode::SERVICE_UNAVAILABLE),

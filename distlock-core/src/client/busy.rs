@@ -9,9 +9,9 @@ use crate::key::LockKey;
 /// Why a single try ([`LockClient::try_lock`](crate::LockClient::try_lock) and the
 /// other `try_` calls) did not take its key. A try that finds the key taken is not an
 /// error: it answers `Ok(Err(Busy))`, and the backend's own failures stay the outer
-/// error. `?` turns a `Busy` into an [`ErrorKind::Timeout`] error (a wait of zero that
-/// ran out) where the caller treats busy as a failure, with the holder's remaining
-/// time as its [`retry_after`](Error::retry_after) when the backend told it.
+/// error. `?` turns a `Busy` into an [`ErrorKind::Busy`] error where the caller
+/// treats busy as a failure, with the holder's remaining time as its
+/// [`retry_after`](Error::retry_after) when the backend told it.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -113,7 +113,7 @@ impl std::error::Error for Busy {}
 
 impl From<Busy> for Error {
     fn from(busy: Busy) -> Self {
-        let error = Error::new(ErrorKind::Timeout, busy.to_string());
+        let error = Error::new(ErrorKind::Busy, busy.to_string());
         match busy.remaining {
             Some(remaining) => error.with_retry_after(remaining),
             None => error,
