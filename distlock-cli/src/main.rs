@@ -199,6 +199,10 @@ pub(crate) fn say(message: impl std::fmt::Display) {
     eprintln!("distlock: {message}");
 }
 
+/// What an operator's command on `memory://` says first: that backend lives in this
+/// process alone.
+const MEMORY_IS_PER_PROCESS: &str = "note: memory:// is this command's own in-memory backend: it holds only what this process locks, so inspect, list and force-release never see another process's locks";
+
 /// The exit code of an error: its kind decides.
 pub(crate) fn code_of(error: &Error) -> u8 {
     match error.kind() {
@@ -314,6 +318,9 @@ async fn dispatch(cli: Cli) -> u8 {
     };
     // An operator's calls go through a client, as a service's would.
     let operator = || LockClient::new(backend.clone());
+    if url.starts_with("memory:") && !matches!(cli.command, Command::Run(_)) {
+        say(MEMORY_IS_PER_PROCESS);
+    }
     let result = match (cli.command, key) {
         (Command::Run(args), _) => return run::run(backend, args).await,
         (Command::Inspect { json, .. }, Some(key)) => inspect(&operator(), &key, json).await,

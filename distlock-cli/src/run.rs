@@ -5,7 +5,10 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DynLockBackend, ErrorKind, Holder, LockClient, LockGuard, LockOptions, LossReason};
+use distlock::{
+    format_duration, DynLockBackend, ErrorKind, Holder, LockClient, LockGuard, LockOptions,
+    LossReason,
+};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -28,6 +31,13 @@ pub(crate) fn options_for(
     grace: Option<Duration>,
 ) -> distlock::Result<(LockOptions, Duration)> {
     let defaults = LockOptions::new(ttl);
+    defaults.validate().map_err(|e| {
+        distlock::Error::new(
+            e.kind(),
+            format!("--ttl {}: {}", format_duration(ttl), e.message()),
+        )
+    })?;
+    let given = grace;
     let grace = grace.unwrap_or(defaults.loss_margin() / 2);
     let margin = defaults.loss_margin().max(grace + KILL_SLACK);
     let min_validity = defaults.min_validity().max(margin + ttl / 10).min(ttl);
@@ -35,13 +45,19 @@ pub(crate) fn options_for(
         .with_loss_margin(margin)
         .with_min_validity(min_validity);
     options.validate().map_err(|e| {
-        distlock::Error::new(
-            ErrorKind::Configuration,
-            format!(
-                "--grace {grace:?} does not fit in --ttl {ttl:?}: the loss is signalled {margin:?} before the lease runs out, so that the command is killed while the lease is still valid, and that leaves no room for renewal; raise --ttl or lower --grace ({})",
+        let (ttl, margin) = (format_duration(ttl), format_duration(margin));
+        let message = match given {
+            Some(grace) => format!(
+                "--grace {} does not fit in --ttl {ttl}: the loss is signalled {margin} before the lease runs out, so that the command is killed while the lease is still valid, and that leaves no room for renewal; raise --ttl or lower --grace ({})",
+                format_duration(grace),
                 e.message()
             ),
-        )
+            None => format!(
+                "--ttl {ttl} is too short: the loss is signalled {margin} before the lease runs out (the default grace and the time to kill the command), and that leaves no room for renewal; raise --ttl ({})",
+                e.message()
+            ),
+        };
+        distlock::Error::new(ErrorKind::Configuration, message)
     })?;
     Ok((options, grace))
 }
@@ -334,6 +350,27 @@ mod tests {
         let refused = options_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
             .expect_err("no room for renewal");
         assert_eq!(refused.kind(), ErrorKind::Configuration, "{refused}");
-        assert!(refused.to_string().contains("--grace"), "{refused}");
+        assert!(refused.to_string().contains("--grace 5s"), "{refused}");
+    }
+
+    /// A TTL no lock can take, or too short for the default grace, is named as the
+    /// TTL's fault, never as a `--grace` that was not given.
+    #[test]
+    fn a_bad_ttl_names_the_ttl() {
+        let zero = options_for(Duration::ZERO, None).expect_err("a zero ttl");
+        assert_eq!(zero.kind(), ErrorKind::Configuration, "{zero}");
+        assert!(
+            zero.to_string()
+                .contains("--ttl 0ms: the ttl must be greater than zero"),
+            "{zero}"
+        );
+        assert!(!zero.to_string().contains("--grace"), "{zero}");
+        let short = options_for(Duration::from_millis(200), None).expect_err("too short");
+        assert_eq!(short.kind(), ErrorKind::Configuration, "{short}");
+        assert!(
+            short.to_string().contains("--ttl 200ms is too short"),
+            "{short}"
+        );
+        assert!(!short.to_string().contains("--grace"), "{short}");
     }
 }

@@ -583,6 +583,12 @@ async fn exit_codes_and_one_line_errors_without_a_server() {
     );
     let text = finish(memory, &["inspect", "k"]).await;
     assert_eq!(String::from_utf8_lossy(&text.stdout), "k: free\n");
+    // memory:// is this process's alone, and an operator's command says so.
+    assert!(
+        stderr(&text).contains("memory:// is this command's own in-memory backend"),
+        "{}",
+        stderr(&text)
+    );
     let free = json(&finish(memory, &["inspect", "--json", "k"]).await);
     assert_eq!(free, serde_json::json!({ "key": "k", "held": false }));
     let nothing = finish(memory, &["force-release", "--yes", "k"]).await;
