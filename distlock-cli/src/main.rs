@@ -110,10 +110,11 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
-    /// Creates the tables of a backend that keeps any (PostgreSQL: the lock table, its
-    /// queue, sequence and permit tables), as connecting does unless `migrate=false`;
-    /// with --print, writes the SQL instead, for a DBA or a migration tool to run in
-    /// one transaction. The other backends keep no schema: nothing to do.
+    /// Creates the tables of a backend that keeps any (PostgreSQL, and MySQL or
+    /// MariaDB: the lock table and its queue, sequence and permit tables), as
+    /// connecting does unless `migrate=false`; with --print, writes the SQL instead,
+    /// for a DBA or a migration tool to run. Redis, etcd, ZooKeeper and memory keep no
+    /// schema: nothing to do.
     Migrate {
         /// Print the statements; connect to nothing.
         #[arg(long)]
