@@ -203,6 +203,43 @@ where
     Ok(err)
 }
 
+/// A URL without its password, to a server that wants one, is refused as
+/// [`ErrorKind::Authentication`]: at connect, or, where connecting sends nothing the
+/// server checks, at the first lock. `url` holds [`PASSWORD`] raw, as
+/// `user:PASSWORD@` or `:PASSWORD@`.
+pub async fn missing_password_is_refused<B, F, Fut>(
+    url: &str,
+    connect: F,
+) -> Result<distlock_core::Error, String>
+where
+    B: LockBackend + 'static,
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    let without = url.replacen(&format!(":{PASSWORD}@"), "@", 1);
+    if without == url {
+        return Err(format!("the URL does not hold the password raw: {url}"));
+    }
+    let err = match connect(without).await {
+        Ok(backend) => {
+            let client = distlock_core::LockClient::new(std::sync::Arc::new(backend));
+            match client.try_lock("adoption/no-password").await {
+                Ok(_) => return Err("a lock was taken without the password".to_owned()),
+                Err(e) => e,
+            }
+        }
+        Err(e) => e,
+    };
+    if err.kind() != ErrorKind::Authentication {
+        return Err(format!(
+            "no password: {:?}, not Authentication: {err}",
+            err.kind()
+        ));
+    }
+    shows_no(&err, &PASSWORD[..5], "no password")?;
+    Ok(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

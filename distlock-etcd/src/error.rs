@@ -87,7 +87,12 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
             | Code::Cancelled
             | Code::ResourceExhausted
             | Code::Aborted => ErrorKind::Unavailable,
-            Code::InvalidArgument | Code::FailedPrecondition if s.message().contains("auth") => {
+            // etcd's refusals of credentials: "authentication failed, invalid user ID
+            // or password", "user name is empty" (a request with none, to a server
+            // with auth enabled), "user name not found".
+            Code::InvalidArgument | Code::FailedPrecondition
+                if s.message().contains("auth") || s.message().contains("user name") =>
+            {
                 ErrorKind::Authentication
             }
             _ => ErrorKind::Backend,
@@ -175,6 +180,21 @@ mod tests {
             );
             assert_eq!(e.kind(), kind, "{e}");
             assert_eq!(e.code(), Some(format!("{code:?}").as_str()));
+        }
+        // etcd's refusals of credentials, as it words them.
+        for (code, said) in [
+            (Code::InvalidArgument, "etcdserver: user name is empty"),
+            (
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            (Code::FailedPrecondition, "etcdserver: user name not found"),
+        ] {
+            let e = from_etcd(
+                &config,
+                EtcdError::GRpcStatus(tonic::Status::new(code, said)),
+            );
+            assert_eq!(e.kind(), ErrorKind::Authentication, "{e}");
         }
         // A request broken under it by the connection (the soak's etcd row showed
         // these after killed connections and restarts, as "transport error" with a

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use distlock_conformance::adoption;
+use distlock_core::ErrorKind;
 use distlock_etcd::EtcdBackend;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,6 +42,21 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     adoption::wrong_password_is_refused(&url, connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A user without a password is a configuration error, said at once; no
+    // credentials at all, refused as such, at connect or at the first lock.
+    let user_only =
+        EtcdBackend::connect(&url.replacen(&format!(":{}@", adoption::PASSWORD), "@", 1))
+            .await
+            .expect_err("a user without a password");
+    assert_eq!(user_only.kind(), ErrorKind::Configuration, "{user_only}");
+    let anonymous = format!(
+        "etcd://:{}@127.0.0.1:{}",
+        adoption::PASSWORD,
+        server.host_port()
+    );
+    adoption::missing_password_is_refused(&anonymous, connect)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -21,6 +21,10 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
     let err = adoption::wrong_password_is_refused(&server.url(), connect)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    // No password at all: refused as such, at connect or at the first lock.
+    adoption::missing_password_is_refused(&server.url(), connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     // ER_ACCESS_DENIED_ERROR.
     assert_eq!(
         err.code(),

@@ -26,6 +26,10 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(err.code(), Some("28P01"), "the SQLSTATE: {err:?}");
+    // No password at all: refused as such, at connect or at the first lock.
+    adoption::missing_password_is_refused(&server.url(), connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,11 @@ pub(crate) fn from_redis_after(config: &RedisConfig, e: RedisError, sent_before:
         // first error `to_string()` into "Failed to create initial connections"): no
         // code or type is left to read.
         _ if e.to_string().contains("AuthenticationFailed") => ErrorKind::Authentication,
+        // A server that wants a password, sent a request before any was given: Redis
+        // answers a request of more than a few arguments (a script's call, say) with
+        // "Protocol error: unauthenticated multibulk length" and closes the
+        // connection, where a short one gets NOAUTH.
+        _ if e.to_string().contains("unauthenticated") => ErrorKind::Authentication,
         redis::ErrorKind::InvalidClientConfig => ErrorKind::Configuration,
         // A reply of the wrong shape is the server's answer, not a fault of the link.
         redis::ErrorKind::UnexpectedReturnType => ErrorKind::Backend,

@@ -25,6 +25,11 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
         Some("AuthenticationFailed"),
         "the driver's kind: {err:?}"
     );
+    // No password at all: refused as such, at connect or at the first lock (whose
+    // script call Redis answers "Protocol error: unauthenticated multibulk length").
+    adoption::missing_password_is_refused(&server.url(), connect)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
