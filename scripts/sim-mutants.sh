@@ -32,9 +32,6 @@ leader-work-kept-on-loss|distlock-core/src/kinds/leader.rs|leader-loop
 leader-term-kept-on-shutdown|distlock-core/src/kinds/leader.rs|leader-loop
                 if let Err(error) = leadership.resign().await {
                 if let Err(error) = async { if matches!(ended, Ended::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
-regrant-undone-by-an-armed-cleanup|distlock-core/src/client/mod.rs|leader-loop
-                cleanup::supersede(key, &owner).await;
-                let _ = (key, &owner);
 wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphore,rw-lock,sets
     now.checked_add(wait.min(CENTURY))
     now.checked_add(wait.min(CENTURY) + Duration::from_millis(50))

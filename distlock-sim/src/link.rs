@@ -46,6 +46,10 @@ struct NetState {
     grants: std::collections::BTreeMap<(LockKey, [u8; 16]), u64>,
     /// The fair queues as the server's applied steps say they must be.
     queues: Queues,
+    /// Per key and owner, the fences the server granted it: a renewal is the
+    /// owner's (contract point 5), so one sent under an earlier grant renews the
+    /// owner's later grant of the same key, whose fence it answers for.
+    fences: std::collections::BTreeMap<(LockKey, [u8; 16]), Vec<u64>>,
     /// Per owner, when its renewals answered `Renewed` within the last window.
     renewals: std::collections::BTreeMap<[u8; 16], std::collections::VecDeque<Instant>>,
     /// The requests sent, and what became of them, counted for the report.
@@ -142,6 +146,7 @@ impl Net {
                 server_down_until: now,
                 grants: std::collections::BTreeMap::new(),
                 queues: Queues::default(),
+                fences: std::collections::BTreeMap::new(),
                 renewals: std::collections::BTreeMap::new(),
                 counts: Counts::default(),
             }),
@@ -253,7 +258,7 @@ impl Net {
         permit: bool,
     ) {
         let fence = match answer {
-            Answer::Granted(fence) | Answer::Renewed(fence) | Answer::NotHeld(fence) => fence,
+            Answer::Granted(fence) | Answer::Renewed(fence, ..) | Answer::NotHeld(fence) => fence,
             Answer::Held => 0,
         };
         let found = match server.permits().filter(|_| permit) {
@@ -268,10 +273,22 @@ impl Net {
         }
         .unwrap_or_default();
         let holds = |f: u64| found.contains(&f);
+        // A renewal renews its owner's grant (contract point 5), whatever fence the
+        // renewing guard knew: one sent by an incarnation that crashed before it
+        // landed renews the grant its successor resumed the term under, as the same
+        // owner. A live guard's renewal must find its own fence: otherwise it goes on
+        // believing in a fence its owner no longer holds.
+        let owners_grant = |owner: &OwnerToken| {
+            self.state()
+                .fences
+                .get(&(key.clone(), *owner.as_bytes()))
+                .is_some_and(|granted| granted.iter().any(|f| holds(*f)))
+        };
         let wrong = match answer {
             // An unfenced grant's fence says nothing: the key must be held.
-            Answer::Granted(0) | Answer::Renewed(0) | Answer::Held => found.is_empty(),
-            Answer::Granted(_) | Answer::Renewed(_) => !holds(fence),
+            Answer::Granted(0) | Answer::Renewed(0, ..) | Answer::Held => found.is_empty(),
+            Answer::Renewed(_, owner, dead) => !(holds(fence) || dead && owners_grant(&owner)),
+            Answer::Granted(_) => !holds(fence),
             Answer::NotHeld(0) => false,
             Answer::NotHeld(_) => holds(fence),
         };
@@ -290,6 +307,15 @@ impl Net {
                 )),
             );
         }
+    }
+
+    /// The server granted `owner` `key` with `fence`.
+    fn granted(&self, key: &LockKey, owner: &OwnerToken, fence: u64) {
+        self.state()
+            .fences
+            .entry((key.clone(), *owner.as_bytes()))
+            .or_default()
+            .push(fence);
     }
 
     /// Counts a restart of the server without its state, whose queues are gone too.
@@ -620,6 +646,7 @@ impl LockBackend for Link {
                 }
                 match &grant {
                     Ok(Grant::Granted(fence)) => {
+                        net.granted(key, request.owner(), fence.get());
                         net.check_answer(&*s, key, Answer::Granted(fence.get()), false)
                             .await;
                         net.drift(s, proc, key, *request.owner(), request.ttl(), false);
@@ -654,16 +681,26 @@ impl LockBackend for Link {
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
         let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        let dead = self.dead.clone();
         let renewal = self
             .call(move |s| {
-                let (request, net) = (sent.clone(), net.clone());
+                let (request, net, dead) = (sent.clone(), net.clone(), dead.clone());
                 async move {
                     let renewal = s.renew(&request).await;
                     let (key, fence) = (request.key(), request.fence().get());
                     match &renewal {
                         Ok(Renewal::Renewed) => {
-                            net.check_answer(&*s, key, Answer::Renewed(fence), false)
-                                .await;
+                            net.check_answer(
+                                &*s,
+                                key,
+                                Answer::Renewed(
+                                    fence,
+                                    *request.owner(),
+                                    dead.load(std::sync::atomic::Ordering::SeqCst),
+                                ),
+                                false,
+                            )
+                            .await;
                             net.drift(s, proc, key, *request.owner(), request.ttl(), false);
                         }
                         Ok(Renewal::NotHeld) => {
@@ -799,7 +836,10 @@ impl SetBackend for Link {
                     Some(sets) => sets.try_grant_all(&requests).await,
                     None => Err(unsupported("sets")),
                 };
-                if let Ok(SetGrant::Granted(_)) = &grant {
+                if let Ok(SetGrant::Granted(fences)) = &grant {
+                    for (request, fence) in requests.iter().zip(fences) {
+                        net.granted(request.key(), request.owner(), fence.get());
+                    }
                     for request in &requests {
                         let (key, owner) = (request.key(), *request.owner());
                         net.drift(s.clone(), proc, key, owner, request.ttl(), false);
@@ -876,6 +916,7 @@ impl PermitBackend for Link {
                 let key = request.key();
                 match &grant {
                     Ok(Grant::Granted(fence)) => {
+                        net.granted(key, request.owner(), fence.get());
                         net.check_answer(&*s, key, Answer::Granted(fence.get()), true)
                             .await;
                         net.drift(s, proc, key, *request.owner(), request.ttl(), true);
@@ -898,9 +939,10 @@ impl PermitBackend for Link {
 
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
         let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        let dead = self.dead.clone();
         let renewal = self
             .call(move |s| {
-                let (request, net) = (sent.clone(), net.clone());
+                let (request, net, dead) = (sent.clone(), net.clone(), dead.clone());
                 async move {
                     let renewal = match s.permits() {
                         Some(p) => p.renew_permits(&request).await,
@@ -909,8 +951,17 @@ impl PermitBackend for Link {
                     let (key, fence) = (request.key(), request.fence().get());
                     match &renewal {
                         Ok(Renewal::Renewed) => {
-                            net.check_answer(&*s, key, Answer::Renewed(fence), true)
-                                .await;
+                            net.check_answer(
+                                &*s,
+                                key,
+                                Answer::Renewed(
+                                    fence,
+                                    *request.owner(),
+                                    dead.load(std::sync::atomic::Ordering::SeqCst),
+                                ),
+                                true,
+                            )
+                            .await;
                             net.drift(s, proc, key, *request.owner(), request.ttl(), true);
                         }
                         Ok(Renewal::NotHeld) => {
@@ -966,8 +1017,9 @@ enum Answer {
     Granted(u64),
     /// The key held by someone else.
     Held,
-    /// Renewed the lease of this fence.
-    Renewed(u64),
+    /// Renewed the lease of this fence, the grant of this owner; whether the process
+    /// that sent it had crashed by the time the server applied it.
+    Renewed(u64, OwnerToken, bool),
     /// The lease of this fence is not held.
     NotHeld(u64),
 }
@@ -977,7 +1029,7 @@ impl Answer {
         match self {
             Answer::Granted(_) => format!("granted (fence {fence})"),
             Answer::Held => "held".to_owned(),
-            Answer::Renewed(_) => format!("renewed (fence {fence})"),
+            Answer::Renewed(..) => format!("renewed (fence {fence})"),
             Answer::NotHeld(_) => format!("not held (fence {fence})"),
         }
     }

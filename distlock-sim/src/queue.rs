@@ -41,7 +41,10 @@ pub(crate) struct Queues {
 #[derive(Debug, Default)]
 struct Queue {
     places: Vec<Place>,
-    holder: Option<OwnerToken>,
+    /// Who may hold the key by its last grant: one owner, or, after a handoff to a
+    /// process with several places live (old waits of its own whose leaving has not
+    /// landed), each of them, as the model cannot tell which the server chose.
+    holder: Vec<OwnerToken>,
 }
 
 /// The server's own timers, as its capabilities declare them.
@@ -111,12 +114,12 @@ impl Queues {
         }
         let me = queue.places.iter().position(|p| p.owner == owner)?;
         let mine = queue.places.remove(me);
-        // A grant again to the key's holder (a retry whose reply was lost) is not a
-        // new turn.
-        if queue.holder == Some(owner) {
+        // A grant again to the key's holder (a retry whose reply was lost, or the
+        // step by which a waiter handed the key finds it its own) is not a new turn.
+        if queue.holder.contains(&owner) {
             return None;
         }
-        queue.holder = Some(owner);
+        queue.holder = vec![owner];
         let ahead = queue
             .places
             .iter()
@@ -134,9 +137,7 @@ impl Queues {
     pub(crate) fn left(&mut self, key: &LockKey, owner: OwnerToken) {
         if let Some(queue) = self.keys.get_mut(key) {
             queue.places.retain(|p| p.owner != owner);
-            if queue.holder == Some(owner) {
-                queue.holder = None;
-            }
+            queue.holder.retain(|h| *h != owner);
         }
     }
 
@@ -154,8 +155,8 @@ impl Queues {
         to: Option<usize>,
     ) -> Option<String> {
         let queue = self.keys.get_mut(key)?;
-        if queue.holder == Some(owner) {
-            queue.holder = None;
+        if queue.holder.contains(&owner) {
+            queue.holder.clear();
         }
         let to = to?;
         queue.places.retain(|p| !timers.maybe_gone(p, began));
@@ -164,18 +165,24 @@ impl Queues {
             .iter()
             .position(|p| timers.surely_live(p, answered))
             .unwrap_or(queue.places.len().saturating_sub(1));
-        let candidates = &queue.places[..queue.places.len().min(first_live + 1)];
-        match candidates.iter().position(|p| p.proc == to) {
-            Some(at) => {
-                let handed = queue.places.remove(at);
-                queue.holder = Some(handed.owner);
+        let candidates = queue.places.len().min(first_live + 1);
+        let handed: Vec<OwnerToken> = queue.places[..candidates]
+            .iter()
+            .filter(|p| p.proc == to)
+            .map(|p| p.owner)
+            .collect();
+        let shown = queue.places[..candidates].last().map(|p| p.proc);
+        match handed.is_empty() {
+            false => {
+                // Which of the process's places the server chose is not told: each is
+                // taken out of the model, and each owner may hold the key.
+                queue.places.retain(|p| !handed.contains(&p.owner));
+                queue.holder = handed;
                 None
             }
-            None => Some(format!(
+            true => Some(format!(
                 "a release handed the key to p{to}, while the first live waiter was {}",
-                candidates
-                    .last()
-                    .map_or("nobody".to_owned(), |p| format!("p{}", p.proc))
+                shown.map_or("nobody".to_owned(), |p| format!("p{p}"))
             )),
         }
     }
