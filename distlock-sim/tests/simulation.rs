@@ -465,4 +465,11 @@ fn the_seeds_that_found_bugs_pass() {
     let bounded = Simulation::new(MemoryBackend::new).with_kinds(&[Kind::Bounded]);
     let report = bounded.run_seed(8);
     assert!(report.passed(), "{}", report.explain());
+    // Seed 109866 of the soak: a permit's grant answered late, whose guard set up
+    // its change watch until its first renewal was due, past its loss: the request's
+    // handler acted after the permit had gone from the server.
+    let layered = Simulation::restartable(MemoryBackend::new, MemoryBackend::restart)
+        .with_kinds(&[Kind::LimitLayer]);
+    let report = layered.run_seed(109866);
+    assert!(report.passed(), "{}", report.explain());
 }

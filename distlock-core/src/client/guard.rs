@@ -812,11 +812,18 @@ async fn supervise(shared: Arc<Shared>, granted: Instant) {
     // Short holds never pay for a subscription: the watch starts once the lock has
     // been held a while, which is when this task starts. A release notification for
     // our own key means it may have been deleted behind our back, so the lease is
-    // then checked at once. The set-up is bounded by the first renewal: a server that
-    // froze right after the grant must not keep the supervisor from noticing the loss.
+    // then checked at once. The set-up is bounded by the first renewal, and by
+    // halfway to the loss, as a renewal is: a server that froze right after the grant
+    // must not keep the supervisor from renewing or from noticing the loss, and a
+    // grant answered late has used up much of its validity before the interval is
+    // due.
     let watching = options.auto_renew() && shared.backend.capabilities().change_notification;
+    let set_up_by = {
+        let (now, loss_at) = (Instant::now(), shared.loss_at(shared.status()));
+        next_renewal.min(now + loss_at.saturating_duration_since(now) / 2)
+    };
     let mut changes = if watching && shared.status().ended.is_none() {
-        match timeout_at(next_renewal, shared.backend.watch(shared.key())).await {
+        match timeout_at(set_up_by, shared.backend.watch(shared.key())).await {
             Ok(Ok(changes)) => changes,
             Ok(Err(error)) => {
                 debug!(%error, "cannot watch the key; losses are found at the next renewal");
