@@ -27,11 +27,11 @@ least-hold-only-at-release|distlock-core/src/client/options.rs|run-once
             .map_or(self.ttl, |least| least.max(self.ttl))
             .map_or(self.ttl, |_least| self.ttl)
 leader-work-kept-on-loss|distlock-core/src/kinds/leader.rs|leader-loop
-            Some(reason) = lost => Ended::Lost(reason),
-            Some(reason) = lost, if false => Ended::Lost(reason),
+            Some(reason) = lost => TermEnd::Lost(reason),
+            Some(reason) = lost, if false => TermEnd::Lost(reason),
 leader-term-kept-on-shutdown|distlock-core/src/kinds/leader.rs|leader-loop
                 if let Err(error) = leadership.resign().await {
-                if let Err(error) = async { if matches!(ended, Ended::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
+                if let Err(error) = async { if matches!(ended, TermEnd::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
 wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphore,rw-lock,sets
     now.checked_add(wait.min(CENTURY))
     now.checked_add(wait.min(CENTURY) + Duration::from_millis(50))
