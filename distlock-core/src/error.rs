@@ -42,12 +42,6 @@ pub enum ErrorKind {
     /// Retryable. A server that could not be reached or did not answer within the
     /// backend's own response time-out is [`ErrorKind::Unavailable`] instead.
     Timeout,
-    /// A single try found the key taken (by another owner, or another task of this
-    /// client) and did not wait: a [`Busy`](crate::Busy) turned into an error by `?`.
-    /// Retryable: a later try may find it free; [`Error::retry_after`] is the
-    /// holder's remaining time where the backend told it. A wait that ran out is
-    /// [`ErrorKind::Timeout`] instead.
-    Busy,
     /// The server could not be reached or did not answer in time. A retry may help.
     Unavailable,
     /// The server refused the credentials.
@@ -63,6 +57,13 @@ pub enum ErrorKind {
     /// [`crate::BreakerOptions`]). Retryable: the message says for how long it stays
     /// open.
     CircuitOpen,
+    /// A single try found the key taken (by another owner, or another task of this
+    /// client) and did not wait: a [`Busy`](crate::Busy) turned into an error by `?`.
+    /// Retryable: a later try may find it free; [`Error::retry_after`] is the
+    /// holder's remaining time where the backend told it. A wait that ran out is
+    /// [`ErrorKind::Timeout`] instead.
+    // Last: a variant added after 0.1.0 keeps the earlier ones' discriminants.
+    Busy,
 }
 
 impl ErrorKind {
