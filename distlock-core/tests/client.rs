@@ -594,6 +594,11 @@ async fn a_wait_ends_at_its_deadline_while_an_attempt_is_in_flight() {
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     let error = waited.expect_err("no reply came");
     assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    // The key as the caller wrote it, not as `LockKey`'s `Debug` shows it.
+    assert_eq!(
+        error.message(),
+        "could not acquire \"stalled\" before the deadline: the server had not answered the step in flight"
+    );
     sleep(Duration::from_millis(1)).await; // let the background cleanup run
     assert_eq!(
         holder_fence(&memory, "stalled").await,
@@ -609,9 +614,13 @@ async fn a_wait_ends_at_its_deadline_while_an_attempt_is_in_flight() {
     .await
     .expect("lock_all() outlived its 300 ms wait by 4.7 s");
     assert_eq!(started.elapsed(), Duration::from_millis(300));
+    let error = waited.map(drop).expect_err("no reply came");
     assert_eq!(
-        waited.map(drop).map_err(|e| e.kind()),
-        Err(ErrorKind::Timeout)
+        (error.kind(), error.message()),
+        (
+            ErrorKind::Timeout,
+            "could not acquire [\"s1\", \"s2\"] before the deadline: the server had not answered the step in flight"
+        )
     );
     sleep(Duration::from_millis(1)).await;
     for key in ["s1", "s2"] {

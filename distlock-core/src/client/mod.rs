@@ -128,19 +128,26 @@ pub(crate) fn deadline_after(wait: Duration) -> Instant {
 /// A plain function returning a combinator, not an `async fn`: an `async fn` (or an
 /// `async` block) keeps the future it is given beside the copy it awaits, and so
 /// doubles the size of the future every wait is polled in.
-pub(crate) fn within_deadline<T>(
-    what: impl std::fmt::Debug,
+pub(crate) fn within_deadline<'k, T>(
+    keys: &'k [LockKey],
     deadline: Instant,
-    wait: impl Future<Output = Result<T>>,
-) -> impl Future<Output = Result<T>> {
+    wait: impl Future<Output = Result<T>> + 'k,
+) -> impl Future<Output = Result<T>> + 'k {
     tokio::time::timeout_at(deadline, wait).map(move |timed| match timed {
         Ok(result) => result,
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "could not acquire {what:?} before the deadline: the server had not answered the step in flight"
-            ),
-        )),
+        Err(_) => {
+            // The keys as the caller wrote them, not as `LockKey`'s `Debug` shows them.
+            let what = match keys {
+                [key] => format!("{:?}", key.as_str()),
+                keys => format!("{:?}", keys.iter().map(LockKey::as_str).collect::<Vec<_>>()),
+            };
+            Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "could not acquire {what} before the deadline: the server had not answered the step in flight"
+                ),
+            ))
+        }
     })
 }
 
@@ -628,7 +635,11 @@ impl LockClient {
             fence = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let wait = within_deadline(&key, deadline, self.lock_until(key.clone(), deadline));
+        let wait = within_deadline(
+            std::slice::from_ref(&key),
+            deadline,
+            self.lock_until(key.clone(), deadline),
+        );
         self.observed(&key, span, wait, |_| true).await
     }
 
