@@ -6,10 +6,24 @@
 //! Both answer a request they cannot admit themselves, with the status
 //! [`Error::http_status`] gives: 423 when the key stayed held (or every permit stayed
 //! taken) through the wait, 503 when the backend could not be reached or the client's
-//! circuit breaker is open. [`LockLayer`] adds `Retry-After`, the holder's remaining
-//! time, where the backend tells it; [`LimitLayer`] promises none. A request they admit runs with a
-//! [`Held`] in its extensions: the key and the fencing token of its grant, to hand
-//! to the store it writes to. With the `axum` feature, [`Held`] is also an extractor.
+//! circuit breaker is open, and 400 when the key [`LockLayer`]'s key function made of
+//! the request is not a valid key (too long, say: the request's input made it). A 423
+//! carries `Retry-After`: the holder's remaining time where the backend told it, at
+//! most one second by default (the time a handler takes, not the holder's lease,
+//! is what a caller waits for), and that second where nothing better is known
+//! (another task of this process holds the key, every permit is taken); set the
+//! bound with `with_retry_after`, or send none with `without_retry_after`. A 503
+//! carries the breaker's remaining open time where it is open.
+//!
+//! A refusal has a [`Refusal`] in its extensions (the error's kind), and, where the
+//! response body is axum's (the `axum` feature), the kind's name as a plain-text body,
+//! as [`Error`]'s `IntoResponse` writes it; another body type is left empty (the layers
+//! are generic over tower's body, as tower-http's are). The message, which names keys
+//! and backends, goes to the service's log (`tracing`, at debug), not to the caller.
+//!
+//! A request they admit runs with a [`Held`] in its extensions: the key and the
+//! fencing token of its grant, to hand to the store it writes to. With the `axum`
+//! feature, [`Held`] is also an extractor.
 //!
 //! The lock (or permit) is held until the inner service's future completes, and
 //! released before the response goes on: a body streamed after that runs without it.
@@ -63,6 +77,24 @@ pub enum Acquire {
     Try,
 }
 
+/// How long a 423's `Retry-After` says at most unless a layer is told otherwise.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a layer refused a request, in the refusal's extensions: the kind of the error
+/// the layer answered (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    kind: ErrorKind,
+}
+
+impl Refusal {
+    /// The kind of the error the request was refused for: [`ErrorKind::Busy`] or
+    /// [`ErrorKind::Timeout`] for a 423, for example.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
 /// What a request admitted by [`LockLayer`] or [`LimitLayer`] runs under, in its
 /// extensions: the key (for a limit, the semaphore's name) and the fencing token of
 /// its grant.
@@ -91,6 +123,7 @@ pub struct LockLayer<K> {
     client: LockClient,
     acquire: Acquire,
     key: Arc<K>,
+    retry_after: Option<Duration>,
 }
 
 impl<K> LockLayer<K> {
@@ -100,7 +133,22 @@ impl<K> LockLayer<K> {
             client,
             acquire,
             key: Arc::new(key),
+            retry_after: Some(RETRY_AFTER),
         }
+    }
+
+    /// A 423's `Retry-After` says at most `at_most` (one second unless set): the
+    /// holder's remaining time where the backend told it and it is shorter, else
+    /// `at_most`. Give a handler's usual time under the lock.
+    pub fn with_retry_after(mut self, at_most: Duration) -> Self {
+        self.retry_after = Some(at_most);
+        self
+    }
+
+    /// A 423 carries no `Retry-After`.
+    pub fn without_retry_after(mut self) -> Self {
+        self.retry_after = None;
+        self
     }
 }
 
@@ -110,6 +158,7 @@ impl<K> Clone for LockLayer<K> {
             client: self.client.clone(),
             acquire: self.acquire,
             key: self.key.clone(),
+            retry_after: self.retry_after,
         }
     }
 }
@@ -119,6 +168,7 @@ impl<K> fmt::Debug for LockLayer<K> {
         f.debug_struct("LockLayer")
             .field("backend", &self.client.backend().name())
             .field("acquire", &self.acquire)
+            .field("retry_after", &self.retry_after)
             .finish_non_exhaustive()
     }
 }
@@ -181,6 +231,7 @@ where
         let key = (self.layer.key)(&request);
         let inner = take_ready(&mut self.inner);
         let (client, acquire) = (self.layer.client.clone(), self.layer.acquire);
+        let retry_after = self.layer.retry_after;
         Box::pin(async move {
             let Some(key) = key else {
                 let mut inner = inner;
@@ -190,13 +241,13 @@ where
                 Acquire::Wait(wait) => client.lock(&key, wait).await,
                 Acquire::Try => match client.try_lock(&key).await {
                     Ok(Ok(guard)) => Ok(guard),
-                    Ok(Err(busy)) => Err(refused(&client, busy).await),
+                    Ok(Err(busy)) => Err(refused(&client, busy, retry_after).await),
                     Err(error) => Err(error),
                 },
             };
             match taken {
                 Ok(guard) => run_under(guard, request, inner).await,
-                Err(error) => Ok(refusal(&error)),
+                Err(error) => Ok(refusal(&error, retry_after)),
             }
         })
     }
@@ -209,12 +260,31 @@ where
 pub struct LimitLayer {
     permits: Semaphore,
     acquire: Acquire,
+    retry_after: Option<Duration>,
 }
 
 impl LimitLayer {
     /// Runs each request under one permit of `permits`, taken as `acquire` says.
     pub fn new(permits: Semaphore, acquire: Acquire) -> Self {
-        LimitLayer { permits, acquire }
+        LimitLayer {
+            permits,
+            acquire,
+            retry_after: Some(RETRY_AFTER),
+        }
+    }
+
+    /// A 423's `Retry-After` says at most `at_most` (one second unless set): the
+    /// soonest end of a holder's lease where the backend told it and it is shorter,
+    /// else `at_most`. Give a handler's usual time under a permit.
+    pub fn with_retry_after(mut self, at_most: Duration) -> Self {
+        self.retry_after = Some(at_most);
+        self
+    }
+
+    /// A 423 carries no `Retry-After`.
+    pub fn without_retry_after(mut self) -> Self {
+        self.retry_after = None;
+        self
     }
 }
 
@@ -224,6 +294,7 @@ impl fmt::Debug for LimitLayer {
             .field("name", self.permits.name())
             .field("limit", &self.permits.limit())
             .field("acquire", &self.acquire)
+            .field("retry_after", &self.retry_after)
             .finish()
     }
 }
@@ -265,6 +336,7 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let inner = take_ready(&mut self.inner);
         let (permits, acquire) = (self.layer.permits.clone(), self.layer.acquire);
+        let retry_after = self.layer.retry_after;
         Box::pin(async move {
             let taken = match acquire {
                 Acquire::Wait(wait) => permits.acquire(wait).await,
@@ -275,7 +347,7 @@ where
             };
             match taken {
                 Ok(guard) => run_under(guard, request, inner).await,
-                Err(error) => Ok(refusal(&error)),
+                Err(error) => Ok(refusal(&error, retry_after)),
             }
         })
     }
@@ -298,7 +370,7 @@ async fn run_under<S, B, ResBody>(
 ) -> Result<Response<ResBody>, S::Error>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
-    ResBody: Default,
+    ResBody: Default + 'static,
 {
     request.extensions_mut().insert(Held {
         key: guard.key().clone(),
@@ -319,19 +391,23 @@ where
         Either::Right((reason, _)) => {
             drop(guard);
             let reason = reason.map_or_else(|| "released".to_owned(), |r| r.to_string());
-            Ok(refusal(&Error::new(
-                ErrorKind::LockLost,
-                format!("the lock was lost while the request ran: {reason}"),
-            )))
+            Ok(refusal(
+                &Error::new(
+                    ErrorKind::LockLost,
+                    format!("the lock was lost while the request ran: {reason}"),
+                ),
+                None,
+            ))
         }
     }
 }
 
-/// The refusal a try that found its key busy answers: a timeout, with the holder's
-/// remaining TTL as its retry-after where the backend told it with the refusal, or
-/// tells it when asked.
-async fn refused(client: &LockClient, busy: Busy) -> Error {
-    if busy.reason() != BusyReason::Held || busy.holder_remaining().is_some() {
+/// The refusal a try that found its key busy answers, with the holder's remaining
+/// TTL as its retry-after where the backend told it with the refusal, or tells it when
+/// asked and that could say less than the layer's bound.
+async fn refused(client: &LockClient, busy: Busy, bound: Option<Duration>) -> Error {
+    let worth_asking = bound.is_some_and(|bound| bound > Duration::from_secs(1));
+    if busy.reason() != BusyReason::Held || busy.holder_remaining().is_some() || !worth_asking {
         return busy.into();
     }
     let holder = client.backend().inspect(busy.key()).await;
@@ -342,18 +418,61 @@ async fn refused(client: &LockClient, busy: Busy) -> Error {
     }
 }
 
-/// The response a layer answers a request it could not admit with.
-fn refusal<ResBody: Default>(error: &Error) -> Response<ResBody> {
+/// The response a layer answers a request it could not admit with: the status, a
+/// 423's `Retry-After` within `bound`, a [`Refusal`] in its extensions, and the kind's
+/// name as its body where the body is axum's.
+fn refusal<ResBody: Default + 'static>(
+    error: &Error,
+    bound: Option<Duration>,
+) -> Response<ResBody> {
     tracing::debug!(%error, "request refused by a distlock layer");
-    let mut response = Response::new(ResBody::default());
-    *response.status_mut() =
-        StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    if let Some(seconds) = error.retry_after_seconds() {
+    let status = match error.kind() {
+        // The key the layer made of the request: its input made it.
+        ErrorKind::InvalidKey => StatusCode::BAD_REQUEST,
+        _ => StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    };
+    let retry_after = if status == StatusCode::LOCKED {
+        bound.map(|bound| error.retry_after().map_or(bound, |known| known.min(bound)))
+    } else {
+        error.retry_after()
+    };
+    let mut response = Response::new(body_of::<ResBody>(error.kind()));
+    *response.status_mut() = status;
+    if let Some(after) = retry_after {
+        let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
+    #[cfg(feature = "axum")]
+    if std::any::TypeId::of::<ResBody>() == std::any::TypeId::of::<axum_core::body::Body>() {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
     response
+        .extensions_mut()
+        .insert(Refusal { kind: error.kind() });
+    response
+}
+
+/// A refusal's body: the kind's name where the body type is axum's, else empty.
+fn body_of<ResBody: Default + 'static>(kind: ErrorKind) -> ResBody {
+    #[cfg(feature = "axum")]
+    {
+        let mut body = ResBody::default();
+        let any: &mut dyn std::any::Any = &mut body;
+        if let Some(axum) = any.downcast_mut::<axum_core::body::Body>() {
+            *axum = axum_core::body::Body::from(kind.as_str());
+        }
+        body
+    }
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = kind;
+        ResBody::default()
+    }
 }
 
 #[cfg(feature = "axum")]

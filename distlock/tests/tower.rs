@@ -1,6 +1,7 @@
 //! distlock in an axum service, on real Redis and PostgreSQL servers: the lock layer
 //! serialises the requests of one key and hands each its fence, a busy key is answered
-//! 423 with `Retry-After`, and a limit shared by two app instances is never exceeded.
+//! 423 with a bounded `Retry-After` and the kind as its body, a key the request makes
+//! invalid 400, and a limit shared by two app instances is never exceeded.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,8 +12,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use distlock::tower::{Acquire, Held, LimitLayer, LockLayer};
-use distlock::{Connector, LockClient, LockOptions};
+use distlock::tower::{Acquire, Held, LimitLayer, LockLayer, Refusal};
+use distlock::{Connector, ErrorKind, LockClient, LockOptions};
 use distlock_testservers::{Postgres, Redis, ServerHandle};
 use tower::ServiceExt;
 
@@ -110,32 +111,118 @@ async fn the_layers_hold_on(url: &str, name: &str) {
         .oneshot(post_to("/settle/42"))
         .await
         .expect("infallible");
-    assert_eq!(busy.status(), StatusCode::LOCKED, "{name}");
-    let after: u64 = busy.headers()[header::RETRY_AFTER]
-        .to_str()
-        .expect("ascii")
-        .parse()
-        .expect("seconds");
-    assert!((1..=5).contains(&after), "{name}: Retry-After {after}");
-    // The waiting layer runs out too: 423, with the holder's remaining time.
-    let waiting = Router::new()
+    // Retry-After is the layer's bound (a second), not the holder's 5 s lease.
+    assert_eq!(
+        refusal_of(busy).await,
+        (
+            StatusCode::LOCKED,
+            Some(1),
+            ErrorKind::Busy,
+            "busy".to_owned()
+        ),
+        "{name}"
+    );
+    // With a bound above the lease: the holder's remaining time.
+    let told = Router::new()
         .route("/settle/{id}", post(settle))
-        .layer(LockLayer::new(
-            locks.clone(),
-            Acquire::Wait(Duration::from_millis(300)),
-            account,
-        ))
+        .layer(
+            LockLayer::new(locks.clone(), Acquire::Try, account)
+                .with_retry_after(Duration::from_secs(60)),
+        )
         .with_state(gauge.clone());
-    let timed_out = waiting
+    let busy = told
         .oneshot(post_to("/settle/42"))
         .await
         .expect("infallible");
-    assert_eq!(timed_out.status(), StatusCode::LOCKED, "{name}");
-    assert!(
-        timed_out.headers().contains_key(header::RETRY_AFTER),
+    let (status, after, ..) = refusal_of(busy).await;
+    assert_eq!(status, StatusCode::LOCKED, "{name}");
+    let after = after.expect("a Retry-After");
+    assert!((1..=5).contains(&after), "{name}: Retry-After {after}");
+    // The waiting layer runs out too: 423, within the bound; and none when told so.
+    let waiting = |layer: LockLayer<_>| {
+        Router::new()
+            .route("/settle/{id}", post(settle))
+            .layer(layer)
+            .with_state(gauge.clone())
+    };
+    let wait = Acquire::Wait(Duration::from_millis(300));
+    let timed_out = waiting(LockLayer::new(locks.clone(), wait, account))
+        .oneshot(post_to("/settle/42"))
+        .await
+        .expect("infallible");
+    assert_eq!(
+        refusal_of(timed_out).await,
+        (
+            StatusCode::LOCKED,
+            Some(1),
+            ErrorKind::Timeout,
+            "timed out".to_owned()
+        ),
+        "{name}"
+    );
+    let silent = waiting(LockLayer::new(locks.clone(), wait, account).without_retry_after())
+        .oneshot(post_to("/settle/42"))
+        .await
+        .expect("infallible");
+    assert_eq!(
+        refusal_of(silent).await,
+        (
+            StatusCode::LOCKED,
+            None,
+            ErrorKind::Timeout,
+            "timed out".to_owned()
+        ),
         "{name}"
     );
     holder.release().await.expect("released");
+
+    // A key the request's input makes invalid (over 256 bytes): 400, not 500.
+    let long = "9".repeat(300);
+    let invalid = trying
+        .clone()
+        .oneshot(post_to(&format!("/settle/{long}")))
+        .await
+        .expect("infallible");
+    assert_eq!(
+        refusal_of(invalid).await,
+        (
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorKind::InvalidKey,
+            "invalid key".to_owned()
+        ),
+        "{name}"
+    );
+
+    // Contention inside this process (another request of this client holds the key):
+    // 423 with the layer's Retry-After too.
+    let slow = Router::new()
+        .route(
+            "/settle/{id}",
+            post(|_held: Held| async {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                "done"
+            }),
+        )
+        .layer(LockLayer::new(locks.clone(), Acquire::Try, account));
+    let first = tokio::spawn(slow.clone().oneshot(post_to("/settle/43")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = slow
+        .oneshot(post_to("/settle/43"))
+        .await
+        .expect("infallible");
+    assert_eq!(
+        refusal_of(second).await,
+        (
+            StatusCode::LOCKED,
+            Some(1),
+            ErrorKind::Busy,
+            "busy".to_owned()
+        ),
+        "{name}"
+    );
+    let first = first.await.expect("join").expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK, "{name}");
     let free = trying
         .oneshot(post_to("/settle/42"))
         .await
@@ -179,6 +266,61 @@ async fn the_layers_hold_on(url: &str, name: &str) {
         most, 2,
         "{name}: the limit was never reached, so it proved nothing"
     );
+
+    // Every permit taken: a trying limit answers 423, with the layer's Retry-After.
+    let permits = locks.semaphore("settlements", 2).expect("semaphore");
+    let _taken = [
+        permits.acquire(Duration::from_secs(5)).await.expect("one"),
+        permits.acquire(Duration::from_secs(5)).await.expect("two"),
+    ];
+    let full = Router::new()
+        .route("/settle/{id}", post(settle))
+        .layer(LimitLayer::new(permits, Acquire::Try).with_retry_after(Duration::from_secs(3)))
+        .with_state(gauge.clone())
+        .oneshot(post_to("/settle/1"))
+        .await
+        .expect("infallible");
+    let (status, after, kind, body) = refusal_of(full).await;
+    assert_eq!(
+        (status, kind, body.as_str()),
+        (StatusCode::LOCKED, ErrorKind::Busy, "busy"),
+        "{name}"
+    );
+    let after = after.expect("a Retry-After");
+    assert!((1..=3).contains(&after), "{name}: Retry-After {after}");
+}
+
+/// A refusal as a caller sees it: the status, `Retry-After` in seconds, the kind in
+/// its extensions, and its plain-text body.
+async fn refusal_of(
+    response: axum::response::Response,
+) -> (StatusCode, Option<u64>, ErrorKind, String) {
+    let status = response.status();
+    let after = response.headers().get(header::RETRY_AFTER).map(|value| {
+        value
+            .to_str()
+            .expect("ascii")
+            .parse()
+            .expect("whole seconds")
+    });
+    let kind = response
+        .extensions()
+        .get::<Refusal>()
+        .expect("a refusal names its kind")
+        .kind();
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/plain; charset=utf-8"
+    );
+    let body = axum::body::to_bytes(response.into_body(), 1024)
+        .await
+        .expect("body");
+    (
+        status,
+        after,
+        kind,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +340,7 @@ async fn the_layers_serialise_fence_and_limit_on_redis_and_postgres() {
 #[tokio::test]
 async fn an_error_is_a_response() {
     use axum::response::IntoResponse;
-    use distlock::{Error, ErrorKind};
+    use distlock::Error;
 
     for (kind, status) in [
         (ErrorKind::Timeout, StatusCode::LOCKED),
