@@ -174,7 +174,12 @@ fn main() -> ExitCode {
         println!("{}", failure.explain());
     }
     if summary.failed > 0 {
-        println!("{} seed(s) broke a promise", summary.failed);
+        let seeds: Vec<String> = summary.failed_seeds.iter().map(u64::to_string).collect();
+        println!(
+            "{} seed(s) broke a promise: {}",
+            summary.failed,
+            seeds.join(" ")
+        );
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

@@ -129,6 +129,8 @@ pub struct Summary {
     pub failures: Vec<SeedReport>,
     /// How many seeds failed.
     pub failed: u64,
+    /// Every failing seed, in order (a soak's million can fail at more than ten).
+    pub failed_seeds: Vec<u64>,
     /// Network counts over every seed.
     pub counts: Counts,
     /// Events recorded over every seed.
@@ -526,7 +528,7 @@ impl Simulation {
             per_kind: self.kinds().into_iter().map(|k| (k, 0)).collect(),
             ..Summary::default()
         };
-        for (_, kind, events, counts, failure) in reports {
+        for (seed, kind, events, counts, failure) in reports {
             summary.seeds += 1;
             summary.events += events;
             if let Some(entry) = summary.per_kind.iter_mut().find(|(k, _)| *k == kind) {
@@ -543,6 +545,7 @@ impl Simulation {
             c.drifted += counts.drifted;
             if let Some(failure) = failure {
                 summary.failed += 1;
+                summary.failed_seeds.push(seed);
                 if summary.failures.len() < 10 {
                     summary.failures.push(failure);
                 }
