@@ -39,6 +39,10 @@ pub const PASSWORD_ENCODED: &str = "p%2Bw%26d%25%40x";
 /// A password one character away from [`PASSWORD`].
 pub const WRONG_PASSWORD: &str = "p+w&d%@y";
 
+/// How soon a refused connection must be reported: no time-out runs, so at once,
+/// with room for a loaded machine.
+const REFUSED_WITHIN: Duration = Duration::from_secs(1);
+
 /// A secret that a URL given to [`unreachable_endpoint_is_named`] may carry: no error
 /// may show it.
 pub const SECRET: &str = "s3cret";
@@ -49,10 +53,11 @@ pub const SECRET: &str = "s3cret";
 /// `"connect_timeout_ms=300"`); its URL may carry [`SECRET`].
 ///
 /// Each attempt must fail within `within` as
-/// [`ErrorKind::Unavailable`], with a message that names the endpoint; the silent one
-/// must also name `setting`, as written, and the refused one must not: a refused
-/// connection is not a time-out, and naming the setting would send the reader to
-/// raise it. Neither message nor `Debug` may show [`SECRET`].
+/// [`ErrorKind::Unavailable`], with a message on one line that names the endpoint; the
+/// silent one must also name `setting`, as written, and the refused one must not: a
+/// refused connection is not a time-out, and naming the setting would send the reader
+/// to raise it. The refused one must also say it was refused, within a second (there
+/// is no time-out to wait for). Neither message nor `Debug` may show [`SECRET`].
 pub async fn unreachable_endpoint_is_named<B, F, Fut>(
     setting: &str,
     within: Duration,
@@ -77,14 +82,49 @@ where
     }
     // Now nothing listens there: the connection is refused.
     drop(silent);
-    let closed = refused(&connect, &addr, within, "a closed port").await?;
+    let closed = refused(&connect, &addr, within.min(REFUSED_WITHIN), "a closed port").await?;
     let text = closed.to_string();
     if text.contains(setting) {
         return Err(format!(
             "a closed port's error names the time-out setting {setting}, as if the server had not answered: {text}"
         ));
     }
+    if !text.to_lowercase().contains("refused") {
+        return Err(format!(
+            "a closed port's error does not say the connection was refused: {text}"
+        ));
+    }
     Ok(())
+}
+
+/// Checks a connection to a port where nothing listens, made with the backend's
+/// default time-outs: `connect` gets `127.0.0.1:<port>` and connects the backend there
+/// (its URL may carry [`SECRET`]). It must fail as [`ErrorKind::Unavailable`] within a
+/// second, whatever its time-outs (none runs: the refusal comes at once), with a
+/// message on one line that names the endpoint and says the connection was refused.
+/// Returns the error, for checks of the backend's own.
+pub async fn refused_connection_is_reported_at_once<B, F, Fut>(
+    connect: F,
+) -> Result<distlock_core::Error, String>
+where
+    B: LockBackend,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let addr = closed
+        .local_addr()
+        .map_err(|e| format!("the listener's address: {e}"))?
+        .to_string();
+    drop(closed);
+    let err = refused(&connect, &addr, REFUSED_WITHIN, "a closed port").await?;
+    let text = err.to_string();
+    if !text.to_lowercase().contains("refused") {
+        return Err(format!(
+            "a closed port's error does not say the connection was refused: {text}"
+        ));
+    }
+    Ok(err)
 }
 
 /// One connection that must fail, within `within`, as `Unavailable` naming `addr`.
@@ -110,6 +150,9 @@ where
     };
     let took = started.elapsed();
     let text = err.to_string();
+    if text.contains('\n') {
+        return Err(format!("{what}'s error takes more than one line: {text}"));
+    }
     if err.kind() != ErrorKind::Unavailable {
         return Err(format!("{what}: {:?}, not Unavailable: {text}", err.kind()));
     }
@@ -324,6 +367,48 @@ mod tests {
         let connected = check(|_| std::future::ready(Ok(MemoryBackend::new())))
             .expect_err("a connection that succeeds");
         assert!(connected.contains("succeeded"), "{connected}");
+    }
+
+    #[test]
+    fn each_failing_point_of_a_refused_connection_is_caught() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let run = |text: &'static str, after: Duration| {
+            rt.block_on(refused_connection_is_reported_at_once(
+                move |addr| async move {
+                    tokio::time::sleep(after).await;
+                    Err::<MemoryBackend, _>(Error::new(
+                        ErrorKind::Unavailable,
+                        text.replace("ADDR", &addr),
+                    ))
+                },
+            ))
+            .map(|_| ())
+        };
+        assert_eq!(run("ADDR: connection refused", Duration::ZERO), Ok(()));
+        for (text, after, expected) in [
+            (
+                "ADDR: connection refused",
+                Duration::from_millis(1500),
+                "did not end within 1s",
+            ),
+            (
+                "ADDR: no answer",
+                Duration::ZERO,
+                "does not say the connection was refused",
+            ),
+            (
+                "ADDR: connection\nrefused",
+                Duration::ZERO,
+                "more than one line",
+            ),
+            ("connection refused", Duration::ZERO, "does not name"),
+        ] {
+            let found = run(text, after).expect_err(expected);
+            assert!(found.contains(expected), "{expected}: {found}");
+        }
     }
 
     #[test]

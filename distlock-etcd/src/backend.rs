@@ -73,18 +73,36 @@ fn capabilities() -> Capabilities {
 
 /// Runs one request on `client` within `config`'s request timeout: see
 /// [`EtcdBackend::request`].
-async fn request<T, F, Fut>(client: &Client, config: &EtcdConfig, mut op: F) -> Result<T>
+async fn request<T, F, Fut>(client: &Client, config: &EtcdConfig, op: F) -> Result<T>
 where
     F: FnMut(Client) -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    let deadline = Instant::now() + config.timeout;
+    request_refused_for(client, config, config.timeout, op).await
+}
+
+/// [`request`], with refused connections tried again for `refused_for` at most (and
+/// within the response time-out): a connection's check gives up on refusals sooner
+/// than a lock's request does.
+async fn request_refused_for<T, F, Fut>(
+    client: &Client,
+    config: &EtcdConfig,
+    refused_for: Duration,
+    mut op: F,
+) -> Result<T>
+where
+    F: FnMut(Client) -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let started = Instant::now();
+    let deadline = started + config.timeout;
+    let refusals_until = started + refused_for.min(config.timeout);
     let mut pause = Duration::from_millis(10);
     loop {
         match tokio::time::timeout_at(deadline, op(client.clone())).await {
             Err(_) => return Err(timed_out(config, Setting::Response)),
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < deadline => {
+            Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < refusals_until => {
                 debug!(error = %e, "a member refused the connection; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
@@ -198,8 +216,10 @@ fn tls_options(config: &EtcdConfig) -> Result<etcd_client::TlsOptions> {
 
 impl EtcdBackend {
     /// Connects with the settings of an `etcd://` URL (see [`EtcdConfig`]). An
-    /// unreachable cluster fails within the connect timeout with
-    /// [`ErrorKind::Unavailable`]; wrong credentials with [`ErrorKind::Authentication`].
+    /// unreachable cluster fails with [`ErrorKind::Unavailable`]: at once where its one
+    /// member refuses the connection, within the connect time-out where each of several
+    /// does, within the connect and response time-outs where none answers; wrong
+    /// credentials fail with [`ErrorKind::Authentication`].
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(EtcdConfig::from_url(url)?).await
     }
@@ -225,7 +245,15 @@ impl EtcdBackend {
             .await
             .map_err(|_| timed_out(&config, Setting::Connect))?
             .map_err(|e| from_etcd(&config, e))?;
-        Self::from_client(client, config).await
+        // One member that refuses the connection is down now, and says so at once;
+        // of several, the channel may route the check to one that is down while
+        // another is up, so refusals are tried again within the connect time-out.
+        let refused_for = if config.endpoints.len() == 1 {
+            Duration::ZERO
+        } else {
+            config.connect_timeout
+        };
+        Self::checked(client, config, refused_for).await
     }
 
     /// A backend on the service's own etcd `client`, which it shares (clones are
@@ -236,10 +264,19 @@ impl EtcdBackend {
     /// cluster or refused credentials fail here. The backend never changes the
     /// client's settings; it creates leases and keys under the prefix only.
     pub async fn from_client(client: Client, config: EtcdConfig) -> Result<Self> {
+        let refused_for = config.connect_timeout;
+        Self::checked(client, config, refused_for).await
+    }
+
+    /// A backend on `client` once one request (`status`) found the cluster
+    /// answering, with refused connections tried again for `refused_for`.
+    async fn checked(client: Client, config: EtcdConfig, refused_for: Duration) -> Result<Self> {
         distlock_core::backend::key_prefix("etcd", &config.prefix)?;
-        // Sent as every request is: a member that is down may be the one the
-        // channel's balancer picks first.
-        request(&client, &config, |mut c| async move { c.status().await }).await?;
+        // A member that is down may be the one the channel's balancer picks first.
+        request_refused_for(&client, &config, refused_for, |mut c| async move {
+            c.status().await
+        })
+        .await?;
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 config,

@@ -34,6 +34,27 @@ pub(crate) fn is_not_sent(e: &EtcdError) -> bool {
     }
 }
 
+/// Whether a connection was refused: an I/O error of that kind among the sources.
+fn connection_refused(e: &EtcdError) -> bool {
+    // etcd-client's error keeps its cause inside, not as its `source`.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        EtcdError::GRpcStatus(status) => Some(status),
+        EtcdError::TransportError(transport) => Some(transport),
+        EtcdError::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Whether the client's own request time-out (the response time-out, set on the
 /// client) ended the request: tonic's `TimeoutExpired` somewhere in its sources.
 fn timed_out_in_client(e: &EtcdError) -> bool {
@@ -109,6 +130,8 @@ pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {
     // etcd-client's error keeps its cause inside: a transport error's says what
     // failed ("transport error" alone does not).
     let detail = match &e {
+        // One line for what tonic tells in a nest of four errors.
+        _ if connection_refused(&e) => "the connection was refused".to_owned(),
         EtcdError::TransportError(transport) => format!(
             "transport error: {}",
             distlock_core::backend::error_chain(transport)

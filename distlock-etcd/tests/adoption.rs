@@ -24,6 +24,18 @@ async fn an_unreachable_cluster_is_named_with_the_setting_that_ran_out() {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// A closed port, with the default time-outs: reported as refused, at once. Without
+/// credentials: with them, the client authenticates as it connects, and that request
+/// fails at once anyway; without, the backend's first request is the one refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_reported_as_refused_at_once() {
+    adoption::refused_connection_is_reported_at_once(|addr| async move {
+        EtcdBackend::connect(&format!("etcd://{addr}")).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
     let server = distlock_testservers::ServerHandle::start(&distlock_testservers::Etcd)

@@ -77,3 +77,13 @@ async fn an_unreachable_server_is_named_with_the_setting_that_ran_out() {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A closed port, with the default time-outs: reported as refused, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_reported_as_refused_at_once() {
+    adoption::refused_connection_is_reported_at_once(|addr| async move {
+        RedisBackend::connect(&format!("redis://:{}@{addr}", adoption::SECRET)).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
