@@ -621,6 +621,56 @@ impl Link {
         }
         reply
     }
+
+    /// A renewal across the network: of a lease, or with `permits` of a permit. Each
+    /// answer is checked against the server as it is given, and a renewal answered
+    /// `Renewed` is counted against the owner's renewal budget.
+    async fn renewal(&self, request: &ExtendRequest, permits: bool) -> Result<Renewal> {
+        let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
+        let dead = self.dead.clone();
+        let renewal = self
+            .call(move |s| {
+                let (request, net, dead) = (sent.clone(), net.clone(), dead.clone());
+                async move {
+                    let renewal = if permits {
+                        match s.permits() {
+                            Some(p) => p.renew_permits(&request).await,
+                            None => Err(unsupported("permits")),
+                        }
+                    } else {
+                        s.renew(&request).await
+                    };
+                    let (key, fence) = (request.key(), request.fence().get());
+                    match &renewal {
+                        Ok(Renewal::Renewed) => {
+                            net.check_answer(
+                                &*s,
+                                key,
+                                Answer::Renewed(
+                                    fence,
+                                    *request.owner(),
+                                    dead.load(std::sync::atomic::Ordering::SeqCst),
+                                ),
+                                permits,
+                            )
+                            .await;
+                            net.drift(s, proc, key, *request.owner(), request.ttl(), permits);
+                        }
+                        Ok(Renewal::NotHeld) => {
+                            net.check_answer(&*s, key, Answer::NotHeld(fence), permits)
+                                .await;
+                        }
+                        _ => {}
+                    }
+                    renewal
+                }
+            })
+            .await;
+        if let Ok(Renewal::Renewed) = &renewal {
+            self.net.renewed(request.key(), request.owner());
+        }
+        renewal
+    }
 }
 
 #[async_trait]
@@ -680,43 +730,7 @@ impl LockBackend for Link {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
-        let dead = self.dead.clone();
-        let renewal = self
-            .call(move |s| {
-                let (request, net, dead) = (sent.clone(), net.clone(), dead.clone());
-                async move {
-                    let renewal = s.renew(&request).await;
-                    let (key, fence) = (request.key(), request.fence().get());
-                    match &renewal {
-                        Ok(Renewal::Renewed) => {
-                            net.check_answer(
-                                &*s,
-                                key,
-                                Answer::Renewed(
-                                    fence,
-                                    *request.owner(),
-                                    dead.load(std::sync::atomic::Ordering::SeqCst),
-                                ),
-                                false,
-                            )
-                            .await;
-                            net.drift(s, proc, key, *request.owner(), request.ttl(), false);
-                        }
-                        Ok(Renewal::NotHeld) => {
-                            net.check_answer(&*s, key, Answer::NotHeld(fence), false)
-                                .await;
-                        }
-                        _ => {}
-                    }
-                    renewal
-                }
-            })
-            .await;
-        if let Ok(Renewal::Renewed) = &renewal {
-            self.net.renewed(request.key(), request.owner());
-        }
-        renewal
+        self.renewal(request, false).await
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
@@ -938,46 +952,7 @@ impl PermitBackend for Link {
     }
 
     async fn renew_permits(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let (sent, net, proc) = (request.clone(), self.net.clone(), self.proc);
-        let dead = self.dead.clone();
-        let renewal = self
-            .call(move |s| {
-                let (request, net, dead) = (sent.clone(), net.clone(), dead.clone());
-                async move {
-                    let renewal = match s.permits() {
-                        Some(p) => p.renew_permits(&request).await,
-                        None => Err(unsupported("permits")),
-                    };
-                    let (key, fence) = (request.key(), request.fence().get());
-                    match &renewal {
-                        Ok(Renewal::Renewed) => {
-                            net.check_answer(
-                                &*s,
-                                key,
-                                Answer::Renewed(
-                                    fence,
-                                    *request.owner(),
-                                    dead.load(std::sync::atomic::Ordering::SeqCst),
-                                ),
-                                true,
-                            )
-                            .await;
-                            net.drift(s, proc, key, *request.owner(), request.ttl(), true);
-                        }
-                        Ok(Renewal::NotHeld) => {
-                            net.check_answer(&*s, key, Answer::NotHeld(fence), true)
-                                .await;
-                        }
-                        _ => {}
-                    }
-                    renewal
-                }
-            })
-            .await;
-        if let Ok(Renewal::Renewed) = &renewal {
-            self.net.renewed(request.key(), request.owner());
-        }
-        renewal
+        self.renewal(request, true).await
     }
 
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
