@@ -153,8 +153,13 @@ pub(crate) fn check(
             .iter()
             .filter(|(_, at)| *at < slot_start + AT_LEAST)
             .collect();
-        // A restart that lost the first run's lease frees the slot.
-        if ran.len() > 1 && !restarts.lost_leases_within(ran[0].1.saturating_sub(TTL), ran[1].1) {
+        // A restart that lost the first run's lease frees the slot. That lease lasts
+        // `AT_LEAST`, and its grant may be answered nearly that late (the server down
+        // with the reply held, say), so it may have been granted, and lost, up to
+        // `AT_LEAST` before its run began.
+        if ran.len() > 1
+            && !restarts.lost_leases_within(ran[0].1.saturating_sub(AT_LEAST), ran[1].1)
+        {
             found.push(Violation {
                 promise: "one run per slot",
                 at: ran[1].1,
