@@ -12,8 +12,7 @@
 //! most one second by default (the time a handler takes, not the holder's lease,
 //! is what a caller waits for), and that second where nothing better is known
 //! (another task of this process holds the key, every permit is taken); set the
-//! bound with `with_retry_after`, or send none with `without_retry_after`. A 503
-//! carries the breaker's remaining open time where it is open.
+//! bound with `with_retry_after`, or send none with `without_retry_after`.
 //!
 //! A refusal has a [`Refusal`] in its extensions (the error's kind), and, where the
 //! response body is axum's (the `axum` feature), the kind's name as a plain-text body,
