@@ -68,11 +68,7 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = distlock_core::Result<B>>,
 {
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let addr = silent
-        .local_addr()
-        .map_err(|e| format!("the listener's address: {e}"))?
-        .to_string();
+    let (silent, addr) = loopback_listener()?;
     let silent_err = refused(&connect, &addr, within, "a silent endpoint").await?;
     let text = silent_err.to_string();
     if !text.contains(setting) {
@@ -82,18 +78,7 @@ where
     }
     // Now nothing listens there: the connection is refused.
     drop(silent);
-    let closed = refused(&connect, &addr, within.min(REFUSED_WITHIN), "a closed port").await?;
-    let text = closed.to_string();
-    if text.contains(setting) {
-        return Err(format!(
-            "a closed port's error names the time-out setting {setting}, as if the server had not answered: {text}"
-        ));
-    }
-    if !text.to_lowercase().contains("refused") {
-        return Err(format!(
-            "a closed port's error does not say the connection was refused: {text}"
-        ));
-    }
+    closed_port(&connect, &addr, within.min(REFUSED_WITHIN), Some(setting)).await?;
     Ok(())
 }
 
@@ -111,14 +96,41 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = distlock_core::Result<B>>,
 {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let addr = closed
+    let (closed, addr) = loopback_listener()?;
+    drop(closed);
+    closed_port(&connect, &addr, REFUSED_WITHIN, None).await
+}
+
+/// A listener on a free loopback port, and its `127.0.0.1:<port>`.
+fn loopback_listener() -> Result<(std::net::TcpListener, String), String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let addr = listener
         .local_addr()
         .map_err(|e| format!("the listener's address: {e}"))?
         .to_string();
-    drop(closed);
-    let err = refused(&connect, &addr, REFUSED_WITHIN, "a closed port").await?;
+    Ok((listener, addr))
+}
+
+/// A connection to `addr`, where nothing listens: it must fail as [`refused`] checks,
+/// within `within`, saying the connection was refused and not naming the time-out
+/// `setting` (none ran out).
+async fn closed_port<B, F, Fut>(
+    connect: &F,
+    addr: &str,
+    within: Duration,
+    setting: Option<&str>,
+) -> Result<distlock_core::Error, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    let err = refused(connect, addr, within, "a closed port").await?;
     let text = err.to_string();
+    if let Some(setting) = setting.filter(|setting| text.contains(setting)) {
+        return Err(format!(
+            "a closed port's error names the time-out setting {setting}, as if the server had not answered: {text}"
+        ));
+    }
     if !text.to_lowercase().contains("refused") {
         return Err(format!(
             "a closed port's error does not say the connection was refused: {text}"
