@@ -36,7 +36,16 @@ pub(crate) fn is_not_sent(e: &EtcdError) -> bool {
 
 /// Whether a connection was refused: an I/O error of that kind among the sources.
 fn connection_refused(e: &EtcdError) -> bool {
-    // etcd-client's error keeps its cause inside, not as its `source`.
+    any_cause(e, |cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
+}
+
+/// Whether `found` holds for one of `e`'s causes (etcd-client's error keeps its cause
+/// inside, not as its `source`).
+fn any_cause(e: &EtcdError, found: impl Fn(&(dyn std::error::Error + 'static)) -> bool) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
         EtcdError::GRpcStatus(status) => Some(status),
         EtcdError::TransportError(transport) => Some(transport),
@@ -44,10 +53,7 @@ fn connection_refused(e: &EtcdError) -> bool {
         _ => None,
     };
     while let Some(cause) = source {
-        if cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
+        if found(cause) {
             return true;
         }
         source = cause.source();
@@ -58,19 +64,7 @@ fn connection_refused(e: &EtcdError) -> bool {
 /// Whether the client's own request time-out (the response time-out, set on the
 /// client) ended the request: tonic's `TimeoutExpired` somewhere in its sources.
 fn timed_out_in_client(e: &EtcdError) -> bool {
-    // etcd-client's error keeps its cause inside, not as its `source`.
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
-        EtcdError::GRpcStatus(status) => Some(status),
-        EtcdError::TransportError(transport) => Some(transport),
-        _ => None,
-    };
-    while let Some(cause) = source {
-        if cause.is::<tonic::TimeoutExpired>() {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
+    any_cause(e, |cause| cause.is::<tonic::TimeoutExpired>())
 }
 
 /// Maps a driver error to a distlock error of the right kind, keeping the (scrubbed)
