@@ -72,3 +72,26 @@ async fn a_password_with_reserved_characters_connects_raw_or_encoded() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Two members, both closed: the others are tried for the connect time-out (300 ms
+/// here), not for the response time-out (5 s by default), and the error says refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_from_every_member_end_the_connect_within_its_time_out() {
+    let ports: Vec<String> = (0..2)
+        .map(|_| {
+            let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            closed.local_addr().expect("address").to_string()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let err = EtcdBackend::connect(&format!(
+        "etcd://{},{}?connect_timeout_ms=300",
+        ports[0], ports[1]
+    ))
+    .await
+    .expect_err("nothing listens there");
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("refused"), "{err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}: {err}");
+}
