@@ -407,7 +407,15 @@ async fn a_lost_lock_cuts_the_request_short_and_unkeyed_requests_pass() {
         "the request did not hold its key"
     );
     let response = cut.await.expect("join").expect("infallible");
-    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        refusal_of(response).await,
+        (
+            StatusCode::CONFLICT,
+            None,
+            ErrorKind::LockLost,
+            "lock lost".to_owned()
+        )
+    );
     assert_eq!(finished.load(Ordering::SeqCst), 0, "the handler ran on");
 
     let free = app
@@ -424,7 +432,15 @@ async fn a_lost_lock_cuts_the_request_short_and_unkeyed_requests_pass() {
         .oneshot(post_to("/slow/2"))
         .await
         .expect("infallible");
-    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        refusal_of(down).await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            ErrorKind::Unavailable,
+            "backend unavailable".to_owned()
+        )
+    );
     memory.start();
 
     let bare = Router::new().route("/", post(|_held: Held| async { "held" }));
