@@ -30,3 +30,7 @@ for check in "${checks[@]}"; do
   fi
 done
 echo "check-docs: docs built as docs.rs builds them; ${#checks[@]} gated items name their feature"
+
+# The guides' pages (distlock::guides, made from distlock/guides/*.md): every link on
+# them, and every link the crates.io page makes to them, resolves in this build.
+python3 scripts/check-doc-links.py "$doc" distlock/README.md

@@ -5,7 +5,7 @@
 # Without flags, the standard run: every backend in both runs, the replicated rows
 # too, in about 40 minutes on the project's 2-core machine, build included (42 min
 # measured from a fresh checkout: the release build 5, the comparison 24, the
-# torture run 13; docs/benchmarks.md). --quick for CI's short runs, --soak for the long run
+# torture run 13; distlock/guides/benchmarks.md). --quick for CI's short runs, --soak for the long run
 # (at least 100,000 lock operations per backend under faults: over an hour),
 # --backends to choose.
 set -euo pipefail
@@ -20,7 +20,7 @@ if ! bash scripts/prepare-servers.sh; then
 fi
 cargo build --release --locked -p lockbench
 # Both runs go ahead whatever the first found; the exit code is the graver of the two
-# (docs/benchmarks.md's table): 1 a violated check, 3 the harness's outcome, 2 a usage error.
+# (distlock/guides/benchmarks.md's table): 1 a violated check, 3 the harness's outcome, 2 a usage error.
 lockbench="${CARGO_TARGET_DIR:-target}/release/lockbench"
 comparison=0
 "$lockbench" "$@" || comparison=$?

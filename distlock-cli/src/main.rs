@@ -1,5 +1,5 @@
 //! `distlock`: run a command under a distributed lock, and look at or break locks, on
-//! any backend distlock connects to by URL. See docs/operating.md for the exit codes.
+//! any backend distlock connects to by URL. See distlock/guides/operating.md for the exit codes.
 //!
 //! Unix only (Linux, macOS, the BSDs): `run` stops its command's whole process group
 //! with signals when the lock is lost. The library crates build everywhere.

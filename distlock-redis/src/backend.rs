@@ -405,7 +405,7 @@ impl RedisBackend {
     ///
     /// The release first names the lock alone (release_plain.lua): a request of half
     /// the bytes of the full one, which is what an uncontended cycle's client CPU and
-    /// throughput turn on (docs/benchmarks.md). A grant that fair waiters queued for is
+    /// throughput turn on (distlock/guides/benchmarks.md). A grant that fair waiters queued for is
     /// left to release.lua, which hands the lock to the head of the queue in its own
     /// step, one round trip later. A fair lock's release, where waiters are expected,
     /// sends release.lua at once (`FairBackend::release_in_turn`).

@@ -42,7 +42,7 @@
 //!   from which the script makes the channel's name (`<prefix>released:{<key>}`) where
 //!   it publishes: a request less than half the size of one naming the fair queue's
 //!   keys and the channel too. Measured, an uncontended cycle costs the client CPU in
-//!   proportion to the bytes it sends (docs/benchmarks.md). It leaves a grant a fair waiter
+//!   proportion to the bytes it sends (distlock/guides/benchmarks.md). It leaves a grant a fair waiter
 //!   queued for (`!!`) to the full release below, which hands the lock over, a round
 //!   trip later. A fair lock's release (`FairBackend::release_in_turn`), where fair
 //!   waiters are to be expected, sends the full release at once;

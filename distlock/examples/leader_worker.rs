@@ -7,7 +7,7 @@
 //! election. After two seconds the leading replica is shut down, as a rolling deploy
 //! does: it resigns, and another replica takes over at once under a higher fence. Each
 //! batch is written to a fenced store under its term's fence, so the store refuses a
-//! batch from a leader whose term has ended (see `docs/fencing.md`); every replica's
+//! batch from a leader whose term has ended (see `distlock/guides/fencing.md`); every replica's
 //! readiness probe is `LeaderHealth::check`. The work's error (a refused batch, a
 //! failed probe) ends its term, which the loop resigns; every term's end is recorded
 //! with its reason by `on_stopped_leading`.

@@ -34,12 +34,21 @@
 //! [`connect`] takes a URL and returns the backend its scheme names, so a service
 //! swaps backends by changing one setting ([`BackendConfig`], from a file or the
 //! environment). `examples/service.rs` takes its backend from `DISTLOCK_URL`.
+//!
+//! # Guides
+//!
+//! [`guides`] holds the guides beside the API: [locks and their
+//! contract](guides::locks), [fencing in practice](guides::fencing), [configuring a
+//! backend](guides::configuration), [operating](guides::operating) (the command line,
+//! outages, metrics), [choosing a backend](guides::backends), and [the comparison and
+//! safety runs](guides::benchmarks).
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod connect;
+pub mod guides;
 #[cfg(feature = "tower")]
 pub mod tower;
 

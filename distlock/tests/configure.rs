@@ -1,6 +1,6 @@
 //! The configuration guide's three ways to configure a backend compile (they are
 //! `tests/readme/configure.rs`, built here; `tests/docs.rs` checks that
-//! `docs/configuration.md` shows them word for word), and a setting in parts
+//! `distlock/guides/configuration.md` shows them word for word), and a setting in parts
 //! connects.
 
 mod configure {

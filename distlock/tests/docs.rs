@@ -1,5 +1,5 @@
 //! Every Rust block of the docs is code built here: README.md, CONTRIBUTING.md,
-//! docs/*.md and each crate's README.md show only a block of `tests/readme/*.rs`
+//! distlock/guides/*.md and each crate's README.md show only a block of `tests/readme/*.rs`
 //! (between `// begin: NAME` and `// end`, word for word) or a whole example file of
 //! that folder, or a block of `distlock-sim/tests/readme.rs` (the simulation's, which
 //! this crate does not depend on). Those files are compiled: `guides.rs` here,
@@ -69,7 +69,7 @@ fn documents() -> Vec<PathBuf> {
             .collect()
     };
     files.extend(
-        listed(root.join("docs"))
+        listed(root.join("distlock").join("guides"))
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "md")),
     );
@@ -193,12 +193,42 @@ fn every_published_readme_links_only_where_crates_io_can_follow() {
     );
 }
 
+/// In the repository, a relative link names a file that is there (a guide's link to a
+/// section of another guide is checked on the pages docs.rs shows, by
+/// `scripts/check-doc-links.py`).
+#[test]
+fn every_relative_link_of_the_docs_names_a_file_that_is_there() {
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for document in documents() {
+        let text = std::fs::read_to_string(&document).expect("a document");
+        for target in link_targets(&text) {
+            let path = target.split('#').next().unwrap_or(target);
+            if path.is_empty() || path.contains("://") {
+                continue;
+            }
+            checked += 1;
+            let dir = document.parent().expect("a document's folder");
+            if !dir.join(path).exists() {
+                broken.push(format!("{}: ({target})", document.display()));
+            }
+        }
+    }
+    assert!(checked >= 30, "only {checked} relative links found");
+    assert!(
+        broken.is_empty(),
+        "links to files that are not there:\n{}",
+        broken.join("\n")
+    );
+}
+
 #[test]
 fn the_link_check_finds_relative_links() {
-    let text = "see [the guide](docs/fencing.md), [docs.rs](https://docs.rs/x) and [here](#a)";
+    let text =
+        "see [the guide](distlock/guides/fencing.md), [docs.rs](https://docs.rs/x) and [here](#a)";
     assert_eq!(
         link_targets(text),
-        ["docs/fencing.md", "https://docs.rs/x", "#a"]
+        ["distlock/guides/fencing.md", "https://docs.rs/x", "#a"]
     );
 }
 

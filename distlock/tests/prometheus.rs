@@ -1,4 +1,4 @@
-//! The metrics a service gets, as Prometheus shows them: what docs/operating.md quotes.
+//! The metrics a service gets, as Prometheus shows them: what distlock/guides/operating.md quotes.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -33,12 +33,17 @@ fn body(file: &str) -> &str {
 /// The notice at the top of the facade's README.
 const FACADE_NOTICE: &str =
     "<!-- The crates.io page of the `distlock` crate: the repository's README.md, its links\n\
-into the repository written out as paths in it. Made by tests/readme.rs; to make it\n\
-again, run that test with DISTLOCK_WRITE_README=1. -->\n\n";
+to the guides made links to their pages on docs.rs and its other links into the\n\
+repository written out as paths in it. Made by tests/readme.rs; to make it again, run\n\
+that test with DISTLOCK_WRITE_README=1. -->\n\n";
+
+/// Where docs.rs shows the guides (`distlock::guides`), which the facade's build makes
+/// from `distlock/guides/*.md`.
+const GUIDES_ON_DOCS_RS: &str = "https://docs.rs/distlock/latest/distlock/guides/";
 
 /// The facade's README made from the repository's: the same text whole, each link to a
-/// file of the repository (which crates.io cannot follow) written out as its path
-/// there.
+/// guide made a link to its page on docs.rs, and each link to another file of the
+/// repository (which crates.io cannot follow) written out as its path there.
 fn facade_readme(repository: &str) -> String {
     let mut out = String::from(FACADE_NOTICE);
     let mut rest = repository;
@@ -55,8 +60,20 @@ fn facade_readme(repository: &str) -> String {
                     && !target.starts_with("http")
                     && !target.starts_with('#') =>
             {
-                let path = target.split('#').next().unwrap_or(target);
-                if text.trim_matches('`') == path {
+                let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let guide = path
+                    .strip_prefix("distlock/guides/")
+                    .and_then(|file| file.strip_suffix(".md"));
+                if let Some(guide) = guide {
+                    let fragment = if fragment.is_empty() {
+                        String::new()
+                    } else {
+                        format!("#{fragment}")
+                    };
+                    out.push_str(&format!(
+                        "[{text}]({GUIDES_ON_DOCS_RS}{guide}/index.html{fragment})"
+                    ));
+                } else if text.trim_matches('`') == path {
                     out.push_str(&format!("`{path}`"));
                 } else {
                     out.push_str(&format!("{text} in `{path}`"));
@@ -89,14 +106,19 @@ fn the_facade_readme_is_the_repository_readme() {
 }
 
 #[test]
-fn a_link_into_the_repository_becomes_its_path() {
+fn a_link_into_the_repository_becomes_its_path_and_a_guide_its_page_on_docs_rs() {
     let made = facade_readme(
-        "see [fencing](docs/fencing.md#a), [docs.rs](https://docs.rs/x), [here](#b) and a [b]",
+        "see [fencing](distlock/guides/fencing.md#a), [locks](distlock/guides/locks.md), \
+         [the example](distlock/examples/service.rs), [docs.rs](https://docs.rs/x), \
+         [here](#b) and a [b]",
     );
     assert_eq!(
         made.strip_prefix(FACADE_NOTICE),
         Some(
-            "see fencing in `docs/fencing.md`, [docs.rs](https://docs.rs/x), [here](#b) and a [b]"
+            "see [fencing](https://docs.rs/distlock/latest/distlock/guides/fencing/index.html#a), \
+             [locks](https://docs.rs/distlock/latest/distlock/guides/locks/index.html), \
+             the example in `distlock/examples/service.rs`, [docs.rs](https://docs.rs/x), \
+             [here](#b) and a [b]"
         )
     );
 }
@@ -126,7 +148,8 @@ mod quick_start {
 #[test]
 fn the_fencing_guide_shows_its_quick_start() {
     assert!(
-        include_str!("../../docs/fencing.md").contains(body(include_str!("readme/quick_start.rs"))),
-        "docs/fencing.md's quick start differs from tests/readme/quick_start.rs"
+        include_str!("../../distlock/guides/fencing.md")
+            .contains(body(include_str!("readme/quick_start.rs"))),
+        "distlock/guides/fencing.md's quick start differs from tests/readme/quick_start.rs"
     );
 }

@@ -1,4 +1,4 @@
-// docs/configuration.md, "Three ways to configure a backend": each block between a `begin` and
+// distlock/guides/configuration.md, "Three ways to configure a backend": each block between a `begin` and
 // an `end` line is shown there word for word (tests/configure.rs checks it).
 use std::sync::Arc;
 

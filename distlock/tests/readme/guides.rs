@@ -1,4 +1,4 @@
-// docs/*.md, CONTRIBUTING.md and the crates' READMEs: each block between a `begin` and
+// distlock/guides/*.md, CONTRIBUTING.md and the crates' READMEs: each block between a `begin` and
 // an `end` line is shown there word for word (tests/docs.rs checks that every Rust
 // block of those files is one of these, or a whole example, and so compiles).
 

@@ -1,4 +1,4 @@
-// docs/fencing.md, "A fenced quick start", word for word (tests/readme.rs checks that, and runs it).
+// distlock/guides/fencing.md, "A fenced quick start", word for word (tests/readme.rs checks that, and runs it).
 use std::sync::Arc;
 use std::time::Duration;
 
