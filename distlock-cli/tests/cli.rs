@@ -520,6 +520,40 @@ async fn zookeeper_end_to_end() {
     end_to_end(&ZooKeeper).await;
 }
 
+/// A URL whose port is an HTTP server's, on every network backend: exit 64 (the URL is
+/// wrong, and no wait helps), at once, with one line that names the endpoint.
+#[tokio::test]
+async fn a_port_of_another_protocol_exits_64_on_every_backend() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = stream.read(&mut [0u8; 1024]);
+            let _ = stream.write_all(distlock_conformance::adoption::HTTP_REFUSAL.as_bytes());
+        }
+    });
+    for scheme in ["redis", "postgres", "mysql", "etcd", "zk"] {
+        let url = match scheme {
+            "etcd" => format!("etcd://{addr}"),
+            "redis" => format!("redis://:pw@{addr}"),
+            _ => format!("{scheme}://u:pw@{addr}/db"),
+        };
+        let started = std::time::Instant::now();
+        let out = finish(&url, &["inspect", "k"]).await;
+        let took = started.elapsed();
+        let err = stderr(&out);
+        assert_eq!(code(&out), 64, "{scheme}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{scheme}: {err}");
+        assert!(
+            err.contains(&addr) && err.contains("protocol"),
+            "{scheme}: {err}"
+        );
+        assert!(took < Duration::from_secs(5), "{scheme}: {took:?}");
+    }
+}
+
 #[tokio::test]
 async fn exit_codes_and_one_line_errors_without_a_server() {
     let memory = "memory://";

@@ -101,6 +101,77 @@ where
     closed_port(&connect, &addr, REFUSED_WITHIN, None).await
 }
 
+/// What [`wrong_protocol_endpoint_is_reported_at_once`]'s endpoint answers: an HTTP
+/// server's refusal of a request it cannot read.
+pub const HTTP_REFUSAL: &str =
+    "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// How long [`wrong_protocol_endpoint_is_reported_at_once`]'s endpoint waits for the
+/// client's first bytes before it answers anyway, as an HTTP server whose header
+/// time-out ran out would (so a protocol where the server speaks first, as MySQL's,
+/// hears it too).
+const HTTP_HEADER_WAIT: Duration = Duration::from_millis(200);
+
+/// Checks a connection to an endpoint that speaks another protocol: an HTTP server on
+/// loopback, which answers [`HTTP_REFUSAL`] to the client's first bytes (or after
+/// 200 ms of silence, to a client that waits for the server to speak first) and then
+/// closes the connection. `connect` gets its `127.0.0.1:<port>` and connects the
+/// backend there with its default time-outs (its URL may carry [`SECRET`]).
+///
+/// It must fail as [`ErrorKind::Configuration`] (the URL names the wrong server, and no
+/// retry will change that) within a second, with a message on one line that names the
+/// endpoint and says it speaks another protocol (the word "protocol"), and that shows
+/// neither [`SECRET`] nor a time-out the reader could raise in vain. Returns the error,
+/// for checks of the backend's own.
+pub async fn wrong_protocol_endpoint_is_reported_at_once<B, F, Fut>(
+    connect: F,
+) -> Result<distlock_core::Error, String>
+where
+    B: LockBackend,
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (listener, addr) = loopback_listener()?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("the listener: {e}"))?;
+    let listener =
+        tokio::net::TcpListener::from_std(listener).map_err(|e| format!("the listener: {e}"))?;
+    let server = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = tokio::time::timeout(HTTP_HEADER_WAIT, stream.read(&mut request)).await;
+                let _ = stream.write_all(HTTP_REFUSAL.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    let what = "an HTTP endpoint";
+    let outcome = failed(
+        &connect,
+        &addr,
+        REFUSED_WITHIN,
+        what,
+        ErrorKind::Configuration,
+    )
+    .await;
+    server.abort();
+    let err = outcome?;
+    let text = err.to_string();
+    if !text.to_lowercase().contains("protocol") {
+        return Err(format!(
+            "{what}'s error does not say it speaks another protocol: {text}"
+        ));
+    }
+    if text.contains("timeout") || text.contains("time-out") || text.contains("timed out") {
+        return Err(format!("{what}'s error speaks of a time-out: {text}"));
+    }
+    Ok(err)
+}
+
 /// A listener on a free loopback port, and its `127.0.0.1:<port>`.
 fn loopback_listener() -> Result<(std::net::TcpListener, String), String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
@@ -150,6 +221,22 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = distlock_core::Result<B>>,
 {
+    failed(connect, addr, within, what, ErrorKind::Unavailable).await
+}
+
+/// One connection that must fail, within `within`, as `kind`, with a message on one
+/// line that names `addr` and shows no [`SECRET`].
+async fn failed<B, F, Fut>(
+    connect: &F,
+    addr: &str,
+    within: Duration,
+    what: &str,
+    kind: ErrorKind,
+) -> Result<distlock_core::Error, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = distlock_core::Result<B>>,
+{
     let started = Instant::now();
     let err = match tokio::time::timeout(within, connect(addr.to_owned())).await {
         Err(_) => {
@@ -165,8 +252,8 @@ where
     if text.contains('\n') {
         return Err(format!("{what}'s error takes more than one line: {text}"));
     }
-    if err.kind() != ErrorKind::Unavailable {
-        return Err(format!("{what}: {:?}, not Unavailable: {text}", err.kind()));
+    if err.kind() != kind {
+        return Err(format!("{what}: {:?}, not {kind:?}: {text}", err.kind()));
     }
     if !text.contains(addr) {
         return Err(format!("{what}'s error does not name {addr}: {text}"));
@@ -419,6 +506,55 @@ mod tests {
             ("connection refused", Duration::ZERO, "does not name"),
         ] {
             let found = run(text, after).expect_err(expected);
+            assert!(found.contains(expected), "{expected}: {found}");
+        }
+    }
+
+    #[test]
+    fn each_failing_point_of_a_wrong_protocol_endpoint_is_caught() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // The connect reads the endpoint's answer first, as a backend would.
+        let run = |kind: ErrorKind, text: &'static str| {
+            rt.block_on(wrong_protocol_endpoint_is_reported_at_once(
+                move |addr| async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut stream = tokio::net::TcpStream::connect(&addr)
+                        .await
+                        .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))?;
+                    stream.write_all(b"hello").await.ok();
+                    let mut answer = String::new();
+                    stream.read_to_string(&mut answer).await.ok();
+                    assert_eq!(answer, HTTP_REFUSAL);
+                    Err::<MemoryBackend, _>(Error::new(kind, text.replace("ADDR", &addr)))
+                },
+            ))
+            .map(|_| ())
+        };
+        let configuration = ErrorKind::Configuration;
+        assert_eq!(
+            run(configuration, "ADDR does not speak the protocol"),
+            Ok(())
+        );
+        for (kind, text, expected) in [
+            (
+                ErrorKind::Unavailable,
+                "ADDR: protocol error",
+                "not Configuration",
+            ),
+            (configuration, "ADDR: parse error", "another protocol"),
+            (configuration, "ADDR: protocol\nerror", "more than one line"),
+            (configuration, "protocol error", "does not name"),
+            (
+                configuration,
+                "ADDR: protocol error (connect_timeout_ms)",
+                "time-out",
+            ),
+        ] {
+            let found = run(kind, text).expect_err(expected);
             assert!(found.contains(expected), "{expected}: {found}");
         }
     }

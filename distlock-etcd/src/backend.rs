@@ -25,7 +25,7 @@ use tracing::debug;
 
 use crate::config::EtcdConfig;
 use crate::error::{
-    from_etcd, is_lease_not_found, is_lease_taken, is_not_sent, timed_out, Setting,
+    connect_error, from_etcd, is_lease_not_found, is_lease_taken, is_not_sent, timed_out, Setting,
 };
 
 const NAME: &str = "etcd";
@@ -78,18 +78,39 @@ where
     F: FnMut(Client) -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    request_refused_for(client, config, config.timeout, op).await
+    request_refused_for(client, config, config.timeout, op)
+        .await?
+        .map_err(|failed| failed.error(config))
+}
+
+/// A request's driver error, and whether it never left this process (a refusal).
+struct Failed {
+    error: etcd_client::Error,
+    not_sent: bool,
+}
+
+impl Failed {
+    /// The error as the backend reports it.
+    fn error(self, config: &EtcdConfig) -> Error {
+        let error = from_etcd(config, self.error);
+        if self.not_sent {
+            error.with_not_sent()
+        } else {
+            error
+        }
+    }
 }
 
 /// [`request`], with refused connections tried again for `refused_for` at most (and
 /// within the response time-out): a connection's check gives up on refusals sooner
-/// than a lock's request does.
+/// than a lock's request does. The outer error is the response time-out's; the inner
+/// one the driver's, for the caller to report.
 async fn request_refused_for<T, F, Fut>(
     client: &Client,
     config: &EtcdConfig,
     refused_for: Duration,
     mut op: F,
-) -> Result<T>
+) -> Result<std::result::Result<T, Failed>>
 where
     F: FnMut(Client) -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -101,15 +122,17 @@ where
     loop {
         match tokio::time::timeout_at(deadline, op(client.clone())).await {
             Err(_) => return Err(timed_out(config, Setting::Response)),
-            Ok(Ok(value)) => return Ok(value),
+            Ok(Ok(value)) => return Ok(Ok(value)),
             Ok(Err(e)) if is_not_sent(&e) && Instant::now() + pause < refusals_until => {
                 debug!(error = %e, "a member refused the connection; trying again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(200));
             }
             // A refusal until the deadline: the request never left this process.
-            Ok(Err(e)) if is_not_sent(&e) => return Err(from_etcd(config, e).with_not_sent()),
-            Ok(Err(e)) => return Err(from_etcd(config, e)),
+            Ok(Err(e)) => {
+                let not_sent = is_not_sent(&e);
+                return Ok(Err(Failed { error: e, not_sent }));
+            }
         }
     }
 }
@@ -273,10 +296,16 @@ impl EtcdBackend {
     async fn checked(client: Client, config: EtcdConfig, refused_for: Duration) -> Result<Self> {
         distlock_core::backend::key_prefix("etcd", &config.prefix)?;
         // A member that is down may be the one the channel's balancer picks first.
-        request_refused_for(&client, &config, refused_for, |mut c| async move {
+        let checked = request_refused_for(&client, &config, refused_for, |mut c| async move {
             c.status().await
         })
         .await?;
+        if let Err(failed) = checked {
+            return Err(match failed.not_sent {
+                true => failed.error(&config),
+                false => connect_error(&config, failed.error).await,
+            });
+        }
         Ok(EtcdBackend {
             inner: Arc::new(Inner {
                 config,

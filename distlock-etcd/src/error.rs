@@ -67,6 +67,74 @@ fn timed_out_in_client(e: &EtcdError) -> bool {
     any_cause(e, |cause| cause.is::<tonic::TimeoutExpired>())
 }
 
+/// Whether the answer could not be read as HTTP/2 at all (tonic's "h2 protocol
+/// error", an HTTP/1 server's reply read as frames, say): the endpoint speaks
+/// another protocol than gRPC.
+fn foreign_answer(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::GRpcStatus(s)
+        if s.code() == Code::Internal && s.message().starts_with("h2 protocol error"))
+}
+
+/// HTTP/2's connection preface, which a client sends first: an etcd member answers
+/// it with a SETTINGS frame.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether `answer`, to [`H2_PREFACE`], is not HTTP/2's: a server's first frame is
+/// SETTINGS (type 4, the fourth byte of its header).
+fn not_http2(answer: &[u8]) -> bool {
+    answer.len() < 4 || answer[3] != 4
+}
+
+/// [`from_etcd`] for an error of a connection's first exchange: an answer that is not
+/// HTTP/2 means the URL names the port of another service, said as such. Where the
+/// driver's error does not tell (the connection broke under the exchange, as when an
+/// HTTP/1 server answers and closes), each endpoint without TLS is asked directly.
+pub(crate) async fn connect_error(config: &EtcdConfig, e: EtcdError) -> Error {
+    let foreign = if foreign_answer(&e) {
+        Some((config.endpoint_list(), String::new()))
+    } else if config.tls || connection_refused(&e) || timed_out_in_client(&e) {
+        None
+    } else {
+        let mut found = None;
+        for endpoint in &config.endpoints {
+            let address = endpoint.to_string();
+            let within = config
+                .connect_timeout
+                .min(std::time::Duration::from_secs(1));
+            let probe = distlock_core::backend::probe_endpoint(&address, H2_PREFACE, within).await;
+            if let distlock_core::backend::Probe::Answered(answer) = &probe {
+                if not_http2(answer) {
+                    let said = probe
+                        .first_line()
+                        .map(|line| format!("it answered {line:?}; "))
+                        .unwrap_or_default();
+                    found = Some((address, said));
+                    break;
+                }
+            }
+        }
+        found
+    };
+    let Some((endpoint, said)) = foreign else {
+        return from_etcd(config, e);
+    };
+    let detail = match &e {
+        EtcdError::GRpcStatus(s) => s.message().to_owned(),
+        _ => e.to_string(),
+    };
+    distlock_core::backend::wrong_protocol(
+        "etcd",
+        &endpoint,
+        "etcd (gRPC over HTTP/2)",
+        config.scrub(format!("{said}{}", one_line(&detail))),
+    )
+}
+
+/// `text`'s first line.
+fn one_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
 /// Maps a driver error to a distlock error of the right kind, keeping the (scrubbed)
 /// driver text as the source.
 pub(crate) fn from_etcd(config: &EtcdConfig, e: EtcdError) -> Error {

@@ -95,3 +95,36 @@ async fn refusals_from_every_member_end_the_connect_within_its_time_out() {
     assert!(err.to_string().contains("refused"), "{err}");
     assert!(took < Duration::from_secs(2), "took {took:?}: {err}");
 }
+
+/// An HTTP server where etcd was expected, with the default time-outs: reported at
+/// once as an endpoint that speaks another protocol, on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_protocol_endpoint_is_reported_as_such_at_once() {
+    let err = adoption::wrong_protocol_endpoint_is_reported_at_once(|addr| async move {
+        EtcdBackend::connect(&format!("etcd://{addr}")).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("{err}");
+}
+
+/// Where a connection broke under its first exchange, each endpoint is sent HTTP/2's
+/// connection preface, and an answer that is not a SETTINGS frame is another
+/// protocol's: an etcd member must answer with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_member_answers_the_protocol_probe_as_http2() {
+    use distlock_core::backend::{probe_endpoint, Probe};
+    let server = distlock_testservers::ServerHandle::start(&distlock_testservers::Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{}", server.host_port());
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let probe = probe_endpoint(&addr, preface, Duration::from_secs(2)).await;
+    let Probe::Answered(answer) = probe else {
+        panic!("an etcd member did not answer HTTP/2's preface: {probe:?}");
+    };
+    assert!(
+        answer.len() >= 9 && answer[3] == 4,
+        "not a SETTINGS frame: {answer:?}"
+    );
+}

@@ -98,7 +98,7 @@ impl MySqlBackend {
         )
         .await
         .map_err(|_| timed_out(&config, Setting::Acquire))?
-        .map_err(|e| from_sqlx(&config, e))?;
+        .map_err(|e| distlock_sql::connect_error(&config, e))?;
         let _ = tokio::time::timeout(config.common.response_timeout, first.close()).await;
         let lock_wait = config.common.response_timeout.as_secs_f64().ceil().max(1.0) as u64;
         // Each connection of the pool runs this once, when it is made.

@@ -69,6 +69,10 @@ impl distlock_sql::Settings for MySqlConfig {
         "mysql"
     }
 
+    fn protocol(&self) -> &'static str {
+        "MySQL"
+    }
+
     fn endpoint(&self) -> distlock_core::backend::Endpoint {
         MySqlConfig::endpoint(self)
     }

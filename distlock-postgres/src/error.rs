@@ -81,6 +81,10 @@ impl distlock_sql::Settings for PostgresConfig {
         "postgres"
     }
 
+    fn protocol(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
     fn endpoint(&self) -> distlock_core::backend::Endpoint {
         PostgresConfig::endpoint(self)
     }

@@ -135,3 +135,15 @@ async fn a_refused_connection_is_reported_as_refused_at_once() {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// An HTTP server where PostgreSQL was expected, with the default time-outs: reported at
+/// once as an endpoint that speaks another protocol, on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_protocol_endpoint_is_reported_as_such_at_once() {
+    let err = adoption::wrong_protocol_endpoint_is_reported_at_once(|addr| async move {
+        PostgresBackend::connect(&format!("postgres://u:{}@{addr}/db", adoption::SECRET)).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("{err}");
+}

@@ -20,7 +20,7 @@ use tracing::debug;
 
 use crate::config::RedisConfig;
 use crate::connection::{client, manager_config, Conn, Subscriber};
-use crate::error::{connect_timed_out, from_redis, from_redis_after, unexpected};
+use crate::error::{connect_error, connect_timed_out, from_redis, from_redis_after, unexpected};
 use crate::scripts::{is_noscript, Lua, Scripts, SOURCES};
 
 const NAME: &str = "redis";
@@ -130,9 +130,9 @@ impl RedisBackend {
                     config.master_name.as_deref().unwrap_or_default()
                 ),
             ),
-            _ => from_redis(&config, e),
+            _ => connect_error(&config, e),
         })?;
-        let client = conn.client().await.map_err(|e| from_redis(&config, e))?;
+        let client = conn.client().await.map_err(|e| connect_error(&config, e))?;
         Ok(Self::assemble(config, client, Conn::Sentinel(conn)))
     }
 
@@ -157,7 +157,7 @@ impl RedisBackend {
             .map_err(|_| connect_timed_out(&config))?
             .map_err(|e| match e.is_timeout() {
                 true => connect_timed_out(&config),
-                false => from_redis(&config, e),
+                false => connect_error(&config, e),
             })?;
         Ok(Self::assemble(config, client, Conn::Single(conn)))
     }
@@ -177,7 +177,7 @@ impl RedisBackend {
         let conn = cluster
             .get_async_connection()
             .await
-            .map_err(|e| from_redis(&config, e))?;
+            .map_err(|e| connect_error(&config, e))?;
         Ok(Self::assemble(config, client, Conn::Cluster(conn)))
     }
 

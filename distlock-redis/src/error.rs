@@ -69,6 +69,22 @@ pub(crate) fn from_redis_after(config: &RedisConfig, e: RedisError, sent_before:
     }
 }
 
+/// [`from_redis`] for an error of a connection's first exchange: an answer that is not
+/// Redis's protocol (RESP) means the URL names the port of another service, said as
+/// such.
+pub(crate) fn connect_error(config: &RedisConfig, e: RedisError) -> Error {
+    if e.kind() == redis::ErrorKind::Parse {
+        let detail = config.scrub(e.to_string());
+        return distlock_core::backend::wrong_protocol(
+            "redis",
+            &config.endpoint_list(),
+            "Redis",
+            detail,
+        );
+    }
+    from_redis(config, e)
+}
+
 /// Connecting to `config`'s servers took longer than its connect and response
 /// time-outs allow: says where, which settings, and their values.
 pub(crate) fn connect_timed_out(config: &RedisConfig) -> Error {

@@ -64,6 +64,12 @@ pub trait Settings {
     /// The server, for errors.
     fn endpoint(&self) -> Endpoint;
 
+    /// The server's protocol as errors name it ("PostgreSQL", "MySQL"); the backend's
+    /// name unless the backend says otherwise.
+    fn protocol(&self) -> &'static str {
+        self.backend()
+    }
+
     /// The value of `setting`.
     fn timeout(&self, setting: Setting) -> Duration;
 
@@ -168,6 +174,45 @@ pub fn transport_kind(e: &sqlx::Error) -> Option<ErrorKind> {
     }
 }
 
+/// Whether `e`, an error of a new connection's first exchange, says the server
+/// answered in another protocol: it sent a message that broke off at the end of the
+/// stream (its length read from bytes that were no length: an HTTP server's
+/// "HTTP/1.1 400" read as PostgreSQL's or MySQL's header), or one the driver could not
+/// read at all. A server of the right protocol never closes in the middle of a message
+/// of its handshake; one that closes before saying anything (no bytes) is not
+/// counted, since that is how a server at its connection limit or a proxy whose
+/// upstream is down behaves too.
+pub fn is_foreign_answer(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            let text = io.to_string();
+            text.starts_with("expected to read ") && !text.ends_with(" got 0 bytes at EOF")
+        }
+        _ => false,
+    }
+}
+
+/// An error of a new connection (or of a pool that makes one) as the backend reports
+/// it: a [foreign answer](is_foreign_answer) says the endpoint speaks another protocol
+/// ([`ErrorKind::Configuration`]), and the rest is
+/// [`Settings::driver_error`]'s.
+pub fn connect_error(settings: &impl Settings, e: sqlx::Error) -> Error {
+    if !is_foreign_answer(&e) {
+        return settings.driver_error(e);
+    }
+    let err = settings.driver_error(e);
+    // The driver's text, with any credential scrubbed.
+    let detail =
+        std::error::Error::source(&err).map_or_else(|| err.to_string(), ToString::to_string);
+    distlock_core::backend::wrong_protocol(
+        settings.backend(),
+        &settings.endpoint().to_string(),
+        settings.protocol(),
+        detail,
+    )
+}
+
 /// The holder and grant time a lock table stores (a `holder` text column, and the
 /// grant time read as milliseconds since the Unix epoch): both `None` for a row
 /// written before the columns existed, or whose holder does not read back.
@@ -258,6 +303,26 @@ mod tests {
             Some(ErrorKind::Unavailable)
         );
         assert_eq!(transport_kind(&sqlx::Error::RowNotFound), None);
+    }
+
+    #[test]
+    fn a_message_broken_off_by_the_end_of_the_stream_is_a_foreign_answer() {
+        let eof = |text: &str| {
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                text.to_owned(),
+            ))
+        };
+        assert!(is_foreign_answer(&eof(
+            "expected to read 1414811696 bytes, got 66 bytes at EOF"
+        )));
+        assert!(is_foreign_answer(&sqlx::Error::Protocol("unknown".into())));
+        // Closed before a byte: a server at its limit does that too.
+        assert!(!is_foreign_answer(&eof(
+            "expected to read 5 bytes, got 0 bytes at EOF"
+        )));
+        let reset = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(!is_foreign_answer(&reset));
     }
 
     #[test]

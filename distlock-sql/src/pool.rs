@@ -145,7 +145,7 @@ where
     pub async fn checkout(&self, settings: &impl Settings) -> Result<Checkout<'_, DB>> {
         self.try_checkout().await.map_err(|e| {
             match e {
-                Some(e) => settings.driver_error(e),
+                Some(e) => crate::connect_error(settings, e),
                 None => timed_out(settings, Setting::Acquire),
             }
             .with_not_sent()

@@ -129,7 +129,15 @@ impl Inner {
                 // The driver does not say which; the time it took does: an answer
                 // before the connect time-out means that each server failed at once.
                 Ok(Err(ZkError::NoHosts)) => {
-                    let why = if started.elapsed() < config.connect_timeout {
+                    let fast = started.elapsed() < config.connect_timeout;
+                    // A quick failure may also be a server of another protocol, which
+                    // took the connection and answered what the driver could not read.
+                    if fast && self.connector.is_none() {
+                        if let Some(err) = foreign_server(config).await {
+                            return Err(err);
+                        }
+                    }
+                    let why = if fast {
                         "each refused the connection, or its name did not resolve".to_owned()
                     } else {
                         format!(
@@ -277,4 +285,35 @@ impl Inner {
         let write = client.set_data(&self.config.root, &[], None);
         async move { Ok(write.await?.mtime) }
     }
+}
+
+/// What [`foreign_server`] sends: an HTTP request, which an HTTP server answers at
+/// once, and whose first four bytes a ZooKeeper server reads as a frame length above
+/// its limit, closing the connection without a word.
+const PROBE: &[u8] = b"HEAD / HTTP/1.0\r\n\r\n";
+
+/// The error for the first of `config`'s servers that answers [`PROBE`] (a ZooKeeper
+/// server never does): it speaks another protocol. `None` where none answers.
+async fn foreign_server(config: &ZooKeeperConfig) -> Option<Error> {
+    let within = config
+        .connect_timeout
+        .min(std::time::Duration::from_secs(1));
+    for server in config.servers() {
+        let probe = distlock_core::backend::probe_endpoint(&server, PROBE, within).await;
+        if matches!(probe, distlock_core::backend::Probe::Answered(_)) {
+            let said = match probe.first_line() {
+                Some(line) => format!(
+                    "it answered {line:?} to a request a ZooKeeper server leaves unanswered"
+                ),
+                None => "it answered a request a ZooKeeper server leaves unanswered".to_owned(),
+            };
+            return Some(distlock_core::backend::wrong_protocol(
+                "zookeeper",
+                &server,
+                "ZooKeeper",
+                said,
+            ));
+        }
+    }
+    None
 }

@@ -150,3 +150,29 @@ async fn the_services_connector_makes_the_sessions_with_its_own_credentials() {
         .await
         .expect("its identity reads it");
 }
+
+/// An HTTP server where ZooKeeper was expected, with the default time-outs: reported at
+/// once as an endpoint that speaks another protocol, on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_protocol_endpoint_is_reported_as_such_at_once() {
+    let err = adoption::wrong_protocol_endpoint_is_reported_at_once(|addr| async move {
+        ZooKeeperBackend::connect(&format!("zk://app:{}@{addr}/svc", adoption::SECRET)).await
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("{err}");
+}
+
+/// A connection that fails at once is asked what speaks there with an HTTP request
+/// (the bytes below, as `src/session.rs` sends them): a ZooKeeper server must leave
+/// it unanswered, or a real server would be reported as another protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_server_leaves_the_protocol_probe_unanswered() {
+    use distlock_core::backend::{probe_endpoint, Probe};
+    let server = ServerHandle::start(&ZooKeeper)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{}", server.host_port());
+    let probe = probe_endpoint(&addr, b"HEAD / HTTP/1.0\r\n\r\n", Duration::from_secs(2)).await;
+    assert_eq!(probe, Probe::NoAnswer);
+}

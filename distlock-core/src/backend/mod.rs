@@ -34,7 +34,8 @@ pub use crate::permits::{Claim, PermitBackend, PermitHolder, Term, MAX_CLAIM_VAL
 pub use crate::redact::redact_url;
 pub use crate::support::{
     config_error, driver_error, encode, error_chain, find_cause, is_certificate_refused,
-    is_secret_name, key_prefix, positive_millis, scrub, ConnectionUrl, Endpoint, Options,
+    is_secret_name, key_prefix, positive_millis, probe_endpoint, scrub, wrong_protocol,
+    ConnectionUrl, Endpoint, Options, Probe,
 };
 pub use crate::token::OwnerToken;
 pub use crate::wake::{ChangeStream, Registration, WakeRegistry};

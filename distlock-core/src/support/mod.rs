@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+mod probe;
 pub(crate) mod random;
 mod url;
 
+pub use self::probe::{probe_endpoint, Probe};
 pub use self::url::{encode, is_secret_name, ConnectionUrl, Endpoint, Options};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -124,9 +126,10 @@ pub fn is_certificate_refused(error: &(dyn std::error::Error + 'static)) -> bool
 }
 
 /// An error of `kind` from `backend`'s driver: a one-line summary of the kind, the
-/// driver's text (scrub it first), and that text kept as the source. Decide `kind`
-/// from the driver's codes and types (a refused certificate is
-/// [`ErrorKind::Configuration`]: see [`is_certificate_refused`]).
+/// driver's text (scrub it first) on the same line (a text of several lines is joined
+/// with "; "), and that text kept whole as the source. Decide `kind` from the driver's
+/// codes and types (a refused certificate is [`ErrorKind::Configuration`]: see
+/// [`is_certificate_refused`]).
 pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> Error {
     let summary = match kind {
         ErrorKind::Authentication => "the server refused the credentials",
@@ -134,14 +137,51 @@ pub fn driver_error(kind: ErrorKind, backend: &'static str, detail: String) -> E
         ErrorKind::Unavailable => "the server could not be reached or did not answer",
         _ => "the server answered with an error",
     };
-    Error::new(kind, format!("{summary}: {detail}"))
+    Error::new(kind, format!("{summary}: {}", one_line(&detail)))
         .with_backend(backend)
         .with_source_text(detail)
+}
+
+/// The error of a connection to `endpoint` that was answered in another protocol than
+/// `protocol` (say "Redis" or "PostgreSQL"): the URL names the port of another
+/// service, an HTTP server's say. [`ErrorKind::Configuration`], since no retry
+/// changes what listens there; the message names the endpoint and ends with the
+/// driver's `detail` (scrub it first) on the same line, kept whole as the source.
+pub fn wrong_protocol(
+    backend: &'static str,
+    endpoint: &str,
+    protocol: &str,
+    detail: String,
+) -> Error {
+    Error::new(
+        ErrorKind::Configuration,
+        format!(
+            "{endpoint} does not speak the {protocol} protocol: its answer could not be read \
+             as one (is that the port of another service?): {}",
+            one_line(&detail)
+        ),
+    )
+    .with_backend(backend)
+    .with_source_text(detail)
+}
+
+/// `text` on one line: its lines, trimmed, joined with "; ".
+fn one_line(text: &str) -> String {
+    if !text.contains('\n') {
+        return text.to_owned();
+    }
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 #[cfg(test)]
 mod cause_tests {
     use std::sync::Arc;
+
+    use crate::ErrorKind;
 
     use super::find_cause;
 
@@ -152,6 +192,22 @@ mod cause_tests {
     #[derive(Debug, thiserror::Error)]
     #[error("outer")]
     struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_driver_error_of_several_lines_is_shown_on_one_and_kept_whole() {
+        let text = "Parse error at 1\nUnexpected `84`\n  Unexpected `72`\n".to_owned();
+        let err = super::driver_error(ErrorKind::Backend, "redis", text.clone());
+        assert_eq!(
+            err.to_string(),
+            "backend error [redis]: the server answered with an error: \
+             Parse error at 1; Unexpected `84`; Unexpected `72`"
+        );
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some(text.as_str()));
+        let wrong = super::wrong_protocol("redis", "127.0.0.1:80", "Redis", text);
+        assert_eq!(wrong.kind(), ErrorKind::Configuration);
+        assert!(!wrong.to_string().contains('\n'), "{wrong}");
+    }
 
     #[test]
     fn a_cause_is_found_inside_io_errors_and_shared_wrappers() {
