@@ -1821,3 +1821,58 @@ async fn busy_and_timeout_messages_name_the_key_as_typed() {
         );
     }
 }
+
+/// A configured copy takes locks with its own options (TTL and holder here) and
+/// shares the rest: a key the copy holds is this client's to the original, and the
+/// original's `flush` waits for the copy's background release.
+#[tokio::test(start_paused = true)]
+async fn a_configured_copy_has_its_own_options_and_shares_the_rest() {
+    let (memory, client) = setup(LockOptions::default());
+    let job = distlock_core::Holder::new("job-42").expect("a holder");
+    let short = client
+        .options()
+        .clone()
+        .with_ttl(Duration::from_secs(4))
+        .with_holder(job.clone());
+    let copy = client.configured(short).expect("valid options");
+    assert_eq!(copy.options().ttl(), Duration::from_secs(4));
+    assert_eq!(client.options().ttl(), Duration::from_secs(30), "unchanged");
+
+    let guard = copy.lock("k", TTL).await.expect("granted");
+    let key = LockKey::new("k").expect("key");
+    let info = memory.inspect(&key).await.expect("inspect").expect("held");
+    assert_eq!(info.holder.as_ref(), Some(&job));
+    assert!(
+        info.remaining <= Duration::from_secs(4),
+        "{:?}",
+        info.remaining
+    );
+
+    let busy = client.try_lock("k").await.expect("no backend error");
+    assert_eq!(busy.err().map(|b| b.reason()), Some(BusyReason::ThisClient));
+
+    drop(guard);
+    client.flush().await;
+    assert_eq!(memory.inspect(&key).await.expect("inspect"), None);
+}
+
+/// A configured copy's options are checked and fitted as a new client's: the same
+/// configuration errors, and the original keeps working.
+#[tokio::test(start_paused = true)]
+async fn a_configured_copy_is_checked_as_a_new_client_is() {
+    let (memory, client) = setup(LockOptions::default());
+    let backend: Arc<DynLockBackend> = Arc::new(memory);
+    for options in [
+        LockOptions::default().with_ttl(Duration::ZERO),
+        LockOptions::default()
+            .with_hold_at_least(Duration::from_secs(10))
+            .with_hold_at_most(Duration::from_secs(5)),
+    ] {
+        let copied = client.configured(options.clone()).expect_err("refused");
+        let new = LockClient::with_options(backend.clone(), options).expect_err("refused");
+        assert_eq!(copied.kind(), ErrorKind::Configuration, "{copied}");
+        assert_eq!(copied.to_string(), new.to_string());
+    }
+    let guard = client.try_lock("k").await.expect("no error").expect("free");
+    guard.release().await.expect("released");
+}

@@ -109,6 +109,36 @@ fn fit_hold_at_least(backend: &DynLockBackend, options: LockOptions) -> Result<L
     Ok(options)
 }
 
+/// `options` as `backend` can keep them: checked, the TTL fitted to what it grants
+/// (logged at debug where it differs), fair mode only where it has one, and the
+/// least hold fitted ([`fit_hold_at_least`]).
+fn fitted(backend: &DynLockBackend, options: LockOptions) -> Result<LockOptions> {
+    options.validate()?;
+    let asked = options.ttl();
+    let ttl = backend
+        .capabilities()
+        .fit_ttl(asked)
+        .map_err(|e| Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e))?;
+    let options = if ttl == asked {
+        options
+    } else {
+        debug!(
+            backend = backend.name(),
+            ?asked,
+            granted = ?ttl,
+            "the ttl is fitted to what the backend grants"
+        );
+        options.with_ttl(ttl)
+    };
+    if options.fair() && backend.fair().is_none() {
+        return Err(Error::new(
+            ErrorKind::Configuration,
+            format!("the {} backend has no fair mode", backend.name()),
+        ));
+    }
+    fit_hold_at_least(backend, options)
+}
+
 /// The instant `wait` from now; a wait too long to count (`Duration::MAX`, say) is a
 /// wait of a century, never an overflow.
 pub(crate) fn deadline_after(wait: Duration) -> Instant {
@@ -364,29 +394,7 @@ impl LockClient {
         options: LockOptions,
         breaker: Option<Arc<Breaker>>,
     ) -> Result<Self> {
-        options.validate()?;
-        let asked = options.ttl();
-        let ttl = backend.capabilities().fit_ttl(asked).map_err(|e| {
-            Error::new(ErrorKind::Configuration, e.message().to_owned()).with_source(e)
-        })?;
-        let options = if ttl == asked {
-            options
-        } else {
-            debug!(
-                backend = backend.name(),
-                ?asked,
-                granted = ?ttl,
-                "the ttl is fitted to what the backend grants"
-            );
-            options.with_ttl(ttl)
-        };
-        if options.fair() && backend.fair().is_none() {
-            return Err(Error::new(
-                ErrorKind::Configuration,
-                format!("the {} backend has no fair mode", backend.name()),
-            ));
-        }
-        let options = fit_hold_at_least(&backend, options)?;
+        let options = fitted(&backend, options)?;
         telemetry::describe();
         Ok(LockClient {
             raw: backend.clone(),
@@ -396,6 +404,46 @@ impl LockClient {
             starts: Starts::default(),
             background: Background::default(),
             breaker,
+        })
+    }
+
+    /// This client with other `options`, for one call or a few: the same backend,
+    /// breaker, background releases ([`flush`](Self::flush) waits for both clients'),
+    /// and in-process turns of keys (a key this client holds is busy to the copy
+    /// too, as to any clone), with only the options different. Cheap: nothing is
+    /// connected or started. For a job whose maximum runtime is longer than the
+    /// client's TTL is meant for, or that names a holder of its own:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use distlock_core::{LockClient, MemoryBackend};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock_core::Result<()> {
+    /// let client = LockClient::new(Arc::new(MemoryBackend::new())); // a 30 s TTL
+    /// let monthly = client.options().clone().with_ttl(Duration::from_secs(600));
+    /// let guard = client
+    ///     .configured(monthly)?
+    ///     .lock("reports/monthly", Duration::from_secs(5))
+    ///     .await?;
+    /// assert!(guard.valid_until() > Instant::now() + Duration::from_secs(500));
+    /// // The client's own options are unchanged.
+    /// assert_eq!(client.options().ttl(), Duration::from_secs(30));
+    /// guard.release().await
+    /// # }
+    /// ```
+    ///
+    /// The options are fitted and checked for the backend as
+    /// [`with_options`](Self::with_options) does them (the same errors); their
+    /// circuit-breaker setting is not read: the copy keeps this client's breaker, or
+    /// none.
+    pub fn configured(&self, options: LockOptions) -> Result<LockClient> {
+        let options = fitted(&self.raw, options)?;
+        Ok(LockClient {
+            options,
+            ..self.clone()
         })
     }
 
