@@ -35,7 +35,7 @@ use axum::Router;
 use distlock::postgres::fenced::{self, FencedTable};
 use distlock::postgres::sqlx::{self, PgPool, Row};
 use distlock::postgres::{PostgresBackend, PostgresConfig};
-use distlock::tower::{Acquire, Held, LockLayer};
+use distlock::tower::{path_param, Acquire, Held, LockLayer};
 use distlock::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -99,11 +99,9 @@ async fn deposit(
     Ok(format!("{}\n", balance + amount))
 }
 
-/// The lock a request runs under: its account's.
+/// The lock a request runs under: its account's, the route's `{id}`.
 fn account_key(request: &Request) -> Option<String> {
-    let rest = request.uri().path().strip_prefix("/accounts/")?;
-    let id = rest.split('/').next()?;
-    Some(format!("accounts/{id}"))
+    path_param(request, "id").map(|id| format!("accounts/{id}"))
 }
 
 /// The service's routes, without the lock.

@@ -33,7 +33,7 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use axum::{routing::post, Router};
-//! use distlock::tower::{Acquire, Held, LockLayer};
+//! use distlock::tower::{path_param, Acquire, Held, LockLayer};
 //! use distlock::{LockClient, MemoryBackend};
 //!
 //! async fn settle(held: Held) -> String {
@@ -44,8 +44,8 @@
 //! let locks = LockClient::new(Arc::new(MemoryBackend::new()));
 //! let app: Router = Router::new().route("/accounts/{id}/settle", post(settle)).layer(
 //!     LockLayer::new(locks, Acquire::Wait(Duration::from_secs(2)), |req: &axum::extract::Request| {
-//!         // One key per account: the path's account.
-//!         req.uri().path().strip_prefix("/accounts/").and_then(|rest| rest.split('/').next()).map(|id| format!("accounts/{id}"))
+//!         // One key per account: the route's `{id}` (the `axum` feature's `path_param`).
+//!         path_param(req, "id").map(|id| format!("accounts/{id}"))
 //!     }),
 //! );
 //! # let _ = app;
@@ -471,6 +471,42 @@ fn body_of<ResBody: Default + 'static>(kind: ErrorKind) -> ResBody {
     {
         let _ = kind;
         ResBody::default()
+    }
+}
+
+/// With the `axum` feature: the value of the path parameter `name` of the route axum
+/// matched for `request` (`"42"` of `/accounts/42` on the route `/accounts/{id}`),
+/// percent-decoded, for a [`LockLayer`]'s key function.
+///
+/// axum matches the route before the layers it applies run: a layer added with
+/// `Router::layer`, `Router::route_layer` or a method router's `layer` sees the
+/// parameters. A layer around the router as a whole service (a `ServiceBuilder` in
+/// front of it, or `LockLayer::layer(router)`) runs before the match and sees none:
+/// `None`, logged as a warning, and the request then runs without a lock unless the
+/// key function answers a key of its own. The layer's tests check both placements.
+#[cfg(feature = "axum")]
+pub fn path_param<B>(request: &Request<B>, name: &str) -> Option<String> {
+    use axum::extract::RawPathParams;
+    use axum_core::extract::FromRequestParts;
+    use futures_util::FutureExt;
+
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.extensions = request.extensions().clone();
+    // The extractor reads the extensions only: it is ready at once.
+    let params = RawPathParams::from_request_parts(&mut parts, &()).now_or_never();
+    match params {
+        Some(Ok(params)) => params
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_owned()),
+        _ => {
+            tracing::warn!(
+                parameter = name,
+                "no path parameters on the request: a layer that reads them must wrap \
+                 the route (route_layer), not the router"
+            );
+            None
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! distlock in an axum service, on real Redis and PostgreSQL servers: the lock layer
 //! serialises the requests of one key and hands each its fence, a busy key is answered
 //! 423 with a bounded `Retry-After` and the kind as its body, a key the request makes
-//! invalid 400, and a limit shared by two app instances is never exceeded.
+//! invalid 400, and a limit shared by two app instances is never exceeded; and a key
+//! made of the matched route's path parameter.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -446,4 +447,60 @@ async fn a_lost_lock_cuts_the_request_short_and_unkeyed_requests_pass() {
     let bare = Router::new().route("/", post(|_held: Held| async { "held" }));
     let rejected = bare.oneshot(post_to("/")).await.expect("infallible");
     assert_eq!(rejected.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+/// The key function reads the matched route's path parameter (`path_param`), decoded,
+/// where the layer wraps the route; two requests for one account meet on its key,
+/// another account's runs beside them. A layer on the whole router sees no parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_from_the_routes_path_parameter() {
+    use distlock::tower::path_param;
+    let client = LockClient::new(Arc::new(distlock::MemoryBackend::new()));
+    let by_id = |request: &Request| path_param(request, "id").map(|id| format!("accounts/{id}"));
+    async fn slow(held: Held) -> String {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        held.key().as_str().to_owned()
+    }
+    let routed = Router::new()
+        .route("/accounts/{id}/settle", post(slow))
+        .route_layer(LockLayer::new(client.clone(), Acquire::Try, by_id));
+    let first = tokio::spawn(routed.clone().oneshot(post_to("/accounts/a%2Fb/settle")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let same = routed
+        .clone()
+        .oneshot(post_to("/accounts/a%2Fb/settle"))
+        .await;
+    let other = routed.clone().oneshot(post_to("/accounts/c/settle")).await;
+    let first = first.await.expect("joined").expect("answered");
+    assert_eq!(first.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(first.into_body(), 1024)
+        .await
+        .expect("body");
+    assert_eq!(body, "accounts/a/b", "the parameter, percent-decoded");
+    assert_eq!(same.expect("answered").status(), StatusCode::LOCKED);
+    assert_eq!(other.expect("answered").status(), StatusCode::OK);
+
+    // `Router::layer` wraps each route too: the parameter is there.
+    let layered = Router::new()
+        .route("/accounts/{id}/settle", post(slow))
+        .layer(LockLayer::new(client.clone(), Acquire::Try, by_id));
+    let answer = layered
+        .oneshot(post_to("/accounts/d/settle"))
+        .await
+        .expect("answered");
+    let body = axum::body::to_bytes(answer.into_body(), 1024)
+        .await
+        .expect("body");
+    assert_eq!(body, "accounts/d");
+
+    // A layer around the router as a whole runs before the match: no parameter, so no
+    // key and no lock, and the handler's `Held` is refused as a server error.
+    use tower::Layer as _;
+    let router = Router::new().route("/accounts/{id}/settle", post(slow));
+    let outside = LockLayer::new(client, Acquire::Try, by_id).layer(router);
+    let answer = outside
+        .oneshot(post_to("/accounts/a/settle"))
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
 }
