@@ -12,6 +12,7 @@ compile_error!(
      with signals; use the distlock library crates on other platforms"
 );
 
+mod elect;
 mod run;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -131,6 +132,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Campaigns in the election NAME with VALUE (an address, say), prints the term
+    /// once elected, and leads until SIGINT, SIGTERM or SIGHUP, then resigns and exits
+    /// 0; exits 75 if the term is lost, and 1 if --wait runs out first (etcdctl's
+    /// `elect NAME PROPOSAL`).
+    Elect {
+        /// The election's name.
+        name: String,
+        /// The value the leader is known by: `observe` and the election's leader show it.
+        value: String,
+        /// How long to wait to be elected; without it, as long as it takes.
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+        /// The term's lease TTL: how long the election stays led by a distlock that
+        /// vanished. It is renewed every third of it.
+        #[arg(long, value_parser = parse_duration, default_value = "30s")]
+        ttl: Duration,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints the election NAME's leader, then every term and vacancy in order, one
+    /// line each, until SIGINT, SIGTERM or SIGHUP, or --count lines (etcdctl's
+    /// `elect -l NAME`).
+    Observe {
+        /// The election's name.
+        name: String,
+        /// Stop after this many lines.
+        #[arg(long)]
+        count: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes the completion script of SHELL to stdout, e.g.
     /// `distlock completions bash > /etc/bash_completion.d/distlock`.
     Completions {
@@ -202,7 +236,7 @@ pub(crate) fn say(message: impl std::fmt::Display) {
 
 /// What an operator's command on `memory://` says first: that backend lives in this
 /// process alone.
-const MEMORY_IS_PER_PROCESS: &str = "note: memory:// is this command's own in-memory backend: it holds only what this process locks, so inspect, list and force-release never see another process's locks";
+const MEMORY_IS_PER_PROCESS: &str = "note: memory:// is this command's own in-memory backend: it holds only what this process locks, so inspect, list, force-release and observe never see another process's locks or elections";
 
 /// The exit code of an error: its kind decides.
 pub(crate) fn code_of(error: &Error) -> u8 {
@@ -299,6 +333,8 @@ async fn dispatch(cli: Cli) -> u8 {
         Command::Run(args) => Some(args.key.as_str()),
         Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
         Command::List { .. }
+        | Command::Elect { .. }
+        | Command::Observe { .. }
         | Command::Health { .. }
         | Command::Migrate { .. }
         | Command::Completions { .. } => None,
@@ -319,11 +355,25 @@ async fn dispatch(cli: Cli) -> u8 {
     };
     // An operator's calls go through a client, as a service's would.
     let operator = || LockClient::new(backend.clone());
-    if url.starts_with("memory:") && !matches!(cli.command, Command::Run(_)) {
+    if url.starts_with("memory:") && !matches!(cli.command, Command::Run(_) | Command::Elect { .. })
+    {
         say(MEMORY_IS_PER_PROCESS);
     }
     let result = match (cli.command, key) {
         (Command::Run(args), _) => return run::run(backend, args).await,
+        (
+            Command::Elect {
+                name,
+                value,
+                wait,
+                ttl,
+                json,
+            },
+            _,
+        ) => return elect::elect(backend, &name, &value, wait, ttl, json).await,
+        (Command::Observe { name, count, json }, _) => {
+            return elect::observe(backend, &name, count, json).await
+        }
         (Command::Inspect { json, .. }, Some(key)) => inspect(&operator(), &key, json).await,
         (Command::List { prefix, json }, _) => list(&operator(), prefix.as_deref(), json).await,
         (Command::ForceRelease { yes, .. }, Some(key)) => {
@@ -332,7 +382,7 @@ async fn dispatch(cli: Cli) -> u8 {
         (Command::Health { .. } | Command::Migrate { .. } | Command::Completions { .. }, _) => {
             unreachable!("answered before connecting")
         }
-        (_, None) => unreachable!("every command but list and health has a key"),
+        (_, None) => unreachable!("every command but list, elect, observe and health has a key"),
     };
     result.unwrap_or_else(|e| failed(&e))
 }

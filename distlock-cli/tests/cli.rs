@@ -129,7 +129,73 @@ async fn end_to_end(server: &'static dyn Server) {
     a_paused_server_stops_the_command(&url, &dir, &handle).await;
     health_answers_and_fails_while_the_server_is_down(server.backend_name(), &url, &handle).await;
     refused_credentials_and_migrations(server, &url, &handle).await;
+    elect_and_observe(&url).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The next line `child` prints, as JSON, within 30 s.
+async fn next_json(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a line within 30 s")
+        .expect("stdout")
+        .expect("a line before the end");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// `elect` leads until SIGTERM and then resigns (exit 0); a second campaign is not
+/// elected while it leads (exit 1 at its --wait); `observe` prints the leader, then the
+/// vacancy the resignation leaves.
+async fn elect_and_observe(url: &str) {
+    use tokio::io::AsyncBufReadExt;
+    let name = "cli-election";
+    let mut leader = distlock(url, &["elect", name, "10.0.0.1:80", "--json"])
+        .spawn()
+        .expect("spawn");
+    let out = leader.stdout.take().expect("stdout");
+    let mut said = tokio::io::BufReader::new(out).lines();
+    let elected = next_json(&mut said).await;
+    assert_eq!(elected["event"], "elected", "{elected}");
+    assert_eq!(elected["value"], "10.0.0.1:80", "{elected}");
+
+    let second = finish(url, &["elect", name, "10.0.0.2:80", "--wait", "1s"]).await;
+    assert_eq!(code(&second), 1, "{}", stderr(&second));
+    assert!(
+        stderr(&second).contains("not elected"),
+        "{}",
+        stderr(&second)
+    );
+
+    let mut observer = distlock(url, &["observe", name, "--count", "2", "--json"])
+        .spawn()
+        .expect("spawn");
+    let out = observer.stdout.take().expect("stdout");
+    let mut seen = tokio::io::BufReader::new(out).lines();
+    let first = next_json(&mut seen).await;
+    assert_eq!(first["event"], "elected", "{first}");
+    assert_eq!(first["value"], "10.0.0.1:80", "{first}");
+    assert_eq!(first["term"], elected["term"], "{first}");
+
+    let pid = leader.id().expect("a pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signalled");
+    let resigned = timeout(Duration::from_secs(30), leader.wait())
+        .await
+        .expect("exits within 30 s")
+        .expect("status");
+    assert_eq!(resigned.code(), Some(0));
+    let vacant = next_json(&mut seen).await;
+    assert_eq!(vacant["event"], "vacant", "{vacant}");
+    let done = timeout(Duration::from_secs(30), observer.wait())
+        .await
+        .expect("exits after its count")
+        .expect("status");
+    assert_eq!(done.code(), Some(0));
 }
 
 /// `examples/cron/reports.cron`'s command line, as cron would run it on two hosts at
