@@ -8,7 +8,7 @@
 # no official image: the harness always runs it from this one. Each server's own
 # client is in it too (redis-cli, pg_isready and psql, mariadb-admin and mariadb, etcdctl): the harness checks
 # readiness and kills connections with them, inside the container. Where the harness
-# puts certificates under /tls, Redis, PostgreSQL and etcd serve TLS only.
+# puts certificates under /tls, Redis, PostgreSQL, MariaDB and etcd serve TLS only.
 #
 # Usage: scripts/build-images.sh [--force]
 # Needs: root, docker, debootstrap (installed from Debian's packages when missing).
@@ -144,6 +144,16 @@ CREATE USER 'root'@'%' IDENTIFIED BY '$PW';
 GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION;
 CREATE DATABASE IF NOT EXISTS \`${MARIADB_DATABASE:-distlock}\`;
 SQL
+fi
+# With certificates under /tls (the harness's TLS servers): TLS only, as a managed
+# MySQL service that requires it (require_secure_transport).
+if [ -f /tls/server.pem ]; then
+  mkdir -p /etc/mysql/tls
+  cp /tls/ca.pem /tls/server.pem /tls/server.key /etc/mysql/tls/
+  chown -R mysql:mysql /etc/mysql/tls
+  chmod 600 /etc/mysql/tls/server.key
+  set -- --ssl-ca=/etc/mysql/tls/ca.pem --ssl-cert=/etc/mysql/tls/server.pem \
+    --ssl-key=/etc/mysql/tls/server.key --require-secure-transport=ON "$@"
 fi
 exec mariadbd --user=mysql --datadir="$DATA" --bind-address=0.0.0.0 --port=3306 \
   --max-connections=500 --innodb-flush-log-at-trx-commit=1 "$@"

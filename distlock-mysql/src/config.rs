@@ -4,10 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use distlock_core::backend::{ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint, Options};
 use distlock_core::{Error, Result};
 use distlock_sql::Common;
-use sqlx::mysql::MySqlConnectOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 
 /// The URL schemes this backend serves.
 pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
@@ -42,10 +42,21 @@ pub const DEFAULT_PORT: u16 = 3306;
 ///   seconds), `acquire_timeout_ms` (default 3000) each wait for a pooled connection,
 ///   connecting included.
 ///
-/// TLS is not in this version: a URL's connections are plain text (sqlx's
-/// `ssl-mode=DISABLED`, never its unverified `PREFERRED`), and the server must accept
-/// them. A typed config keeps the `MySqlConnectOptions` it was given as they are. Any
-/// other option is a configuration error that names it and lists the valid ones.
+/// TLS, as on the other backends (this crate's `tls` feature, through rustls):
+///
+/// - `ca_file`, `cert_file` and `key_file` (PEM files): `ca_file` alone checks the
+///   server's certificate against the CA and the URL's host (`ssl-mode=VERIFY_IDENTITY`
+///   unless `ssl-mode` says otherwise); `cert_file` and `key_file` present a client
+///   certificate. sqlx's names `ssl-ca`, `ssl-cert` and `ssl-key` are accepted too;
+/// - `ssl-mode` is `VERIFY_IDENTITY` (the certificate and the host), `VERIFY_CA` (the
+///   certificate only) or `DISABLED`; `REQUIRED` and `PREFERRED`, which do not check
+///   the certificate (and `PREFERRED` falls back to plain text), are refused unless
+///   `insecure_tls=true` says so;
+/// - without any of them the connection is plain text (`DISABLED`, never sqlx's
+///   unverified default `PREFERRED`), and the server must accept it.
+///
+/// A typed config keeps the `MySqlConnectOptions` it was given as they are. Any other
+/// option is a configuration error that names it and lists the valid ones.
 /// `Debug` and errors show the URL with its password replaced by `***`.
 #[derive(Clone)]
 pub struct MySqlConfig {
@@ -54,6 +65,73 @@ pub struct MySqlConfig {
     pub(crate) password: Option<String>,
     pub(crate) common: Common,
     pub(crate) purge_after: Duration,
+}
+
+/// A URL's TLS settings (see [`MySqlConfig`]).
+struct Tls {
+    mode: MySqlSslMode,
+    ca_file: Option<String>,
+    client: Option<(String, String)>,
+}
+
+impl Tls {
+    /// Takes the TLS options out of `options`: verified or absent, unless
+    /// `insecure_tls=true` says otherwise.
+    fn read(options: &mut Options) -> Result<Self> {
+        let mut either = |ours: &'static str, sqlx: &'static str| -> Result<Option<String>> {
+            match (options.take(ours)?, options.take(sqlx)?) {
+                (Some(_), Some(_)) => Err(config_error(format!(
+                    "{ours} and {sqlx} are one setting: give one of them"
+                ))),
+                (ours, sqlx) => Ok(ours.or(sqlx)),
+            }
+        };
+        let ca_file = either("ca_file", "ssl-ca")?;
+        let cert_file = either("cert_file", "ssl-cert")?;
+        let key_file = either("key_file", "ssl-key")?;
+        let mode = options.take("ssl-mode")?;
+        let insecure = options.flag("insecure_tls")? == Some(true);
+        let mode = match mode.as_deref().map(str::to_ascii_uppercase).as_deref() {
+            None if ca_file.is_some() || cert_file.is_some() => MySqlSslMode::VerifyIdentity,
+            None | Some("DISABLED") => MySqlSslMode::Disabled,
+            Some("VERIFY_IDENTITY") => MySqlSslMode::VerifyIdentity,
+            Some("VERIFY_CA") => MySqlSslMode::VerifyCa,
+            Some("REQUIRED") if insecure => MySqlSslMode::Required,
+            Some("PREFERRED") if insecure => MySqlSslMode::Preferred,
+            Some(unchecked @ ("REQUIRED" | "PREFERRED")) => {
+                return Err(config_error(format!(
+                    "ssl-mode={unchecked} encrypts without checking the server's certificate (and PREFERRED falls back to plain text): use ssl-mode=VERIFY_IDENTITY (with ca_file, or the roots sqlx trusts), or say insecure_tls=true to accept a server nobody checked"
+                )))
+            }
+            Some(other) => {
+                return Err(config_error(format!(
+                    "ssl-mode must be VERIFY_IDENTITY, VERIFY_CA, DISABLED, or REQUIRED or PREFERRED with insecure_tls=true, not {other:?}"
+                )))
+            }
+        };
+        let client = match (cert_file, key_file) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => return Err(config_error("cert_file and key_file go together")),
+        };
+        Ok(Tls {
+            mode,
+            ca_file,
+            client,
+        })
+    }
+
+    /// `connect` with these settings.
+    fn apply(self, connect: MySqlConnectOptions) -> MySqlConnectOptions {
+        let mut connect = connect.ssl_mode(self.mode);
+        if let Some(ca) = &self.ca_file {
+            connect = connect.ssl_ca(ca);
+        }
+        if let Some((cert, key)) = &self.client {
+            connect = connect.ssl_client_cert(cert).ssl_client_key(key);
+        }
+        connect
+    }
 }
 
 /// The longest table name: MySQL's 64 less the longest suffix the backend adds
@@ -103,6 +181,7 @@ impl MySqlConfig {
         let mut common = Common::default();
         common.read("mysql", &mut options)?;
         let purge_after = options.millis("purge_after_ms")?;
+        let tls = Tls::read(&mut options)?;
         options.finish()?;
 
         let database = url.path.strip_prefix('/').unwrap_or(&url.path);
@@ -112,14 +191,11 @@ impl MySqlConfig {
                  the database the lock tables live in"
             )));
         }
-        // No TLS in this version, and said so: sqlx's default (`PREFERRED`) would try
-        // TLS without checking the server's certificate wherever sqlx was built with
-        // TLS (another crate's feature is enough), and fall back to plain text.
-        let mut connect = MySqlConnectOptions::new()
+        let connect = MySqlConnectOptions::new()
             .host(&endpoint.host)
             .port(endpoint.port)
-            .database(database)
-            .ssl_mode(sqlx::mysql::MySqlSslMode::Disabled);
+            .database(database);
+        let mut connect = tls.apply(connect);
         if let Some(user) = &url.user {
             connect = connect.username(user);
         }
@@ -185,10 +261,48 @@ mod tests {
 
     /// A URL never asks for TLS that is not verified: sqlx's default would.
     #[test]
-    fn a_url_asks_for_no_unverified_tls() {
-        let config = MySqlConfig::from_url("mysql://app:pw@db/locks").expect("url");
-        let shown = format!("{:?}", config.connect);
-        assert!(shown.contains("Disabled"), "{shown}");
+    fn tls_is_verified_or_absent_unless_insecure_tls_says_so() {
+        let mode = |url: &str| {
+            let config = MySqlConfig::from_url(url).expect(url);
+            format!("{:?}", config.connect.get_ssl_mode())
+        };
+        assert_eq!(mode("mysql://app:pw@db/locks"), "Disabled");
+        assert_eq!(
+            mode("mysql://app:pw@db/locks?ca_file=/ca.pem"),
+            "VerifyIdentity"
+        );
+        assert_eq!(
+            mode("mysql://app:pw@db/locks?ssl-ca=/ca.pem"),
+            "VerifyIdentity"
+        );
+        assert_eq!(
+            mode("mysql://app:pw@db/locks?ca_file=/ca.pem&ssl-mode=verify_ca"),
+            "VerifyCa"
+        );
+        for unchecked in ["REQUIRED", "PREFERRED"] {
+            let url = format!("mysql://app:pw@db/locks?ssl-mode={unchecked}");
+            let refused = MySqlConfig::from_url(&url).expect_err("unchecked");
+            assert!(
+                refused.to_string().contains("insecure_tls=true"),
+                "{refused}"
+            );
+            let accepted = format!("{url}&insecure_tls=true");
+            assert_eq!(mode(&accepted).to_uppercase(), unchecked);
+        }
+        for (url, says) in [
+            (
+                "mysql://app:pw@db/locks?ssl-mode=SOMETIMES",
+                "ssl-mode must be",
+            ),
+            ("mysql://app:pw@db/locks?cert_file=/c.pem", "go together"),
+            (
+                "mysql://app:pw@db/locks?ca_file=/a&ssl-ca=/b",
+                "one setting",
+            ),
+        ] {
+            let refused = MySqlConfig::from_url(url).expect_err(url);
+            assert!(refused.to_string().contains(says), "{url}: {refused}");
+        }
     }
 
     #[test]

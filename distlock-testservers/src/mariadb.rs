@@ -73,6 +73,38 @@ impl Server for MariaDb {
         .with_env_vars([("MYSQL_PWD", password)])
     }
 
+    fn tls_url(
+        &self,
+        host_port: u16,
+        password: &str,
+        _: &crate::TlsMaterial,
+        ca_file: &std::path::Path,
+    ) -> Option<String> {
+        Some(format!(
+            "{}?ca_file={}",
+            self.url(host_port, password),
+            ca_file.display()
+        ))
+    }
+
+    fn tls_ready_check(&self, password: &str) -> Option<ExecCommand> {
+        // The server takes TLS connections only (require_secure_transport); the check
+        // asks for TLS without checking the certificate: it checks the server answers.
+        Some(
+            ExecCommand::new([
+                "mariadb-admin",
+                "ping",
+                "--protocol=tcp",
+                "--ssl",
+                "-h",
+                "127.0.0.1",
+                "-u",
+                "root",
+            ])
+            .with_env_vars([("MYSQL_PWD", password)]),
+        )
+    }
+
     fn connection_kill(&self, password: &str) -> ConnectionKill {
         // Every client connection but the kill's own (and the server's own threads),
         // then the count alone on standard output.

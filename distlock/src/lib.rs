@@ -5,7 +5,7 @@
 //! network backend is an opt-in cargo feature, as in sqlx: `redis` (module
 //! [`redis`]), `postgres` (module [`postgres`]), `mysql` (module [`mysql`], MySQL and
 //! MariaDB), `etcd` (module [`etcd`]) and `zookeeper` (module [`zookeeper`]); redis,
-//! postgres and etcd each with a `-tls` variant. Add only what you use (`cargo add distlock --features
+//! postgres, mysql and etcd each with a `-tls` variant. Add only what you use (`cargo add distlock --features
 //! redis`): the etcd backend needs `protoc` at build time, and the others do not.
 //!
 //! ```
