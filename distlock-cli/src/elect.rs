@@ -11,8 +11,8 @@ use distlock::{
 };
 use futures_util::StreamExt;
 use std::sync::Arc;
-use tokio::signal::unix::{signal, SignalKind};
 
+use crate::signals::Signals;
 use crate::{exit, failed, say};
 
 /// `distlock elect NAME VALUE`: campaigns, prints the term once elected, and leads
@@ -35,13 +35,7 @@ pub(crate) async fn elect(
         Err(e) => return failed(&e),
     };
     // Signals are taken before the campaign, so that one during the wait ends it too.
-    let mut stops = match Stops::new() {
-        Ok(stops) => stops,
-        Err(e) => {
-            say(format_args!("error: cannot take signals: {e}"));
-            return exit::UNAVAILABLE;
-        }
-    };
+    let mut stops = Signals::new();
     let campaign = election.campaign(value, wait.unwrap_or(Duration::MAX));
     let leadership = tokio::select! {
         won = campaign => match won {
@@ -52,7 +46,7 @@ pub(crate) async fn elect(
             }
             Err(e) => return failed(&e),
         },
-        () = stops.next() => return 0,
+        _ = stops.next() => return 0,
     };
     let term = Term {
         fence: leadership.fence(),
@@ -68,7 +62,7 @@ pub(crate) async fn elect(
             client.flush().await;
             exit::LOST
         }
-        () = stops.next() => {
+        _ = stops.next() => {
             let resigned = leadership.resign().await;
             election.flush().await;
             match resigned {
@@ -92,19 +86,13 @@ pub(crate) async fn observe(
         Ok(election) => election,
         Err(e) => return failed(&e),
     };
-    let mut stops = match Stops::new() {
-        Ok(stops) => stops,
-        Err(e) => {
-            say(format_args!("error: cannot take signals: {e}"));
-            return exit::UNAVAILABLE;
-        }
-    };
+    let mut stops = Signals::new();
     let mut observations = election.observe();
     let mut printed = 0;
     while count.is_none_or(|count| printed < count) {
         let item = tokio::select! {
             item = observations.next() => item,
-            () = stops.next() => return 0,
+            _ = stops.next() => return 0,
         };
         match item {
             Some(Ok(observation)) => {
@@ -179,31 +167,5 @@ fn print_term(name: &str, event: &str, term: Option<&Term<'_>>, json: bool) {
             println!("{name}: missed (terms the backend no longer keeps)")
         }
         None => println!("{name}: {event}"),
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP, as one stream of stops.
-struct Stops {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl Stops {
-    fn new() -> std::io::Result<Self> {
-        Ok(Stops {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next stop.
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-            _ = self.hangup.recv() => {}
-        }
     }
 }

@@ -14,6 +14,7 @@ compile_error!(
 
 mod elect;
 mod run;
+mod signals;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;

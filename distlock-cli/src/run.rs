@@ -5,6 +5,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::signals::Signals;
 use distlock::{
     format_duration, DynLockBackend, ErrorKind, Holder, LockClient, LockGuard, LockOptions,
     LossReason,
@@ -12,7 +13,6 @@ use distlock::{
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{exit, failed, say, RunArgs};
 
@@ -287,38 +287,6 @@ fn code_of(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
         (None, None) => exit::UNAVAILABLE,
-    }
-}
-
-/// The signals distlock passes on to its command.
-struct Signals {
-    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
-}
-
-impl Signals {
-    fn new() -> Self {
-        let wanted = [
-            (Signal::SIGINT, SignalKind::interrupt()),
-            (Signal::SIGTERM, SignalKind::terminate()),
-            (Signal::SIGHUP, SignalKind::hangup()),
-        ];
-        let streams = wanted
-            .into_iter()
-            .filter_map(|(name, kind)| signal(kind).ok().map(|s| (name, s)))
-            .collect();
-        Signals { streams }
-    }
-
-    /// The next signal received; pending forever if none can be.
-    async fn next(&mut self) -> Option<Signal> {
-        if self.streams.is_empty() {
-            return std::future::pending().await;
-        }
-        let waits = self.streams.iter_mut().map(|(name, stream)| {
-            let name = *name;
-            Box::pin(async move { stream.recv().await.map(|()| name) })
-        });
-        futures_util::future::select_all(waits).await.0
     }
 }
 
