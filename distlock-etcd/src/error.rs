@@ -92,7 +92,11 @@ fn not_http2(answer: &[u8]) -> bool {
 pub(crate) async fn connect_error(config: &EtcdConfig, e: EtcdError) -> Error {
     let foreign = if foreign_answer(&e) {
         Some((config.endpoint_list(), String::new()))
-    } else if config.tls || connection_refused(&e) || timed_out_in_client(&e) {
+    } else if config.tls
+        || connection_refused(&e)
+        || timed_out_in_client(&e)
+        || !connection_broke(&e)
+    {
         None
     } else {
         let mut found = None;
@@ -128,6 +132,22 @@ pub(crate) async fn connect_error(config: &EtcdConfig, e: EtcdError) -> Error {
         "etcd (gRPC over HTTP/2)",
         config.scrub(format!("{said}{}", one_line(&detail))),
     )
+}
+
+/// Whether the connection broke under the request, with no answer the driver could
+/// read (a status made in this process from a transport error, or the request
+/// cancelled as its connection closed): the one kind of failure whose cause a probe
+/// may tell. An answer of the server's (refused credentials, say) is not probed.
+fn connection_broke(e: &EtcdError) -> bool {
+    match e {
+        EtcdError::TransportError(_) | EtcdError::IoError(_) => true,
+        EtcdError::GRpcStatus(s) => match s.code() {
+            Code::Unknown => std::error::Error::source(s).is_some(),
+            Code::Cancelled | Code::Unavailable | Code::Internal => true,
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// `text`'s first line.

@@ -33,11 +33,12 @@ impl Probe {
 }
 
 /// Connects to `endpoint` (`host:port`) over plain TCP, sends `hello`, and reads the
-/// first bytes of the answer, all within `within` (an answer shorter than 64 bytes is
-/// had when that time ends, or sooner, when the server closes the connection). Use it only where a connection
-/// already failed and only on an endpoint without TLS (a TLS server's answer to
-/// plain bytes tells nothing), with a `hello` the backend's own server answers in a
-/// way the backend can tell (or, where it closes without a word, never answers).
+/// first bytes of the answer, all within `within`: an answer shorter than 64 bytes is
+/// had when the server closes the connection, or else when that time ends. Use it
+/// only where a connection already failed, and only on an endpoint without TLS (a
+/// TLS server's answer to plain bytes tells nothing), with a `hello` the backend's own
+/// server answers in a way the backend can tell (or, where it closes without a word,
+/// never answers).
 pub async fn probe_endpoint(endpoint: &str, hello: &[u8], within: Duration) -> Probe {
     let deadline = tokio::time::Instant::now() + within;
     let connect = tokio::net::TcpStream::connect(endpoint);
