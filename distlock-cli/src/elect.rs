@@ -3,6 +3,7 @@
 //! terms where the backend has permits, over a lease elsewhere: see
 //! `distlock::Election`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{
@@ -10,14 +11,14 @@ use distlock::{
     Observation,
 };
 use futures_util::StreamExt;
-use std::sync::Arc;
 
 use crate::signals::Signals;
 use crate::{exit, failed, say};
 
 /// `distlock elect NAME VALUE`: campaigns, prints the term once elected, and leads
 /// until SIGINT, SIGTERM or SIGHUP (then resigns, exit 0), or until the term is lost
-/// (exit 75). A `wait` that runs out first exits 1, as a busy `run` does.
+/// (exit 75). A `wait` that runs out first exits 1, as a busy `run` does; a signal
+/// during the campaign ends it (exit 0), giving back what it may have been granted.
 pub(crate) async fn elect(
     backend: Arc<DynLockBackend>,
     name: &str,
@@ -46,7 +47,11 @@ pub(crate) async fn elect(
             }
             Err(e) => return failed(&e),
         },
-        _ = stops.next() => return 0,
+        _ = stops.next() => {
+            // A grant the dropped campaign may still bring is given back before exit.
+            election.flush().await;
+            return 0;
+        }
     };
     let term = Term {
         fence: leadership.fence(),

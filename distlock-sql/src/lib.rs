@@ -178,13 +178,21 @@ pub fn transport_kind(e: &sqlx::Error) -> Option<ErrorKind> {
 /// answered in another protocol: it sent a message that broke off at the end of the
 /// stream (its length read from bytes that were no length: an HTTP server's
 /// "HTTP/1.1 400" read as PostgreSQL's or MySQL's header), or one the driver could not
-/// read at all. A server of the right protocol never closes in the middle of a message
+/// read at all (but for a sign-in it does not support, such as an authentication
+/// plugin it lacks). A server of the right protocol never closes in the middle of a message
 /// of its handshake; one that closes before saying anything (no bytes) is not
 /// counted, since that is how a server at its connection limit or a proxy whose
 /// upstream is down behaves too.
 pub fn is_foreign_answer(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Protocol(_) => true,
+        // The server's own protocol, but a sign-in the driver does not speak (an
+        // authentication plugin or SASL mechanism it lacks) is not another protocol.
+        sqlx::Error::Protocol(text) => {
+            let text = text.to_lowercase();
+            !["auth", "plugin", "sasl", "mechanism"]
+                .iter()
+                .any(|word| text.contains(word))
+        }
         sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             let text = io.to_string();
             text.starts_with("expected to read ") && !text.ends_with(" got 0 bytes at EOF")
@@ -317,6 +325,8 @@ mod tests {
             "expected to read 1414811696 bytes, got 66 bytes at EOF"
         )));
         assert!(is_foreign_answer(&sqlx::Error::Protocol("unknown".into())));
+        let plugin = sqlx::Error::Protocol("unknown authentication plugin: client_ed25519".into());
+        assert!(!is_foreign_answer(&plugin));
         // Closed before a byte: a server at its limit does that too.
         assert!(!is_foreign_answer(&eof(
             "expected to read 5 bytes, got 0 bytes at EOF"
