@@ -440,7 +440,13 @@ impl History {
                 .collect();
             most = most.max(along.len() + 1);
             if along.len() >= limit {
-                let latest = along.iter().map(|h| h.granted).fold(f64::MIN, f64::max);
+                // A restart that lost leases excuses the grant where enough of the
+                // others held permits the restart lost (granted before the fault
+                // ended) that fewer than `limit` remain on the server: the grant time
+                // of the earliest `along.len() - limit + 1` must fall before it.
+                let mut granted: Vec<f64> = along.iter().map(|h| h.granted).collect();
+                granted.sort_by(f64::total_cmp);
+                let deciding = granted[along.len() - limit];
                 let others: Vec<String> = along
                     .iter()
                     .map(|h| {
@@ -461,7 +467,7 @@ impl History {
                 self.violation(
                     &mut declared,
                     &mut over,
-                    (Excusable::Overlap, hold.granted, latest),
+                    (Excusable::Overlap, hold.granted, deciding),
                     what,
                 );
             }
@@ -658,6 +664,28 @@ mod tests {
         // Nor outside the window.
         h.faults[0] = restart(5.0, 5.0, LEASES_LOST);
         assert_eq!(h.check().overlaps.len(), 1);
+    }
+
+    #[test]
+    fn permits_over_the_limit_are_excused_where_a_restart_lost_enough_of_them() {
+        let mut h = clean();
+        h.holds = vec![
+            // Granted before the restart (which ends at 0.3): its permit was lost.
+            hold(0, 1, 0.0, 0.1, 1.0),
+            // Granted after it: on the restarted server.
+            hold(1, 2, 0.35, 0.4, 1.0),
+            // The limit of two is met on the server: one of the others was lost.
+            hold(2, 3, 0.45, 0.5, 1.0),
+        ];
+        h.faults.push(restart(0.2, 0.3, LEASES_LOST));
+        let (over, declared, _) = h.over_limit(2);
+        assert!(over.is_empty(), "{over:?}");
+        assert_eq!(declared.values().sum::<usize>(), 1, "{declared:?}");
+        // A fourth: the server now has three of its own, over the limit.
+        h.holds.push(hold(3, 4, 0.55, 0.6, 1.0));
+        let (over, _, _) = h.over_limit(2);
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert!(over[0].contains("client 3 (fence 4)"), "{over:?}");
     }
 
     #[test]
