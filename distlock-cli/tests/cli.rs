@@ -590,16 +590,8 @@ async fn zookeeper_end_to_end() {
 /// wrong, and no wait helps), at once, with one line that names the endpoint.
 #[tokio::test]
 async fn a_port_of_another_protocol_exits_64_on_every_backend() {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-            let _ = stream.read(&mut [0u8; 1024]);
-            let _ = stream.write_all(distlock_conformance::adoption::HTTP_REFUSAL.as_bytes());
-        }
-    });
+    let (_server, addr) =
+        distlock_conformance::adoption::http_endpoint().unwrap_or_else(|e| panic!("{e}"));
     for scheme in ["redis", "postgres", "mysql", "etcd", "zk"] {
         let url = match scheme {
             "etcd" => format!("etcd://{addr}"),

@@ -131,6 +131,36 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = distlock_core::Result<B>>,
 {
+    let (server, addr) = http_endpoint()?;
+    let what = "an HTTP endpoint";
+    let outcome = failed(
+        &connect,
+        &addr,
+        REFUSED_WITHIN,
+        what,
+        ErrorKind::Configuration,
+    )
+    .await;
+    drop(server);
+    let err = outcome?;
+    let text = err.to_string();
+    if !text.to_lowercase().contains("protocol") {
+        return Err(format!(
+            "{what}'s error does not say it speaks another protocol: {text}"
+        ));
+    }
+    if text.contains("timeout") || text.contains("time-out") || text.contains("timed out") {
+        return Err(format!("{what}'s error speaks of a time-out: {text}"));
+    }
+    Ok(err)
+}
+
+/// The HTTP server [`wrong_protocol_endpoint_is_reported_at_once`] connects to, for a
+/// check of one's own (a command line's exit code, say): on a free loopback port, it
+/// answers [`HTTP_REFUSAL`] to each connection's first bytes, or after 200 ms of
+/// silence, then closes it. Returns the server, which stops when dropped, and its
+/// `127.0.0.1:<port>`. Needs a tokio runtime.
+pub fn http_endpoint() -> Result<(HttpEndpoint, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let (listener, addr) = loopback_listener()?;
@@ -149,27 +179,17 @@ where
             });
         }
     });
-    let what = "an HTTP endpoint";
-    let outcome = failed(
-        &connect,
-        &addr,
-        REFUSED_WITHIN,
-        what,
-        ErrorKind::Configuration,
-    )
-    .await;
-    server.abort();
-    let err = outcome?;
-    let text = err.to_string();
-    if !text.to_lowercase().contains("protocol") {
-        return Err(format!(
-            "{what}'s error does not say it speaks another protocol: {text}"
-        ));
+    Ok((HttpEndpoint(server), addr))
+}
+
+/// The server [`http_endpoint`] started; dropping it stops it.
+#[derive(Debug)]
+pub struct HttpEndpoint(tokio::task::JoinHandle<()>);
+
+impl Drop for HttpEndpoint {
+    fn drop(&mut self) {
+        self.0.abort();
     }
-    if text.contains("timeout") || text.contains("time-out") || text.contains("timed out") {
-        return Err(format!("{what}'s error speaks of a time-out: {text}"));
-    }
-    Ok(err)
 }
 
 /// A listener on a free loopback port, and its `127.0.0.1:<port>`.
