@@ -38,6 +38,10 @@ impl LockBackend for Unfenced {
         self.0.renew(request).await
     }
 
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        self.0.release_after(request).await
+    }
+
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         self.0.inspect(key).await
     }

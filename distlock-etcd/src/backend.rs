@@ -762,6 +762,64 @@ impl LockBackend for EtcdBackend {
         Ok(Renewal::Renewed)
     }
 
+    /// A lease renews only to its granted TTL, so the key (and its holder record)
+    /// moves onto a fresh lease of `request.ttl()`, in one transaction that holds only
+    /// while the key is still the owner's on the owner's lease; the owner's lease is
+    /// revoked after. The key's creation revision, its fence, is unchanged. A retry of
+    /// a step whose reply was lost finds the key the owner's on another lease:
+    /// released already.
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        let id = lease_id(request.owner());
+        let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
+        let fresh = self
+            .request(|mut client| async move { client.lease_grant(secs, None).await })
+            .await?
+            .id();
+        let owner = request.owner().to_hex();
+        let holder = self.holder_key(request.key().as_str());
+        let key = self.key(request.key());
+        let moved = || Some(PutOptions::new().with_ignore_value().with_lease(fresh));
+        let txn = Txn::new()
+            .when([
+                Compare::value(key.clone(), CompareOp::Equal, owner.clone()),
+                Compare::lease(key.clone(), CompareOp::Equal, id),
+            ])
+            .and_then([
+                TxnOp::put(key.clone(), "", moved()),
+                // The holder record, where there is one on the owner's lease.
+                TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::lease(holder.clone(), CompareOp::Equal, id)])
+                        .and_then([TxnOp::put(holder, "", moved())]),
+                ),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        let reply = match self.txn(&txn).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.revoke_later(fresh);
+                return Err(e);
+            }
+        };
+        if reply.succeeded() {
+            self.revoke_later(id);
+            return Ok(ReleaseOutcome::Released);
+        }
+        self.revoke_later(fresh);
+        let moved_before = reply.op_responses().into_iter().any(|op| match op {
+            TxnOpResponse::Get(got) => got
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.value() == owner.as_bytes() && kv.lease() != id),
+            _ => false,
+        });
+        Ok(if moved_before {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
+    }
+
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let read = Txn::new().and_then([
             TxnOp::get(self.key(key), None),

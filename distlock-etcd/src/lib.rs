@@ -106,7 +106,11 @@
 //!   TTL, so extending with another TTL is an
 //!   [`ErrorKind::InvalidTtl`](distlock_core::ErrorKind::InvalidTtl) error
 //!   (`capabilities.extend_any_ttl` is false). The client's auto-renewal always uses
-//!   the granted TTL.
+//!   the granted TTL. The early release of a lease held at least a while
+//!   ([`LockBackend::release_after`](distlock_core::LockBackend::release_after)) moves
+//!   the key and its holder record onto a fresh lease of what is left of the hold, in
+//!   one transaction that holds only while the key is the owner's; the fence (the
+//!   key's creation revision) is unchanged.
 //! - **Round trips** ([`RoundTrips`](distlock_core::backend::RoundTrips), contract point 9): an
 //!   acquire takes two (a lease grant, then the transaction that creates the key), an
 //!   extend two (a keep-alive stream opened, then its message, with the owner check

@@ -353,6 +353,57 @@ impl ZooKeeperBackend {
     }
 }
 
+impl ZooKeeperBackend {
+    /// Writes the owner's lease node again, restarting its count from the write's
+    /// time, if it is still the owner's and live: with the TTL its data holds, or with
+    /// `ttl` where that is shorter (never longer: the node's own TTL, fixed at its
+    /// creation, is the most the server keeps it). A lease that had run out before the
+    /// write is deleted and not held.
+    async fn write_lease(&self, request: &ExtendRequest, ttl: Option<Duration>) -> Result<Renewal> {
+        let inner = &self.inner;
+        let me = inner.lease_path(request.key(), request.owner());
+        let fence = request.fence();
+        inner
+            .run(|client| async move {
+                // Another renewal of the same lease between the read and the write
+                // changes the version: read again, a few times.
+                for _ in 0..5 {
+                    let Some((mut data, node)) = own_lease(&client, &me).await? else {
+                        return Ok(Renewal::NotHeld);
+                    };
+                    let stat = node.stat;
+                    if node.fence()? != fence {
+                        return Ok(Renewal::NotHeld);
+                    }
+                    let ttl_ms = ttl.map_or(node.ttl_ms, |ttl| millis(ttl).min(node.ttl_ms));
+                    data.splice(..8, ttl_ms.to_be_bytes());
+                    let renewed = match client.set_data(&me, &data, Some(stat.version)).await {
+                        Ok(renewed) => renewed,
+                        Err(ZkError::NoNode) => return Ok(Renewal::NotHeld),
+                        Err(ZkError::BadVersion) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    if node.live_at(renewed.mtime) {
+                        let written = Written {
+                            zxid: renewed.mzxid,
+                            at: renewed.mtime,
+                            ttl_ms,
+                            made_dir: false,
+                        };
+                        inner.wrote(&me, written);
+                        return Ok(Renewal::Renewed);
+                    }
+                    // It had run out before this write revived it: it goes, unanswered
+                    // (a failed delete leaves a node that runs out again at its TTL).
+                    drop(client.delete(&me, Some(renewed.version)));
+                    return Ok(Renewal::NotHeld);
+                }
+                Err(ZkError::BadVersion)
+            })
+            .await
+    }
+}
+
 #[async_trait]
 impl LockBackend for ZooKeeperBackend {
     fn fair(&self) -> Option<&dyn FairBackend> {
@@ -452,45 +503,21 @@ impl LockBackend for ZooKeeperBackend {
     }
 
     async fn renew(&self, request: &ExtendRequest) -> Result<Renewal> {
-        let inner = &self.inner;
-        let me = inner.lease_path(request.key(), request.owner());
-        let fence = request.fence();
-        inner
-            .run(|client| async move {
-                // Another renewal of the same lease between the read and the write
-                // changes the version: read again, a few times.
-                for _ in 0..5 {
-                    let Some((data, node)) = own_lease(&client, &me).await? else {
-                        return Ok(Renewal::NotHeld);
-                    };
-                    let stat = node.stat;
-                    if node.fence()? != fence {
-                        return Ok(Renewal::NotHeld);
-                    }
-                    let renewed = match client.set_data(&me, &data, Some(stat.version)).await {
-                        Ok(renewed) => renewed,
-                        Err(ZkError::NoNode) => return Ok(Renewal::NotHeld),
-                        Err(ZkError::BadVersion) => continue,
-                        Err(e) => return Err(e),
-                    };
-                    if node.live_at(renewed.mtime) {
-                        let written = Written {
-                            zxid: renewed.mzxid,
-                            at: renewed.mtime,
-                            ttl_ms: node.ttl_ms,
-                            made_dir: false,
-                        };
-                        inner.wrote(&me, written);
-                        return Ok(Renewal::Renewed);
-                    }
-                    // It had run out before this write revived it: it goes, unanswered
-                    // (a failed delete leaves a node that runs out again at its TTL).
-                    drop(client.delete(&me, Some(renewed.version)));
-                    return Ok(Renewal::NotHeld);
-                }
-                Err(ZkError::BadVersion)
-            })
-            .await
+        self.write_lease(request, None).await
+    }
+
+    /// A TTL node's own TTL is fixed when it is created, but the TTL a lease is judged
+    /// by is the one its data holds: the early release writes the shorter one there,
+    /// in the write that restarts its count, and the server's own deletion, at the
+    /// longer TTL, comes after.
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        let written = self.write_lease(request, Some(request.ttl())).await?;
+        // `write_lease` answers renewed or not held.
+        Ok(if written == Renewal::Renewed {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        })
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {

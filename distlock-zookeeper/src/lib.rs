@@ -44,7 +44,9 @@
 //!   deletes it, only at the version it judged, and a renewal that finds its own lease
 //!   already expired deletes it and answers "not held". The cost: a TTL node's TTL is
 //!   fixed when it is created, so a lease renews only to the TTL it was granted
-//!   (`capabilities.extend_any_ttl` is false, as on etcd); and the server must have TTL
+//!   (`capabilities.extend_any_ttl` is false, as on etcd), though the early release
+//!   of a lease held at least a while writes the shorter TTL it is then judged by
+//!   into its data; and the server must have TTL
 //!   nodes enabled (otherwise every grant is an
 //!   [`ErrorKind::Configuration`](distlock_core::ErrorKind::Configuration) error that
 //!   says so).

@@ -1,7 +1,7 @@
 //! Swapping backends by configuration: one service function with one `LockOptions`,
 //! read from the service's configuration, on every backend's real server.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock::{Connector, FencingToken, LockClient, LockOptions};
 use distlock_testservers::{RedisCluster, RedisMasters, ServerHandle};
@@ -27,6 +27,66 @@ async fn settle(client: &LockClient, ledger: &str) -> distlock::Result<[FencingT
     Ok([first.into_output(), second.into_output()])
 }
 
+/// A job's slot under the options file `{ "ttl": "1s", "hold_at_least": "10m",
+/// "hold_at_most": "20m" }`, the same on every backend: the job runs through several
+/// renewals of its 1 s lease and ends early; another host then finds the slot taken,
+/// by the server's own count, for what is left of the ten minutes and no longer.
+async fn keep_the_slot(name: &str, host: &LockClient, other: &LockClient) {
+    let slot = "jobs/nightly";
+    // The least hold as fitted (the backend's clock drift allowance included).
+    let least = host.options().hold_at_least().expect("the least hold");
+    assert!(least >= Duration::from_secs(600), "{name}: {least:?}");
+    let sent = Instant::now();
+    let guard = host
+        .try_lock(slot)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .unwrap_or_else(|busy| panic!("{name}: {busy}"));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    guard
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: the early release: {e}"));
+    let busy = other
+        .try_lock(slot)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .expect_err("the slot is kept for the least hold");
+    assert_eq!(busy.key().as_str(), slot, "{name}");
+    let info = other
+        .inspect(slot)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .unwrap_or_else(|| panic!("{name}: the slot was freed within its least hold"));
+    // What is left of the least hold counted from before the grant was sent: the
+    // server keeps the key no longer than that, give or take its TTL granularity and
+    // the time the two calls since took; and no less than it less those calls.
+    let left = least.saturating_sub(sent.elapsed());
+    let grain = host.backend().capabilities().ttl_granularity;
+    let slack = Duration::from_millis(500);
+    assert!(
+        info.remaining <= left + grain + slack,
+        "{name}: the slot is kept {:?} more, beyond the least hold's {left:?}",
+        info.remaining
+    );
+    assert!(
+        info.remaining + Duration::from_secs(2) + grain >= left,
+        "{name}: the slot is kept only {:?} more, short of the least hold's {left:?}",
+        info.remaining
+    );
+    // A job run once per slot under the same options, by each host in turn.
+    let ran = host
+        .run_once("jobs/hourly", Duration::from_secs(60), |_| async { "ran" })
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(ran.is_ok(), "{name}: the first host's run was skipped");
+    let skipped = other
+        .run_once("jobs/hourly", Duration::from_secs(60), |_| async { "ran" })
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(skipped.is_err(), "{name}: the slot ran twice");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_service_with_one_set_of_options_runs_on_every_backend() {
     // Fails, never skips, without the backends: `cargo test --workspace` enables them
@@ -34,6 +94,8 @@ async fn one_service_with_one_set_of_options_runs_on_every_backend() {
     // redis,redis-cluster,postgres,mysql,etcd,zookeeper,serde`.
     let config = r#"{ "ttl": "1s", "backoff_max": "200ms" }"#;
     let options: LockOptions = serde_json::from_str(config).expect("the service's options");
+    let jobs = r#"{ "ttl": "1s", "hold_at_least": "10m", "hold_at_most": "20m" }"#;
+    let jobs: LockOptions = serde_json::from_str(jobs).expect("the jobs' options");
     let mut urls = vec![("memory", "memory://".to_owned())];
     let mut servers = Vec::new();
     for server in distlock_testservers::ALL {
@@ -60,7 +122,7 @@ async fn one_service_with_one_set_of_options_runs_on_every_backend() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(backend.name(), *name);
         let granted = backend.capabilities().fit_ttl(options.ttl()).expect("fits");
-        let client = LockClient::with_options(backend, options.clone())
+        let client = LockClient::with_options(backend.clone(), options.clone())
             .unwrap_or_else(|e| panic!("{name}: the same options refused: {e}"));
         // The TTL the backend grants, never shorter than asked, and read back.
         assert_eq!(client.options().ttl(), granted, "{name}");
@@ -70,6 +132,22 @@ async fn one_service_with_one_set_of_options_runs_on_every_backend() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(second > first, "{name}: {second:?} after {first:?}");
         client.flush().await;
+        // The same options file with a least hold far beyond the TTL, on two hosts
+        // (one process's memory backend stands for both of its hosts).
+        let other = match *name {
+            "memory" => backend.clone(),
+            _ => connector
+                .connect(url)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}")),
+        };
+        let (host, other) = (
+            LockClient::with_options(backend, jobs.clone()),
+            LockClient::with_options(other, jobs.clone()),
+        );
+        let refused = |e: distlock::Error| panic!("{name}: the jobs' options refused: {e}");
+        let (host, other) = (host.unwrap_or_else(refused), other.unwrap_or_else(refused));
+        keep_the_slot(name, &host, &other).await;
     }
     // etcd grants whole seconds of at least 2 s: the one backend whose TTL was fitted.
     let etcd = &urls

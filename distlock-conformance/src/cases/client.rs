@@ -36,6 +36,68 @@ cases! {
         Ok(())
     }
 
+    /// A release within a least hold keeps the key taken, by the server's count, for what is left of the hold and then frees it: a job's slot neither freed early nor kept past the hold, however the backend renews (an early release renewed to the granted TTL would keep it up to that TTL after the last renewal).
+    #[case(Client, always)]
+    pub async fn an_early_release_keeps_the_key_for_the_least_hold_only(t: &Target) -> CaseResult {
+        let caps = t.capabilities();
+        let ttl = caps.ttl_at_least(Duration::from_secs(1));
+        // A backend without the step says so, with nothing sent.
+        let probe = t.key("early-release-probe");
+        let lease = acquire(t, &probe, ttl * 3).await?;
+        let answer = t.backend().release_lease_after(&lease, ttl).await;
+        match answer {
+            Err(e) if e.kind() == ErrorKind::Unsupported && e.was_not_sent() => {
+                t.backend().release(&probe, lease.owner()).await?;
+                return Err(CaseError::Skipped(format!(
+                    "the backend has no early release step: a key released within its least hold stays taken until its lease ends ({e})"
+                )));
+            }
+            answer => ensure!(
+                answer? == ReleaseOutcome::Released,
+                "the holder's early release answered not held"
+            ),
+        }
+        let client = client(t, LockOptions::new(ttl).with_hold_at_least(ttl * 3))?;
+        // As fitted: rounded up, and widened by the clock drift the backend declares.
+        let least = client.options().hold_at_least().unwrap_or_default();
+        let key = t.key("early-release");
+        let sent = Instant::now();
+        let Ok(guard) = client.try_lock(key.as_str()).await? else {
+            return fail("a fresh key was held");
+        };
+        let fence = guard.fence();
+        // Through renewals, then released with a third of the hold left: a renewal to
+        // the granted TTL shortly before would keep the key up to twice that long.
+        sleep(ttl * 2).await;
+        guard.release().await?;
+        let released = Instant::now();
+        let kept_until = sent + least + caps.ttl_granularity + t.expiry_slack();
+        ensure!(
+            try_acquire(t, &key, ttl).await?.is_none(),
+            "the key was free {:?} after an early release, within its least hold of {least:?}",
+            released.elapsed()
+        );
+        let remaining = t.backend().inspect(&key).await?.map(|info| info.remaining);
+        ensure!(
+            remaining.is_some_and(|r| Instant::now() + r <= kept_until),
+            "the server keeps the key {remaining:?} more after an early release {:?} into a least hold of {least:?}",
+            released - sent
+        );
+        let (next, at) = acquire_when_free(t, &key, ttl, kept_until + t.expiry_slack()).await?;
+        ensure!(
+            at + t.expiry_slack() >= sent + least,
+            "the key was granted again {:?} after the first grant, within its least hold of {least:?}",
+            at - sent
+        );
+        ensure!(
+            t.fence_rose(fence, next.fence()),
+            "the next holder's fence {:?} is not above {fence:?}",
+            next.fence()
+        );
+        t.backend().release(&key, next.owner()).await?;
+        Ok(())
+    }
+
     /// Auto-renewal keeps a lease alive across several TTLs, with the same fence.
     #[case(Client, always)]
     pub async fn client_renewal_keeps_the_lease(t: &Target) -> CaseResult {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::handoff::{Handoff, HandoffBook};
 use crate::key::LockKey;
 use crate::lease::{
@@ -18,7 +18,7 @@ use crate::permits::PermitBackend;
 use crate::token::OwnerToken;
 use crate::wake::ChangeStream;
 #[cfg(doc)]
-use crate::{error::ErrorKind, lease::Lease, wake::WakeRegistry};
+use crate::{lease::Lease, wake::WakeRegistry};
 
 /// A backend behind a pointer: what [`LockClient`](crate::LockClient) and the
 /// conformance suite take.
@@ -166,6 +166,40 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// free. Never the owner token.
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>>;
 
+    /// The early release of a lease held at least a while
+    /// ([`LockOptions::with_hold_at_least`](crate::LockOptions::with_hold_at_least)):
+    /// if `request.owner()` still holds `request.key()`, the key stays taken, with its
+    /// fence, for `request.ttl()` from now by the server's clock and no longer, then is
+    /// free; the owner renews it no more. [`ReleaseOutcome::NotHeld`] when the owner no
+    /// longer holds it, with nothing changed. `request.ttl()` is one the capabilities
+    /// accept, never above the TTL the lease was granted.
+    ///
+    /// The default renews the lease to that TTL ([`renew`](Self::renew)), which is the
+    /// whole step where the backend renews to any TTL
+    /// ([`Capabilities::extend_any_ttl`]). Where it renews only to the granted TTL, the
+    /// default answers [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) with
+    /// nothing sent, and a [`LockClient`](crate::LockClient) then leaves the key taken
+    /// until the lease's own end, past the least hold: such a backend overrides it with
+    /// a step of its own (etcd moves the key onto a fresh lease of that TTL).
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        if !self.capabilities().extend_any_ttl {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "the {} backend renews a lease only to its granted ttl and has no step \
+                     that keeps a released key for less",
+                    self.name()
+                ),
+            )
+            .with_backend(self.name().to_owned())
+            .with_not_sent());
+        }
+        Ok(match self.renew(request).await? {
+            Renewal::Renewed => ReleaseOutcome::Released,
+            Renewal::NotHeld => ReleaseOutcome::NotHeld,
+        })
+    }
+
     /// Starts watching `key` for releases, when the backend can
     /// ([`Capabilities::change_notification`]). Call it *before* the attempt it is to
     /// wake, so that a release in between is not missed. `None` means "poll".
@@ -240,6 +274,9 @@ macro_rules! forward_backend {
             }
             async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
                 (**self).inspect(key).await
+            }
+            async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+                (**self).release_after(request).await
             }
             async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
                 (**self).watch(key).await

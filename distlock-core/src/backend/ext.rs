@@ -161,6 +161,30 @@ pub trait LockBackendExt: LockBackend {
         self.release(lease.key(), lease.owner()).await
     }
 
+    /// Releases `lease` early but keeps its key taken `ttl` more by the server's clock,
+    /// and no longer: the release within a least hold
+    /// ([`release_after`](LockBackend::release_after)). An
+    /// [`ErrorKind::InvalidTtl`] error, with nothing sent, when the capabilities refuse
+    /// `ttl` or it is above the TTL the lease was granted; an
+    /// [`ErrorKind::Unsupported`] error, with nothing sent, where the backend has no
+    /// such step.
+    async fn release_lease_after(&self, lease: &Lease, ttl: Duration) -> Result<ReleaseOutcome> {
+        let ttl = self.capabilities().check_ttl(ttl)?;
+        if ttl > lease.ttl() {
+            return Err(Error::new(
+                ErrorKind::InvalidTtl,
+                format!(
+                    "a released key is kept no longer than its lease was granted ({:?}), not {ttl:?}",
+                    lease.ttl()
+                ),
+            )
+            .with_backend(self.name().to_owned())
+            .with_not_sent());
+        }
+        self.release_after(&ExtendRequest::new(lease.clone(), ttl))
+            .await
+    }
+
     /// The keys held now whose names start with `prefix` (`""`: every key), each with
     /// its holder's fence and remaining TTL, sorted by key; see
     /// [`scan`](super::OperatorBackend::scan). A non-empty `prefix` is checked as a key is

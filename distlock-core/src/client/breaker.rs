@@ -255,6 +255,10 @@ impl LockBackend for Breaking {
         self.inner.inspect(key).await
     }
 
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        self.inner.release_after(request).await
+    }
+
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.inner.watch(key).await
     }

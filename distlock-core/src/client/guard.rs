@@ -119,26 +119,30 @@ impl Shared {
         (!left.is_zero()).then_some(left)
     }
 
-    /// The release of a lease to be kept `left` longer: the lease shortened to end
-    /// then, in one extend, rather than deleted. A backend that renews only to the
-    /// granted TTL renews once instead, and only when the lease would end sooner.
+    /// The release of a lease to be kept `left` longer: the backend's early release
+    /// ([`LockBackend::release_after`](crate::LockBackend::release_after)), which keeps
+    /// the key until then and frees it then. A backend without that step renews only
+    /// to the granted TTL: it renews once instead, and only when the lease would end
+    /// sooner, and the key stays taken until the lease ends.
     async fn keep_for(&self, left: Duration) -> Result<ReleaseOutcome> {
         let capabilities = self.backend.capabilities();
-        let ttl = if capabilities.extend_any_ttl {
-            capabilities.fit_ttl(left)?
-        } else {
-            let valid = self.status().valid_until;
-            if valid.saturating_duration_since(Instant::now()) >= left {
-                return Ok(ReleaseOutcome::Released);
-            }
-            self.lease.ttl()
-        };
+        let ttl = capabilities.fit_ttl(left)?.min(self.lease.ttl());
         let _one_at_a_time = self.extending.lock().await;
         debug!(key = %self.key(), ?ttl, "released before its least hold: kept until then");
-        Ok(match self.backend.extend(&self.lease, ttl).await? {
-            ExtendOutcome::Extended(_) => ReleaseOutcome::Released,
-            ExtendOutcome::NotHeld => ReleaseOutcome::NotHeld,
-        })
+        match self.backend.release_lease_after(&self.lease, ttl).await {
+            Err(e) if e.kind() == ErrorKind::Unsupported && e.was_not_sent() => {}
+            answered => return answered,
+        }
+        let valid = self.status().valid_until;
+        if valid.saturating_duration_since(Instant::now()) >= left {
+            return Ok(ReleaseOutcome::Released);
+        }
+        Ok(
+            match self.backend.extend(&self.lease, self.lease.ttl()).await? {
+                ExtendOutcome::Extended(_) => ReleaseOutcome::Released,
+                ExtendOutcome::NotHeld => ReleaseOutcome::NotHeld,
+            },
+        )
     }
 
     /// The TTL a renewal asks for, and whether the hold's limit cut it short: the

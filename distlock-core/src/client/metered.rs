@@ -121,6 +121,11 @@ impl LockBackend for Metered {
         self.step("inspect", self.inner.inspect(key)).await
     }
 
+    async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
+        self.step("release", self.inner.release_after(request))
+            .await
+    }
+
     async fn watch(&self, key: &LockKey) -> Result<Option<ChangeStream>> {
         self.step("watch", self.inner.watch(key)).await
     }

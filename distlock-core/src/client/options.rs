@@ -232,12 +232,14 @@ impl LockOptions {
     /// a clock drift ([`Capabilities::clock_drift`](crate::backend::Capabilities::clock_drift)),
     /// the server is asked for the drift's allowance more, and
     /// [`LockClient::options`](crate::LockClient::options) shows the least hold so
-    /// widened. A backend that renews only to the granted TTL
+    /// widened. The early release keeps the key no longer than the least hold, rounded
+    /// up to the backend's TTL granularity and minimum TTL
+    /// ([`LockBackend::release_after`](crate::LockBackend::release_after)). A backend
+    /// that renews only to the granted TTL
     /// ([`Capabilities::extend_any_ttl`](crate::backend::Capabilities::extend_any_ttl)
-    /// false: etcd, ZooKeeper) grants for `at_least` where it is the longer, and renews to it
-    /// while the lease is held: there a holder that vanishes keeps the key up to
-    /// `at_least` after its last renewal, and an early release keeps it until the lease
-    /// ends.
+    /// false: etcd, ZooKeeper) grants for `at_least` where it is the longer, and renews
+    /// to it while the lease is held: there a holder that vanishes after the least hold
+    /// keeps the key up to `at_least` after its last renewal, not its TTL.
     pub fn with_hold_at_least(mut self, at_least: Duration) -> Self {
         self.hold_at_least = Some(at_least);
         self
