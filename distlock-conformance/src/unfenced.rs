@@ -17,6 +17,7 @@ use distlock_core::{DynLockBackend, LockBackend, LockInfo, LockKey, Result};
 pub(crate) struct Unfenced(pub(crate) Arc<DynLockBackend>);
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockBackend for Unfenced {
     fn name(&self) -> &str {
         self.0.name()

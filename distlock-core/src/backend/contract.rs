@@ -256,6 +256,7 @@ const HEALTH_KEY: &str = "distlock-health";
 macro_rules! forward_backend {
     ($($ptr:ty),*) => {$(
         #[async_trait]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: LockBackend + ?Sized> LockBackend for $ptr {
             fn name(&self) -> &str {
                 (**self).name()

@@ -230,6 +230,7 @@ impl Breaking {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockBackend for Breaking {
     fn name(&self) -> &str {
         self.inner.name()

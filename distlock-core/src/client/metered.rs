@@ -96,6 +96,7 @@ fn part<'a, T: ?Sized>(part: Option<&'a T>, what: &str) -> Result<&'a T> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LockBackend for Metered {
     fn name(&self) -> &str {
         self.inner.name()
@@ -152,6 +153,7 @@ impl LockBackend for Metered {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl FairBackend for Metered {
     async fn leave_queue(&self, key: &LockKey, owner: &OwnerToken) -> Result<()> {
         let fair = part(self.inner.fair(), "fair")?;

@@ -8,6 +8,8 @@ pub(crate) mod breaker;
 mod busy;
 mod cleanup;
 pub(crate) mod deferred;
+#[cfg(test)]
+mod forwarding;
 pub(crate) mod guard;
 pub(crate) mod local;
 mod locked;
