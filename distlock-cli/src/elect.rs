@@ -12,8 +12,8 @@ use distlock::{
 };
 use futures_util::StreamExt;
 
+use crate::exit::{self, failed, say};
 use crate::signals::Signals;
-use crate::{exit, failed, say};
 
 /// `distlock elect NAME VALUE`: campaigns, prints the term once elected, and leads
 /// until SIGINT, SIGTERM or SIGHUP (then resigns, exit 0), or until the term is lost

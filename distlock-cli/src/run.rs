@@ -5,16 +5,73 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::signals::Signals;
 use distlock::{
-    format_duration, DynLockBackend, ErrorKind, Holder, LockClient, LockGuard, LockOptions,
-    LossReason,
+    format_duration, parse_duration, DynLockBackend, ErrorKind, Holder, LockClient, LockGuard,
+    LockOptions, LossReason,
 };
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use crate::{exit, failed, say, RunArgs};
+use crate::exit::{self, failed, say};
+use crate::signals::Signals;
+
+// No doc comment: clap would show it as `run`'s help in place of the command's own.
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The lock's key.
+    pub(crate) key: String,
+    /// How long to wait for the lock (500ms, 30s, 5m, 1h); without it, as long as it
+    /// takes, through a server that stops answering for a while too.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Do not wait: exit at once if the lock is held.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
+    /// The lease's TTL: how long the lock outlives a distlock that vanished. It is
+    /// renewed every third of it.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub(crate) ttl: Duration,
+    /// How long the command has to exit after SIGTERM, once the lock is lost, before
+    /// SIGKILL. The loss is signalled early enough for the SIGKILL to land while the
+    /// lease is still valid, so that the command never runs on once another host can
+    /// hold the lock: a tenth of --ttl before the lease can run out, or --grace plus
+    /// 250 ms where that is longer. By default half of that tenth (1.5s at a 30s TTL);
+    /// a grace that leaves no room in the TTL for renewal is refused.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) grace: Option<Duration>,
+    /// Keep the lock at least this long from its grant, even when the command ends
+    /// sooner (ShedLock's lockAtLeastFor): with --no-wait on every host, a host whose
+    /// clock or cron runs a little behind finds the lock still held for this slot, and
+    /// skips. Make it longer than the hosts' skew and shorter than the schedule's
+    /// interval less that skew. Needs no more than --ttl on etcd, which renews only to
+    /// the TTL.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) at_least: Option<Duration>,
+    /// Hold the lock at most this long: then the command is stopped as on a loss
+    /// (SIGTERM, then SIGKILL after --grace) and distlock exits with 75. The lease is
+    /// given back once the command must have stopped.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) max_runtime: Option<Duration>,
+    /// Who holds the lock, as `inspect` and `list` show it; by default this host's name
+    /// and distlock's process id (`host:pid`).
+    #[arg(long)]
+    pub(crate) holder: Option<String>,
+    /// A short text stored with the lock for `inspect` and `list` to show (a job's
+    /// name, a build); anyone who can read the locks can read it.
+    #[arg(long)]
+    pub(crate) payload: Option<String>,
+    /// Keep the command in distlock's own process group, so that it can read from the
+    /// terminal; a stop then reaches the command alone, not what it started.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// The exit code when the lock is busy (flock's -E).
+    #[arg(long, short = 'E', default_value_t = exit::BUSY)]
+    pub(crate) conflict_exit_code: u8,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub(crate) command: Vec<String>,
+}
 
 /// How long after the SIGKILL the command is taken to be gone, and `lost()` to have
 /// been heard: part of the loss margin beside the grace.
