@@ -233,7 +233,7 @@ macro_rules! ensure {
         {
             let held: bool = $cond;
             if !held {
-                return Err($crate::cases::CaseError::Failed(format!($($msg)+)));
+                return Err($crate::case::CaseError::Failed(format!($($msg)+)));
             }
         }
     };

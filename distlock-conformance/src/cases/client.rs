@@ -1,6 +1,6 @@
 //! What `LockClient` adds: renewal, the loss signal, waiting, guards.
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// Two extends with different TTLs in flight at once (the renewal's and a user's), replies in either order: the guard never counts validity past what the server keeps.

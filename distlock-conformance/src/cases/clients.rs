@@ -1,7 +1,7 @@
 //! Independent clients of one server, each with connections of its own: what a backend
 //! whose state, fences or notifications live in the client gets wrong.
 
-use super::*;
+use super::support::*;
 
 /// `n` clients of the target's server: its own backend, then new ones.
 async fn clients(t: &Target, n: usize) -> Result<Vec<Arc<DynLockBackend>>, CaseError> {

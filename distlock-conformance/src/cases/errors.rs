@@ -1,6 +1,6 @@
 //! Typed errors (contract point 8). A killed server's errors are a fault case.
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// Bad keys and TTLs give typed errors, never a panic; unknown keys are "not held".

@@ -1,6 +1,6 @@
 //! Mutual exclusion (contract point 1).
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// Acquire, inspect, release and acquire again: the plain cycle works.

@@ -1,6 +1,6 @@
 //! Extend (contract point 5).
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// Extending an expired lease fails and does not re-acquire the free key.

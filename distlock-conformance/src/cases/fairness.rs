@@ -1,7 +1,7 @@
 //! Fair mode (contract point 10): the key's queue on the server, across clients; and
 //! re-entrant holds, which the client keeps on any backend.
 
-use super::*;
+use super::support::*;
 use distlock_core::backend::{ChangeStream, Handoff};
 use futures_util::StreamExt;
 

@@ -1,6 +1,6 @@
 //! Faults of the server: pause, restart, kill, killed connections. Each takes the server alone.
 
-use super::*;
+use super::support::*;
 
 /// A client of `inner` that counts the releases it is asked to send, and forwards
 /// the steps a racing `lock()` takes (no watch: it polls).

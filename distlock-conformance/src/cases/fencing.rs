@@ -1,6 +1,6 @@
 //! Fencing (contract point 6).
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// Fences strictly increase across release and re-acquire on one key.

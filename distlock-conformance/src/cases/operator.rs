@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use distlock_core::{Holder, LockClient, LockInfo};
 
-use super::*;
+use super::support::*;
 
 /// How long a case waits for a lock another holder releases.
 const WAIT: Duration = Duration::from_secs(20);

@@ -1,7 +1,7 @@
 //! One client cut off from its server, or slowed, while the others still reach it:
 //! the scenario fencing tokens exist for.
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// `lock()` and `lock_all()` over a black-holed link return Timeout within their wait (and a small bound), on a fresh client and on one with a watch open while another waiter sets one up.

@@ -12,7 +12,7 @@ use distlock_core::{
 };
 use futures_util::StreamExt;
 
-use super::*;
+use super::support::*;
 
 /// Options for the kinds' cases: a TTL that does not run out in a case.
 fn options(t: &Target) -> LockOptions {

@@ -9,7 +9,7 @@
 //! ZooKeeper ensemble: [`Target::members_replicate`]), the cases about a client that
 //! reaches only a minority do not apply, and the others hold as they are written.
 
-use super::*;
+use super::support::*;
 use crate::target::{LinkControl, MemberLinkedClient, ServerControl};
 
 /// How long a case waits, where it needs every member to hold a lease, for the grants

@@ -1,6 +1,6 @@
 //! Release and owner tokens (contract points 3 and 4).
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// A release by a non-owner answers "not held" and leaves the holder untouched.

@@ -4,7 +4,7 @@
 //! while its requests leave before the first reply is back, which a busy client can
 //! spread apart.
 
-use super::*;
+use super::support::*;
 
 /// How many times [`fewest`] tries an operation, 20 ms apart.
 const TRIALS: usize = 10;

@@ -2,7 +2,7 @@
 //! of a set held while it waits, no deadlock between opposite orders, a loss of any key
 //! signalled, and each key's fence rising as a single key's does.
 
-use super::*;
+use super::support::*;
 
 /// Whether `key` is free on the target's server: a fresh grant succeeds (and is given
 /// back at once).

@@ -1,6 +1,6 @@
 //! Expiry by the server's clock and validity (contract points 2 and 7).
 
-use super::*;
+use super::support::*;
 
 cases! {
     /// An abandoned lease frees its key after its TTL, not before and not much later.
