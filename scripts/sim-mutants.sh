@@ -32,7 +32,7 @@ leader-work-kept-on-loss|distlock-core/src/kinds/leader.rs|leader-loop
 leader-term-kept-on-shutdown|distlock-core/src/kinds/leader.rs|leader-loop
                 if let Err(error) = leadership.resign().await {
                 if let Err(error) = async { if matches!(ended, TermEnd::Shutdown) { std::mem::forget(leadership); Ok(()) } else { leadership.resign().await } }.await {
-wait-past-its-deadline|distlock-core/src/client/mod.rs|mutex,fair-mutex,semaphore,rw-lock,sets
+wait-past-its-deadline|distlock-core/src/client/lock_client.rs|mutex,fair-mutex,semaphore,rw-lock,sets
     now.checked_add(wait.min(CENTURY))
     now.checked_add(wait.min(CENTURY) + Duration::from_millis(50))
 inner-hold-releases-the-lease|distlock-core/src/client/guard.rs|mutex
@@ -44,7 +44,7 @@ clock-drift-left-out-of-validity|distlock-core/src/backend/ext.rs|mutex,efficien
 bound-counted-from-first-renewal|distlock-core/src/client/guard.rs|bounded
         let limit = options.hold_at_most().map(|most| granted + most);
         let limit = options.hold_at_most().map(|most| granted + most + options.ttl() / 3);
-least-hold-without-drift|distlock-core/src/client/mod.rs|run-once
+least-hold-without-drift|distlock-core/src/client/lock_client.rs|run-once
     let drift = backend.capabilities().clock_drift.allowance(least);
     let drift = Duration::ZERO;
 renewal-on-every-change|distlock-core/src/client/guard.rs|semaphore,rw-lock,limit-layer

@@ -15,13 +15,29 @@ use tracing::{debug, warn};
 
 use super::background::Background;
 use super::cleanup::{self, Pass};
-use super::local::LocalTurn;
-use super::{reentrant, LockClient, LockGuard};
+use super::deferred::Starts;
+use super::guard::LockGuard;
+use super::local::{LocalQueues, LocalTurn};
+use super::options::LockOptions;
+use super::reentrant;
 use crate::backend::DynLockBackend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 use crate::lease::Lease;
 use crate::token::OwnerToken;
+
+/// What an attempt needs of its client: where to ask and with what options, and
+/// where the guards it starts keep their timers, their background work and their
+/// re-entrant holds. A client hands out its own
+/// ([`LockClient::engine`](super::LockClient::engine)).
+#[derive(Clone, Copy)]
+pub(crate) struct Engine<'a> {
+    pub(crate) backend: &'a Arc<DynLockBackend>,
+    pub(crate) options: &'a LockOptions,
+    pub(crate) starts: &'a Starts,
+    pub(crate) background: &'a Background,
+    pub(crate) local: &'a Arc<LocalQueues>,
+}
 
 /// One item per key of an attempt: inline for one key (a lock's attempt, the common
 /// case, allocates none of them), on the heap for a set.
@@ -32,7 +48,7 @@ pub(super) type PerKey<T> = SmallVec<[T; 1]>;
 /// the wait already covers (a queued waiter, or the owner of an earlier attempt whose
 /// outcome is unknown) is asked as again under the wait's cover.
 pub(crate) struct Attempt<'a> {
-    client: &'a LockClient,
+    client: Engine<'a>,
     owners: PerKey<(&'a LockKey, OwnerToken)>,
     fresh: PerKey<PendingGrant<'a>>,
 }
@@ -70,7 +86,7 @@ pub(crate) enum Settled {
 }
 
 impl<'a> Attempt<'a> {
-    pub(crate) fn new(client: &'a LockClient) -> Self {
+    pub(crate) fn new(client: Engine<'a>) -> Self {
         Attempt {
             client,
             owners: PerKey::new(),
@@ -89,10 +105,10 @@ impl<'a> Attempt<'a> {
     pub(super) fn fresh_as(&mut self, key: &'a LockKey, owner: OwnerToken) {
         let client = self.client;
         self.fresh.push(PendingGrant::borrowed(
-            &client.backend,
+            client.backend,
             key,
             owner,
-            &client.background,
+            client.background,
         ));
         self.owners.push((key, owner));
     }
@@ -133,7 +149,7 @@ impl<'a> Attempt<'a> {
                     .any(|l| l.valid_until().saturating_duration_since(now) < min_validity);
                 if short {
                     warn!("a granted lease is below the minimum validity; releasing it");
-                    let backend = &client.backend;
+                    let backend = client.backend;
                     join_all(
                         self.owners
                             .iter()
@@ -156,10 +172,10 @@ impl<'a> Attempt<'a> {
                             now,
                             client.options.clone(),
                             turns(),
-                            &client.starts,
-                            &client.background,
+                            client.starts,
+                            client.background,
                         );
-                        reentrant::remember(&client.local, &guard);
+                        reentrant::remember(client.local, &guard);
                         guard
                     })
                     .collect();
@@ -212,7 +228,7 @@ struct Cleanup<'a> {
 impl<'a> PendingGrant<'a> {
     /// The cover of a queued waiter's owner for its whole wait: it also leaves the
     /// key's queue.
-    pub(crate) fn queued(client: &LockClient, key: &LockKey, owner: OwnerToken) -> Self {
+    pub(crate) fn queued(client: Engine<'_>, key: &LockKey, owner: OwnerToken) -> Self {
         PendingGrant {
             cleanup: Some(Cleanup {
                 backend: Cow::Owned(client.backend.clone()),

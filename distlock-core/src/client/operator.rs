@@ -9,7 +9,7 @@ use crate::backend::{LockBackendExt as _, LockInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
 
-use super::LockClient;
+use super::lock_client::LockClient;
 
 impl LockClient {
     /// Who holds `key` now, as the backend shows it: its fence, its remaining TTL, and

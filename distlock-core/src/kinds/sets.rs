@@ -453,7 +453,7 @@ impl LockClient {
             }
         }
         let started = Stopwatch::start();
-        let mut attempt = Attempt::new(self);
+        let mut attempt = Attempt::new(self.engine());
         for (_, key) in &rest {
             attempt.fresh(key);
         }
