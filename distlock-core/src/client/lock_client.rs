@@ -188,13 +188,13 @@ pub(crate) fn within_deadline<'k, T>(
 pub struct LockClient {
     /// The backend as given, for the shared kinds' claims, each of which layers its
     /// own view of it as [`backend`](Self::backend) is layered.
-    pub(crate) raw: Arc<DynLockBackend>,
+    raw: Arc<DynLockBackend>,
     backend: Arc<DynLockBackend>,
     options: LockOptions,
     pub(crate) local: Arc<LocalQueues>,
-    pub(crate) starts: Starts,
-    pub(crate) background: Background,
-    pub(crate) breaker: Option<Arc<Breaker>>,
+    starts: Starts,
+    background: Background,
+    breaker: Option<Arc<Breaker>>,
 }
 
 /// What [`LockClient::health`] found: the backend answered one round trip.
@@ -401,6 +401,27 @@ impl LockClient {
             background: Background::default(),
             breaker,
         })
+    }
+
+    /// A client over `backend` with `options`, sharing this client's circuit breaker,
+    /// deferred starts and background work (so that [`flush`](Self::flush) waits for
+    /// both), but not its in-process turns of keys: what a kind builds for each of its
+    /// claims on a name.
+    pub(crate) fn sharing(
+        &self,
+        backend: Arc<DynLockBackend>,
+        options: LockOptions,
+    ) -> Result<LockClient> {
+        let mut client = LockClient::assemble(backend, options, self.breaker.clone())?;
+        client.starts = self.starts.clone();
+        client.background = self.background.clone();
+        Ok(client)
+    }
+
+    /// The backend as given, without the layers [`backend`](Self::backend) adds: for
+    /// a kind that layers its own view of it.
+    pub(crate) fn raw(&self) -> &Arc<DynLockBackend> {
+        &self.raw
     }
 
     /// This client with other `options`, for one call or a few: the same backend,

@@ -10,9 +10,6 @@ use async_trait::async_trait;
 
 use crate::backend::{ChangeStream, DynLockBackend, FairBackend, LockBackend};
 use crate::capabilities::Capabilities;
-use crate::client::background::Background;
-use crate::client::breaker::Breaker;
-use crate::client::deferred::Starts;
 use crate::client::{Busy, LockClient, LockGuard, LockOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::holder::Holder;
@@ -115,15 +112,12 @@ impl FairBackend for ClaimView {
 }
 
 /// Clients of one name's permits, one per claim, sharing their deferred starts, their
-/// background work and their circuit breaker.
+/// background work and their circuit breaker with the client the kind was made from.
 #[derive(Debug, Clone)]
 pub(crate) struct Claims {
-    backend: Arc<DynLockBackend>,
+    base: LockClient,
     name: LockKey,
     options: LockOptions,
-    starts: Starts,
-    background: Background,
-    breaker: Option<Arc<Breaker>>,
 }
 
 impl Claims {
@@ -144,12 +138,9 @@ impl Claims {
     /// fences.
     pub(crate) fn sharing(client: &LockClient, name: &str, options: LockOptions) -> Result<Self> {
         Ok(Claims {
-            backend: client.raw.clone(),
+            base: client.clone(),
             name: LockKey::new(name)?,
             options: options.with_fenced(true),
-            starts: client.starts.clone(),
-            background: client.background.clone(),
-            breaker: client.breaker.clone(),
         })
     }
 
@@ -157,25 +148,18 @@ impl Claims {
     /// claims' clients share.
     pub(crate) fn lease_client(&self, holder: Holder) -> Result<LockClient> {
         let options = self.options().clone().with_holder(holder);
-        let mut client =
-            LockClient::assemble(self.backend().clone(), options, self.breaker.clone())?;
-        client.starts = self.starts.clone();
-        client.background = self.background.clone();
-        Ok(client)
+        self.base.sharing(self.backend().clone(), options)
     }
 
     /// A client whose every grant is `claim` on the name.
     pub(crate) fn client(&self, claim: Claim) -> Result<LockClient> {
         let view = Arc::new(ClaimView::new(self.backend().clone(), claim)?);
-        let mut client = LockClient::assemble(view, self.options().clone(), self.breaker.clone())?;
-        client.starts = self.starts.clone();
-        client.background = self.background.clone();
-        Ok(client)
+        self.base.sharing(view, self.options().clone())
     }
 
     /// As [`LockClient::flush`], for every claim's client.
     pub(crate) async fn flush(&self) {
-        self.background.idle().await;
+        self.base.flush().await;
     }
 
     pub(crate) fn name(&self) -> &LockKey {
@@ -183,7 +167,7 @@ impl Claims {
     }
 
     pub(crate) fn backend(&self) -> &Arc<DynLockBackend> {
-        &self.backend
+        self.base.raw()
     }
 
     pub(crate) fn options(&self) -> &LockOptions {
@@ -213,6 +197,6 @@ impl Claims {
     }
 
     pub(crate) async fn holders(&self) -> Result<Vec<PermitHolder>> {
-        permits_of(&*self.backend)?.holders(&self.name).await
+        permits_of(&**self.backend())?.holders(&self.name).await
     }
 }

@@ -181,7 +181,7 @@ impl LockClient {
     /// backend has no permits, the election runs over a lease on the lock key
     /// `election/<name>` (an [`ErrorKind::InvalidKey`] error when that key is too long).
     pub fn election(&self, name: &str) -> Result<Election> {
-        if self.raw.permits().is_some() {
+        if self.raw().permits().is_some() {
             return Ok(Election {
                 claims: Claims::new(self, name)?,
                 lease: None,
