@@ -12,7 +12,8 @@ use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 use crate::error::HarnessError;
 use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
-use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
+use crate::server::{ConnectionKill, ImageSource, Server};
+use crate::tls::TlsMaterial;
 
 /// etcd serving clients on 2379, without authentication.
 #[derive(Debug, Clone, Copy)]

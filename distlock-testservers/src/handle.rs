@@ -17,10 +17,11 @@ use testcontainers::{ContainerAsync, ContainerRequest, CopyTargetOptions, Generi
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::error::HarnessError;
-use crate::image::{image_source, pinned, ImageSource};
+use crate::image::{image_source, pinned};
 use crate::network::DockerNetwork;
+use crate::server::{ConnectionKill, ImageSource, Server};
+use crate::sockets;
 use crate::tls::{TlsMaterial, IN_CONTAINER};
-use crate::{sockets, ConnectionKill, Server};
 
 /// How long a server may take to become ready after a start or restart.
 const READY_WITHIN: Duration = Duration::from_secs(90);

@@ -4,9 +4,9 @@
 use testcontainers::bollard::Docker;
 
 use crate::error::HarnessError;
-use crate::Server;
+use crate::server::{ImageSource, Server};
 
-const IMAGES: &str = include_str!("../images.txt");
+pub(crate) const IMAGES: &str = include_str!("../images.txt");
 
 /// The image pinned for `entry` in `images.txt`, as (name, tag).
 pub(crate) fn pinned(entry: &str) -> Option<(&'static str, &'static str)> {
@@ -19,15 +19,6 @@ pub(crate) fn pinned(entry: &str) -> Option<(&'static str, &'static str)> {
         })
         .find(|(name, _)| *name == entry)
         .and_then(|(_, image)| image.rsplit_once(':'))
-}
-
-/// Which image a server runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ImageSource {
-    /// The official image of the server's project.
-    Official,
-    /// The image built from Debian's packages by `scripts/build-images.sh`.
-    Local,
 }
 
 async fn present(docker: &Docker, (name, tag): (&str, &str)) -> bool {
@@ -59,25 +50,5 @@ pub async fn image_source(server: &dyn Server) -> Result<ImageSource, HarnessErr
             }
         }
         other => Err(HarnessError::BadImageChoice(other.to_owned())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_server_and_the_local_image_are_pinned() {
-        for server in crate::ALL {
-            let (_, tag) = pinned(server.name()).unwrap_or_else(|| panic!("{}", server.name()));
-            assert_ne!(tag, "latest", "{} is not pinned", server.name());
-        }
-        assert!(pinned("local").is_some());
-        // A server with no official image says so instead of naming one.
-        assert_eq!(pinned("pgbouncer"), None);
-        assert!(IMAGES
-            .lines()
-            .any(|l| l.split_whitespace().eq(["pgbouncer", "local"])));
-        assert_eq!(pinned("nothing"), None);
     }
 }

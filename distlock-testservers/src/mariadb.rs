@@ -4,7 +4,7 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::server::{ConnectionKill, ImageSource, Server};
 
 /// MariaDB (InnoDB), user `root`, database `distlock`, room for 500 connections. The
 /// local image runs Debian's MariaDB 10.11, the official image `mariadb:10.11`.
@@ -77,7 +77,7 @@ impl Server for MariaDb {
         &self,
         host_port: u16,
         password: &str,
-        _: &crate::TlsMaterial,
+        _: &crate::tls::TlsMaterial,
         ca_file: &std::path::Path,
     ) -> Option<String> {
         Some(format!(

@@ -13,8 +13,9 @@ use distlock_conformance::{LinkControl, LinkedClient, MemberLinkedClient, Server
 use distlock_core::{BoxError, DynLockBackend, LockBackend};
 use futures_util::future::BoxFuture;
 
+use crate::every::Every;
 use crate::handle::ServerHandle;
-use crate::redlock::{Every, Links};
+use crate::redlock::Links;
 
 /// A replicated set's members and which of them leads now: what a fault schedule needs
 /// to hit the leader, or a follower, of an etcd cluster, a ZooKeeper ensemble or a

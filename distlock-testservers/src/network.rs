@@ -20,7 +20,7 @@ use testcontainers::bollard::models::NetworkCreateRequest;
 use testcontainers::bollard::query_parameters::ListNetworksOptionsBuilder;
 use testcontainers::bollard::Docker;
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// How long a removal is retried for before the network is reported as left behind.
 const REMOVE_WITHIN: Duration = Duration::from_secs(30);

@@ -5,7 +5,8 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage};
 
-use crate::{ConnectionKill, ImageSource, Postgres, Server};
+use crate::postgres::Postgres;
+use crate::server::{ConnectionKill, ImageSource, Server};
 
 /// PgBouncer 1.18 (Debian's) in transaction pooling mode, in front of PostgreSQL;
 /// user `postgres`, database `postgres`. Its URL asks the backend for its PgBouncer

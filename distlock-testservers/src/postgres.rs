@@ -3,7 +3,8 @@
 use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
-use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
+use crate::server::{ConnectionKill, ImageSource, Server};
+use crate::tls::TlsMaterial;
 
 /// PostgreSQL, user `postgres`, database `postgres`, with room for 300 connections
 /// (PostgreSQL's default is 100).
@@ -111,7 +112,7 @@ mod tests {
     use tokio::time::{sleep, Instant};
 
     use super::*;
-    use crate::ServerHandle;
+    use crate::handle::ServerHandle;
 
     /// Runs `script` in the container with the password set; `Ok` when it exits 0.
     async fn sh(handle: &ServerHandle, script: &str) -> Result<(), distlock_core::BoxError> {

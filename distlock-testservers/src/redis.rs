@@ -12,10 +12,11 @@ use distlock_conformance::ServerControl;
 use distlock_core::BoxError;
 
 use crate::error::HarnessError;
+use crate::every::Every;
 use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
-use crate::redlock::Every;
-use crate::{ConnectionKill, ImageSource, Server, TlsMaterial};
+use crate::server::{ConnectionKill, ImageSource, Server};
+use crate::tls::TlsMaterial;
 
 /// Redis (`redis-server`), password-protected, `maxmemory-policy noeviction`.
 #[derive(Debug, Clone, Copy)]
@@ -245,7 +246,7 @@ where
     let url = cluster.url();
     let backend = connect(url.clone()).await?;
     let connect = Arc::new(connect);
-    let connector = |url: String| crate::connector(connect.clone(), url);
+    let connector = |url: String| crate::targets::connector(connect.clone(), url);
     let password = cluster
         .members
         .first()

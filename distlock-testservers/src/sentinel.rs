@@ -12,11 +12,11 @@ use testcontainers::core::{ExecCommand, WaitFor};
 use testcontainers::{ContainerRequest, GenericImage, ImageExt};
 
 use crate::error::HarnessError;
+use crate::every::Every;
 use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
 use crate::redis::Redis;
-use crate::redlock::Every;
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::server::{ConnectionKill, ImageSource, Server};
 
 /// The name the Sentinels monitor the master under.
 pub const MASTER_NAME: &str = "distlock";
@@ -457,7 +457,7 @@ impl RedisSentinel {
         let url = self.url();
         let backend = connect(url.clone()).await?;
         let connect = Arc::new(connect);
-        let connector = |url: String| crate::connector(connect.clone(), url);
+        let connector = |url: String| crate::targets::connector(connect.clone(), url);
         let password = self
             .servers
             .first()

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::error::HarnessError;
 use crate::handle::ServerHandle;
 use crate::network::DockerNetwork;
-use crate::{ConnectionKill, ImageSource, Server};
+use crate::server::{ConnectionKill, ImageSource, Server};
 
 /// ZooKeeper serving clients on 2181, without authentication, with TTL nodes enabled
 /// (`zookeeper.extendedTypesEnabled`), empty container nodes and run-out TTL nodes
