@@ -1041,7 +1041,7 @@ caught! {
     release_without_owner_check: ReleaseWithoutOwnerCheck by release_by_non_owner_is_not_held, saying "a stranger's release removed the holder";
     non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder, saying "the old holder's release deleted the next holder's lease";
     release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held, saying "the second release answered Released";
-    early_release_frees_at_once: EarlyReleaseFreesAtOnce by an_early_release_keeps_the_key_for_the_least_hold_only, saying "after an early release, within its least hold";
+    early_release_frees_at_once: EarlyReleaseFreesAtOnce by an_early_release_keeps_the_key_for_the_least_hold_only, saying "after the grant, within its least hold";
     extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire, saying "extending an expired lease answered Extended";
     renew_reads_behind: RenewReadsBehind by a_renewal_right_after_the_grant_finds_it, saying "renewals sent right after their grant answered not held";
     extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence, saying "extend changed the key's fence on the server";

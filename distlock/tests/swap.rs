@@ -42,6 +42,9 @@ async fn keep_the_slot(name: &str, host: &LockClient, other: &LockClient) {
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .unwrap_or_else(|busy| panic!("{name}: {busy}"));
+    // The least hold is counted from the grant's reply: the server keeps the slot from
+    // no later than then until no earlier than `sent + least`.
+    let granted = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
     guard
         .release()
@@ -53,26 +56,30 @@ async fn keep_the_slot(name: &str, host: &LockClient, other: &LockClient) {
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .expect_err("the slot is kept for the least hold");
     assert_eq!(busy.key().as_str(), slot, "{name}");
+    let asked = Instant::now();
     let info = other
         .inspect(slot)
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .unwrap_or_else(|| panic!("{name}: the slot was freed within its least hold"));
-    // What is left of the least hold counted from before the grant was sent: the
-    // server keeps the key no longer than that, give or take its TTL granularity and
-    // the time the two calls since took; and no less than it less those calls.
-    let left = least.saturating_sub(sent.elapsed());
+    let answered = Instant::now();
+    // The slot's end on the server, as this host's clock places it: after `asked +
+    // remaining`, before `answered + remaining`. No later than the least hold allows
+    // (give or take the backend's TTL granularity and 0.5 s), and no sooner.
     let grain = host.backend().capabilities().ttl_granularity;
     let slack = Duration::from_millis(500);
+    let (ends_after, ends_before) = (asked + info.remaining, answered + info.remaining);
     assert!(
-        info.remaining <= left + grain + slack,
-        "{name}: the slot is kept {:?} more, beyond the least hold's {left:?}",
-        info.remaining
+        ends_after <= granted + least + grain + slack,
+        "{name}: the slot is kept {:?} more, {:?} after the grant, beyond the least hold of {least:?}",
+        info.remaining,
+        asked - granted
     );
     assert!(
-        info.remaining + Duration::from_secs(2) + grain >= left,
-        "{name}: the slot is kept only {:?} more, short of the least hold's {left:?}",
-        info.remaining
+        ends_before + grain + slack >= sent + least,
+        "{name}: the slot is kept only {:?} more, {:?} after the grant, short of the least hold of {least:?}",
+        info.remaining,
+        asked - granted
     );
     // A job run once per slot under the same options, by each host in turn.
     let ran = host

@@ -151,18 +151,40 @@ pub(crate) fn client_cpu_us() -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// This thread's CPU time by the kernel's tick count (`/proc/thread-self/stat`,
+    /// user and system), in ticks: a second clock beside the scheduler's, coarse but
+    /// independent.
+    fn thread_ticks() -> u64 {
+        let stat =
+            std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let rest = &stat[stat.rfind(')').expect("the command's end") + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+    }
+
     #[test]
     fn counts_this_process_cpu_time() {
         let before = client_cpu_us().expect("/proc/self/task/*/schedstat");
+        // Spins until the kernel's ticks say this thread ran 6 ticks (60 ms at 100 Hz),
+        // however long a machine busy with other work takes to give it that.
+        let ticks = thread_ticks();
         let mut x: u64 = 0;
-        let started = std::time::Instant::now();
-        while started.elapsed() < std::time::Duration::from_millis(50) {
-            x = std::hint::black_box(x.wrapping_add(1));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while thread_ticks() < ticks + 6 && std::time::Instant::now() < deadline {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
         }
+        let ran = thread_ticks() - ticks;
         let spent = client_cpu_us().expect("schedstat") - before;
-        // 50 ms of spinning on one thread: at least a fifth of it is counted, however
-        // busy the machine's other processes keep its cores.
-        assert!(spent > 10_000.0, "{spent} µs counted for 50 ms of work");
+        // At least the ticks less the one each end may round away, at 100 Hz or more.
+        assert!(ran >= 6, "the thread ran only {ran} ticks within a minute");
+        assert!(
+            spent > 40_000.0,
+            "{spent} µs counted for {ran} ticks of work"
+        );
     }
 
     #[test]
