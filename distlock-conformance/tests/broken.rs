@@ -42,6 +42,13 @@ enum Bug {
     ReleaseIgnoresNotHeld,
     /// Deletes the key on an early release within a least hold, as a plain release.
     EarlyReleaseFreesAtOnce,
+    /// Shortens the lease of whoever holds the key on an early release (`PEXPIRE key
+    /// ttl` with no owner check).
+    EarlyReleaseIgnoresOwner,
+    /// Gives up on an early release's reply after 2 s, and then undoes what the step
+    /// did on the server (a cleanup on any error that frees the fresh lease the step
+    /// moved the key onto): a step applied with its reply lost frees the key at once.
+    EarlyReleaseUndoneOnTimeout,
     /// Re-creates a free key on extend (redlock-rb #36, redis-semaphore #175).
     ExtendReacquires,
     /// Mints a new fence on every extend (pglock's record version number).
@@ -543,10 +550,40 @@ impl LockBackend for Naive {
         if self.bug == Bug::EarlyReleaseFreesAtOnce {
             return self.release_step(r.key(), r.owner()).await;
         }
-        Ok(match self.renew_step(r).await? {
+        if self.bug == Bug::EarlyReleaseIgnoresOwner {
+            self.round_trip().await?;
+            let expiry = self.expiry(r.ttl());
+            let mut state = self.state();
+            let live = state
+                .locks
+                .get_mut(&self.stored(r.key()))
+                .filter(|(_, _, exp)| *exp > Instant::now());
+            return Ok(match live {
+                Some(entry) => {
+                    entry.2 = expiry;
+                    ReleaseOutcome::Released
+                }
+                None => ReleaseOutcome::NotHeld,
+            });
+        }
+        let outcome = match self.renew_step(r).await? {
             Renewal::Renewed => ReleaseOutcome::Released,
             _ => ReleaseOutcome::NotHeld,
-        })
+        };
+        // Applied: the reply waits while replies are held.
+        let mut held = self.replies_held.subscribe();
+        if self.bug == Bug::EarlyReleaseUndoneOnTimeout {
+            let reply = timeout(Duration::from_secs(2), held.wait_for(|held| !held)).await;
+            if reply.is_err() {
+                if outcome == ReleaseOutcome::Released {
+                    self.state().locks.remove(&self.stored(r.key()));
+                    self.notify(r.key());
+                }
+                return Err(Error::new(ErrorKind::Timeout, "no reply within 2s"));
+            }
+        }
+        let _ = held.wait_for(|held| !held).await;
+        Ok(outcome)
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
@@ -1042,6 +1079,8 @@ caught! {
     non_atomic_release: NonAtomicRelease by release_racing_expiry_spares_the_next_holder, saying "the old holder's release deleted the next holder's lease";
     release_ignores_not_held: ReleaseIgnoresNotHeld by release_twice_is_not_held, saying "the second release answered Released";
     early_release_frees_at_once: EarlyReleaseFreesAtOnce by an_early_release_keeps_the_key_for_the_least_hold_only, saying "after the grant, within its least hold";
+    early_release_ignores_owner: EarlyReleaseIgnoresOwner by an_early_release_after_expiry_spares_the_next_holder, saying "the expired holder's early release answered Released";
+    early_release_undone_on_timeout: EarlyReleaseUndoneOnTimeout by an_early_release_whose_reply_was_lost_keeps_the_key_for_the_hold, saying "an early release whose reply was lost left the key None";
     extend_reacquires: ExtendReacquires by extend_after_expiry_fails_and_does_not_reacquire, saying "extending an expired lease answered Extended";
     renew_reads_behind: RenewReadsBehind by a_renewal_right_after_the_grant_finds_it, saying "renewals sent right after their grant answered not held";
     extend_changes_fence: ExtendChangesFence by extend_keeps_the_fence, saying "extend changed the key's fence on the server";

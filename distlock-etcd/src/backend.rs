@@ -767,7 +767,7 @@ impl LockBackend for EtcdBackend {
     /// while the key is still the owner's on the owner's lease; the owner's lease is
     /// revoked after. The key's creation revision, its fence, is unchanged. A retry of
     /// a step whose reply was lost finds the key the owner's on another lease:
-    /// released already.
+    /// released already. A step that fails leaves both leases to run out by themselves.
     async fn release_after(&self, request: &ExtendRequest) -> Result<ReleaseOutcome> {
         let id = lease_id(request.owner());
         let secs = i64::try_from(request.ttl().as_secs()).unwrap_or(i64::MAX);
@@ -794,13 +794,10 @@ impl LockBackend for EtcdBackend {
                 ),
             ])
             .or_else([TxnOp::get(key, None)]);
-        let reply = match self.txn(&txn).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                self.revoke_later(fresh);
-                return Err(e);
-            }
-        };
+        // A failed transaction may have been applied with its reply lost: the key may
+        // live on the fresh lease now, so that lease is left to run out by itself, at
+        // the hold's end (revoking it would free the key within the hold).
+        let reply = self.txn(&txn).await?;
         if reply.succeeded() {
             self.revoke_later(id);
             return Ok(ReleaseOutcome::Released);

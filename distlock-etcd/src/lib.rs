@@ -110,7 +110,9 @@
 //!   ([`LockBackend::release_after`](distlock_core::LockBackend::release_after)) moves
 //!   the key and its holder record onto a fresh lease of what is left of the hold, in
 //!   one transaction that holds only while the key is the owner's; the fence (the
-//!   key's creation revision) is unchanged.
+//!   key's creation revision) is unchanged. Where that transaction's reply is lost,
+//!   the fresh lease is left to run out at the hold's end (the key may live on it),
+//!   and the owner's retry answers released.
 //! - **Round trips** ([`RoundTrips`](distlock_core::backend::RoundTrips), contract point 9): an
 //!   acquire takes two (a lease grant, then the transaction that creates the key), an
 //!   extend two (a keep-alive stream opened, then its message, with the owner check

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock_conformance::{LinkedClient, ServerControl as _, Target};
-use distlock_core::backend::{AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken};
+use distlock_core::backend::{
+    AcquireOutcome, ExtendOutcome, LockBackendExt, OwnerToken, ReleaseOutcome,
+};
 use distlock_core::{ErrorKind, LockBackend, LockClient, LockKey, LockOptions};
 use distlock_etcd::EtcdBackend;
 use distlock_testservers::{Etcd, EtcdCluster, ServerHandle};
@@ -643,4 +645,88 @@ async fn a_permit_grant_whose_lease_is_gone_before_its_transaction_is_a_timeout(
         holders.is_empty(),
         "a permit is held after a failed grant: {holders:?}"
     );
+}
+
+/// An early release's step is a lease grant, then a transaction that moves the key
+/// onto that lease. Where the transaction was applied and its reply lost (the step
+/// given up by the backend's own response time-out), the key stays on the fresh lease
+/// for the hold asked: the failed step does not revoke the lease the key now lives
+/// on, which would free the key within its hold. The owner's retry answers released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_release_whose_transaction_reply_was_lost_keeps_the_key_for_the_hold() {
+    let server = ServerHandle::start(&Etcd)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let proxy = distlock_testservers::Proxy::start(server.host_port())
+        .await
+        .expect("a proxy");
+    let url = server.server().url(proxy.port(), server.password());
+    let linked = EtcdBackend::connect(&format!("{url}?response_timeout_ms=2000"))
+        .await
+        .expect("connect through the proxy");
+    let direct = EtcdBackend::connect(&server.url()).await.expect("connect");
+    let key = LockKey::new("early-release-lost-transaction").expect("a key");
+    let lease = match linked.try_acquire(&key, Duration::from_secs(60)).await {
+        Ok(AcquireOutcome::Acquired(lease)) => lease,
+        other => panic!("a free key: {other:?}"),
+    };
+    let hold = Duration::from_secs(8);
+    // The lease grant's reply passes; the transaction's is held.
+    proxy.hold_replies_after(1);
+    let sent = Instant::now();
+    let lost = tokio::time::timeout(
+        Duration::from_secs(5),
+        linked.release_lease_after(&lease, hold),
+    )
+    .await;
+    distlock_conformance::LinkControl::heal(&proxy)
+        .await
+        .expect("heal");
+    assert!(
+        matches!(lost, Ok(Err(ref e)) if e.is_retryable()),
+        "the step whose reply was held: {lost:?}"
+    );
+    // What the failed step does after it gives up has had time to land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kept = direct.inspect(&key).await.expect("inspect");
+    let kept = kept.unwrap_or_else(|| {
+        panic!(
+            "the key was free {:?} after an early release to {hold:?} whose transaction's reply was lost",
+            sent.elapsed()
+        )
+    });
+    assert_eq!(kept.fence, lease.fence());
+    assert!(
+        kept.remaining <= hold + Duration::from_secs(1),
+        "the transaction was not applied: the key keeps {:?}",
+        kept.remaining
+    );
+    let retried = linked
+        .release_lease_after(&lease, hold)
+        .await
+        .expect("the retry");
+    assert_eq!(retried, ReleaseOutcome::Released);
+    // Free once the hold has passed from the first send, not before.
+    loop {
+        let at = Instant::now();
+        if let AcquireOutcome::Acquired(next) = direct
+            .try_acquire(&key, Duration::from_secs(10))
+            .await
+            .expect("acquire")
+        {
+            assert!(
+                at + Duration::from_millis(200) >= sent + hold,
+                "the key was free {:?} after an early release to {hold:?}",
+                at - sent
+            );
+            assert!(next.fence() > lease.fence());
+            break;
+        }
+        assert!(
+            sent.elapsed() < hold + Duration::from_secs(4),
+            "the key was still taken {:?} after an early release to {hold:?}",
+            sent.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -52,6 +52,9 @@ struct Link {
     cut: bool,
     /// The server's bytes are held, the client's still pass: a lost reply.
     replies_held: bool,
+    /// The replies are held from the one that would make the round-trip count reach
+    /// this: the lost reply of a step's later request.
+    replies_held_from: Option<u64>,
     latency: Duration,
     /// Each request reaches the server, then its connection is reset.
     reset_after_requests: bool,
@@ -187,6 +190,14 @@ impl Proxy {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// Lets the replies of the next `round_trips` round trips pass, then holds every
+    /// later reply until the heal, as [`LinkControl::hold_replies`] does: the lost
+    /// reply of a step's later request, after its earlier ones were answered.
+    pub fn hold_replies_after(&self, round_trips: u64) {
+        let from = self.count.load(Ordering::SeqCst) + round_trips;
+        self.link.send_modify(|l| l.replies_held_from = Some(from));
+    }
 }
 
 impl Drop for Proxy {
@@ -212,6 +223,7 @@ impl LinkControl for Proxy {
         self.link.send_modify(|l| {
             l.cut = false;
             l.replies_held = false;
+            l.replies_held_from = None;
             l.reset_after_requests = false;
             l.accepting = Accepting::Open;
         });
@@ -368,7 +380,14 @@ async fn write_side(
     let downstream = count.is_some();
     while let Some(chunk) = chunks.recv().await {
         sleep_until(chunk.due).await;
-        let passes = |l: &Link| !(l.cut || downstream && l.replies_held);
+        // A reply that would count a round trip past the link's limit is held, and so
+        // is everything after it on this connection.
+        let counts = chunk.message && asked.load(Ordering::SeqCst);
+        let past = |l: &Link| match (&count, l.replies_held_from) {
+            (Some(count), Some(from)) => counts && count.load(Ordering::SeqCst) >= from,
+            _ => false,
+        };
+        let passes = |l: &Link| !(l.cut || downstream && (l.replies_held || past(l)));
         if link.wait_for(passes).await.is_err() {
             return;
         }
@@ -577,6 +596,31 @@ mod tests {
         proxy.heal().await.expect("heal");
         conn.read_exact(&mut buf).await.expect("the held reply");
         assert_eq!(&buf, b"late");
+    }
+
+    #[tokio::test]
+    async fn replies_held_after_a_round_trip_let_the_first_through_only() {
+        let (port, received) = counting_echo().await;
+        let proxy = Proxy::start(port).await.expect("proxy");
+        let mut conn = TcpStream::connect(("127.0.0.1", proxy.port()))
+            .await
+            .expect("connect");
+        proxy.hold_replies_after(1);
+        exchange(&mut conn).await;
+        conn.write_all(b"late").await.expect("write");
+        let mut buf = [0u8; 4];
+        let held =
+            tokio::time::timeout(Duration::from_millis(200), conn.read_exact(&mut buf)).await;
+        assert!(held.is_err(), "the second round trip's reply crossed");
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            8,
+            "the request did not reach the server"
+        );
+        proxy.heal().await.expect("heal");
+        conn.read_exact(&mut buf).await.expect("the held reply");
+        assert_eq!(&buf, b"late");
+        exchange(&mut conn).await;
     }
 
     #[tokio::test]

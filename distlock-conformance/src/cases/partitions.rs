@@ -143,6 +143,76 @@ cases! {
         .await
     }
 
+    /// An early release within a least hold whose reply was lost (held on the link after the server applied it, long enough for the backend's own time-out to give up on it), then retried by its owner, answers released, and the key stays taken until the hold has passed from the first send, then frees within the hold from the retry: what the lost step left behind neither frees the key early nor keeps it.
+    #[case(Release, needs_reply_holding_links)]
+    pub async fn an_early_release_whose_reply_was_lost_keeps_the_key_for_the_hold(t: &Target) -> CaseResult {
+        let caps = t.capabilities();
+        let key = t.key("early-release-lost-reply");
+        let (linked, link) = linked(t).await?;
+        // What the hold has left when the holder releases: longer than the step is
+        // kept waiting for its reply, so that the key is still taken after it.
+        let (hold, waited) = (caps.ttl_at_least(Duration::from_secs(10)), Duration::from_secs(7));
+        let lease = match grant(&linked, &key, t.long_ttl()).await? {
+            Some(lease) => lease,
+            None => return fail(format!("{key} was held although nobody should hold it")),
+        };
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        let sent = Instant::now();
+        // Given up by the backend's own time-out, or dropped here, its outcome unknown.
+        let lost = timeout(waited, linked.release_lease_after(&lease, hold)).await;
+        link.heal().await.map_err(link_err("heal"))?;
+        match lost {
+            Ok(Err(e)) if e.kind() == ErrorKind::Unsupported && e.was_not_sent() => {
+                linked.release_lease(&lease).await?;
+                return Err(CaseError::Skipped(format!(
+                    "the backend has no early release step ({e})"
+                )));
+            }
+            Ok(Ok(_)) => {
+                let _ = linked.release_lease(&lease).await;
+                return fail("an early release's reply crossed a link that held the replies");
+            }
+            _ => {}
+        }
+        let kept = t.backend().inspect(&key).await?;
+        ensure!(
+            kept.as_ref().is_some_and(|info| info.fence == lease.fence()),
+            "an early release whose reply was lost left the key {kept:?} {:?} after it was sent, within the hold of {hold:?} it asked for",
+            sent.elapsed()
+        );
+        let retried = retry_until_up("the owner's retried early release", || {
+            linked.release_lease_after(&lease, hold)
+        })
+        .await?;
+        let answered = Instant::now();
+        ensure!(
+            retried == ReleaseOutcome::Released,
+            "the owner's retry of an early release whose reply was lost answered {retried:?}"
+        );
+        let kept_until = answered + hold + caps.ttl_granularity + t.expiry_slack();
+        let (next, at) = acquire_when_free(t, &key, t.long_ttl(), kept_until + t.expiry_slack())
+            .await
+            .map_err(|e| {
+                CaseError::Failed(format!(
+                    "the key was still taken {:?} after the retried early release answered, past the hold of {hold:?} it asked for ({e})",
+                    answered.elapsed()
+                ))
+            })?;
+        t.backend().release_lease(&next).await?;
+        ensure!(
+            at + t.expiry_slack() >= sent + hold,
+            "the key was free {:?} after the early release was first sent, within the hold of {hold:?} it asked for",
+            at - sent
+        );
+        ensure!(
+            t.fence_rose(lease.fence(), next.fence()),
+            "the next holder's fence {:?} is not above {:?}",
+            next.fence(),
+            lease.fence()
+        );
+        Ok(())
+    }
+
     /// Where every connection a client opens is accepted and then dropped at once (a listener whose server process is gone or stuck, a balancer with no healthy target), and its open connections are reset at their next request, each step answers a typed, retryable error in bounded time, never a hang or an answer it could not have had; once connections hold again the client works, with no restart.
     #[case(Errors, needs_connection_failing_links)]
     pub async fn connections_accepted_then_dropped_give_typed_errors_then_recover(t: &Target) -> CaseResult {

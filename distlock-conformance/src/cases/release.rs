@@ -48,6 +48,48 @@ cases! {
         Ok(())
     }
 
+    /// An early release within a least hold sent by a holder whose lease expired answers not held and leaves the next holder's lease as it was: its fence, and the time the server keeps it.
+    #[case(Release, always)]
+    pub async fn an_early_release_after_expiry_spares_the_next_holder(t: &Target) -> CaseResult {
+        let key = t.key("early-release-expired");
+        let short = t.short_ttl();
+        let old = acquire(t, &key, short).await?;
+        let give_up = Instant::now() + short * 4 + t.expiry_slack() * 4;
+        let (new, _) = acquire_when_free(t, &key, t.long_ttl(), give_up).await?;
+        let outcome = match t.backend().release_lease_after(&old, short).await {
+            Err(e) if e.kind() == ErrorKind::Unsupported && e.was_not_sent() => {
+                t.backend().release_lease(&new).await?;
+                return Err(CaseError::Skipped(format!(
+                    "the backend has no early release step ({e})"
+                )));
+            }
+            outcome => outcome?,
+        };
+        let info = t.backend().inspect(&key).await?;
+        t.backend().release_lease(&new).await?;
+        ensure!(
+            outcome == ReleaseOutcome::NotHeld,
+            "the expired holder's early release answered {outcome:?}"
+        );
+        let Some(info) = info else {
+            return fail("the expired holder's early release freed the next holder's key");
+        };
+        ensure!(
+            info.fence == new.fence(),
+            "after the expired holder's early release the key has fence {:?}, not the next holder's {:?}",
+            info.fence,
+            new.fence()
+        );
+        // The next holder's lease keeps most of its long TTL, far above the short one
+        // the expired holder asked for.
+        ensure!(
+            info.remaining > t.long_ttl() / 2,
+            "the expired holder's early release cut the next holder's lease to {:?}",
+            info.remaining
+        );
+        Ok(())
+    }
+
     /// Releasing twice answers "released" then "not held" (a retried release is harmless).
     #[case(Release, always)]
     pub async fn release_twice_is_not_held(t: &Target) -> CaseResult {
