@@ -61,6 +61,9 @@ enum Bug {
     ClientClockExpiry,
     /// Declares change notification but never sends one (Redisson #1763).
     SilentNotifications,
+    /// Answers `watch` with a stream but declares no change notification, so that
+    /// the client never watches it and its waiters poll.
+    WatchUndeclared,
     /// Puts the password it was given into its authentication error.
     SecretInErrors,
     /// Keeps the locks in the client, as a cache it trusts (each client its own store).
@@ -253,7 +256,7 @@ impl Naive {
     fn new(bug: Bug) -> Arc<Self> {
         let mut caps = Capabilities::default();
         caps.fence_durability = FenceDurability::Durable;
-        caps.change_notification = true;
+        caps.change_notification = bug != Bug::WatchUndeclared;
         // Above a round trip (1 ms) and a timer's tick, so that the shortest lease can
         // be granted before it runs out.
         caps.min_ttl = Duration::from_millis(10);
@@ -1088,6 +1091,7 @@ caught! {
     fence_resets_on_restart: FenceResetsOnRestart by fault_restart_keeps_fences_and_declared_leases, saying "the fence went back from";
     client_clock_expiry: ClientClockExpiry by expiry_frees_the_key_after_the_ttl_not_before, saying "before the ttl ran out";
     silent_notifications: SilentNotifications by client_waiter_is_woken_by_the_release, saying "to notice the release";
+    watch_undeclared: WatchUndeclared by change_notification_is_declared_where_watch_answers, saying "capabilities.change_notification is false, but watch answers a stream";
     two_round_trip_acquire: NonAtomicAcquire by operations_take_their_declared_round_trips, saying "acquire took more round trips than declared";
     two_round_trip_release: NonAtomicRelease by operations_take_their_declared_round_trips, saying "release took more round trips than declared";
     secret_in_errors: SecretInErrors by wrong_credentials_fail_fast_without_showing_them, saying "the error shows the secret";

@@ -139,7 +139,8 @@ pub struct Capabilities {
     /// Whether [`LockBackend::watch`](crate::LockBackend::watch) reports releases, so
     /// waiters wake at once instead of polling. Declared here, not left to what
     /// `watch` answers, because a watch opens a subscription: the client decides
-    /// before it asks whether a guard watches its key.
+    /// before it asks whether a guard watches its key. It must be `true` exactly where
+    /// `watch` answers a stream: the conformance suite checks the two agree.
     pub change_notification: bool,
     /// Whether [`LockBackendExt::extend`](crate::backend::LockBackendExt::extend) accepts any valid
     /// TTL, or only the TTL the lease was granted with (etcd renews a lease to its

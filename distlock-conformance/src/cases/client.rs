@@ -178,6 +178,29 @@ cases! {
         waiter_woken(t, t.backend(), t.backend()).await
     }
 
+    /// The backend declares change notification exactly where its `watch` answers a stream: the client decides from the declaration whether to watch, so a `watch` written without it is never used (its waiters poll), and a declaration without a `watch` leaves waiters waiting on nothing but their poll.
+    #[case(Client, always)]
+    pub async fn change_notification_is_declared_where_watch_answers(t: &Target) -> CaseResult {
+        let declared = t.capabilities().change_notification;
+        let key = t.key("declared-watch");
+        let watched = timeout(Duration::from_secs(10), t.backend().watch(&key))
+            .await
+            .map_err(|_| CaseError::Failed("watch did not answer within 10 s".into()))??;
+        let answers = watched.is_some();
+        drop(watched);
+        ensure!(
+            declared == answers,
+            "capabilities.change_notification is {declared}, but watch answers {}: {}",
+            if answers { "a stream" } else { "None (poll)" },
+            if answers {
+                "the client never watches a backend that does not declare it, so its waiters poll"
+            } else {
+                "waiters find no stream to wait on"
+            }
+        );
+        Ok(())
+    }
+
     /// A lease from `lock()` is valid from its successful attempt, not the first one.
     #[case(Client, always)]
     pub async fn client_validity_counts_from_the_successful_attempt(t: &Target) -> CaseResult {
