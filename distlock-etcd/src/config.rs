@@ -5,11 +5,18 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use distlock_core::backend::{ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint, Scheme};
 use distlock_core::{Error, Result};
 
 /// The URL schemes this backend serves.
-pub const SCHEMES: &[&str] = &["etcd", "etcds"];
+pub const SCHEMES: &[&str] = &Scheme::names(&SCHEME_LIST);
+
+/// Each of [`SCHEMES`] with the crate feature it needs beyond the defaults: the
+/// one list of them, which `SCHEMES` and the crate's `DESCRIPTOR` read.
+pub(crate) const SCHEME_LIST: [Scheme; 2] = [
+    Scheme::new("etcd"),
+    Scheme::with_feature("etcds", "tls", cfg!(feature = "tls")),
+];
 
 /// Where and how to reach etcd: built from a URL ([`from_url`](Self::from_url), or
 /// `str::parse`), or typed ([`EtcdConfig::new`] and the `with_` setters); the same

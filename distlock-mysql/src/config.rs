@@ -4,13 +4,17 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use distlock_core::backend::{ConnectionUrl, Endpoint, Options};
+use distlock_core::backend::{ConnectionUrl, Endpoint, Options, Scheme};
 use distlock_core::{Error, Result};
 use distlock_sql::Common;
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 
 /// The URL schemes this backend serves.
-pub const SCHEMES: &[&str] = &["mysql", "mariadb"];
+pub const SCHEMES: &[&str] = &Scheme::names(&SCHEME_LIST);
+
+/// Each of [`SCHEMES`] with the crate feature it needs beyond the defaults: the
+/// one list of them, which `SCHEMES` and the crate's `DESCRIPTOR` read.
+pub(crate) const SCHEME_LIST: [Scheme; 2] = [Scheme::new("mysql"), Scheme::new("mariadb")];
 
 /// MySQL's and MariaDB's port, where a URL names none.
 pub const DEFAULT_PORT: u16 = 3306;

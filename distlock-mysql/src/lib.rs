@@ -164,13 +164,10 @@ pub async fn connect(
 /// the feature each needs, its server's [`DEFAULT_PORT`], [`connect`], and the tables it keeps
 /// (`distlock migrate`).
 pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
-    use distlock_core::backend::{Descriptor, Migration, Scheme};
-    Descriptor::new(
-        "mysql",
-        &[Scheme::new("mysql"), Scheme::new("mariadb")],
-        DEFAULT_PORT,
-        |url| Box::pin(async move { connect(&url).await }),
-    )
+    use distlock_core::backend::{Descriptor, Migration};
+    Descriptor::new("mysql", &config::SCHEME_LIST, DEFAULT_PORT, |url| {
+        Box::pin(async move { connect(&url).await })
+    })
     .with_migration(Migration::new(
         |url| Ok(MySqlBackend::migration_sql(&MySqlConfig::from_url(url)?)),
         |url| {

@@ -3,13 +3,17 @@
 use std::fmt;
 use std::str::FromStr;
 
-use distlock_core::backend::{ConnectionUrl, Endpoint};
+use distlock_core::backend::{ConnectionUrl, Endpoint, Scheme};
 use distlock_core::{Error, Result};
 use distlock_sql::Common;
 use sqlx::postgres::PgConnectOptions;
 
 /// The URL schemes this backend serves.
-pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
+pub const SCHEMES: &[&str] = &Scheme::names(&SCHEME_LIST);
+
+/// Each of [`SCHEMES`] with the crate feature it needs beyond the defaults: the
+/// one list of them, which `SCHEMES` and the crate's `DESCRIPTOR` read.
+pub(crate) const SCHEME_LIST: [Scheme; 2] = [Scheme::new("postgres"), Scheme::new("postgresql")];
 
 /// How `COMMIT` waits for the write-ahead log, per lock statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -181,13 +181,10 @@ pub async fn connect(
 /// the feature each needs, its server's [`DEFAULT_PORT`], [`connect`], and the tables it keeps
 /// (`distlock migrate`).
 pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
-    use distlock_core::backend::{Descriptor, Migration, Scheme};
-    Descriptor::new(
-        "postgres",
-        &[Scheme::new("postgres"), Scheme::new("postgresql")],
-        DEFAULT_PORT,
-        |url| Box::pin(async move { connect(&url).await }),
-    )
+    use distlock_core::backend::{Descriptor, Migration};
+    Descriptor::new("postgres", &config::SCHEME_LIST, DEFAULT_PORT, |url| {
+        Box::pin(async move { connect(&url).await })
+    })
     .with_migration(Migration::new(
         |url| {
             Ok(PostgresBackend::migration_sql(&PostgresConfig::from_url(

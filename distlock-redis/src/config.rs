@@ -6,7 +6,7 @@ use std::time::Duration;
 use std::str::FromStr;
 
 use distlock_core::backend::ClockDrift;
-use distlock_core::backend::{ConnectionUrl, Endpoint, Options};
+use distlock_core::backend::{ConnectionUrl, Endpoint, Options, Scheme};
 use distlock_core::{Error, Result};
 
 /// Where and how to reach Redis: built from a URL ([`from_url`](Self::from_url), or
@@ -94,13 +94,17 @@ pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
 /// The URL schemes this backend serves: one server (`redis`, `rediss`), a Redis
 /// Cluster (`redis-cluster`), a master behind Sentinel (`redis-sentinel`), or a
 /// Redlock over several masters (`redlock`, `redlocks`).
-pub const SCHEMES: &[&str] = &[
-    "redis",
-    "rediss",
-    "redis-cluster",
-    "redis-sentinel",
-    "redlock",
-    "redlocks",
+pub const SCHEMES: &[&str] = &Scheme::names(&SCHEME_LIST);
+
+/// Each of [`SCHEMES`] with the crate feature it needs beyond the defaults: the
+/// one list of them, which `SCHEMES` and the crate's `DESCRIPTOR` read.
+pub(crate) const SCHEME_LIST: [Scheme; 6] = [
+    Scheme::new("redis"),
+    Scheme::with_feature("rediss", "tls", cfg!(feature = "tls")),
+    Scheme::with_feature("redis-cluster", "cluster", cfg!(feature = "cluster")),
+    Scheme::with_feature("redis-sentinel", "sentinel", cfg!(feature = "sentinel")),
+    Scheme::new("redlock"),
+    Scheme::with_feature("redlocks", "tls", cfg!(feature = "tls")),
 ];
 
 fn config_error(message: impl Into<String>) -> Error {

@@ -367,18 +367,8 @@ pub async fn connect(
 /// `connect`, the `distlock` command line, lockbench): its name, its [`SCHEMES`] and
 /// the feature each needs, its server's [`DEFAULT_PORT`], and [`connect`].
 pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
-    use distlock_core::backend::{Descriptor, Scheme};
-    Descriptor::new(
-        "redis",
-        &[
-            Scheme::new("redis"),
-            Scheme::with_feature("rediss", "tls", cfg!(feature = "tls")),
-            Scheme::with_feature("redis-cluster", "cluster", cfg!(feature = "cluster")),
-            Scheme::with_feature("redis-sentinel", "sentinel", cfg!(feature = "sentinel")),
-            Scheme::new("redlock"),
-            Scheme::with_feature("redlocks", "tls", cfg!(feature = "tls")),
-        ],
-        DEFAULT_PORT,
-        |url| Box::pin(async move { connect(&url).await }),
-    )
+    use distlock_core::backend::Descriptor;
+    Descriptor::new("redis", &config::SCHEME_LIST, DEFAULT_PORT, |url| {
+        Box::pin(async move { connect(&url).await })
+    })
 };

@@ -213,11 +213,8 @@ pub async fn connect(
 /// `connect`, the `distlock` command line, lockbench): its name, its [`SCHEMES`] and
 /// the feature each needs, its server's [`DEFAULT_PORT`], and [`connect`].
 pub const DESCRIPTOR: distlock_core::backend::Descriptor = {
-    use distlock_core::backend::{Descriptor, Scheme};
-    Descriptor::new(
-        "zookeeper",
-        &[Scheme::new("zookeeper"), Scheme::new("zk")],
-        DEFAULT_PORT,
-        |url| Box::pin(async move { connect(&url).await }),
-    )
+    use distlock_core::backend::Descriptor;
+    Descriptor::new("zookeeper", &config::SCHEME_LIST, DEFAULT_PORT, |url| {
+        Box::pin(async move { connect(&url).await })
+    })
 };

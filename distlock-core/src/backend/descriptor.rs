@@ -40,18 +40,41 @@ impl Scheme {
         }
     }
 
+    /// The names of `schemes`, in their order: a crate's list of scheme names
+    /// (its `SCHEMES`) read from its one list of [`Scheme`]s.
+    ///
+    /// ```
+    /// use distlock_core::backend::Scheme;
+    ///
+    /// const LIST: [Scheme; 2] = [
+    ///     Scheme::new("mystore"),
+    ///     Scheme::with_feature("mystores", "tls", cfg!(feature = "tls")),
+    /// ];
+    /// const SCHEMES: &[&str] = &Scheme::names(&LIST);
+    /// assert_eq!(SCHEMES, ["mystore", "mystores"]);
+    /// ```
+    pub const fn names<const N: usize>(schemes: &[Scheme; N]) -> [&'static str; N] {
+        let mut names = [""; N];
+        let mut i = 0;
+        while i < N {
+            names[i] = schemes[i].name;
+            i += 1;
+        }
+        names
+    }
+
     /// The scheme, as a URL starts with it (without `://`).
-    pub fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         self.name
     }
 
     /// The crate's cargo feature the scheme needs beyond its defaults, if any.
-    pub fn feature(&self) -> Option<&'static str> {
+    pub const fn feature(&self) -> Option<&'static str> {
         self.feature
     }
 
     /// Whether this build serves the scheme.
-    pub fn is_built(&self) -> bool {
+    pub const fn is_built(&self) -> bool {
         self.built
     }
 }
