@@ -69,7 +69,7 @@ step "the simulation, 10,000 seeds"
 # Every lock kind under every simulated fault, on the in-memory backend, from a release
 # build (scripts/sim.sh; `scripts/sim.sh --soak` runs a million, about 20 minutes).
 bash scripts/sim.sh
-# And the proof that it finds bugs: nine mutants of the client (scripts/sim-mutants.sh
+# And the proof that it finds bugs: the mutants of the client (scripts/sim-mutants.sh
 # lists them), each built into a copy of distlock-core and caught within CI's 10,000
 # seeds.
 bash scripts/sim-mutants.sh
