@@ -95,6 +95,9 @@ enum Bug {
     /// Lists every record it keeps, expired leases too (a listing query without the
     /// expiry filter that every other query has).
     ListsExpired,
+    /// Shows an expired lease's record when asked who holds a key, with no time left
+    /// (an inspect query without the expiry filter that every other query has).
+    InspectsExpired,
     /// Extends whoever holds the key (`PEXPIRE key ttl` with no owner check).
     ExtendIgnoresOwner,
     /// Takes over an expired record keeping its fence (an upsert that sets the owner
@@ -897,9 +900,9 @@ impl Naive {
         Ok(state
             .locks
             .get(&self.stored(key))
-            .filter(|(_, _, exp)| *exp > now)
+            .filter(|(_, _, exp)| *exp > now || self.bug == Bug::InspectsExpired)
             .map(|(_, f, exp)| {
-                let info = LockInfo::new(FencingToken::new(*f), *exp - now);
+                let info = LockInfo::new(FencingToken::new(*f), exp.saturating_duration_since(now));
                 state.held_by(&self.stored(key), info)
             }))
     }
@@ -1109,6 +1112,7 @@ caught! {
     ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept, saying "past its ttl and slack";
     keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks, saying "keys are cut short";
     lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys, saying "list(";
+    inspects_expired: InspectsExpired by a_sequencer_check_admits_the_live_holders_fence_only, saying "admitted the fence of a lease that expired";
     extend_ignores_owner: ExtendIgnoresOwner by extend_after_takeover_fails, saying "extending a taken-over lease answered Extended";
     release_after_expiry_without_owner_check: ReleaseWithoutOwnerCheck by release_after_expiry_is_not_held, saying "the expired holder deleted the new holder's lease";
     takeover_keeps_fence: TakeoverKeepsFence by fencing_increases_across_takeover, saying "the takeover got fence";

@@ -1,13 +1,16 @@
 //! distlock in a tower stack (the `tower` feature): a layer that runs each request
 //! under a lock of its own key, and a layer that bounds how many requests run at once
 //! across every process that shares a [`Semaphore`] (the cross-process twin of
-//! `tower::limit::ConcurrencyLimit`).
+//! `tower::limit::ConcurrencyLimit`). For a resource that lock holders send requests
+//! to, [`CheckLayer`] admits only those whose sequencer (key and fence) is still the
+//! live holder's, and answers the others 409.
 //!
-//! Both answer a request they cannot admit themselves, with the status
+//! The layers answer a request they cannot admit themselves, with the status
 //! [`Error::http_status`] gives: 423 when the key stayed held (or every permit stayed
-//! taken) through the wait, 503 when the backend could not be reached or the client's
-//! circuit breaker is open, and 400 when the key [`LockLayer`]'s key function made of
-//! the request is not a valid key (too long, say: the request's input made it). A 423
+//! taken) through the wait, 409 when a sequencer is stale, 503 when the backend could
+//! not be reached or the client's circuit breaker is open, and 400 when the key
+//! [`LockLayer`]'s key function made of the request is not a valid key (too long, say:
+//! the request's input made it), or the request carries no valid sequencer. A 423
 //! carries `Retry-After`: the holder's remaining time where the backend told it, at
 //! most one second by default (the time a handler takes, not the holder's lease,
 //! is what a caller waits for), and that second where nothing better is known
@@ -96,7 +99,7 @@ impl Refusal {
 
 /// What a request admitted by [`LockLayer`] or [`LimitLayer`] runs under, in its
 /// extensions: the key (for a limit, the semaphore's name) and the fencing token of
-/// its grant.
+/// its grant; for [`CheckLayer`], the sequencer it carried and passed the check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     key: LockKey,
@@ -352,6 +355,175 @@ where
     }
 }
 
+/// The header a holder sends its key in, for [`sequencer_headers`].
+pub const KEY_HEADER: &str = "distlock-key";
+
+/// The header a holder sends its fence in (decimal), for [`sequencer_headers`].
+pub const FENCE_HEADER: &str = "distlock-fence";
+
+/// The sequencer a request carries in the headers [`KEY_HEADER`] and [`FENCE_HEADER`],
+/// for a [`CheckLayer`]: `None` when either is missing, or the key is not UTF-8, or the
+/// fence is not a decimal number.
+///
+/// ```
+/// use distlock::tower::sequencer_headers;
+/// use distlock::FencingToken;
+///
+/// let request = http::Request::post("/ledger")
+///     .header("distlock-key", "ledger")
+///     .header("distlock-fence", "42")
+///     .body(())
+///     .unwrap();
+/// assert_eq!(
+///     sequencer_headers(&request),
+///     Some(("ledger".to_owned(), FencingToken::new(42)))
+/// );
+/// ```
+pub fn sequencer_headers<B>(request: &Request<B>) -> Option<(String, FencingToken)> {
+    let headers = request.headers();
+    let key = headers.get(KEY_HEADER)?.to_str().ok()?;
+    let fence = headers.get(FENCE_HEADER)?.to_str().ok()?.parse().ok()?;
+    Some((key.to_owned(), FencingToken::new(fence)))
+}
+
+/// A layer for a resource that receives requests from lock holders: each request
+/// carries its holder's sequencer (a key and the fence of its grant, which `sequencer`
+/// reads: [`sequencer_headers`], say), and runs only when that fence is still the
+/// key's live holder's ([`LockClient::check`], one request to the lock service). A
+/// stale fence (another lease holds the key, or it is free) is answered 409; a request
+/// that carries no sequencer (`None`), an invalid key or the fence 0 is answered 400;
+/// a backend that cannot be reached, 503. An admitted request runs with a [`Held`] in
+/// its extensions, the sequencer it carried.
+///
+/// The check is the lock service's answer as of its read, and the request runs after
+/// it: a lease that ends meanwhile is not seen. Where the resource can keep the
+/// highest fence it has seen, a [`FencedStore`](distlock_core::FencedStore) refuses a
+/// stale write in the write's own step instead.
+///
+/// ```
+/// use std::sync::Arc;
+/// use axum::{routing::post, Router};
+/// use distlock::tower::{sequencer_headers, CheckLayer, Held};
+/// use distlock::{LockClient, MemoryBackend};
+///
+/// async fn append(held: Held) -> String {
+///     format!("appended for {} under fence {}", held.key(), held.fence())
+/// }
+///
+/// let locks = LockClient::new(Arc::new(MemoryBackend::new()));
+/// let app: Router = Router::new()
+///     .route("/journal", post(append))
+///     .layer(CheckLayer::new(locks, sequencer_headers));
+/// # let _ = app;
+/// ```
+pub struct CheckLayer<Q> {
+    client: LockClient,
+    sequencer: Arc<Q>,
+}
+
+impl<Q> CheckLayer<Q> {
+    /// Checks the sequencer `sequencer` reads of each request on `client`.
+    pub fn new(client: LockClient, sequencer: Q) -> Self {
+        CheckLayer {
+            client,
+            sequencer: Arc::new(sequencer),
+        }
+    }
+}
+
+impl<Q> Clone for CheckLayer<Q> {
+    fn clone(&self) -> Self {
+        CheckLayer {
+            client: self.client.clone(),
+            sequencer: self.sequencer.clone(),
+        }
+    }
+}
+
+impl<Q> fmt::Debug for CheckLayer<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckLayer")
+            .field("backend", &self.client.backend().name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, Q> Layer<S> for CheckLayer<Q> {
+    type Service = CheckService<S, Q>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CheckService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`CheckLayer`] makes.
+pub struct CheckService<S, Q> {
+    inner: S,
+    layer: CheckLayer<Q>,
+}
+
+impl<S: Clone, Q> Clone for CheckService<S, Q> {
+    fn clone(&self) -> Self {
+        CheckService {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, Q> fmt::Debug for CheckService<S, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CheckService")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, Q, B, ResBody> Service<Request<B>> for CheckService<S, Q>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    Q: Fn(&Request<B>) -> Option<(String, FencingToken)> + Send + Sync + 'static,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let sequencer = (self.layer.sequencer)(&request);
+        let mut inner = take_ready(&mut self.inner);
+        let client = self.layer.client.clone();
+        Box::pin(async move {
+            let Some((key, fence)) = sequencer else {
+                let missing = Error::new(
+                    ErrorKind::InvalidInput,
+                    "the request carries no sequencer (a lock's key and fence)",
+                );
+                return Ok(refusal(&missing, None));
+            };
+            let key = match LockKey::new(key) {
+                Ok(key) => key,
+                Err(error) => return Ok(refusal(&error, None)),
+            };
+            if let Err(error) = client.check(key.as_str(), fence).await {
+                return Ok(refusal(&error, None));
+            }
+            request.extensions_mut().insert(Held { key, fence });
+            inner.call(request).await
+        })
+    }
+}
+
 /// The inner service that was driven ready, leaving a clone in its place (tower's
 /// way for a service whose future outlives the call).
 fn take_ready<S: Clone>(inner: &mut S) -> S {
@@ -426,8 +598,8 @@ fn refusal<ResBody: Default + 'static>(
 ) -> Response<ResBody> {
     tracing::debug!(%error, "request refused by a distlock layer");
     let status = match error.kind() {
-        // The key the layer made of the request: its input made it.
-        ErrorKind::InvalidKey => StatusCode::BAD_REQUEST,
+        // What the layer read of the request (a key, a sequencer): its input made it.
+        ErrorKind::InvalidKey | ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
         _ => StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
     };
     let retry_after = if status == StatusCode::LOCKED {
@@ -518,8 +690,9 @@ mod extract {
 
     use super::Held;
 
-    /// With the `axum` feature: the grant a [`LockLayer`](super::LockLayer) or
-    /// [`LimitLayer`](super::LimitLayer) admitted the request under. Rejected with 500
+    /// With the `axum` feature: the grant a [`LockLayer`](super::LockLayer),
+    /// [`LimitLayer`](super::LimitLayer) or [`CheckLayer`](super::CheckLayer) admitted
+    /// the request under. Rejected with 500
     /// on a route that no such layer wraps: a server error, not the client's.
     impl<S: Send + Sync> FromRequestParts<S> for Held {
         type Rejection = (StatusCode, &'static str);

@@ -2,7 +2,8 @@
 //! serialises the requests of one key and hands each its fence, a busy key is answered
 //! 423 with a bounded `Retry-After` and the kind as its body, a key the request makes
 //! invalid 400, and a limit shared by two app instances is never exceeded; and a key
-//! made of the matched route's path parameter.
+//! made of the matched route's path parameter; and the check layer, which admits a
+//! request only while the sequencer it carries is the live holder's.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -324,6 +325,75 @@ async fn refusal_of(
     )
 }
 
+/// A request to a resource carrying `key` and `fence` as its sequencer headers.
+fn carrying(key: &str, fence: Option<u64>) -> Request {
+    let request = Request::post("/journal").header(distlock::tower::KEY_HEADER, key);
+    let request = match fence {
+        Some(fence) => request.header(distlock::tower::FENCE_HEADER, fence.to_string()),
+        None => request,
+    };
+    request.body(Body::empty()).expect("request")
+}
+
+/// What the check layer must do on one backend: admit the live holder's sequencer
+/// only, with it as the request's `Held`; answer a stale one 409 (the key held by a
+/// later lease, or free), and a missing or invalid one 400.
+async fn the_check_layer_holds_on(url: &str, name: &str) {
+    use distlock::tower::{sequencer_headers, CheckLayer};
+
+    let locks = client_on(url).await;
+    let journal = Router::new()
+        .route(
+            "/journal",
+            post(|held: Held| async move { held.fence().get().to_string() }),
+        )
+        .layer(CheckLayer::new(locks.clone(), sequencer_headers));
+    let ask = |request: Request| journal.clone().oneshot(request);
+    let key = format!("journal-{name}");
+    let first = locks
+        .lock(&key, Duration::from_secs(5))
+        .await
+        .expect("lock");
+    let f1 = first.fence().get();
+
+    let admitted = ask(carrying(&key, Some(f1))).await.expect("infallible");
+    assert_eq!(admitted.status(), StatusCode::OK, "{name}: the live holder");
+    assert_eq!(fence_of(admitted).await, f1, "{name}: the Held it ran with");
+    let stale = |fence, status, kind: ErrorKind| {
+        let key = key.clone();
+        async move {
+            let (got, _, got_kind, body) =
+                refusal_of(ask(carrying(&key, fence)).await.expect("infallible")).await;
+            assert_eq!((got, got_kind), (status, kind), "{name}: fence {fence:?}");
+            assert_eq!(body, kind.as_str());
+        }
+    };
+    stale(Some(f1 + 1), StatusCode::CONFLICT, ErrorKind::StaleFence).await;
+    stale(None, StatusCode::BAD_REQUEST, ErrorKind::InvalidInput).await;
+    stale(Some(0), StatusCode::BAD_REQUEST, ErrorKind::InvalidInput).await;
+    first.release().await.expect("release");
+    // Free: the released holder's sequencer is stale.
+    stale(Some(f1), StatusCode::CONFLICT, ErrorKind::StaleFence).await;
+    let second = locks
+        .lock(&key, Duration::from_secs(5))
+        .await
+        .expect("lock");
+    let f2 = second.fence().get();
+    assert!(f2 > f1, "{name}: fences {f1} then {f2}");
+    stale(Some(f1), StatusCode::CONFLICT, ErrorKind::StaleFence).await;
+    let admitted = ask(carrying(&key, Some(f2))).await.expect("infallible");
+    assert_eq!(fence_of(admitted).await, f2, "{name}: the next holder");
+    second.release().await.expect("release");
+    let invalid = ask(carrying(&"k".repeat(300), Some(f2)))
+        .await
+        .expect("infallible");
+    assert_eq!(
+        invalid.status(),
+        StatusCode::BAD_REQUEST,
+        "{name}: a key too long"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_layers_serialise_fence_and_limit_on_redis_and_postgres() {
     let redis = ServerHandle::start(&Redis)
@@ -334,6 +404,8 @@ async fn the_layers_serialise_fence_and_limit_on_redis_and_postgres() {
         .unwrap_or_else(|e| panic!("{e}"));
     the_layers_hold_on(&redis.url(), "redis").await;
     the_layers_hold_on(&postgres.url(), "postgres").await;
+    the_check_layer_holds_on(&redis.url(), "redis").await;
+    the_check_layer_holds_on(&postgres.url(), "postgres").await;
 }
 
 /// An error as axum answers it: the status every service answers it with, and

@@ -1,5 +1,7 @@
 //! Fencing (contract point 6).
 
+use distlock_core::LockClient;
+
 use super::support::*;
 
 cases! {
@@ -83,5 +85,56 @@ cases! {
             );
         }
         Ok(())
+    }
+
+    /// A sequencer check (`LockClient::check`, for a resource that receives a holder's key and fence) admits the live holder's fence only: not a fence above it, nor the fence of a lease that expired, was replaced by a later grant, or was released.
+    #[case(Fencing, always)]
+    pub async fn a_sequencer_check_admits_the_live_holders_fence_only(t: &Target) -> CaseResult {
+        let key = t.key("sequencer");
+        let client = LockClient::new(t.backend().clone());
+        // Long enough that the checks of the live lease are answered within it on a
+        // loaded quorum, short enough to wait out.
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(2));
+        let first = acquire(t, &key, ttl).await?;
+        let live = client.check(key.as_str(), first.fence()).await?;
+        ensure!(
+            live.fence == first.fence(),
+            "the check of the live holder's fence {} answered fence {}",
+            first.fence(),
+            live.fence
+        );
+        let above = FencingToken::new(first.fence().get() + 1);
+        stale(&client, &key, above, "a fence above the live holder's").await?;
+        sleep(first.valid_until().saturating_duration_since(Instant::now()) + t.expiry_slack())
+            .await;
+        stale(&client, &key, first.fence(), "the fence of a lease that expired").await?;
+        let second = acquire(t, &key, t.long_ttl()).await?;
+        stale(&client, &key, first.fence(), "the fence of a lease a later grant replaced")
+            .await?;
+        ensure!(
+            client.check(key.as_str(), second.fence()).await?.fence == second.fence(),
+            "the check of the next holder's fence {} did not admit it",
+            second.fence()
+        );
+        t.backend().release_lease(&second).await?;
+        stale(&client, &key, second.fence(), "the fence of a lease that was released").await
+    }
+}
+
+/// That a sequencer check of `fence` on `key` answers a stale fence; `what` says whose
+/// fence it is.
+async fn stale(
+    client: &LockClient,
+    key: &LockKey,
+    fence: FencingToken,
+    what: &str,
+) -> Result<(), CaseError> {
+    match client.check(key.as_str(), fence).await {
+        Ok(info) => fail(format!(
+            "a sequencer check admitted {what} ({fence}); the key's holder showed fence {}",
+            info.fence
+        )),
+        Err(e) if e.kind() == ErrorKind::StaleFence => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }

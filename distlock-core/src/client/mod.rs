@@ -19,6 +19,7 @@ mod metered;
 mod operator;
 mod options;
 pub(crate) mod reentrant;
+mod sequencer;
 pub(crate) mod telemetry;
 
 pub use self::breaker::BreakerState;
