@@ -25,7 +25,9 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use distlock::{parse_duration, LockClient, LockKey};
 
 use crate::exit::{failed, say, EXIT_CODES};
-use crate::operator::{force_release, health, inspect, list, migrate, MEMORY_IS_PER_PROCESS};
+use crate::operator::{
+    force_release, health, inspect, list, migrate, watch, MEMORY_IS_PER_PROCESS,
+};
 use crate::run::RunArgs;
 
 /// Distributed locks from the command line: run a command while holding a lock
@@ -63,6 +65,21 @@ enum Command {
     Inspect {
         /// The lock's key.
         key: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints who holds KEY, as `inspect` does, then each change of its holder (a grant,
+    /// a release, an expiry, a takeover), one line each, until SIGINT, SIGTERM or
+    /// SIGHUP, or --count lines. A release is seen at once where the backend notifies
+    /// its waiters, an expiry as the lease ends, and a grant within half a second; a
+    /// holder that came and went between two looks is not shown.
+    Watch {
+        /// The lock's key.
+        key: String,
+        /// Stop after this many lines.
+        #[arg(long)]
+        count: Option<usize>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -219,7 +236,9 @@ async fn dispatch(cli: Cli) -> u8 {
     // Check what needs no server before connecting.
     let key = match &cli.command {
         Command::Run(args) => Some(args.key.as_str()),
-        Command::Inspect { key, .. } | Command::ForceRelease { key, .. } => Some(key.as_str()),
+        Command::Inspect { key, .. }
+        | Command::Watch { key, .. }
+        | Command::ForceRelease { key, .. } => Some(key.as_str()),
         Command::List { .. }
         | Command::Elect { .. }
         | Command::Observe { .. }
@@ -263,6 +282,9 @@ async fn dispatch(cli: Cli) -> u8 {
             return elect::observe(backend, &name, count, json).await
         }
         (Command::Inspect { json, .. }, Some(key)) => inspect(&operator(), &key, json).await,
+        (Command::Watch { count, json, .. }, Some(key)) => {
+            watch(&operator(), &key, count, json).await
+        }
         (Command::List { prefix, json }, _) => list(&operator(), prefix.as_deref(), json).await,
         (Command::ForceRelease { yes, .. }, Some(key)) => {
             force_release(&operator(), &key, yes).await

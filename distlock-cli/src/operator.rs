@@ -1,16 +1,18 @@
-//! The operator's commands: `migrate`, `health`, `inspect`, `list` and
+//! The operator's commands: `migrate`, `health`, `inspect`, `watch`, `list` and
 //! `force-release`, each through a `LockClient` as a service's calls would go.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
-use distlock::{Error, ErrorKind, LockClient, LockInfo, LockKey};
+use distlock::{Error, ErrorKind, KeyState, LockClient, LockInfo, LockKey};
+use futures_util::StreamExt as _;
 
 use crate::exit::{self, failed, say};
+use crate::signals::Signals;
 
 /// What an operator's command on `memory://` says first: that backend lives in this
 /// process alone.
-pub(crate) const MEMORY_IS_PER_PROCESS: &str = "note: memory:// is this command's own in-memory backend: it holds only what this process locks, so inspect, list, force-release and observe never see another process's locks or elections";
+pub(crate) const MEMORY_IS_PER_PROCESS: &str = "note: memory:// is this command's own in-memory backend: it holds only what this process locks, so inspect, watch, list, force-release and observe never see another process's locks or elections";
 
 /// `distlock migrate [--print]`.
 pub(crate) async fn migrate(url: &str, print: bool) -> Result<u8, Error> {
@@ -157,18 +159,55 @@ fn utc(at: SystemTime) -> String {
 
 pub(crate) async fn inspect(client: &LockClient, key: &LockKey, json: bool) -> Result<u8, Error> {
     let info = client.inspect(key.as_str()).await?;
+    print_state(key, info.as_ref(), json);
+    Ok(0)
+}
+
+/// One state of a key as `inspect` and `watch` print it.
+fn print_state(key: &LockKey, info: Option<&LockInfo>, json: bool) {
     if json {
-        println!("{}", held_json(key, info.as_ref()));
-    } else {
-        match info {
-            Some(info) => println!(
-                "{key}: held{}, fence {}, {} left",
-                holder_text(&info),
-                info.fence,
-                seconds(info.remaining)
-            ),
-            None => println!("{key}: free"),
+        println!("{}", held_json(key, info));
+        return;
+    }
+    match info {
+        Some(info) => println!(
+            "{key}: held{}, fence {}, {} left",
+            holder_text(info),
+            info.fence,
+            seconds(info.remaining)
+        ),
+        None => println!("{key}: free"),
+    }
+}
+
+/// `distlock watch KEY`: prints the key's state, then each change of its holder, one
+/// line each, until a signal, or until `count` lines are printed.
+pub(crate) async fn watch(
+    client: &LockClient,
+    key: &LockKey,
+    count: Option<usize>,
+    json: bool,
+) -> Result<u8, Error> {
+    let mut states = client.observe(key.as_str())?;
+    let mut stops = Signals::new();
+    let mut printed = 0;
+    while count.is_none_or(|count| printed < count) {
+        let state = tokio::select! {
+            state = states.next() => state,
+            _ = stops.next() => return Ok(0),
+        };
+        match state {
+            Some(Ok(KeyState::Held(info))) => print_state(key, Some(&info), json),
+            Some(Ok(_)) => print_state(key, None, json),
+            // A retryable error: the observer looks again.
+            Some(Err(e)) if e.is_retryable() => {
+                say(format_args!("{key}: {e}; looking again"));
+                continue;
+            }
+            Some(Err(e)) => return Err(e),
+            None => break,
         }
+        printed += 1;
     }
     Ok(0)
 }

@@ -130,7 +130,39 @@ async fn end_to_end(server: &'static dyn Server) {
     health_answers_and_fails_while_the_server_is_down(server.backend_name(), &url, &handle).await;
     refused_credentials_and_migrations(server, &url, &handle).await;
     elect_and_observe(&url).await;
+    watch_follows_the_holder(&url).await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `distlock watch KEY`: the key free, then held by a `run` (its fence), then free
+/// again once the run's command has finished, and the watch exits after its count.
+async fn watch_follows_the_holder(url: &str) {
+    use tokio::io::AsyncBufReadExt;
+    let key = "cli/watched";
+    let mut watcher = distlock(url, &["watch", key, "--count", "3", "--json"])
+        .spawn()
+        .expect("spawn");
+    let out = watcher.stdout.take().expect("stdout");
+    let mut seen = tokio::io::BufReader::new(out).lines();
+    let free = next_json(&mut seen).await;
+    assert_eq!(
+        (&free["key"], &free["held"]),
+        (&key.into(), &false.into()),
+        "{free}"
+    );
+    // Held for two seconds, beyond the watch's half-second polling.
+    let run = finish(url, &["run", key, "--", "sleep", "2"]).await;
+    assert_eq!(code(&run), 0, "{}", stderr(&run));
+    let held = next_json(&mut seen).await;
+    assert_eq!(held["held"], true, "{held}");
+    assert!(held["fence"].as_u64().is_some_and(|f| f > 0), "{held}");
+    let freed = next_json(&mut seen).await;
+    assert_eq!(freed["held"], false, "{freed}");
+    let done = timeout(Duration::from_secs(30), watcher.wait())
+        .await
+        .expect("exits after its count")
+        .expect("status");
+    assert_eq!(done.code(), Some(0));
 }
 
 /// The next line `child` prints, as JSON, within 30 s.

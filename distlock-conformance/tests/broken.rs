@@ -1113,6 +1113,7 @@ caught! {
     keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks, saying "keys are cut short";
     lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys, saying "list(";
     inspects_expired: InspectsExpired by a_sequencer_check_admits_the_live_holders_fence_only, saying "admitted the fence of a lease that expired";
+    inspects_expired_observed: InspectsExpired by observing_a_key_reports_each_change_of_holder, saying "of an expiry";
     extend_ignores_owner: ExtendIgnoresOwner by extend_after_takeover_fails, saying "extending a taken-over lease answered Extended";
     release_after_expiry_without_owner_check: ReleaseWithoutOwnerCheck by release_after_expiry_is_not_held, saying "the expired holder deleted the new holder's lease";
     takeover_keeps_fence: TakeoverKeepsFence by fencing_increases_across_takeover, saying "the takeover got fence";

@@ -93,8 +93,8 @@ mod wake;
 
 pub use backend::{DynLockBackend, LockBackend, LockInfo, PermitHolder};
 pub use client::{
-    BreakerOptions, BreakerState, Busy, BusyReason, Health, LeaseEnd, LockClient, LockGuard,
-    LockOptions, Locked, LossReason,
+    BreakerOptions, BreakerState, Busy, BusyReason, Health, KeyState, KeyStates, LeaseEnd,
+    LockClient, LockGuard, LockOptions, Locked, LossReason,
 };
 pub use duration::{format_duration, parse_duration};
 pub use error::{BoxError, Error, ErrorKind, Result};

@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use distlock_core::{Holder, LockClient, LockInfo};
+use distlock_core::{Holder, KeyState, LockClient, LockInfo};
+use futures_util::StreamExt as _;
 
 use super::support::*;
 
@@ -277,5 +278,81 @@ cases! {
             permit.release().await?;
         }
         Ok(())
+    }
+
+    /// `observe(key)` reports the key as it is, then each change of its holder, each within the client's polling period (or, for an expiry, of the lease's end): a grant with its fence, a release, an expiry, and the next grant with a larger fence; a holder's renewal is not a change.
+    #[case(Operator, always)]
+    pub async fn observing_a_key_reports_each_change_of_holder(t: &Target) -> CaseResult {
+        let key = t.key("observed");
+        let client = LockClient::new(t.backend().clone());
+        let mut states = client.observe(key.as_str())?;
+        // A poll period (500 ms), a round trip on a loaded server, and room to spare.
+        let soon = Duration::from_secs(5);
+        ensure!(
+            next_state(&mut states, "the start", soon).await? == KeyState::Free,
+            "a free key was first reported held"
+        );
+        let first = acquire(t, &key, t.long_ttl()).await?;
+        held(next_state(&mut states, "a grant", soon).await?, &first, "the first grant")?;
+        let ExtendOutcome::Extended(first) = t.backend().extend(&first, t.renewal_ttl(&first)).await?
+        else {
+            return fail("the holder could not renew its lease");
+        };
+        // Two poll periods under the renewed lease: looks that find the same holder.
+        sleep(Duration::from_secs(1)).await;
+        t.backend().release_lease(&first).await?;
+        let after_release = next_state(&mut states, "a release", soon).await?;
+        ensure!(
+            after_release == KeyState::Free,
+            "after a release (and a renewal before it) the key was reported {after_release:?}, not free"
+        );
+        let ttl = t.capabilities().ttl_at_least(Duration::from_secs(2));
+        let lapsing = acquire(t, &key, ttl).await?;
+        held(next_state(&mut states, "a grant", soon).await?, &lapsing, "a grant after a release")?;
+        let within = ttl + t.expiry_slack() + soon;
+        let after_expiry = next_state(&mut states, "an expiry", within).await?;
+        ensure!(
+            after_expiry == KeyState::Free,
+            "after an expiry the key was reported {after_expiry:?}, not free"
+        );
+        let last = acquire(t, &key, t.long_ttl()).await?;
+        held(next_state(&mut states, "a grant", soon).await?, &last, "a grant after an expiry")?;
+        ensure!(
+            last.fence().is_none() || last.fence() > lapsing.fence(),
+            "the grant after an expiry has fence {}, not above {}",
+            last.fence(),
+            lapsing.fence()
+        );
+        t.backend().release_lease(&last).await?;
+        Ok(())
+    }
+}
+
+/// That `state` reports `lease`'s holder, by its fence.
+fn held(state: KeyState, lease: &Lease, what: &str) -> Result<(), CaseError> {
+    match state {
+        KeyState::Held(info) if info.fence == lease.fence() => Ok(()),
+        KeyState::Held(info) => fail(format!(
+            "{what} (fence {}) was reported held under fence {}",
+            lease.fence(),
+            info.fence
+        )),
+        state => fail(format!(
+            "{what} (fence {}) was reported {state:?}",
+            lease.fence()
+        )),
+    }
+}
+
+/// The next state `states` reports, within `within` of `what`.
+async fn next_state(
+    states: &mut distlock_core::KeyStates,
+    what: &str,
+    within: Duration,
+) -> Result<KeyState, CaseError> {
+    match timeout(within, states.next()).await {
+        Ok(Some(state)) => Ok(state?),
+        Ok(None) => fail("the observation stream ended"),
+        Err(_) => fail(format!("no change reported within {within:?} of {what}")),
     }
 }

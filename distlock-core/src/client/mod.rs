@@ -16,6 +16,7 @@ mod lock_client;
 mod locked;
 #[cfg(feature = "metrics")]
 mod metered;
+mod observe;
 mod operator;
 mod options;
 pub(crate) mod reentrant;
@@ -28,5 +29,6 @@ pub use self::guard::LockGuard;
 pub(crate) use self::lock_client::{deadline_after, within_deadline};
 pub use self::lock_client::{Health, LockClient};
 pub use self::locked::{LeaseEnd, Locked};
+pub use self::observe::{KeyState, KeyStates};
 pub use self::options::{BreakerOptions, LockOptions};
 pub use crate::lease::LossReason;
