@@ -149,6 +149,39 @@ async fn who_holds(client: LockClient) -> distlock::Result<()> {
     Ok(())
 }
 
+async fn sequencer_check(
+    locks: LockClient,
+    key: String,
+    fence: distlock::FencingToken,
+    request: String,
+) -> Outcome {
+    async fn apply(request: String) -> Outcome {
+        Ok(())
+    }
+    // begin: sequencer-check
+    // In the resource, given a request's sequencer:
+    let holder = locks.check(&key, fence).await?; // StaleFence: refuse the request
+    apply(request).await?;
+    // end
+    Ok(())
+}
+
+fn check_layer(locks: LockClient) -> axum::Router {
+    use axum::routing::post;
+    use axum::Router;
+    async fn append(held: distlock::tower::Held) -> String {
+        held.fence().to_string()
+    }
+    // begin: check-layer
+    use distlock::tower::{sequencer_headers, CheckLayer};
+
+    let app = Router::new()
+        .route("/journal", post(append))
+        .layer(CheckLayer::new(locks, sequencer_headers));
+    // end
+    app
+}
+
 async fn build_reports(fence: distlock::FencingToken) -> usize {
     0
 }
