@@ -54,6 +54,10 @@ const CHECKS_CORE_ONLY: &[(&str, &str)] = &[
         "core decides when a holder renews, and coalesces the checks its watch asks for, whatever the backend notifies (the core test holders_renew_at_a_bounded_rate_beside_a_churning_claimant fails without it)",
     ),
     (
+        "a_sequencer_check_answered_after_the_lease_ran_out_is_stale",
+        "core counts the lease a check's answer shows from before the request; a backend reports only what its server read (the core test a_sequencer_check_answered_after_the_lease_ran_out_is_stale fails without it)",
+    ),
+    (
         "a_cut_off_leader_loop_is_replaced_and_its_work_stopped",
         "the leader loop drops its work on the term's loss signal, which core gives; the broken permit stores have no links to cut",
     ),

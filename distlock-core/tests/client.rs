@@ -344,6 +344,7 @@ struct LateReplies {
     hang: AtomicBool,
     delay: Duration,
     release_delay: Duration,
+    inspect_delay: Duration,
 }
 
 impl LateReplies {
@@ -353,6 +354,7 @@ impl LateReplies {
             hang: AtomicBool::new(hang),
             delay,
             release_delay: Duration::ZERO,
+            inspect_delay: Duration::ZERO,
         }
     }
 }
@@ -385,8 +387,49 @@ impl LockBackend for LateReplies {
         self.inner.renew(r).await
     }
     async fn inspect(&self, k: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(k).await
+        let shown = self.inner.inspect(k).await;
+        sleep(self.inspect_delay).await;
+        shown
     }
+}
+
+/// A sequencer check whose answer arrives after the lease it shows has run out, by
+/// the remaining TTL the server gave counted from before the request, is stale; one
+/// that arrives in time admits the fence and shows what is left of the lease then.
+#[tokio::test(start_paused = true)]
+async fn a_sequencer_check_answered_after_the_lease_ran_out_is_stale() {
+    let memory = MemoryBackend::new();
+    let mut late = LateReplies::new(memory.clone(), false, Duration::ZERO);
+    late.inspect_delay = Duration::from_secs(3);
+    let client = LockClient::new(Arc::new(late));
+    let key = LockKey::new("sequenced").expect("key");
+    let short = memory
+        .acquire_once(key.as_str(), Duration::from_secs(2))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let stale = client.check(key.as_str(), short.fence()).await;
+    assert_eq!(
+        stale.map_err(|e| e.kind()),
+        Err(ErrorKind::StaleFence),
+        "a 2 s lease shown in an answer 3 s late was admitted"
+    );
+    memory.release_lease(&short).await.expect("release");
+    let long = memory
+        .acquire_once(key.as_str(), Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let admitted = client
+        .check(key.as_str(), long.fence())
+        .await
+        .expect("live");
+    assert_eq!(admitted.fence, long.fence());
+    assert!(
+        admitted.remaining <= Duration::from_secs(7),
+        "{:?} left of a 10 s lease shown 3 s after it was asked",
+        admitted.remaining
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -119,6 +119,42 @@ cases! {
         t.backend().release_lease(&second).await?;
         stale(&client, &key, second.fence(), "the fence of a lease that was released").await
     }
+
+    /// A sequencer check whose reply is held on the link until after the lease it shows has run out does not admit the fence: the lease is counted from before the request, as a grant's validity is, so a paused or slow answer never vouches for a holder another may have replaced.
+    #[case(Fencing, needs_reply_holding_links)]
+    pub async fn a_sequencer_check_answered_after_the_lease_ran_out_is_stale(t: &Target) -> CaseResult {
+        let key = t.key("sequencer-late");
+        let (linked, link) = linked(t).await?;
+        let client = LockClient::new(linked.clone());
+        // The shortest lease from 300 ms up: its reply is held past its end, and not as
+        // long as a backend's own response time-out (5 s by default).
+        let ttl = t.capabilities().ttl_at_least(Duration::from_millis(300));
+        let lease = acquire(t, &key, ttl).await?;
+        link.hold_replies().await.map_err(link_err("hold replies"))?;
+        let held_until = lease.valid_until() + t.expiry_slack();
+        let checking = async {
+            let checked = client.check(key.as_str(), lease.fence()).await;
+            (checked, Instant::now())
+        };
+        let ((checked, answered), healed) = tokio::join!(checking, async {
+            sleep_until(held_until).await;
+            link.heal().await
+        });
+        healed.map_err(link_err("heal"))?;
+        match checked {
+            Ok(info) => fail(format!(
+                "a check whose reply was held until {:?} after its lease of {ttl:?} ran out admitted fence {} with {:?} left",
+                t.expiry_slack(),
+                info.fence,
+                info.remaining
+            )),
+            Err(e) if e.kind() == ErrorKind::StaleFence => Ok(()),
+            Err(e) if answered < held_until => Err(CaseError::Skipped(format!(
+                "the backend gave up on the held reply before the lease ran out, so no answer arrived late ({e})"
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// That a sequencer check of `fence` on `key` answers a stale fence; `what` says whose

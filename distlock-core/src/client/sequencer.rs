@@ -1,6 +1,8 @@
 //! The sequencer check: whether a grant's fence is still the live holder's, asked by a
 //! resource that receives a request carrying one and cannot keep a fence itself.
 
+use tokio::time::Instant;
+
 use crate::backend::LockInfo;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::LockKey;
@@ -14,9 +16,11 @@ impl LockClient {
     /// sequencer) and cannot keep the highest fence it has seen, as a
     /// [`FencedStore`](crate::FencedStore) does.
     ///
-    /// The holder as [`inspect`](Self::inspect) shows it when `fence` is its fence;
-    /// otherwise an [`ErrorKind::StaleFence`] error (not retryable: the same fence stays
-    /// stale), whether another lease holds the key or it is free. One request, on
+    /// The holder as [`inspect`](Self::inspect) shows it when `fence` is its fence, its
+    /// remaining TTL counted from before the request; otherwise an
+    /// [`ErrorKind::StaleFence`] error (not retryable: the same fence stays stale),
+    /// whether another lease holds the key, or it is free, or the answer arrived after
+    /// the lease it showed had run out by that count. One request, on
     /// every backend; an [`ErrorKind::InvalidKey`] error for a key that is not one, and
     /// an [`ErrorKind::InvalidInput`] error for [`FencingToken::NONE`] (an efficiency
     /// lock's lease has no fence to check), each with nothing sent.
@@ -57,8 +61,28 @@ impl LockClient {
             )
             .with_not_sent());
         }
+        let asked = Instant::now();
         match self.backend().inspect(&key).await? {
-            Some(info) if info.fence == fence => Ok(info),
+            Some(mut info) if info.fence == fence => {
+                // The lease's end by the server's remaining TTL, counted from before
+                // the request: an answer that arrives later shows a lease that may
+                // have been granted to another holder since.
+                let ends = asked + info.remaining;
+                let now = Instant::now();
+                if ends <= now {
+                    return Err(Error::new(
+                        ErrorKind::StaleFence,
+                        format!(
+                            "fence {fence} of {key} was live when the server read it, but its \
+                             lease ran out before the answer arrived ({:?} after it was asked)",
+                            now - asked
+                        ),
+                    )
+                    .with_backend(self.backend().name().to_owned()));
+                }
+                info.remaining = ends - now;
+                Ok(info)
+            }
             held => {
                 let now = match held {
                     Some(info) if info.fence.is_none() => {
