@@ -45,8 +45,8 @@ impl LockClient {
     /// a release ([`Capabilities::change_notification`](crate::backend::Capabilities::change_notification)),
     /// when the holder's lease would run out, and otherwise every
     /// [`LockOptions::backoff_max`](crate::LockOptions::backoff_max) (500 ms by
-    /// default). So a release is seen at once where the backend notifies, an expiry
-    /// within a few milliseconds of its end, and a grant within that period; a holder
+    /// default), and never twice within 50 ms. So a release is seen at once where the
+    /// backend notifies, an expiry as the lease ends, and a grant within that period; a holder
     /// that came and went between two looks is not seen. A new holder is told apart by
     /// its fence, and where leases carry none (an efficiency lock) by its holder and
     /// grant time.
@@ -91,6 +91,9 @@ impl LockClient {
         )))
     }
 }
+
+/// The shortest wait between two looks.
+const SOONEST: Duration = Duration::from_millis(50);
 
 /// What tells one holder from the next: its fence, and its holder and grant time for
 /// leases without one.
@@ -140,9 +143,11 @@ impl KeyWatcher {
             self.wait = Some(self.every);
             let seen = self.backend.inspect(&self.key).await?;
             if let Some(info) = &seen {
-                // Look again as the lease runs out, to see its expiry.
+                // Look again as the lease runs out, to see its expiry; no sooner than
+                // SOONEST, for a server that shows a lease at its end a while longer
+                // (a TTL kept in whole seconds).
                 let ends = info.remaining.saturating_add(Duration::from_millis(5));
-                self.wait = Some(self.every.min(ends));
+                self.wait = Some(self.every.min(ends.max(SOONEST)));
             }
             let identity = seen
                 .as_ref()

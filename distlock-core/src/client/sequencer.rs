@@ -67,8 +67,11 @@ impl LockClient {
                 // The lease's end by the server's remaining TTL, counted from before
                 // the request: an answer that arrives later shows a lease that may
                 // have been granted to another holder since.
-                let ends = asked + info.remaining;
                 let now = Instant::now();
+                // A remaining TTL past any clock's range ends nowhere near now.
+                let Some(ends) = asked.checked_add(info.remaining) else {
+                    return Ok(info);
+                };
                 if ends <= now {
                     return Err(Error::new(
                         ErrorKind::StaleFence,
