@@ -95,9 +95,10 @@ enum Bug {
     /// Lists every record it keeps, expired leases too (a listing query without the
     /// expiry filter that every other query has).
     ListsExpired,
-    /// Shows an expired lease's record when asked who holds a key, with no time left
-    /// (an inspect query without the expiry filter that every other query has).
-    InspectsExpired,
+    /// Answers who holds a key from the answer it gave last, until a grant anywhere
+    /// mints a fence (a read cache invalidated by grants only): an expired or released
+    /// lease is still shown, with the time it had left when it was cached.
+    InspectsFromCache,
     /// Extends whoever holds the key (`PEXPIRE key ttl` with no owner check).
     ExtendIgnoresOwner,
     /// Takes over an expired record keeping its fence (an upsert that sets the owner
@@ -231,6 +232,9 @@ struct State {
     counter: u64,
     /// Per-key counters, the last used last, for `FenceCountersEvicted`.
     counters: Vec<(LockKey, u64)>,
+    /// Each key's last inspect answer and the fence counter when it was given, for
+    /// `InspectsFromCache`.
+    inspected: HashMap<LockKey, (Option<LockInfo>, u64)>,
     /// The owners that asked for each held key, for `QueuesWithoutLeaving`.
     queues: HashMap<LockKey, Vec<(OwnerToken, Duration)>>,
 }
@@ -896,15 +900,29 @@ impl Naive {
     async fn inspect_step(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         self.round_trip().await?;
         let now = Instant::now();
-        let state = self.state();
-        Ok(state
+        let mut state = self.state();
+        if self.bug == Bug::InspectsFromCache {
+            if let Some((cached, at)) = state.inspected.get(&self.stored(key)) {
+                if *at == state.counter {
+                    return Ok(cached.clone());
+                }
+            }
+        }
+        let shown = state
             .locks
             .get(&self.stored(key))
-            .filter(|(_, _, exp)| *exp > now || self.bug == Bug::InspectsExpired)
+            .filter(|(_, _, exp)| *exp > now)
             .map(|(_, f, exp)| {
-                let info = LockInfo::new(FencingToken::new(*f), exp.saturating_duration_since(now));
+                let info = LockInfo::new(FencingToken::new(*f), *exp - now);
                 state.held_by(&self.stored(key), info)
-            }))
+            });
+        if self.bug == Bug::InspectsFromCache {
+            let counter = state.counter;
+            state
+                .inspected
+                .insert(self.stored(key), (shown.clone(), counter));
+        }
+        Ok(shown)
     }
 
     async fn scan_step(&self, prefix: &str) -> Result<Vec<(LockKey, LockInfo)>> {
@@ -1112,8 +1130,8 @@ caught! {
     ttl_floor_undeclared: TtlFloorUndeclared by the_shortest_ttl_is_kept, saying "past its ttl and slack";
     keys_truncated: KeysTruncated by the_longest_keys_are_distinct_locks, saying "keys are cut short";
     lists_expired: ListsExpired by operator_list_shows_exactly_the_held_keys, saying "list(";
-    inspects_expired: InspectsExpired by a_sequencer_check_admits_the_live_holders_fence_only, saying "admitted the fence of a lease that expired";
-    inspects_expired_observed: InspectsExpired by observing_a_key_reports_each_change_of_holder, saying "of an expiry";
+    inspects_from_cache: InspectsFromCache by a_sequencer_check_admits_the_live_holders_fence_only, saying "admitted the fence of a lease that expired";
+    inspects_from_cache_observed: InspectsFromCache by observing_a_key_reports_each_change_of_holder, saying "no change reported within";
     extend_ignores_owner: ExtendIgnoresOwner by extend_after_takeover_fails, saying "extending a taken-over lease answered Extended";
     release_after_expiry_without_owner_check: ReleaseWithoutOwnerCheck by release_after_expiry_is_not_held, saying "the expired holder deleted the new holder's lease";
     takeover_keeps_fence: TakeoverKeepsFence by fencing_increases_across_takeover, saying "the takeover got fence";
